@@ -1,0 +1,52 @@
+"""hybrid_memory: long-term memory for LLM agents with BM25 + dense retrieval fused by weighted RRF.
+
+Quick start::
+
+    from hybrid_memory import HybridMemory
+    with HybridMemory("./memory") as memory:
+        memory.add([{"chunk_id": "n1", "text": "billing-service: HTTP 504 from pool exhaustion",
+                     "metadata": {"environment": "production"}}])
+        response = memory.search("HTTP 504", top_k=5, metadata_filter={"environment": "production"})
+
+The GraphRAG layer lives in :mod:`hybrid_memory.graph` (``pip install 'hybrid-memory[graph]'``), imported
+only when asked for.
+"""
+
+from ._exceptions import (
+    DimensionMismatchError,
+    DuplicateChunkError,
+    HybridMemoryError,
+    InvalidFilterError,
+    InvalidRequestError,
+    MissingDependencyError,
+    StoreFormatError,
+)
+from .embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder
+from .fusion import FusedHit, reciprocal_rank_fusion
+from .memory import HybridMemory
+from .models import MAX_TOP_K, Chunk, HybridParams, SearchRequest, SearchResponse, SearchResult, StoredChunk
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MAX_TOP_K",
+    "Chunk",
+    "DimensionMismatchError",
+    "DuplicateChunkError",
+    "Embedder",
+    "FusedHit",
+    "HashingEmbedder",
+    "HybridMemory",
+    "HybridMemoryError",
+    "HybridParams",
+    "InvalidFilterError",
+    "InvalidRequestError",
+    "MissingDependencyError",
+    "SearchRequest",
+    "SearchResponse",
+    "SearchResult",
+    "SentenceTransformerEmbedder",
+    "StoreFormatError",
+    "StoredChunk",
+    "reciprocal_rank_fusion",
+]

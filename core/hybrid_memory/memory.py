@@ -1,0 +1,533 @@
+"""HybridMemory: the long-term memory an agent adds to, searches, and reopens days later.
+
+Flow: chunks are validated, embedded (only when their text changed), written to the SQLite store (the
+source of truth), then applied to the BM25 and FAISS indexes, which are derived and rebuilt from the store
+when missing, stale or damaged. A search resolves the metadata filter to store rowids, runs BM25 and dense
+retrieval concurrently, each restricted to those rowids, and fuses the two runs with weighted RRF.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from ._exceptions import DimensionMismatchError, DuplicateChunkError, InvalidRequestError, StoreFormatError
+from .dense import FaissIndex
+from .embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder, l2_normalize
+from .filters import validate_filter
+from .fusion import reciprocal_rank_fusion
+from .models import Chunk, SearchRequest, SearchResponse, SearchResult, StoredChunk
+from .sparse import BM25Index
+from .store import NewRow, SQLiteStore, content_hash
+from .tokenizer import TechnicalTokenizer
+
+__all__ = ["FORMAT_VERSION", "HybridMemory"]
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+"""Version of the memory directory layout, saved in manifest.json and checked on open."""
+
+_SHORTCUTS = ("dense_weight", "sparse_weight", "rrf_k_constant")
+_Hit = tuple[int, float]
+
+
+def _validation_message(exc: ValidationError, what: str) -> str:
+    parts = []
+    for error in exc.errors():
+        field = ".".join(str(p) for p in error["loc"]) or what
+        parts.append(f"{field}: {error['msg']} (got {error.get('input')!r})")
+    return f"invalid {what}: " + "; ".join(parts)
+
+
+class HybridMemory:
+    """Hybrid BM25 + dense memory with weighted Reciprocal Rank Fusion, persisted in a folder.
+
+    Args:
+        path: memory directory (created if absent; reopened if it holds a memory). None keeps the memory
+            in process memory only.
+        embedder: any :class:`~hybrid_memory.embedders.Embedder`. None: the embedder the directory was built
+            with when it is a :class:`HashingEmbedder`, else the offline all-MiniLM-L6-v2
+            (:class:`SentenceTransformerEmbedder`, 384 dimensions).
+        k1, b: BM25 parameters (bm25s, Lucene variant); defaults 1.5 and 0.75.
+        candidate_multiplier: each engine retrieves ``candidate_multiplier × top_k`` candidates before
+            fusion (default 2, as in the reference design); >= 1.
+        compact_min, compact_ratio: when the BM25 delta segment is merged (see :class:`BM25Index`).
+        faiss_threads: OpenMP threads for FAISS (1 is fastest for single queries; process-wide).
+        show_progress: progress bars for embedding and index builds (off by default in library calls).
+
+    Raises:
+        StoreFormatError: the directory was written by another format version or another embedder.
+
+    Thread-safe: searches may run from many threads while one thread writes.
+    """
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        embedder: Embedder | None = None,
+        k1: float = 1.5,
+        b: float = 0.75,
+        candidate_multiplier: int = 2,
+        compact_min: int = 500,
+        compact_ratio: float = 0.1,
+        faiss_threads: int | None = 1,
+        show_progress: bool = False,
+    ) -> None:
+        if not isinstance(candidate_multiplier, int) or candidate_multiplier < 1:
+            raise InvalidRequestError(f"candidate_multiplier must be an int >= 1, got {candidate_multiplier!r}")
+        self.path = Path(path) if path is not None else None
+        self.candidate_multiplier = candidate_multiplier
+        self.show_progress = show_progress
+        if self.path is not None:
+            if self.path.exists() and not self.path.is_dir():
+                raise InvalidRequestError(f"memory path {self.path} is a file; give a directory")
+            self.path.mkdir(parents=True, exist_ok=True)
+        self._store = SQLiteStore(self.path / "store.sqlite3" if self.path else None)
+        self.embedder = self._resolve_embedder(embedder)
+        self._sparse = BM25Index(
+            TechnicalTokenizer(), k1=k1, b=b, compact_min=compact_min, compact_ratio=compact_ratio
+        )
+        self._dense = FaissIndex(int(self.embedder.dim), omp_threads=faiss_threads)
+        self._write_lock = threading.RLock()
+        self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hybrid-memory")
+        self._dirty = False
+        self._closed = False
+        self._sync_indexes()
+
+    @classmethod
+    def open(cls, path: str | Path, **kwargs: Any) -> HybridMemory:
+        """Open (or create) the memory directory at ``path``; keyword arguments as for the constructor."""
+        return cls(path, **kwargs)
+
+    # -- manifest -----------------------------------------------------------------------------------
+    def _resolve_embedder(self, embedder: Embedder | None) -> Embedder:
+        saved = self._store.get_meta("manifest")
+        if saved is not None and saved.get("format_version") != FORMAT_VERSION:
+            raise StoreFormatError(
+                f"memory at {self.path} has format version {saved.get('format_version')}, this hybrid-memory "
+                f"reads version {FORMAT_VERSION}; re-ingest it with this version"
+            )
+        if embedder is None:
+            saved_name = (saved or {}).get("embedder", {}).get("name", "")
+            if saved_name.startswith("hashing-"):
+                embedder = HashingEmbedder(int(saved["embedder"]["dim"]))
+            else:
+                embedder = SentenceTransformerEmbedder()
+        for attribute in ("name", "dim", "embed_documents", "embed_query"):
+            if not hasattr(embedder, attribute):
+                raise InvalidRequestError(
+                    f"embedder {type(embedder).__name__} lacks {attribute!r}; it must follow the Embedder protocol "
+                    "(name, dim, embed_documents, embed_query)"
+                )
+        info = {"name": str(embedder.name), "dim": int(embedder.dim)}
+        if saved is None:
+            manifest = {"format_version": FORMAT_VERSION, "embedder": info, "created_at": time.time()}
+            self._store.set_meta("manifest", manifest)
+            self._write_manifest_file(manifest)
+        elif saved["embedder"] != info:
+            raise StoreFormatError(
+                f"memory at {self.path} was built with embedder {saved['embedder']['name']!r} "
+                f"(dim {saved['embedder']['dim']}), not {info['name']!r} (dim {info['dim']}); open it with the "
+                "same embedder, or ingest into a new directory to switch models"
+            )
+        return embedder
+
+    def _write_manifest_file(self, manifest: Mapping[str, Any]) -> None:
+        if self.path is not None:
+            (self.path / "manifest.json").write_text(json.dumps(manifest, indent=2))
+
+    # -- index sync ---------------------------------------------------------------------------------
+    def _sync_indexes(self) -> None:
+        """Bring both indexes to the store's rowids: load what was saved, then add/remove the difference."""
+        store_ids = self._store.rowids()
+        loaded_sparse = self.path is not None and self._sparse.load(self.path / "bm25")
+        loaded_dense = self.path is not None and self._dense.load(self.path / "dense.faiss")
+        if not loaded_sparse or len(np.setdiff1d(store_ids, self._sparse.ids())) > self._sparse.compact_min:
+            if len(store_ids):
+                logger.info("building BM25 index over %d stored chunks", len(store_ids))
+            self._sparse.build(store_ids, self._store.texts(store_ids), show_progress=self.show_progress)
+        else:
+            live = self._sparse.ids()
+            self._sparse.remove(np.setdiff1d(live, store_ids))
+            missing = np.setdiff1d(store_ids, live)
+            if len(missing):
+                self._sparse.add(missing, self._store.texts(missing))
+        if not loaded_dense:
+            self._dense = FaissIndex(self._dense.dim, omp_threads=None)
+        live = self._dense.ids()
+        self._dense.remove(np.setdiff1d(live, store_ids))
+        missing = np.setdiff1d(store_ids, live)
+        if len(missing):
+            self._dense.add(missing, self._store.vectors(missing, self._dense.dim))
+        self._dirty = not (loaded_sparse and loaded_dense)
+
+    # -- writes -------------------------------------------------------------------------------------
+    def add(self, chunks: Iterable[Chunk | Mapping[str, Any]], *, vectors: np.ndarray | None = None) -> list[str]:
+        """Add new chunks. Returns their chunk ids, in order.
+
+        Args:
+            chunks: :class:`Chunk` objects or mappings with ``chunk_id``, ``text``, optional ``source`` and
+                ``metadata``.
+            vectors: optional precomputed float32 (n, dim) vectors, one row per chunk (L2-normalised here);
+                None embeds the texts with the memory's embedder.
+
+        Raises:
+            DuplicateChunkError: a chunk_id is already stored or repeated in ``chunks`` (nothing is written).
+            InvalidRequestError: a chunk is malformed (nothing is written).
+            DimensionMismatchError: ``vectors`` has the wrong shape (nothing is written).
+        """
+        return self._write(chunks, vectors, replace=False)
+
+    def upsert(self, chunks: Iterable[Chunk | Mapping[str, Any]], *, vectors: np.ndarray | None = None) -> list[str]:
+        """Add chunks, replacing stored chunks with the same ids in both engines. Returns the chunk ids.
+
+        A chunk whose text is unchanged keeps its vector (no re-embedding); only its source and metadata
+        are updated. Raises as :meth:`add`, except for already stored ids.
+        """
+        return self._write(chunks, vectors, replace=True)
+
+    def add_texts(
+        self,
+        texts: Sequence[str],
+        metadatas: Sequence[Mapping[str, Any]] | None = None,
+        ids: Sequence[str] | None = None,
+        sources: Sequence[str] | None = None,
+    ) -> list[str]:
+        """Upsert plain texts (ids default to random uuid4 hex). Returns the chunk ids."""
+        n = len(texts)
+        for name, values in (("metadatas", metadatas), ("ids", ids), ("sources", sources)):
+            if values is not None and len(values) != n:
+                raise InvalidRequestError(f"{name} has {len(values)} items for {n} texts; give one per text")
+        chunks = [
+            {
+                "chunk_id": ids[i] if ids is not None else uuid.uuid4().hex,
+                "text": texts[i],
+                "source": sources[i] if sources is not None else "",
+                "metadata": dict(metadatas[i]) if metadatas is not None else {},
+            }
+            for i in range(n)
+        ]
+        return self.upsert(chunks)
+
+    def _validate_chunks(self, chunks: Iterable[Chunk | Mapping[str, Any]]) -> list[Chunk]:
+        valid: list[Chunk] = []
+        for position, chunk in enumerate(chunks):
+            try:
+                item = chunk if isinstance(chunk, Chunk) else Chunk.model_validate(chunk)
+                json.dumps(item.metadata, allow_nan=False)
+            except ValidationError as exc:
+                raise InvalidRequestError(_validation_message(exc, f"chunk #{position}")) from exc
+            except (TypeError, ValueError) as exc:
+                raise InvalidRequestError(
+                    f"chunk #{position} ({getattr(chunk, 'chunk_id', None) or dict(chunk).get('chunk_id')!r}): "
+                    f"metadata must be JSON-serialisable with finite numbers: {exc}"
+                ) from exc
+            valid.append(item)
+        seen: set[str] = set()
+        repeated = sorted({c.chunk_id for c in valid if c.chunk_id in seen or seen.add(c.chunk_id)})
+        if repeated:
+            raise DuplicateChunkError(f"chunk ids repeated in one call: {repeated[:5]}; give each id once")
+        return valid
+
+    def _write(self, chunks: Iterable[Chunk | Mapping[str, Any]], vectors: np.ndarray | None, *, replace: bool) -> list[str]:
+        self._check_open()
+        items = self._validate_chunks(chunks)
+        if vectors is not None:
+            vectors = np.asarray(vectors, dtype=np.float32)
+            if vectors.ndim != 2 or vectors.shape != (len(items), self._dense.dim):
+                raise DimensionMismatchError(
+                    f"vectors must have shape ({len(items)}, {self._dense.dim}) (one row per chunk, the "
+                    f"memory's dimension), got {vectors.shape}"
+                )
+            if not np.isfinite(vectors).all():
+                raise InvalidRequestError("vectors contain NaN or infinite values")
+        if not items:
+            return []
+        with self._write_lock:
+            existing = self._store.lookup([c.chunk_id for c in items])
+            if existing and not replace:
+                raise DuplicateChunkError(
+                    f"chunk ids already stored: {sorted(existing)[:5]}; use upsert() to replace them"
+                )
+            changed = [
+                i for i, c in enumerate(items)
+                if vectors is not None or c.chunk_id not in existing or existing[c.chunk_id][1] != content_hash(c.text)
+            ]
+            unchanged = [i for i in range(len(items)) if i not in set(changed)]
+            if vectors is not None:
+                new_vectors = l2_normalize(vectors)
+            else:
+                new_vectors = self._embed([items[i].text for i in changed])
+            old_rowids = [existing[items[i].chunk_id][0] for i in changed if items[i].chunk_id in existing]
+            new_rows = [
+                NewRow(items[i].chunk_id, items[i].text, items[i].source, items[i].metadata, new_vectors[j])
+                for j, i in enumerate(changed)
+            ]
+            updates = [(existing[items[i].chunk_id][0], items[i].source, items[i].metadata) for i in unchanged]
+            new_rowids = self._store.write(new_rows, replace_rowids=old_rowids, metadata_updates=updates)
+            self._apply_to_indexes(old_rowids, new_rowids, [r.text for r in new_rows], new_vectors)
+            self._dirty = True
+        logger.debug("stored %d chunks (%d re-indexed)", len(items), len(changed))
+        return [c.chunk_id for c in items]
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self._dense.dim), dtype=np.float32)
+        vectors = np.asarray(self.embedder.embed_documents(texts), dtype=np.float32)
+        if vectors.shape != (len(texts), self._dense.dim):
+            raise DimensionMismatchError(
+                f"embedder {self.embedder.name!r} returned shape {vectors.shape} for {len(texts)} texts; "
+                f"expected ({len(texts)}, {self._dense.dim})"
+            )
+        return l2_normalize(vectors)
+
+    def _apply_to_indexes(self, old_rowids: list[int], new_rowids: list[int], texts: list[str], vectors: np.ndarray) -> None:
+        self._sparse.remove(old_rowids)
+        self._dense.remove(old_rowids)
+        self._dense.add(new_rowids, vectors)
+        pending = self._sparse.delta_size + len(new_rowids)
+        if pending >= max(self._sparse.compact_min, self._sparse.compact_ratio * len(self._sparse)):
+            ids = self._store.rowids()  # a bulk load: one rebuild instead of a huge delta
+            self._sparse.build(ids, self._store.texts(ids), show_progress=self.show_progress)
+        else:
+            self._sparse.add(new_rowids, texts)
+            if self._sparse.needs_compaction():
+                self._sparse.compact(self._store.texts, show_progress=self.show_progress)
+
+    def delete(self, chunk_ids: Iterable[str]) -> int:
+        """Delete chunks by id from the store and both engines. Unknown ids are ignored.
+
+        Returns:
+            The number of chunks deleted.
+        """
+        self._check_open()
+        ids = [chunk_ids] if isinstance(chunk_ids, str) else list(chunk_ids)
+        with self._write_lock:
+            rowids = self._store.delete(ids)
+            self._sparse.remove(rowids)
+            self._dense.remove(rowids)
+            if self._sparse.needs_compaction():
+                self._sparse.compact(self._store.texts, show_progress=self.show_progress)
+            self._dirty = self._dirty or bool(rowids)
+        return len(rowids)
+
+    # -- reads --------------------------------------------------------------------------------------
+    def get(self, chunk_ids: Iterable[str]) -> list[StoredChunk]:
+        """Stored chunks in the order of ``chunk_ids``; unknown ids are skipped."""
+        self._check_open()
+        ids = [chunk_ids] if isinstance(chunk_ids, str) else list(chunk_ids)
+        return self._store.get(ids)
+
+    def count(self, metadata_filter: Mapping[str, Any] | None = None) -> int:
+        """Number of stored chunks matching the filter (all when None). Raises InvalidFilterError."""
+        self._check_open()
+        return self._store.count(metadata_filter)
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def iter_chunks(self, metadata_filter: Mapping[str, Any] | None = None) -> Iterator[StoredChunk]:
+        """Stored chunks matching the filter, in insertion order."""
+        self._check_open()
+        return self._store.iter_chunks(metadata_filter)
+
+    def chunk_hashes(self) -> dict[str, str]:
+        """chunk_id -> sha256 of the text, for every stored chunk (for change detection by derived layers)."""
+        self._check_open()
+        return self._store.chunk_hashes()
+
+    # -- search -------------------------------------------------------------------------------------
+    @staticmethod
+    def make_request(request: SearchRequest | Mapping[str, Any] | str | None = None, /, **fields: Any) -> SearchRequest:
+        """Build a validated :class:`SearchRequest` from a request, a mapping or a query string plus fields.
+
+        ``dense_weight``, ``sparse_weight`` and ``rrf_k_constant`` may be given as top-level shortcuts.
+
+        Raises:
+            InvalidRequestError: a field is invalid; the message names it.
+            InvalidFilterError: the metadata filter is malformed.
+        """
+        if isinstance(request, SearchRequest):
+            data = request.model_dump()
+        elif isinstance(request, str):
+            data = {"search_text": request}
+        elif isinstance(request, Mapping):
+            data = dict(request)
+        elif request is None:
+            data = {}
+        else:
+            raise InvalidRequestError(
+                f"request must be a SearchRequest, a mapping or the search text, got {type(request).__name__}"
+            )
+        shortcuts = {key: fields.pop(key) for key in _SHORTCUTS if key in fields}
+        data.update(fields)
+        if shortcuts:
+            params = data.get("hybrid_params") or {}
+            params = params.model_dump() if hasattr(params, "model_dump") else dict(params)
+            data["hybrid_params"] = {**params, **shortcuts}
+        try:
+            validated = SearchRequest.model_validate(data)
+        except ValidationError as exc:
+            raise InvalidRequestError(_validation_message(exc, "search request")) from exc
+        validate_filter(validated.metadata_filter)
+        return validated
+
+    def _run_sparse(self, text: str, depth: int, allowed: np.ndarray | None) -> list[_Hit]:
+        return self._sparse.search(text, depth, allowed)
+
+    def _run_dense(self, text: str, depth: int, allowed: np.ndarray | None) -> list[_Hit]:
+        query = np.asarray(self.embedder.embed_query(text), dtype=np.float32).reshape(1, -1)
+        return self._dense.search(l2_normalize(query)[0], depth, allowed)
+
+    def _prepare(self, request: Any, fields: dict[str, Any]) -> tuple[SearchRequest, np.ndarray | None, int]:
+        self._check_open()
+        req = self.make_request(request, **fields)
+        allowed = None
+        if req.metadata_filter:
+            allowed = self._store.filter_rowids(req.metadata_filter)
+        return req, allowed, req.top_k * self.candidate_multiplier
+
+    def _finish(self, req: SearchRequest, sparse: list[_Hit], dense: list[_Hit]) -> SearchResponse:
+        chunks = self._store.chunks_by_rowid(sorted({i for i, _ in sparse} | {i for i, _ in dense}))
+        runs = {
+            "sparse": [chunks[i].chunk_id for i, _ in sparse if i in chunks],
+            "dense": [chunks[i].chunk_id for i, _ in dense if i in chunks],
+        }
+        params = req.hybrid_params
+        fused = reciprocal_rank_fusion(
+            runs,
+            {"sparse": params.sparse_weight, "dense": params.dense_weight},
+            rrf_k=params.rrf_k_constant,
+            top_k=req.top_k,
+        )
+        by_id = {c.chunk_id: c for c in chunks.values()}
+        raw = {"sparse": {chunks[i].chunk_id: s for i, s in sparse if i in chunks},
+               "dense": {chunks[i].chunk_id: s for i, s in dense if i in chunks}}
+        results = [
+            SearchResult(
+                chunk_id=hit.doc_id,
+                rrf_score=hit.score,
+                text=by_id[hit.doc_id].text,
+                source=by_id[hit.doc_id].source,
+                metadata=by_id[hit.doc_id].metadata,
+                sparse_rank=hit.ranks.get("sparse"),
+                sparse_score=raw["sparse"].get(hit.doc_id),
+                dense_rank=hit.ranks.get("dense"),
+                dense_score=raw["dense"].get(hit.doc_id),
+            )
+            for hit in fused
+        ]
+        return SearchResponse(query_id=req.query_id, total_retrieved=len(results), results=results)
+
+    def search(self, request: SearchRequest | Mapping[str, Any] | str | None = None, /, **fields: Any) -> SearchResponse:
+        """Hybrid search: BM25 and dense retrieval run concurrently, each restricted by the metadata filter,
+        then are fused with weighted RRF and cut to ``top_k``.
+
+        Args:
+            request: a :class:`SearchRequest`, its JSON as a mapping, or the search text.
+            **fields: request fields overriding ``request`` (``top_k``, ``metadata_filter``, ``query_id``,
+                ``hybrid_params``, or the shortcuts ``dense_weight``, ``sparse_weight``, ``rrf_k_constant``).
+
+        Each engine returns ``candidate_multiplier × top_k`` candidates; an engine whose weight is 0 is not
+        run. Results are ordered by rrf_score descending, ties by chunk_id.
+
+        Raises:
+            InvalidRequestError: a request field is invalid (the message names it).
+            InvalidFilterError: the metadata filter is malformed.
+        """
+        req, allowed, depth = self._prepare(request, fields)
+        if allowed is not None and len(allowed) == 0:
+            return SearchResponse(query_id=req.query_id, total_retrieved=0, results=[])
+        params = req.hybrid_params
+        sparse_future = (
+            self._executor.submit(self._run_sparse, req.search_text, depth, allowed) if params.sparse_weight > 0 else None
+        )
+        dense_future = (
+            self._executor.submit(self._run_dense, req.search_text, depth, allowed) if params.dense_weight > 0 else None
+        )
+        sparse = sparse_future.result() if sparse_future else []
+        dense = dense_future.result() if dense_future else []
+        return self._finish(req, sparse, dense)
+
+    async def asearch(self, request: SearchRequest | Mapping[str, Any] | str | None = None, /, **fields: Any) -> SearchResponse:
+        """Async :meth:`search`: both engines run in worker threads under ``asyncio.gather``; the event loop
+        is never blocked. Same arguments, result and errors."""
+        req, allowed, depth = await asyncio.to_thread(self._prepare, request, fields)
+        if allowed is not None and len(allowed) == 0:
+            return SearchResponse(query_id=req.query_id, total_retrieved=0, results=[])
+        params = req.hybrid_params
+
+        async def nothing() -> list[_Hit]:
+            return []
+
+        sparse, dense = await asyncio.gather(
+            asyncio.to_thread(self._run_sparse, req.search_text, depth, allowed) if params.sparse_weight > 0 else nothing(),
+            asyncio.to_thread(self._run_dense, req.search_text, depth, allowed) if params.dense_weight > 0 else nothing(),
+        )
+        return await asyncio.to_thread(self._finish, req, sparse, dense)
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def persist(self) -> None:
+        """Write the derived indexes next to the store (the store itself is always durable)."""
+        self._check_open()
+        if self.path is None or not self._dirty:
+            return
+        with self._write_lock:
+            self._sparse.save(self.path / "bm25")
+            tmp = self.path / "dense.faiss.tmp"
+            self._dense.save(tmp)
+            tmp.replace(self.path / "dense.faiss")
+            self._dirty = False
+
+    def stats(self) -> dict[str, Any]:
+        """Counts and parameters: chunks, BM25 segments, vectors, embedder, path."""
+        self._check_open()
+        return {
+            "path": str(self.path) if self.path else None,
+            "chunks": self._store.count(),
+            "bm25_documents": len(self._sparse),
+            "bm25_delta_documents": self._sparse.delta_size,
+            "dense_vectors": len(self._dense),
+            "embedder": {"name": self.embedder.name, "dim": int(self.embedder.dim)},
+            "bm25": self._sparse.config(),
+            "candidate_multiplier": self.candidate_multiplier,
+        }
+
+    def close(self) -> None:
+        """Persist the indexes and release the store. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self.persist()
+        finally:
+            self._closed = True
+            self._executor.shutdown(wait=True)
+            self._store.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidRequestError("this memory is closed; open it again with HybridMemory.open(path)")
+
+    def __enter__(self) -> HybridMemory:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        where = str(self.path) if self.path else "in-memory"
+        return f"HybridMemory({where!r}, embedder={self.embedder.name!r})"

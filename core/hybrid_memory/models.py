@@ -1,0 +1,163 @@
+"""Typed records for what crosses the JSON edge: chunks in, search requests in, search responses out.
+
+Field names of :class:`SearchRequest` and :class:`SearchResponse` are the wire format agents use::
+
+    {"query_id": "mem_req_99214", "search_text": "HTTP 504 ...", "top_k": 5,
+     "hybrid_params": {"dense_weight": 0.6, "sparse_weight": 0.4, "rrf_k_constant": 60},
+     "metadata_filter": {"environment": "production"}}
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .fusion import DEFAULT_RRF_K
+
+__all__ = [
+    "MAX_TOP_K",
+    "Chunk",
+    "HybridParams",
+    "SearchRequest",
+    "SearchResponse",
+    "SearchResult",
+    "StoredChunk",
+]
+
+MAX_TOP_K = 1000
+"""Largest ``top_k`` a request may ask for. Deeper lists belong to offline evaluation, not to agents."""
+
+
+class Chunk(BaseModel):
+    """A unit of memory as it goes in."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    chunk_id: str = Field(min_length=1)
+    """Unique id chosen by the caller; identity everywhere (fusion, upsert, delete)."""
+    text: str
+    """The text both engines index; must contain something other than white space."""
+    source: str = ""
+    """Where the text came from (file path, URL, conversation id)."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """JSON values (str, int, float, bool, None, lists) that metadata filters match against."""
+
+    @field_validator("text")
+    @classmethod
+    def _text_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("text must not be empty or white space only")
+        return value
+
+
+class StoredChunk(Chunk):
+    """A chunk as the store returns it."""
+
+    content_hash: str
+    """sha256 hex digest of the text (UTF-8)."""
+    created_at: float
+    """When the chunk_id was first stored, Unix time in seconds."""
+    updated_at: float
+    """When the chunk was last added or upserted, Unix time in seconds."""
+
+
+class HybridParams(BaseModel):
+    """Weights and constant of weighted Reciprocal Rank Fusion (Cormack et al., 2009)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dense_weight: float = 1.0
+    """Weight of the dense (FAISS) run, finite and >= 0; 0 turns the dense engine off."""
+    sparse_weight: float = 1.0
+    """Weight of the sparse (BM25) run, finite and >= 0; 0 turns the sparse engine off."""
+    rrf_k_constant: float = DEFAULT_RRF_K
+    """RRF smoothing constant, >= 0 (60 in the paper). Not the number of results: that is top_k."""
+
+    @field_validator("dense_weight", "sparse_weight")
+    @classmethod
+    def _finite_non_negative(cls, value: float) -> float:
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"must be a finite number >= 0, got {value}")
+        return value
+
+    @field_validator("rrf_k_constant")
+    @classmethod
+    def _rrf_k_valid(cls, value: float) -> float:
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"must be a finite number >= 0 (60 is the usual value), got {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_engine_on(self) -> HybridParams:
+        if self.dense_weight == 0 and self.sparse_weight == 0:
+            raise ValueError("dense_weight and sparse_weight are both 0: set at least one above 0")
+        return self
+
+
+class SearchRequest(BaseModel):
+    """What an agent sends to search the memory."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query_id: str = Field(default_factory=lambda: f"q_{uuid.uuid4().hex[:12]}")
+    """Caller's id for the request, echoed in the response; generated when absent."""
+    search_text: str
+    """The query; must contain something other than white space."""
+    top_k: int = Field(default=5, ge=1, le=MAX_TOP_K)
+    """Number of fused results to return, 1..MAX_TOP_K (1000)."""
+    hybrid_params: HybridParams = Field(default_factory=HybridParams)
+    """Fusion weights and RRF constant."""
+    metadata_filter: dict[str, Any] | None = None
+    """Filter applied inside both engines before fusion (see hybrid_memory.filters); None matches all."""
+
+    @field_validator("search_text")
+    @classmethod
+    def _query_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("search_text must not be empty or white space only")
+        return value
+
+
+class SearchResult(BaseModel):
+    """One fused result."""
+
+    chunk_id: str
+    """Id of the chunk."""
+    rrf_score: float
+    """Weighted RRF score: Σ weight / (rrf_k_constant + rank)."""
+    text: str
+    """The chunk's text."""
+    source: str
+    """The chunk's source."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """The chunk's metadata."""
+    sparse_rank: int | None = None
+    """1-based rank in the BM25 candidate list; None when BM25 did not return the chunk."""
+    sparse_score: float | None = None
+    """Raw BM25 score (bm25s, Lucene variant); for debugging, fusion ignores it."""
+    dense_rank: int | None = None
+    """1-based rank in the dense candidate list; None when the dense engine did not return the chunk."""
+    dense_score: float | None = None
+    """Raw inner product (cosine, vectors are L2-normalised); for debugging, fusion ignores it."""
+
+
+class SearchResponse(BaseModel):
+    """What the memory answers."""
+
+    query_id: str
+    """The request's query_id."""
+    total_retrieved: int
+    """Number of results; always equal to len(results)."""
+    results: list[SearchResult]
+    """Results by rrf_score descending, ties by chunk_id ascending."""
+
+    @model_validator(mode="after")
+    def _count_matches(self) -> SearchResponse:
+        if self.total_retrieved != len(self.results):
+            raise ValueError(
+                f"total_retrieved ({self.total_retrieved}) must equal the number of results ({len(self.results)})"
+            )
+        return self

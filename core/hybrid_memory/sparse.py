@@ -1,0 +1,300 @@
+"""BM25 engine: a bm25s index over the bulk of the corpus plus a small delta segment for recent adds.
+
+bm25s (Lù 2024, "BM25S: Orders of magnitude faster lexical search via eager sparse scoring") precomputes
+every (document, term) score, so it cannot take one more document without a rebuild. Agents add memories
+one at a time, so new documents go to an in-memory *delta* segment, scored at query time with the same
+Lucene BM25 formula (Kamphuis et al., ECIR 2020) and the collection statistics of main + delta::
+
+    idf(t)      = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
+    score(d, q) = Σ_{t in q} idf(t) · tf(t, d) / (tf(t, d) + k1 · (1 - b + b · |d| / avgdl))
+
+Removed documents are masked out of the main segment (bm25s ``weight_mask``). When the delta plus the
+removed documents exceed ``max(compact_min, compact_ratio × main size)``, everything is rebuilt into a
+new main segment (compaction, as in Lucene's segment merges), so scores stay those of a full rebuild up to
+the drift of the main segment's statistics since its build. Rows that bm25s pads results with (score 0)
+never leave this module.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .tokenizer import TechnicalTokenizer
+
+__all__ = ["BM25Index"]
+
+logger = logging.getLogger(__name__)
+
+_FORMAT_VERSION = 1
+
+
+class BM25Index:
+    """BM25 over documents keyed by int64 ids (the store's rowids).
+
+    Args:
+        tokenizer: the tokenizer for documents and queries.
+        k1: term-frequency saturation (default 1.5, bm25s's default; Robertson and Zaragoza 2009 give 1.2-2.0).
+        b: length normalisation in [0, 1] (default 0.75, Robertson and Zaragoza 2009).
+        compact_min: compaction never runs before the delta + removed documents reach this many.
+        compact_ratio: ... or this fraction of the main segment, whichever is larger.
+
+    Thread-safe: searches and writes take a lock; searches are read-only on numpy arrays.
+    """
+
+    def __init__(
+        self,
+        tokenizer: TechnicalTokenizer | None = None,
+        *,
+        k1: float = 1.5,
+        b: float = 0.75,
+        compact_min: int = 500,
+        compact_ratio: float = 0.1,
+    ) -> None:
+        if not (k1 >= 0 and math.isfinite(k1)):
+            raise ValueError(f"k1 must be a finite number >= 0, got {k1}")
+        if not 0 <= b <= 1:
+            raise ValueError(f"b must be in [0, 1], got {b}")
+        self.tokenizer = tokenizer or TechnicalTokenizer()
+        self.k1 = float(k1)
+        self.b = float(b)
+        self.compact_min = compact_min
+        self.compact_ratio = compact_ratio
+        self._lock = threading.RLock()
+        self._reset_main()
+        self._reset_delta()
+
+    # -- state --------------------------------------------------------------------------------------
+    def _reset_main(self) -> None:
+        self._main = None  # bm25s.BM25 | None
+        self._main_ids = np.zeros(0, dtype=np.int64)
+        self._main_alive = np.zeros(0, dtype=np.float32)
+        self._main_df = np.zeros(0, dtype=np.int64)
+        self._main_total_len = 0.0
+        self._main_dead = 0
+
+    def _reset_delta(self) -> None:
+        self._delta_tf: dict[int, Counter] = {}
+        self._delta_len: dict[int, int] = {}
+        self._postings: dict[str, dict[int, int]] = {}
+        self._delta_total_len = 0
+
+    def __len__(self) -> int:
+        """Number of live documents."""
+        return int(self._main_alive.sum()) + len(self._delta_tf)
+
+    def ids(self) -> np.ndarray:
+        """Live document ids, int64 (n,), ascending."""
+        with self._lock:
+            live = self._main_ids[self._main_alive > 0]
+            return np.sort(np.concatenate([live, np.fromiter(self._delta_tf, dtype=np.int64)]))
+
+    @property
+    def delta_size(self) -> int:
+        """Documents in the delta segment."""
+        return len(self._delta_tf)
+
+    # -- writes -------------------------------------------------------------------------------------
+    def build(self, ids: Sequence[int], texts: Sequence[str], *, show_progress: bool = False) -> None:
+        """Replace everything by a main segment over ``texts`` (ids int64, one per text)."""
+        import bm25s
+
+        ids = np.asarray(ids, dtype=np.int64)
+        if len(ids) != len(texts):
+            raise ValueError(f"{len(ids)} ids for {len(texts)} texts")
+        order = np.argsort(ids, kind="stable")
+        ids = ids[order]
+        corpus_tokens = self.tokenizer.tokenize_many([texts[i] for i in order])
+        with self._lock:
+            self._reset_main()
+            self._reset_delta()
+            if len(ids) == 0:
+                return
+            main = bm25s.BM25(k1=self.k1, b=self.b, method="lucene")
+            main.index(corpus_tokens, show_progress=show_progress)
+            self._main = main
+            self._main_ids = ids
+            self._main_alive = np.ones(len(ids), dtype=np.float32)
+            self._main_df = np.diff(np.asarray(main.scores["indptr"], dtype=np.int64))
+            self._main_total_len = float(sum(len(tokens) for tokens in corpus_tokens))
+        logger.debug("built BM25 main segment over %d documents", len(ids))
+
+    def add(self, ids: Sequence[int], texts: Sequence[str]) -> None:
+        """Add documents to the delta segment (ids must be new)."""
+        tokens = self.tokenizer.tokenize_many(texts)
+        with self._lock:
+            for doc_id, doc_tokens in zip(ids, tokens, strict=True):
+                doc_id = int(doc_id)
+                tf = Counter(doc_tokens)
+                self._delta_tf[doc_id] = tf
+                self._delta_len[doc_id] = len(doc_tokens)
+                self._delta_total_len += len(doc_tokens)
+                for token, count in tf.items():
+                    self._postings.setdefault(token, {})[doc_id] = count
+
+    def remove(self, ids: Sequence[int]) -> None:
+        """Remove documents (unknown ids are ignored)."""
+        with self._lock:
+            for doc_id in (int(i) for i in ids):
+                tf = self._delta_tf.pop(doc_id, None)
+                if tf is not None:
+                    self._delta_total_len -= self._delta_len.pop(doc_id)
+                    for token in tf:
+                        posting = self._postings[token]
+                        del posting[doc_id]
+                        if not posting:
+                            del self._postings[token]
+                    continue
+                pos = int(np.searchsorted(self._main_ids, doc_id))
+                if pos < len(self._main_ids) and self._main_ids[pos] == doc_id and self._main_alive[pos] > 0:
+                    self._main_alive[pos] = 0.0
+                    self._main_dead += 1
+
+    def needs_compaction(self) -> bool:
+        """True when the delta and removed documents outgrow ``max(compact_min, compact_ratio × main)``."""
+        pending = len(self._delta_tf) + self._main_dead
+        return pending >= max(self.compact_min, self.compact_ratio * len(self._main_ids))
+
+    def compact(self, load_texts: Callable[[np.ndarray], list[str]], *, show_progress: bool = False) -> None:
+        """Rebuild one main segment from the live documents; ``load_texts(ids)`` returns their texts."""
+        with self._lock:
+            ids = self.ids()
+            logger.info("compacting BM25 index: %d documents (%d in delta)", len(ids), len(self._delta_tf))
+            self.build(ids, load_texts(ids), show_progress=show_progress)
+
+    # -- search -------------------------------------------------------------------------------------
+    def search(self, query: str, k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+        """Top ``k`` documents for the query among ``allowed`` ids (None: all).
+
+        Args:
+            query: query text (tokenized like the documents).
+            k: number of results wanted, >= 1.
+            allowed: int64 ids, ascending, that results must belong to (the metadata filter).
+
+        Returns:
+            ``(id, score)`` pairs, score > 0 only, by score descending then id ascending; fewer than k
+            when fewer documents share a term with the query.
+        """
+        tokens = self.tokenizer.tokenize(query)
+        if not tokens or k < 1:
+            return []
+        with self._lock:
+            parts_ids, parts_scores = [], []
+            main, main_ids = self._main, self._main_ids
+            if main is not None:
+                token_ids = main.get_tokens_ids(tokens)
+                if token_ids:
+                    mask = self._main_alive
+                    if allowed is not None:
+                        mask = mask * np.isin(main_ids, allowed, assume_unique=True).astype(np.float32)
+                    scores = main.get_scores_from_ids(token_ids, weight_mask=mask)
+                    hit = np.flatnonzero(scores > 0)
+                    if len(hit) > k:
+                        hit = hit[np.argpartition(-scores[hit], k - 1)[:k]]
+                        # argpartition may cut a tie at the k-th score arbitrarily: keep every tie
+                        kth = scores[hit].min()
+                        hit = np.flatnonzero(scores >= kth)
+                    parts_ids.append(main_ids[hit])
+                    parts_scores.append(scores[hit].astype(np.float64))
+            if self._delta_tf:
+                delta_ids, delta_scores = self._score_delta(tokens, allowed)
+                parts_ids.append(delta_ids)
+                parts_scores.append(delta_scores)
+        if not parts_ids:
+            return []
+        ids = np.concatenate(parts_ids)
+        scores = np.concatenate(parts_scores)
+        order = np.lexsort((ids, -scores))[:k]
+        return [(int(ids[i]), float(scores[i])) for i in order]
+
+    def _score_delta(self, tokens: list[str], allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        n_docs = len(self._main_ids) + len(self._delta_tf)
+        avgdl = (self._main_total_len + self._delta_total_len) / max(n_docs, 1)
+        vocab = self._main.vocab_dict if self._main is not None else {}
+        scores: dict[int, float] = {}
+        for token in tokens:
+            posting = self._postings.get(token)
+            if not posting:
+                continue
+            df = len(posting)
+            token_id = vocab.get(token)
+            if token_id is not None:
+                df += int(self._main_df[token_id])
+            idf = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
+            for doc_id, tf in posting.items():
+                norm = self.k1 * (1 - self.b + self.b * self._delta_len[doc_id] / avgdl)
+                scores[doc_id] = scores.get(doc_id, 0.0) + idf * tf / (tf + norm)
+        ids = np.fromiter(scores, dtype=np.int64, count=len(scores))
+        values = np.fromiter(scores.values(), dtype=np.float64, count=len(scores))
+        if allowed is not None and len(ids):
+            keep = np.isin(ids, allowed)
+            ids, values = ids[keep], values[keep]
+        keep = values > 0
+        return ids[keep], values[keep]
+
+    # -- persistence --------------------------------------------------------------------------------
+    def config(self) -> dict[str, object]:
+        """Parameters that must match for a saved index to be reused."""
+        return {"k1": self.k1, "b": self.b, "method": "lucene", "tokenizer": self.tokenizer.config()}
+
+    def save(self, directory: Path) -> None:
+        """Write the main segment (bm25s npy + json, no pickle) and its id map to ``directory``.
+
+        The delta segment is not written: on load, the owner re-adds the documents the saved ids lack.
+        """
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            if self._main is not None:
+                self._main.save(str(directory / "bm25s"), show_progress=False)
+            np.save(directory / "ids.npy", self._main_ids, allow_pickle=False)
+            np.save(directory / "alive.npy", self._main_alive, allow_pickle=False)
+            manifest = {
+                "format_version": _FORMAT_VERSION,
+                "config": self.config(),
+                "total_len": self._main_total_len,
+                "has_main": self._main is not None,
+            }
+        (directory / "manifest.json").write_text(json.dumps(manifest, indent=2))
+
+    def load(self, directory: Path) -> bool:
+        """Load a saved main segment. Returns False (and keeps an empty index) if it is missing,
+        damaged or was built with other parameters; the caller then rebuilds it from the store."""
+        import bm25s
+
+        directory = Path(directory)
+        try:
+            manifest = json.loads((directory / "manifest.json").read_text())
+            if manifest.get("format_version") != _FORMAT_VERSION or manifest.get("config") != json.loads(
+                json.dumps(self.config())
+            ):
+                logger.info("saved BM25 index has other parameters; it will be rebuilt")
+                return False
+            ids = np.load(directory / "ids.npy", allow_pickle=False)
+            alive = np.load(directory / "alive.npy", allow_pickle=False)
+            main = None
+            if manifest["has_main"]:
+                main = bm25s.BM25.load(str(directory / "bm25s"), show_progress=False, verbosity=0)
+                if int(main.scores["num_docs"]) != len(ids) or len(alive) != len(ids):
+                    raise ValueError("id map and bm25s index disagree")
+        except Exception as exc:  # noqa: BLE001 - any damage means: rebuild from the store
+            logger.warning("saved BM25 index at %s is unreadable (%s); it will be rebuilt", directory, exc)
+            return False
+        with self._lock:
+            self._reset_main()
+            self._reset_delta()
+            if main is not None:
+                self._main = main
+                self._main_ids = ids.astype(np.int64)
+                self._main_alive = alive.astype(np.float32)
+                self._main_df = np.diff(np.asarray(main.scores["indptr"], dtype=np.int64))
+                self._main_total_len = float(manifest["total_len"])
+                self._main_dead = int((self._main_alive == 0).sum())
+        return True
