@@ -232,7 +232,8 @@ class BM25Index:
                 norm = self.k1 * (1 - self.b + self.b * self._delta_len[doc_id] / avgdl)
                 scores[doc_id] = scores.get(doc_id, 0.0) + idf * tf / (tf + norm)
         ids = np.fromiter(scores, dtype=np.int64, count=len(scores))
-        values = np.fromiter(scores.values(), dtype=np.float64, count=len(scores))
+        # float32 like bm25s's precomputed scores, so main and delta scores compare on one scale
+        values = np.fromiter(scores.values(), dtype=np.float64, count=len(scores)).astype(np.float32).astype(np.float64)
         if allowed is not None and len(ids):
             keep = np.isin(ids, allowed)
             ids, values = ids[keep], values[keep]
@@ -270,6 +271,8 @@ class BM25Index:
         import bm25s
 
         directory = Path(directory)
+        if not (directory / "manifest.json").exists():
+            return False
         try:
             manifest = json.loads((directory / "manifest.json").read_text())
             if manifest.get("format_version") != _FORMAT_VERSION or manifest.get("config") != json.loads(

@@ -1,0 +1,226 @@
+"""The ``hybrid-memory`` command: demo, ingest, search, stats (and ``graph`` with the graph extra).
+
+Every command that searches prints the response JSON on stdout; progress bars and logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from importlib import resources
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from ._exceptions import HybridMemoryError, MissingDependencyError
+from .models import Chunk
+
+__all__ = ["build_parser", "main"]
+
+logger = logging.getLogger(__name__)
+
+_BATCH = 256
+
+
+def _example_dir() -> Path:
+    """The bundled example memory: package data in a wheel, ``examples/`` in a source checkout."""
+    packaged = resources.files("hybrid_memory") / "_example_data" / "incident_memory"
+    if packaged.is_dir():
+        return Path(str(packaged))
+    checkout = Path(__file__).resolve().parents[2] / "examples" / "incident_memory"
+    if checkout.is_dir():
+        return checkout
+    raise HybridMemoryError("the bundled example memory is missing from this installation; reinstall hybrid-memory")
+
+
+def _batched(items: Iterable[Chunk], size: int) -> Iterator[list[Chunk]]:
+    iterator = iter(items)
+    while batch := list(islice(iterator, size)):
+        yield batch
+
+
+def _open_memory(args: argparse.Namespace):  # noqa: ANN202
+    from .embedders import HashingEmbedder
+    from .memory import HybridMemory
+
+    embedder = HashingEmbedder(args.hashing_dim) if getattr(args, "hashing_dim", None) else None
+    return HybridMemory(args.memory, embedder=embedder, show_progress=True)
+
+
+def _parse_metadata(pairs: Sequence[str]) -> dict[str, Any]:
+    metadata: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise HybridMemoryError(f"--metadata takes key=value, got {pair!r}")
+        try:
+            metadata[key] = json.loads(value)
+        except json.JSONDecodeError:
+            metadata[key] = value
+    return metadata
+
+
+def _read_inputs(paths: Sequence[str], args: argparse.Namespace) -> Iterator[Chunk]:
+    from .ingest import read_beir_corpus, read_text_folder
+
+    extra = _parse_metadata(args.metadata)
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            yield from read_text_folder(path, chunk_size=args.chunk_size, metadata=extra)
+        elif path.suffix == ".jsonl":
+            for chunk in read_beir_corpus(path):
+                yield chunk.model_copy(update={"metadata": {**chunk.metadata, **extra}}) if extra else chunk
+        else:
+            raise HybridMemoryError(f"{path}: give a BEIR-style .jsonl file or a folder of .md/.txt files")
+
+
+def _ingest(memory: Any, chunks: Iterable[Chunk], *, progress: bool) -> int:
+    from tqdm.auto import tqdm
+
+    total = 0
+    with tqdm(desc="ingesting", unit="chunk", disable=not progress, file=sys.stderr) as bar:
+        for batch in _batched(chunks, _BATCH):
+            memory.upsert(batch)
+            total += len(batch)
+            bar.update(len(batch))
+    return total
+
+
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    with _open_memory(args) as memory:
+        count = _ingest(memory, _read_inputs(args.paths, args), progress=not args.quiet)
+        print(json.dumps({"ingested": count, "chunks": memory.count(), "memory": str(memory.path)}))
+    return 0
+
+
+def _request_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    request: dict[str, Any] = {}
+    if args.request:
+        request = json.loads(Path(args.request).read_text(encoding="utf-8"))
+    if args.text:
+        request["search_text"] = args.text
+    if args.top_k is not None:
+        request["top_k"] = args.top_k
+    if args.filter:
+        request["metadata_filter"] = json.loads(args.filter)
+    params = dict(request.get("hybrid_params") or {})
+    for name in ("dense_weight", "sparse_weight", "rrf_k_constant"):
+        if getattr(args, name) is not None:
+            params[name] = getattr(args, name)
+    if params:
+        request["hybrid_params"] = params
+    if "search_text" not in request:
+        raise HybridMemoryError("give the search text, or --request FILE.json with a search_text")
+    return request
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    request = _request_from_args(args)
+    with _open_memory(args) as memory:
+        response = memory.search(request)
+    print(response.model_dump_json(indent=2))
+    return 0
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    with _open_memory(args) as memory:
+        print(json.dumps(memory.stats(), indent=2))
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .ingest import read_beir_corpus
+    from .memory import HybridMemory
+
+    data = _example_dir()
+    request = json.loads((data / "request.json").read_text(encoding="utf-8"))
+    with tempfile.TemporaryDirectory(prefix="hybrid-memory-demo-") as tmp:
+        target = Path(args.memory) if args.memory else Path(tmp) / "memory"
+        with HybridMemory(target) as memory:
+            if memory.count() == 0:
+                _ingest(memory, read_beir_corpus(data / "notes.jsonl", source="examples/incident_memory/notes.jsonl"),
+                        progress=not args.quiet)
+            response = memory.search(request)
+    print(response.model_dump_json(indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of the ``hybrid-memory`` command."""
+    parser = argparse.ArgumentParser(
+        prog="hybrid-memory",
+        description="Long-term memory for agents: BM25 + dense vectors fused with weighted RRF.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def memory_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--memory", required=True, help="memory directory (created if absent)")
+        p.add_argument(
+            "--hashing-dim", type=int, default=None,
+            help="use the offline HashingEmbedder of this dimension instead of all-MiniLM-L6-v2 (tests, demos)",
+        )
+
+    demo = sub.add_parser("demo", help="build the bundled incident memory and answer the bundled request")
+    demo.add_argument("--memory", default=None, help="keep the demo memory in this directory (default: temporary)")
+    demo.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    demo.set_defaults(func=_cmd_demo)
+
+    ingest = sub.add_parser("ingest", help="add BEIR-style .jsonl files or folders of .md/.txt files (upsert)")
+    ingest.add_argument("paths", nargs="+", help=".jsonl files (_id, title, text, metadata) or folders")
+    memory_args(ingest)
+    ingest.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE",
+                        help="metadata added to every chunk (VALUE parsed as JSON when it is JSON); repeatable")
+    ingest.add_argument("--chunk-size", type=int, default=1000, help="characters per chunk for .md/.txt (default 1000)")
+    ingest.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    ingest.set_defaults(func=_cmd_ingest)
+
+    search = sub.add_parser("search", help="search and print the response JSON")
+    search.add_argument("text", nargs="?", help="search text (or give --request)")
+    memory_args(search)
+    search.add_argument("--request", help="a JSON file in the request shape (query_id, search_text, top_k, ...)")
+    search.add_argument("--top-k", type=int, default=None)
+    search.add_argument("--filter", help='metadata filter as JSON, e.g. \'{"environment": "production"}\'')
+    search.add_argument("--dense-weight", dest="dense_weight", type=float, default=None)
+    search.add_argument("--sparse-weight", dest="sparse_weight", type=float, default=None)
+    search.add_argument("--rrf-k", dest="rrf_k_constant", type=float, default=None)
+    search.set_defaults(func=_cmd_search)
+
+    stats = sub.add_parser("stats", help="counts and parameters of a memory")
+    memory_args(stats)
+    stats.set_defaults(func=_cmd_stats)
+
+    try:
+        from .graph.cli import register
+    except ImportError as exc:  # the graph extra is not installed
+        reason = str(exc)
+        graph = sub.add_parser("graph", help="GraphRAG commands (needs: pip install 'hybrid-memory[graph]')")
+        graph.set_defaults(func=lambda _args: _fail(reason))
+    else:
+        register(sub)
+    return parser
+
+
+def _fail(message: str) -> int:
+    print(f"hybrid-memory: error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (0 success, 2 bad input)."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except (HybridMemoryError, MissingDependencyError, json.JSONDecodeError, OSError) as exc:
+        return _fail(str(exc))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

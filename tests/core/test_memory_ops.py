@@ -1,0 +1,123 @@
+"""add / upsert / delete / get / count, and what the engines see after each."""
+
+import pytest
+
+from hybrid_memory import (
+    DimensionMismatchError,
+    DuplicateChunkError,
+    HybridMemory,
+    InvalidRequestError,
+)
+
+
+
+
+def sparse_ids(memory, text, top_k=10, **kw):
+    return [r.chunk_id for r in memory.search(text, top_k=top_k, dense_weight=0.0, **kw).results]
+
+
+def dense_ids(memory, text, top_k=10, **kw):
+    return [r.chunk_id for r in memory.search(text, top_k=top_k, sparse_weight=0.0, **kw).results]
+
+
+def test_add_get_count(memory):
+    assert memory.count() == 6
+    assert memory.count({"environment": "production"}) == 4
+    got = memory.get(["reset", "missing", "prod-504"])
+    assert [c.chunk_id for c in got] == ["reset", "prod-504"]
+    assert got[0].metadata["tags"] == ["elasticsearch", "network"]
+    assert got[0].source == "notes"
+    assert len(got[0].content_hash) == 64
+    stats = memory.stats()
+    assert (stats["chunks"], stats["bm25_documents"], stats["dense_vectors"]) == (6, 6, 6)
+
+
+def test_add_existing_id_is_refused_and_nothing_is_written(memory):
+    with pytest.raises(DuplicateChunkError, match="use upsert"):
+        memory.add([{"chunk_id": "new-1", "text": "fresh"}, {"chunk_id": "reset", "text": "other"}])
+    assert memory.get(["new-1"]) == []
+    assert memory.get(["reset"])[0].text.startswith("search-indexer")
+
+
+def test_repeated_id_in_one_call_is_refused(embedder):
+    with HybridMemory(embedder=embedder) as mem:
+        with pytest.raises(DuplicateChunkError, match="repeated"):
+            mem.add([{"chunk_id": "a", "text": "x"}, {"chunk_id": "a", "text": "y"}])
+        assert mem.count() == 0
+
+
+def test_bad_chunks_name_the_field(embedder):
+    with HybridMemory(embedder=embedder) as mem:
+        with pytest.raises(InvalidRequestError, match="text"):
+            mem.add([{"chunk_id": "a", "text": "   "}])
+        with pytest.raises(InvalidRequestError, match="chunk_id"):
+            mem.add([{"chunk_id": "", "text": "x"}])
+        with pytest.raises(InvalidRequestError, match="JSON"):
+            mem.add([{"chunk_id": "a", "text": "x", "metadata": {"bad": float("nan")}}])
+        assert mem.count() == 0
+
+
+def test_upsert_replaces_text_in_both_engines(memory):
+    assert sparse_ids(memory, "getUserById") == ["auth-user"]
+    memory.upsert([{"chunk_id": "auth-user", "text": "auth-api rotates JWT signing keys weekly",
+                    "metadata": {"environment": "production", "service": "auth-api"}}])
+    assert memory.count() == 6
+    assert sparse_ids(memory, "getUserById") == []
+    assert sparse_ids(memory, "JWT signing keys") == ["auth-user"]
+    top = memory.search("auth-api rotates JWT signing keys weekly", top_k=1, sparse_weight=0.0).results[0]
+    assert top.chunk_id == "auth-user"
+    assert top.dense_score == pytest.approx(1.0, abs=1e-5)  # the new text's own vector
+    stats = memory.stats()
+    assert (stats["bm25_documents"], stats["dense_vectors"]) == (6, 6)
+
+
+def test_upsert_with_same_text_updates_metadata_without_reembedding(memory, monkeypatch, note_chunks):
+    calls = []
+    original = memory.embedder.embed_documents
+    monkeypatch.setattr(memory.embedder, "embed_documents", lambda texts: calls.append(list(texts)) or original(texts))
+    chunk = note_chunks()[0]
+    chunk["metadata"] = {**chunk["metadata"], "environment": "archived"}
+    memory.upsert([chunk])
+    assert calls == []
+    assert memory.count({"environment": "archived"}) == 1
+    assert sparse_ids(memory, "HTTP 504", metadata_filter={"environment": "archived"}) == ["prod-504"]
+
+
+def test_deleted_chunk_never_comes_back(memory):
+    assert memory.delete(["prod-504", "never-existed"]) == 1
+    assert memory.delete(["prod-504"]) == 0
+    assert memory.count() == 5
+    assert "prod-504" not in sparse_ids(memory, "HTTP 504 connection pool")
+    assert "prod-504" not in dense_ids(memory, "HTTP 504 connection pool", top_k=50)
+    assert memory.get(["prod-504"]) == []
+
+
+def test_precomputed_vectors_are_used_and_checked(embedder):
+    import numpy as np
+
+    with HybridMemory(embedder=embedder) as mem:
+        vectors = np.zeros((2, 64), dtype=np.float32)
+        vectors[0, 0] = 3.0
+        vectors[1, 1] = 1.0
+        mem.add([{"chunk_id": "x", "text": "alpha"}, {"chunk_id": "y", "text": "beta"}], vectors=vectors)
+        with pytest.raises(DimensionMismatchError, match=r"\(1, 64\)"):
+            mem.add([{"chunk_id": "z", "text": "gamma"}], vectors=np.zeros((1, 32), dtype=np.float32))
+        assert mem.count() == 2
+        hits = mem._dense.search(np.eye(64, dtype=np.float32)[0], 2)
+        assert hits[0][1] == pytest.approx(1.0)  # normalised on the way in
+
+
+def test_add_texts_upserts_with_given_ids(embedder):
+    with HybridMemory(embedder=embedder) as mem:
+        assert mem.add_texts(["one", "two"], metadatas=[{"n": 1}, {"n": 2}], ids=["a", "b"]) == ["a", "b"]
+        mem.add_texts(["uno"], ids=["a"])
+        assert [c.text for c in mem.get(["a", "b"])] == ["uno", "two"]
+        with pytest.raises(InvalidRequestError, match="metadatas has 1 items for 2 texts"):
+            mem.add_texts(["x", "y"], metadatas=[{}])
+
+
+def test_closed_memory_says_how_to_reopen(embedder):
+    mem = HybridMemory(embedder=embedder)
+    mem.close()
+    with pytest.raises(InvalidRequestError, match="HybridMemory.open"):
+        mem.search("x")

@@ -1,0 +1,144 @@
+"""A memory directory reopens with identical results, in another process too; derived indexes heal."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from hybrid_memory import HashingEmbedder, HybridMemory, StoreFormatError
+
+QUERIES = ["HTTP 504 connection pool", "user id", "故乡", "ERR_CONN_RESET restarts"]
+FILTER = {"environment": "production"}
+
+
+def run_queries(memory):
+    return [memory.search(q, top_k=5, query_id=f"q{i}", metadata_filter=FILTER if i % 2 else None).model_dump()
+            for i, q in enumerate(QUERIES)]
+
+
+@pytest.fixture
+def saved(tmp_path, note_chunks):
+    path = tmp_path / "memory"
+    with HybridMemory(path, embedder=HashingEmbedder(64)) as mem:
+        mem.add(note_chunks())
+        mem.delete(["poem"])
+        mem.upsert([{"chunk_id": "poem", "text": "低头思故乡 again", "metadata": {"environment": "dev"}}])
+        expected = run_queries(mem)
+    return path, expected
+
+
+def test_reopen_gives_identical_results(saved):
+    path, expected = saved
+    with HybridMemory.open(path) as mem:  # the hashing embedder is recovered from the manifest
+        assert mem.embedder.name == "hashing-64"
+        assert run_queries(mem) == expected
+
+
+def test_reopen_in_another_process_gives_identical_results(saved):
+    path, expected = saved
+    script = textwrap.dedent(f"""
+        import json
+        from hybrid_memory import HybridMemory
+        QUERIES = {QUERIES!r}
+        FILTER = {FILTER!r}
+        with HybridMemory.open({str(path)!r}) as mem:
+            out = [mem.search(q, top_k=5, query_id=f"q{{i}}", metadata_filter=FILTER if i % 2 else None).model_dump()
+                   for i, q in enumerate(QUERIES)]
+        print(json.dumps(out))
+    """)
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+    assert json.loads(out.stdout) == json.loads(json.dumps(expected))
+
+
+def test_saved_files_hold_no_pickle(saved):
+    path, _ = saved
+    names = sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file())
+    assert "store.sqlite3" in names and "manifest.json" in names and "dense.faiss" in names
+    assert "bm25/manifest.json" in names and "bm25/ids.npy" in names
+    for file in path.rglob("*"):
+        if file.is_file():
+            head = file.read_bytes()[:2]
+            assert head not in (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05"), file
+        if file.suffix == ".npy":
+            np.load(file, allow_pickle=False)
+
+
+def assert_same_results(got, expected):
+    """Same ids, ranks, texts and metadata; scores equal up to float32 rounding (1e-6 relative)."""
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected, strict=True):
+        assert [r["chunk_id"] for r in g["results"]] == [r["chunk_id"] for r in e["results"]]
+        for gr, er in zip(g["results"], e["results"], strict=True):
+            for key, value in er.items():
+                if key.endswith("score") and value is not None:
+                    assert gr[key] == pytest.approx(value, rel=1e-6), key
+                else:
+                    assert gr[key] == value, key
+
+
+def fresh_build_results(path):
+    """Results of a memory built in one go from the stored chunks (what a rebuild must equal)."""
+    with HybridMemory.open(path) as saved_mem:
+        chunks = [c.model_dump(include={"chunk_id", "text", "source", "metadata"}) for c in saved_mem.iter_chunks()]
+    with HybridMemory(embedder=HashingEmbedder(64)) as fresh:
+        fresh.add(chunks)
+        return run_queries(fresh)
+
+
+def test_corrupt_faiss_index_is_rebuilt_from_stored_vectors(saved):
+    path, expected = saved
+    (path / "dense.faiss").write_bytes(b"not a faiss index")
+    with HybridMemory.open(path) as mem:
+        assert run_queries(mem) == expected
+
+
+@pytest.mark.parametrize("damage", ["delete_bm25", "corrupt_bm25", "delete_all"])
+def test_missing_or_damaged_indexes_are_rebuilt_from_the_store(saved, damage):
+    path, _ = saved
+    expected = fresh_build_results(path)
+    if damage in ("delete_bm25", "delete_all"):
+        shutil.rmtree(path / "bm25")
+    if damage == "delete_all":
+        (path / "dense.faiss").unlink()
+    if damage == "corrupt_bm25":
+        (path / "bm25" / "ids.npy").write_bytes(b"garbage")
+    with HybridMemory.open(path) as mem:
+        assert_same_results(run_queries(mem), expected)
+        assert mem.count() == 6
+        assert mem.stats()["bm25_delta_documents"] == 0  # rebuilt as one main segment
+
+
+def test_stale_indexes_catch_up_with_the_store(saved, tmp_path):
+    path, _ = saved
+    old_indexes = tmp_path / "old"
+    shutil.copytree(path / "bm25", old_indexes / "bm25")
+    shutil.copy(path / "dense.faiss", old_indexes / "dense.faiss")
+    with HybridMemory.open(path) as mem:
+        mem.delete(["reset"])
+        mem.add([{"chunk_id": "late", "text": "late note about ERR_CONN_RESET", "metadata": {"environment": "production"}}])
+        expected = run_queries(mem)
+    shutil.rmtree(path / "bm25")
+    shutil.copytree(old_indexes / "bm25", path / "bm25")  # indexes from before the change
+    shutil.copy(old_indexes / "dense.faiss", path / "dense.faiss")
+    with HybridMemory.open(path) as mem:
+        assert run_queries(mem) == expected
+        assert mem.stats()["dense_vectors"] == 6
+
+
+def test_reopening_with_another_embedder_is_refused(saved):
+    path, _ = saved
+    with pytest.raises(StoreFormatError, match="hashing-64"):
+        HybridMemory.open(path, embedder=HashingEmbedder(32))
+
+
+def test_a_file_path_is_refused(tmp_path):
+    file = tmp_path / "file"
+    file.write_text("x")
+    with pytest.raises(ValueError, match="give a directory"):
+        HybridMemory(file, embedder=HashingEmbedder(8))

@@ -1,0 +1,165 @@
+"""Hybrid search: fused scores, filters inside both engines, identifiers, concurrency, validation."""
+
+import asyncio
+import time
+
+import pytest
+
+from hybrid_memory import HashingEmbedder, HybridMemory, InvalidFilterError, InvalidRequestError, SearchResponse
+
+
+def test_rrf_scores_are_the_weighted_formula(memory):
+    response = memory.search("HTTP 504 connection pool", top_k=6, dense_weight=0.6, sparse_weight=0.4)
+    assert response.total_retrieved == len(response.results) == 6
+    for r in response.results:
+        expected = (0.4 / (60 + r.sparse_rank) if r.sparse_rank else 0) + (0.6 / (60 + r.dense_rank) if r.dense_rank else 0)
+        assert r.rrf_score == pytest.approx(expected, abs=1e-15)
+    scores = [r.rrf_score for r in response.results]
+    assert scores == sorted(scores, reverse=True)
+    assert {r.chunk_id for r in response.results[:2]} == {"prod-504", "stage-504"}
+
+
+def test_the_reference_request_shape(memory):
+    request = {
+        "query_id": "mem_req_99214",
+        "search_text": "HTTP 504 gateway timeout postgres connection pool",
+        "top_k": 5,
+        "hybrid_params": {"dense_weight": 0.6, "sparse_weight": 0.4, "rrf_k_constant": 60},
+        "metadata_filter": {"environment": "production", "service": "billing-service"},
+    }
+    response = memory.search(request)
+    assert isinstance(response, SearchResponse)
+    assert response.query_id == "mem_req_99214"
+    assert [r.chunk_id for r in response.results] == ["prod-504"]  # staging note excluded
+    assert response.total_retrieved == 1
+    top = response.results[0]
+    assert (top.sparse_rank, top.dense_rank) == (1, 1)
+    assert top.rrf_score == pytest.approx(0.4 / 61 + 0.6 / 61)
+    assert set(response.model_dump()) == {"query_id", "total_retrieved", "results"}
+    assert {"chunk_id", "rrf_score", "text", "source"} <= set(response.model_dump()["results"][0])
+
+
+@pytest.mark.parametrize(
+    ("query", "expected_first"),
+    [
+        ("user id", "auth-user"),
+        ("getUserById", "auth-user"),
+        ("ERR_CONN_RESET", "reset"),
+        ("conn reset", "reset"),
+        ("E1243", "upgrade"),
+        ("v2.3.1", "upgrade"),
+        ("10.0.0.12", "upgrade"),
+        ("故乡", "poem"),
+    ],
+)
+def test_identifiers_are_found_by_bm25(memory, query, expected_first):
+    results = memory.search(query, top_k=3, dense_weight=0.0).results
+    assert results[0].chunk_id == expected_first
+
+
+def test_bm25_padding_never_reaches_fusion(memory):
+    # only one note mentions getUserById: bm25s would pad top-5 with zero-score rows
+    results = memory.search("getUserById", top_k=5, dense_weight=0.0).results
+    assert [r.chunk_id for r in results] == ["auth-user"]
+
+
+def test_selective_filter_still_fills_top_k_inside_both_engines():
+    with HybridMemory(embedder=HashingEmbedder(64)) as mem:
+        mem.add([{"chunk_id": f"noise-{i:03d}", "text": f"HTTP 504 connection pool timeout number {i}",
+                  "metadata": {"team": "noise"}} for i in range(200)])
+        mem.add([{"chunk_id": f"rare-{i}", "text": f"unrelated gardening note {i} about tomatoes",
+                  "metadata": {"team": "rare"}} for i in range(3)])
+        response = mem.search("HTTP 504 connection pool timeout", top_k=3, metadata_filter={"team": "rare"})
+        assert sorted(r.chunk_id for r in response.results) == ["rare-0", "rare-1", "rare-2"]
+        assert response.total_retrieved == 3
+        response = mem.search("HTTP 504", top_k=10, metadata_filter={"team": {"$ne": "noise"}})
+        assert all(r.metadata["team"] == "rare" for r in response.results)
+
+
+def test_filter_operators_through_search(memory):
+    def ids(flt):
+        return sorted(r.chunk_id for r in memory.search("service", top_k=20, metadata_filter=flt).results)
+
+    assert ids({"severity": {"$gte": 2}}) == ["auth-user", "reset", "stage-504", "upgrade"]
+    assert ids({"severity": {"$lt": 2}}) == ["prod-504"]
+    assert ids({"tags": {"$contains": "network"}}) == ["reset"]
+    assert ids({"$or": [{"service": "auth-api"}, {"language": "zh"}]}) == ["auth-user", "poem"]
+    assert ids({"$not": {"environment": "production"}}) == ["poem", "stage-504"]
+    assert ids({"service": {"$in": ["auth-api", "search-indexer"]}}) == ["auth-user", "reset"]
+    assert ids({"service": {"$nin": ["auth-api", "search-indexer", "billing-service"]}}) == ["poem", "upgrade"]
+    assert ids({"language": {"$exists": True}}) == ["poem"]
+    assert ids({"severity": {"$gt": "1"}}) == []  # type-strict: numbers never compare with strings
+    assert ids({"$and": [{"environment": "production"}, {"severity": 2}]}) == ["auth-user", "reset", "upgrade"]
+    assert memory.search("service", metadata_filter={"environment": "nowhere"}).total_retrieved == 0
+
+
+def test_unknown_operator_is_a_clear_error(memory):
+    with pytest.raises(InvalidFilterError, match=r"unknown operator '\$regex'"):
+        memory.search("x", metadata_filter={"service": {"$regex": "bill.*"}})
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"search_text": "  "}, "search_text"),
+        ({"top_k": 0}, "top_k"),
+        ({"top_k": 1001}, "top_k"),
+        ({"hybrid_params": {"dense_weight": -0.1}}, "dense_weight"),
+        ({"hybrid_params": {"sparse_weight": float("nan")}}, "sparse_weight"),
+        ({"hybrid_params": {"dense_weight": float("inf")}}, "dense_weight"),
+        ({"hybrid_params": {"dense_weight": 0, "sparse_weight": 0}}, "both 0"),
+        ({"hybrid_params": {"rrf_k_constant": -1}}, "rrf_k_constant"),
+        ({"topk": 3}, "topk"),
+    ],
+)
+def test_bad_requests_name_the_field(memory, fields, message):
+    with pytest.raises(InvalidRequestError, match=message):
+        memory.search({"search_text": "HTTP 504", **fields})
+
+
+def test_engines_run_concurrently(memory, monkeypatch):
+    def slow(*_args):
+        time.sleep(0.2)
+        return []
+
+    monkeypatch.setattr(memory, "_run_sparse", slow)
+    monkeypatch.setattr(memory, "_run_dense", slow)
+    start = time.perf_counter()
+    memory.search("anything")
+    sync_elapsed = time.perf_counter() - start
+
+    start = time.perf_counter()
+    asyncio.run(memory.asearch("anything"))
+    async_elapsed = time.perf_counter() - start
+    assert sync_elapsed < 0.35
+    assert async_elapsed < 0.35
+
+
+async def test_asearch_equals_search(memory):
+    sync = memory.search("HTTP 504 pool", top_k=4, query_id="q1")
+    result = await memory.asearch("HTTP 504 pool", top_k=4, query_id="q1")
+    assert result == sync
+
+
+async def test_asearch_does_not_block_the_event_loop(memory, monkeypatch):
+    def slow(*_args):
+        time.sleep(0.2)
+        return []
+
+    monkeypatch.setattr(memory, "_run_dense", slow)
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        for _ in range(10):
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    await asyncio.gather(memory.asearch("x"), ticker())
+    assert ticks == 10
+
+
+def test_results_are_deterministic_across_calls(memory):
+    first = memory.search("billing timeout", top_k=6, query_id="same")
+    second = memory.search("billing timeout", top_k=6, query_id="same")
+    assert first == second

@@ -1,0 +1,81 @@
+"""The BM25 delta segment scores exactly as a full bm25s rebuild would; compaction keeps results."""
+
+import bm25s
+import numpy as np
+import pytest
+
+from hybrid_memory.sparse import BM25Index
+from hybrid_memory.tokenizer import TechnicalTokenizer
+
+DOCS = [
+    "postgres connection pool exhausted on db-prod-3",
+    "HTTP 504 gateway timeout from billing-service",
+    "billing-service retries the postgres connection",
+    "auth-api getUserById returns null",
+    "connection reset ERR_CONN_RESET during deploy",
+    "pool size raised to 40 connections",
+]
+QUERIES = ["postgres connection pool", "billing-service 504", "connection", "getUserById null", "nothing matches"]
+
+
+def full_bm25s_scores(query):
+    tok = TechnicalTokenizer()
+    model = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
+    model.index(tok.tokenize_many(DOCS), show_progress=False)
+    return model.get_scores(tok.tokenize(query) or [""])
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_delta_only_index_equals_a_full_bm25s_build(query):
+    index = BM25Index(compact_min=10_000)
+    index.add(list(range(len(DOCS))), DOCS)
+    assert index.delta_size == len(DOCS)
+    got = dict(index.search(query, k=len(DOCS)))
+    expected = full_bm25s_scores(query)
+    for doc_id, score in enumerate(expected):
+        if score > 0:
+            assert got[doc_id] == pytest.approx(float(score), rel=1e-5)
+        else:
+            assert doc_id not in got
+
+
+def test_main_plus_delta_after_compaction_equals_full_build():
+    index = BM25Index(compact_min=10_000)
+    index.build([0, 1, 2], DOCS[:3])
+    index.add([3, 4, 5], DOCS[3:])
+    index.compact(lambda ids: [DOCS[i] for i in ids])
+    assert index.delta_size == 0
+    for query in QUERIES:
+        got = dict(index.search(query, k=10))
+        expected = {i: float(s) for i, s in enumerate(full_bm25s_scores(query)) if s > 0}
+        assert got == pytest.approx(expected, rel=1e-5)
+
+
+def test_removed_documents_are_masked_and_allowed_ids_filter():
+    index = BM25Index(compact_min=10_000)
+    index.build([10, 11, 12], DOCS[:3])
+    index.add([13], [DOCS[4]])
+    assert [i for i, _ in index.search("connection", k=10)] == sorted(
+        [i for i, _ in index.search("connection", k=10)], key=lambda i: -dict(index.search("connection", k=10))[i]
+    )
+    index.remove([10, 13])
+    assert {i for i, _ in index.search("connection", k=10)} == {12}
+    assert index.search("connection", k=10, allowed=np.array([11], dtype=np.int64)) == []
+    assert [i for i, _ in index.search("billing-service", k=10, allowed=np.array([11, 12]))] in ([11, 12], [12, 11])
+
+
+def test_compaction_triggers_at_the_threshold():
+    index = BM25Index(compact_min=3, compact_ratio=0.0)
+    index.build([0], DOCS[:1])
+    index.add([1, 2], DOCS[1:3])
+    assert not index.needs_compaction()
+    index.add([3], DOCS[3:4])
+    assert index.needs_compaction()
+
+
+def test_ties_are_broken_by_id_and_zero_scores_dropped():
+    index = BM25Index(compact_min=10_000)
+    index.build([5, 3, 9], ["alpha beta", "alpha beta", "gamma"])
+    hits = index.search("alpha", k=3)
+    assert [i for i, _ in hits] == [3, 5]
+    assert hits[0][1] == hits[1][1] > 0
