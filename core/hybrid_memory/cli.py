@@ -198,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     try:
         from .graph.cli import register
     except ImportError as exc:  # the graph extra is not installed
-        reason = str(exc)
+        reason = f"the graph commands need the graph extra: pip install 'hybrid-memory[graph]' ({exc})"
         graph = sub.add_parser("graph", help="GraphRAG commands (needs: pip install 'hybrid-memory[graph]')")
         graph.set_defaults(func=lambda _args: _fail(reason))
     else:
