@@ -1,0 +1,63 @@
+"""The hybrid-memory command: demo on the bundled memory, ingest, search with a request file, stats."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hybrid_memory.cli import main
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "incident_memory"
+PRODUCTION_BILLING = {
+    "inc-0412-billing-504-pool", "pm-0415-billing-pool-exhaustion", "inc-0302-billing-stripe-webhook",
+    "rb-billing-refund-retry", "inc-0519-billing-currency-rounding", "rb-billing-db-failover",
+    "inc-0608-billing-cron-duplicate",
+}
+
+
+def test_demo_answers_the_reference_request_with_the_default_embedder(capsys):
+    assert main(["demo", "-q"]) == 0
+    response = json.loads(capsys.readouterr().out)
+    assert response["query_id"] == "mem_req_99214"
+    assert response["total_retrieved"] == len(response["results"]) == 5
+    ids = [r["chunk_id"] for r in response["results"]]
+    assert ids[0] == "inc-0412-billing-504-pool"
+    assert set(ids) <= PRODUCTION_BILLING  # the staging 504 note is filtered out
+    top = response["results"][0]
+    assert (top["sparse_rank"], top["dense_rank"]) == (1, 1)
+    assert top["rrf_score"] == pytest.approx(0.4 / 61 + 0.6 / 61)
+
+
+def test_ingest_search_stats(tmp_path, capsys):
+    memory = str(tmp_path / "mem")
+    assert main(["ingest", str(EXAMPLE / "notes.jsonl"), "--memory", memory, "--hashing-dim", "64", "-q"]) == 0
+    ingested = json.loads(capsys.readouterr().out)
+    assert ingested["ingested"] == ingested["chunks"] == 38
+
+    assert main(["search", "--memory", memory, "--request", str(EXAMPLE / "request.json"), "--hashing-dim", "64"]) == 0
+    response = json.loads(capsys.readouterr().out)
+    assert response["query_id"] == "mem_req_99214"
+    assert response["total_retrieved"] == 5
+    assert {r["chunk_id"] for r in response["results"]} <= PRODUCTION_BILLING
+    assert response["results"][0]["chunk_id"] == "inc-0412-billing-504-pool"
+
+    assert main(["search", "ERR_CONN_RESET", "--memory", memory, "--top-k", "2", "--sparse-weight", "1",
+                 "--dense-weight", "0", "--hashing-dim", "64"]) == 0
+    response = json.loads(capsys.readouterr().out)
+    assert response["total_retrieved"] == 2
+    assert "ERR_CONN_RESET" in response["results"][0]["text"]  # the one note that names it
+    assert "ERR_CONN_RESET" not in response["results"][1]["text"]
+
+    assert main(["stats", "--memory", memory, "--hashing-dim", "64"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert (stats["chunks"], stats["dense_vectors"], stats["bm25_documents"]) == (38, 38, 38)
+
+
+def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path, capsys):
+    memory = str(tmp_path / "mem")
+    assert main(["search", "x", "--memory", memory, "--hashing-dim", "8", "--filter", '{"a": {"$regex": "b"}}']) == 2
+    assert "unknown operator '$regex'" in capsys.readouterr().err
+    assert main(["search", "x", "--memory", memory, "--hashing-dim", "8", "--top-k", "0"]) == 2
+    assert "top_k" in capsys.readouterr().err
+    assert main(["ingest", str(tmp_path / "nope.csv"), "--memory", memory, "--hashing-dim", "8"]) == 2
+    assert ".jsonl" in capsys.readouterr().err
