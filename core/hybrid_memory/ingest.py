@@ -1,0 +1,288 @@
+"""Readers that turn files into :class:`~hybrid_memory.models.Chunk` records, and BEIR evaluation files into dicts.
+
+Pure I/O and parsing: nothing here embeds, indexes or ranks. Pass the chunks to
+``HybridMemory.add()`` / ``upsert()``.
+
+* :func:`read_beir_corpus` -- a BEIR ``corpus.jsonl`` (one document per line) -> one chunk per document.
+* :func:`read_text_folder` -- a folder of ``.md`` / ``.txt`` files -> chunks of at most ``chunk_size``
+  characters, split on semantic boundaries by ``semantic-text-splitter`` (headings, paragraphs,
+  sentences, words; in that order of preference).
+* :func:`read_queries` / :func:`read_qrels` -- BEIR ``queries.jsonl`` and ``qrels/*.tsv`` in the
+  shapes ``ranx`` and ``pytrec_eval`` take: ``{query_id: text}`` and ``{query_id: {doc_id: relevance}}``.
+
+Malformed input raises :class:`~hybrid_memory.InvalidRequestError` (a ``ValueError``) whose message
+names the file and the 1-based line number.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ._exceptions import InvalidRequestError
+from .models import Chunk
+
+__all__ = [
+    "DEFAULT_GLOBS",
+    "beir_chunk_text",
+    "read_beir_corpus",
+    "read_qrels",
+    "read_queries",
+    "read_text_folder",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_GLOBS: tuple[str, ...] = ("**/*.md", "**/*.txt")
+"""Files :func:`read_text_folder` picks up by default, relative to the folder."""
+
+StrPath = str | os.PathLike[str]
+
+
+def beir_chunk_text(title: str, text: str) -> str:
+    """The text a BEIR document becomes: ``title + "\\n\\n" + text`` when the title is non-empty, else ``text``.
+
+    A blank line keeps the title a paragraph of its own for readers and splitters. For BM25 and for
+    the MiniLM tokenizer it is plain white space, so scores and vectors equal those of the
+    ``title + " " + text`` convention used by BEIR baselines. If ``text`` is empty the title alone is used.
+    """
+    title = title.strip()
+    if not title:
+        return text
+    if not text.strip():
+        return title
+    return f"{title}\n\n{text}"
+
+
+def read_beir_corpus(path: StrPath, *, source: str | None = None) -> Iterator[Chunk]:
+    """Yield one chunk per line of a BEIR ``corpus.jsonl``, in file order.
+
+    Each line is a JSON object ``{"_id": str, "title": str (optional), "text": str, "metadata": {...} (optional)}``.
+    The chunk has:
+
+    * ``chunk_id`` = ``_id`` (an integer ``_id`` is turned into its decimal string);
+    * ``text`` = :func:`beir_chunk_text` of title and text, i.e. ``title + "\\n\\n" + text`` when the
+      title is non-empty;
+    * ``source`` = ``source`` if given, else ``str(path)``;
+    * ``metadata`` = the line's ``metadata`` object plus ``"title"`` (when the title is non-empty and the
+      line's metadata has no ``"title"`` of its own).
+
+    Blank lines are skipped. Ids are not checked for uniqueness here; ``HybridMemory.add()`` raises
+    ``DuplicateChunkError`` on a repeated id, ``upsert()`` keeps the last.
+
+    Args:
+        path: the JSONL file, UTF-8.
+        source: value for every chunk's ``source``; default the path as given.
+
+    Yields:
+        Chunk, one per non-blank line.
+
+    Raises:
+        InvalidRequestError: a line is not a JSON object, lacks ``_id`` or ``text``, has a non-string
+            ``title``/``text``, a non-object ``metadata``, or yields an invalid chunk (empty text,
+            empty id). The message names the file and the 1-based line number.
+        FileNotFoundError: the file does not exist.
+    """
+    path_str = os.fspath(path)
+    chunk_source = path_str if source is None else source
+    with open(path_str, encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            where = f"{path_str}, line {line_no}"
+            doc = _json_object(line, where)
+            if "_id" not in doc:
+                raise InvalidRequestError(f"{where}: missing '_id' (every BEIR corpus line needs a document id)")
+            if "text" not in doc:
+                raise InvalidRequestError(f"{where}: missing 'text' (use \"text\": \"\" with a title-only document)")
+            doc_id = doc["_id"]
+            if isinstance(doc_id, bool) or not isinstance(doc_id, str | int):
+                raise InvalidRequestError(f"{where}: '_id' must be a string, got {type(doc_id).__name__}")
+            title = doc.get("title") or ""
+            text = doc["text"]
+            if not isinstance(title, str) or not isinstance(text, str):
+                raise InvalidRequestError(f"{where}: 'title' and 'text' must be strings")
+            metadata = doc.get("metadata") or {}
+            if not isinstance(metadata, Mapping):
+                raise InvalidRequestError(
+                    f"{where}: 'metadata' must be a JSON object, got {type(metadata).__name__}"
+                )
+            metadata = dict(metadata)
+            if title.strip():
+                metadata.setdefault("title", title)
+            try:
+                yield Chunk(
+                    chunk_id=str(doc_id),
+                    text=beir_chunk_text(title, text),
+                    source=chunk_source,
+                    metadata=metadata,
+                )
+            except ValidationError as exc:
+                raise InvalidRequestError(f"{where}: invalid document {doc_id!r}: {_first_error(exc)}") from exc
+
+
+def read_text_folder(
+    folder: StrPath,
+    *,
+    chunk_size: int = 1000,
+    chunk_overlap: int = 100,
+    metadata: Mapping[str, Any] | None = None,
+    glob: str | Sequence[str] = DEFAULT_GLOBS,
+) -> Iterator[Chunk]:
+    """Yield chunks of the ``.md`` and ``.txt`` files under ``folder``, files in sorted relative-path order.
+
+    Markdown (``.md``, ``.markdown``) is split with ``semantic_text_splitter.MarkdownSplitter``, which
+    prefers heading, block and paragraph boundaries; every other matched file with
+    ``semantic_text_splitter.TextSplitter`` (paragraphs, then sentences, then words). Chunks are trimmed
+    of surrounding white space; white-space-only files give no chunks.
+
+    Each chunk has:
+
+    * ``chunk_id`` = ``"<relative path>#<n>"``, e.g. ``"guides/setup.md#0"``: POSIX separators,
+      ``n`` the 0-based chunk number within the file. Deterministic, so re-reading an unchanged folder
+      and calling ``upsert()`` replaces chunks in place (compare ``HybridMemory.chunk_hashes()`` to skip
+      unchanged ones);
+    * ``source`` = the relative path;
+    * ``metadata`` = ``metadata`` (copied) plus ``{"path": <relative path>, "chunk_index": n}``, which
+      win over keys of the same name.
+
+    Args:
+        folder: the root folder; searched recursively by the patterns in ``glob``.
+        chunk_size: maximum chunk length in characters (Unicode code points), >= 1.
+        chunk_overlap: characters that may be shared by neighbouring chunks, 0 <= overlap < chunk_size.
+            The splitter only overlaps whole semantic units (words or larger), so the overlap is at most this.
+        metadata: extra metadata for every chunk (JSON values).
+        glob: one pattern or several, relative to ``folder`` (``pathlib`` syntax, ``**`` recursive).
+            A file matched by several patterns is read once.
+
+    Yields:
+        Chunk, file by file, chunks in document order.
+
+    Raises:
+        InvalidRequestError: ``folder`` is not a directory, ``chunk_size`` < 1, ``chunk_overlap`` outside
+            ``[0, chunk_size)``, or a file is not valid UTF-8 (the message names it).
+    """
+    root = Path(folder)
+    if not root.is_dir():
+        raise InvalidRequestError(f"{os.fspath(folder)!r} is not a directory")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise InvalidRequestError(f"chunk_size must be an integer >= 1 (characters), got {chunk_size!r}")
+    if isinstance(chunk_overlap, bool) or not isinstance(chunk_overlap, int) or not 0 <= chunk_overlap < chunk_size:
+        raise InvalidRequestError(
+            f"chunk_overlap must be an integer with 0 <= chunk_overlap < chunk_size ({chunk_size}), got {chunk_overlap!r}"
+        )
+    patterns = [glob] if isinstance(glob, str) else list(glob)
+    base_metadata = dict(metadata or {})
+
+    from semantic_text_splitter import MarkdownSplitter, TextSplitter
+
+    markdown_splitter = MarkdownSplitter(chunk_size, overlap=chunk_overlap, trim=True)
+    text_splitter = TextSplitter(chunk_size, overlap=chunk_overlap, trim=True)
+
+    files = sorted(
+        {p.relative_to(root).as_posix(): p for pattern in patterns for p in root.glob(pattern) if p.is_file()}.items()
+    )
+    logger.debug("read_text_folder: %d files under %s", len(files), root)
+    for rel, file_path in files:
+        try:
+            content = file_path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidRequestError(f"{file_path}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from exc
+        splitter = markdown_splitter if file_path.suffix.lower() in (".md", ".markdown") else text_splitter
+        pieces = [piece for piece in splitter.chunks(content) if piece.strip()]
+        for n, piece in enumerate(pieces):
+            yield Chunk(
+                chunk_id=f"{rel}#{n}",
+                text=piece,
+                source=rel,
+                metadata={**base_metadata, "path": rel, "chunk_index": n},
+            )
+
+
+def read_queries(path: StrPath) -> dict[str, str]:
+    """Read a BEIR ``queries.jsonl`` into ``{query_id: text}``, in file order.
+
+    Each line is ``{"_id": str, "text": str, "metadata": {...} (optional, ignored)}``; blank lines are skipped.
+    Filter the result to the query ids of the qrels you evaluate.
+
+    Raises:
+        InvalidRequestError: bad JSON, a missing ``_id``/``text``, or a repeated ``_id`` (file and line named).
+    """
+    path_str = os.fspath(path)
+    queries: dict[str, str] = {}
+    with open(path_str, encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            where = f"{path_str}, line {line_no}"
+            doc = _json_object(line, where)
+            if "_id" not in doc or "text" not in doc:
+                missing = "'_id'" if "_id" not in doc else "'text'"
+                raise InvalidRequestError(f"{where}: missing {missing} (a BEIR query line needs '_id' and 'text')")
+            if not isinstance(doc["text"], str):
+                raise InvalidRequestError(f"{where}: 'text' must be a string")
+            query_id = str(doc["_id"])
+            if query_id in queries:
+                raise InvalidRequestError(f"{where}: query id {query_id!r} appears twice")
+            queries[query_id] = doc["text"]
+    return queries
+
+
+def read_qrels(path: StrPath) -> dict[str, dict[str, int]]:
+    """Read BEIR relevance judgements (``qrels/test.tsv``) into ``{query_id: {doc_id: relevance}}``.
+
+    The file is tab-separated ``query-id  corpus-id  score`` with a header row (detected as a first
+    line whose score column is not an integer, so a header-less file is read too). Relevance is an
+    int as in the file (0 included: ranx and pytrec_eval treat <= 0 as not relevant). Query and
+    document order follow the file; a repeated pair keeps the last score.
+
+    Raises:
+        InvalidRequestError: a line without three tab-separated columns or with a non-integer score
+            (file and line named).
+    """
+    path_str = os.fspath(path)
+    qrels: dict[str, dict[str, int]] = {}
+    first_row = True
+    with open(path_str, encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, start=1):
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            is_first, first_row = first_row, False
+            columns = line.split("\t")
+            where = f"{path_str}, line {line_no}"
+            if len(columns) != 3:
+                raise InvalidRequestError(
+                    f"{where}: expected 3 tab-separated columns (query-id, corpus-id, score), got {len(columns)}"
+                )
+            query_id, doc_id, score = (c.strip() for c in columns)
+            try:
+                relevance = int(score)
+            except ValueError:
+                if is_first:
+                    continue  # the header row
+                raise InvalidRequestError(f"{where}: score must be an integer, got {score!r}") from None
+            qrels.setdefault(query_id, {})[doc_id] = relevance
+    return qrels
+
+
+def _json_object(line: str, where: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InvalidRequestError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from exc
+    if not isinstance(doc, dict):
+        raise InvalidRequestError(f"{where}: expected a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(part) for part in err.get("loc", ()))
+    return f"{loc}: {err.get('msg', 'invalid')}" if loc else str(err.get("msg", "invalid"))

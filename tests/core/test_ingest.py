@@ -1,0 +1,230 @@
+"""Tests of hybrid_memory.ingest: BEIR readers and the folder splitter. Small files in tmp_path, exact ids."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hybrid_memory import Chunk, InvalidRequestError
+from hybrid_memory.ingest import (
+    beir_chunk_text,
+    read_beir_corpus,
+    read_qrels,
+    read_queries,
+    read_text_folder,
+)
+
+EXAMPLE_NOTES = Path(__file__).resolve().parents[2] / "examples" / "incident_memory" / "notes.jsonl"
+
+
+def _write_jsonl(path: Path, rows: list[object]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+# --------------------------------------------------------------------------- read_beir_corpus
+
+
+def test_beir_corpus_ids_text_source_metadata(tmp_path: Path) -> None:
+    corpus = _write_jsonl(
+        tmp_path / "corpus.jsonl",
+        [
+            {"_id": "d1", "title": "Pool exhausted", "text": "HTTP 504 from billing.", "metadata": {"env": "prod"}},
+            {"_id": "d2", "title": "", "text": "No title here."},
+            {"_id": 3, "text": "Integer id, no title key."},
+        ],
+    )
+    chunks = list(read_beir_corpus(corpus))
+    assert [c.chunk_id for c in chunks] == ["d1", "d2", "3"]
+    assert all(isinstance(c, Chunk) for c in chunks)
+    assert chunks[0].text == "Pool exhausted\n\nHTTP 504 from billing."
+    assert chunks[1].text == "No title here."
+    assert chunks[0].metadata == {"env": "prod", "title": "Pool exhausted"}
+    assert chunks[1].metadata == {}
+    assert {c.source for c in chunks} == {str(corpus)}
+
+
+def test_beir_corpus_source_override_blank_lines_and_title_only(tmp_path: Path) -> None:
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(
+        '\n{"_id": "a", "title": "Only a title", "text": ""}\n   \n{"_id": "b", "text": "x"}\n', encoding="utf-8"
+    )
+    chunks = list(read_beir_corpus(corpus, source="kb"))
+    assert [(c.chunk_id, c.text, c.source) for c in chunks] == [("a", "Only a title", "kb"), ("b", "x", "kb")]
+
+
+def test_beir_corpus_keeps_explicit_metadata_title(tmp_path: Path) -> None:
+    corpus = _write_jsonl(tmp_path / "c.jsonl", [{"_id": "a", "title": "T", "text": "x", "metadata": {"title": "M"}}])
+    assert next(read_beir_corpus(corpus)).metadata == {"title": "M"}
+
+
+def test_beir_chunk_text() -> None:
+    assert beir_chunk_text("Title", "Body") == "Title\n\nBody"
+    assert beir_chunk_text("", "Body") == "Body"
+    assert beir_chunk_text("  ", "Body") == "Body"
+    assert beir_chunk_text("Title", "") == "Title"
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", "line 2: invalid JSON"),
+        ('["a", "b"]', "line 2: expected a JSON object"),
+        ('{"title": "t", "text": "x"}', "line 2: missing '_id'"),
+        ('{"_id": "z", "title": "t"}', "line 2: missing 'text'"),
+        ('{"_id": "z", "text": 5}', "line 2: 'title' and 'text' must be strings"),
+        ('{"_id": "z", "text": "x", "metadata": [1]}', "line 2: 'metadata' must be a JSON object"),
+        ('{"_id": "z", "text": "   "}', "line 2: invalid document 'z'"),
+        ('{"_id": "", "text": "x"}', "line 2: invalid document ''"),
+    ],
+)
+def test_beir_corpus_errors_name_file_and_line(tmp_path: Path, line: str, message: str) -> None:
+    corpus = tmp_path / "bad.jsonl"
+    corpus.write_text('{"_id": "ok", "text": "fine"}\n' + line + "\n", encoding="utf-8")
+    reader = read_beir_corpus(corpus)
+    assert next(reader).chunk_id == "ok"  # lazy: lines before the bad one are yielded
+    with pytest.raises(InvalidRequestError) as info:
+        next(reader)
+    assert str(corpus) in str(info.value)
+    assert message in str(info.value)
+
+
+def test_invalid_request_error_is_value_error() -> None:
+    assert issubclass(InvalidRequestError, ValueError)
+
+
+def test_example_notes_are_valid() -> None:
+    chunks = list(read_beir_corpus(EXAMPLE_NOTES))
+    assert 36 <= len(chunks) <= 48
+    assert len({c.chunk_id for c in chunks}) == len(chunks)
+    for c in chunks:
+        md = c.metadata
+        assert set(md) == {"service", "environment", "kind", "severity", "date", "tags", "title"}
+        assert md["environment"] in {"production", "staging", "dev"}
+        assert md["kind"] in {"incident", "runbook", "postmortem"}
+        assert md["severity"] in {1, 2, 3, 4} and type(md["severity"]) is int
+        assert md["date"].startswith("2026-")
+        assert isinstance(md["tags"], list) and all(isinstance(t, str) for t in md["tags"])
+    prod_billing = [c.chunk_id for c in chunks if (c.metadata["environment"], c.metadata["service"])
+                    == ("production", "billing-service")]
+    assert len(prod_billing) >= 5
+    assert "inc-0412-billing-504-pool" in prod_billing
+    staging = next(c for c in chunks if c.chunk_id == "inc-0410-billing-staging-504")
+    assert (staging.metadata["service"], staging.metadata["environment"]) == ("billing-service", "staging")
+
+
+# --------------------------------------------------------------------------- read_text_folder
+
+
+def _folder(tmp_path: Path) -> Path:
+    root = tmp_path / "kb"
+    (root / "guides").mkdir(parents=True)
+    (root / "b.txt").write_text("Alpha beta gamma.", encoding="utf-8")
+    (root / "guides" / "a.md").write_text(
+        "# Setup\n\nInstall the package.\n\n## Run\n\nStart the worker with make run.\n", encoding="utf-8"
+    )
+    (root / "empty.md").write_text("  \n\n", encoding="utf-8")
+    (root / "skip.rst").write_text("not matched", encoding="utf-8")
+    return root
+
+
+def test_text_folder_one_chunk_per_small_file(tmp_path: Path) -> None:
+    root = _folder(tmp_path)
+    chunks = list(read_text_folder(root, metadata={"team": "sre", "path": "overridden"}))
+    assert [c.chunk_id for c in chunks] == ["b.txt#0", "guides/a.md#0"]
+    assert [c.source for c in chunks] == ["b.txt", "guides/a.md"]
+    assert chunks[0].text == "Alpha beta gamma."
+    assert chunks[1].text == "# Setup\n\nInstall the package.\n\n## Run\n\nStart the worker with make run."
+    assert chunks[1].metadata == {"team": "sre", "path": "guides/a.md", "chunk_index": 0}
+
+
+def test_text_folder_markdown_splits_at_headings(tmp_path: Path) -> None:
+    root = _folder(tmp_path)
+    chunks = list(read_text_folder(root, chunk_size=40, chunk_overlap=0, glob="**/*.md"))
+    assert [c.chunk_id for c in chunks] == ["guides/a.md#0", "guides/a.md#1"]
+    assert [c.text for c in chunks] == ["# Setup\n\nInstall the package.", "## Run\n\nStart the worker with make run."]
+    assert [c.metadata["chunk_index"] for c in chunks] == [0, 1]
+
+
+def test_text_folder_text_splitter_respects_size_and_is_deterministic(tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    root.mkdir()
+    sentences = " ".join(f"Sentence number {i} mentions ERR_CONN_RESET on db-prod-{i}." for i in range(30))
+    (root / "log.txt").write_text(sentences, encoding="utf-8")
+    first = list(read_text_folder(root, chunk_size=200, chunk_overlap=50))
+    second = list(read_text_folder(root, chunk_size=200, chunk_overlap=50))
+    assert first == second
+    assert len(first) > 1
+    assert [c.chunk_id for c in first] == [f"log.txt#{n}" for n in range(len(first))]
+    assert all(len(c.text) <= 200 for c in first)
+    assert first[0].text.startswith("Sentence number 0 ")
+    assert first[-1].text.endswith("db-prod-29.")
+
+
+def test_text_folder_several_globs_read_a_file_once(tmp_path: Path) -> None:
+    root = _folder(tmp_path)
+    chunks = list(read_text_folder(root, glob=("**/*.md", "guides/*.md", "*.rst")))
+    assert [c.chunk_id for c in chunks] == ["guides/a.md#0", "skip.rst#0"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"chunk_size": 0}, "chunk_size must be an integer >= 1"),
+        ({"chunk_size": 100, "chunk_overlap": 100}, "chunk_overlap must be"),
+        ({"chunk_overlap": -1}, "chunk_overlap must be"),
+    ],
+)
+def test_text_folder_bad_sizes(tmp_path: Path, kwargs: dict[str, int], message: str) -> None:
+    with pytest.raises(InvalidRequestError, match=message):
+        list(read_text_folder(tmp_path, **kwargs))
+
+
+def test_text_folder_not_a_directory_and_bad_utf8(tmp_path: Path) -> None:
+    with pytest.raises(InvalidRequestError, match="is not a directory"):
+        list(read_text_folder(tmp_path / "missing"))
+    (tmp_path / "bad.txt").write_bytes(b"caf\xe9\n")
+    with pytest.raises(InvalidRequestError, match=r"bad\.txt: not valid UTF-8"):
+        list(read_text_folder(tmp_path))
+
+
+# --------------------------------------------------------------------------- read_queries / read_qrels
+
+
+def test_read_queries(tmp_path: Path) -> None:
+    path = _write_jsonl(
+        tmp_path / "queries.jsonl",
+        [{"_id": "q1", "text": "what is bm25", "metadata": {"a": 1}}, {"_id": 2, "text": "rrf"}],
+    )
+    assert read_queries(path) == {"q1": "what is bm25", "2": "rrf"}
+    assert list(read_queries(path)) == ["q1", "2"]
+
+
+def test_read_queries_errors(tmp_path: Path) -> None:
+    path = _write_jsonl(tmp_path / "q.jsonl", [{"_id": "q1", "text": "a"}, {"_id": "q1", "text": "b"}])
+    with pytest.raises(InvalidRequestError, match=r"q\.jsonl, line 2: query id 'q1' appears twice"):
+        read_queries(path)
+    path = _write_jsonl(tmp_path / "q2.jsonl", [{"_id": "q1"}])
+    with pytest.raises(InvalidRequestError, match=r"line 1: missing 'text'"):
+        read_queries(path)
+
+
+def test_read_qrels_with_header(tmp_path: Path) -> None:
+    path = tmp_path / "test.tsv"
+    path.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td7\t2\nq2\td3\t0\n\n", encoding="utf-8")
+    assert read_qrels(path) == {"q1": {"d1": 1, "d7": 2}, "q2": {"d3": 0}}
+
+
+def test_read_qrels_without_header_and_errors(tmp_path: Path) -> None:
+    path = tmp_path / "plain.tsv"
+    path.write_text("q1\td1\t1\r\n", encoding="utf-8")
+    assert read_qrels(path) == {"q1": {"d1": 1}}
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("query-id\tcorpus-id\tscore\nq1\td1\thigh\n", encoding="utf-8")
+    with pytest.raises(InvalidRequestError, match=r"bad\.tsv, line 2: score must be an integer, got 'high'"):
+        read_qrels(bad)
+    bad.write_text("q1 d1 1\n", encoding="utf-8")
+    with pytest.raises(InvalidRequestError, match=r"line 1: expected 3 tab-separated columns"):
+        read_qrels(bad)
