@@ -1,0 +1,268 @@
+"""LangChain retriever over a :class:`hybrid_memory.HybridMemory`.
+
+The retriever translates and delegates: the query, ``k``, the filter and the fusion parameters go to
+:meth:`HybridMemory.search` (or ``asearch``), and each :class:`~hybrid_memory.SearchResult` comes back as
+a ``Document`` with ``id = chunk_id``, in the core's order.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from os import PathLike
+from typing import Any
+
+from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from pydantic import AliasChoices, ConfigDict, Field
+
+from hybrid_memory import (
+    Chunk,
+    HybridMemory,
+    HybridParams,
+    InvalidRequestError,
+    SearchRequest,
+    SearchResponse,
+    SearchResult,
+)
+
+from .embeddings import as_core_embedder
+
+__all__ = ["RETRIEVAL_METADATA_KEYS", "HybridMemoryRetriever", "document_to_chunk", "result_to_document"]
+
+# defaults come from the core models, so the adapters cannot drift from them
+_DEFAULT_TOP_K: int = SearchRequest.model_fields["top_k"].default
+_DEFAULT_PARAMS = HybridParams()
+
+RETRIEVAL_METADATA_KEYS = ("source", "rrf_score", "sparse_rank", "sparse_score", "dense_rank", "dense_score")
+"""Keys added to every returned ``Document``'s metadata, next to the chunk's own metadata."""
+
+# invoke()/ainvoke() keyword -> HybridMemory.search keyword
+_CALL_KWARGS = {
+    "k": "top_k",
+    "filter": "metadata_filter",
+    "metadata_filter": "metadata_filter",
+    "dense_weight": "dense_weight",
+    "sparse_weight": "sparse_weight",
+    "rrf_k": "rrf_k_constant",
+}
+# keywords LangChain's Runnable machinery forwards to every retriever; they are not search parameters
+_RUNNABLE_KWARGS = frozenset({"verbose"})
+
+
+def document_to_chunk(document: Document, chunk_id: str | None = None) -> Chunk:
+    """Turn a LangChain ``Document`` into a core :class:`~hybrid_memory.Chunk`.
+
+    ``chunk_id`` is the argument, else ``document.id``, else a new uuid4 string; ``text`` is
+    ``page_content``; ``metadata`` a copy of ``document.metadata``; ``source`` is ``metadata["source"]``
+    (as LangChain document loaders set it) converted to str, else ``""``.
+
+    Raises:
+        pydantic ValidationError (a ValueError): empty text or metadata the core refuses.
+    """
+    metadata = dict(document.metadata)
+    source = metadata.get("source")
+    return Chunk(
+        chunk_id=chunk_id or document.id or str(uuid.uuid4()),
+        text=document.page_content,
+        source="" if source is None else str(source),
+        metadata=metadata,
+    )
+
+
+def result_to_document(result: SearchResult) -> Document:
+    """Turn a core search result into a ``Document`` (``id = chunk_id``, ``page_content = text``).
+
+    The metadata is the chunk's own metadata plus :data:`RETRIEVAL_METADATA_KEYS`: ``source``,
+    ``rrf_score``, and each engine's 1-based rank and raw score (None when that engine did not return
+    the chunk). Added keys win over chunk metadata keys of the same name.
+    """
+    metadata = {
+        **result.metadata,
+        "source": result.source,
+        "rrf_score": result.rrf_score,
+        "sparse_rank": result.sparse_rank,
+        "sparse_score": result.sparse_score,
+        "dense_rank": result.dense_rank,
+        "dense_score": result.dense_score,
+    }
+    return Document(id=result.chunk_id, page_content=result.text, metadata=metadata)
+
+
+def _documents(response: SearchResponse) -> list[Document]:
+    return [result_to_document(result) for result in response.results]
+
+
+class HybridMemoryRetriever(BaseRetriever):
+    """LangChain retriever over a hybrid (BM25 + dense, weighted RRF) memory.
+
+    Every ranking, filtering and fusion decision is the core's; this class only translates. For the same
+    query, filter and parameters it returns the same chunk ids in the same order as
+    :meth:`HybridMemory.search` and the LlamaIndex adapter.
+
+    Per-call overrides go through ``invoke``/``ainvoke`` keywords, each replacing the field of the same
+    name for that call only: ``k``, ``filter`` (or ``metadata_filter``), ``dense_weight``,
+    ``sparse_weight``, ``rrf_k``::
+
+        retriever.invoke("HTTP 504 billing", k=3, filter={"service": "billing"})
+
+    returns exactly 3 documents, or all the matching ones when fewer match. An unknown keyword raises
+    :class:`~hybrid_memory.InvalidRequestError`; invalid values raise it (or its subclass
+    :class:`~hybrid_memory.InvalidFilterError`) from the core when the query runs.
+
+    Defaults are the core's (:class:`~hybrid_memory.SearchRequest`, :class:`~hybrid_memory.HybridParams`).
+    An unknown constructor argument raises pydantic's ``ValidationError`` rather than being ignored.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", populate_by_name=True)
+
+    memory: HybridMemory
+    """The core memory searched; the retriever does not close it."""
+    k: int = _DEFAULT_TOP_K
+    """Number of documents to return (the core's ``top_k``, 1..1000); fewer when fewer chunks match."""
+    metadata_filter: dict[str, Any] | None = Field(
+        default=None, validation_alias=AliasChoices("metadata_filter", "filter")
+    )
+    """Filter in the core language (``{"service": "billing", "severity": {"$gte": 3}}``); None matches all.
+    ``filter=`` is accepted as well, as in ``invoke``."""
+    dense_weight: float = _DEFAULT_PARAMS.dense_weight
+    """Weight of the dense run in RRF (>= 0; 0 turns the dense engine off)."""
+    sparse_weight: float = _DEFAULT_PARAMS.sparse_weight
+    """Weight of the BM25 run in RRF (>= 0; 0 turns BM25 off)."""
+    rrf_k: float = _DEFAULT_PARAMS.rrf_k_constant
+    """RRF smoothing constant (the core's ``rrf_k_constant``, 60 by default); not the number of results."""
+
+    # --- construction from LangChain objects --------------------------------------------------------
+
+    @classmethod
+    def from_documents(
+        cls,
+        documents: Iterable[Document],
+        embedding: Any = None,
+        *,
+        ids: Sequence[str] | None = None,
+        path: str | PathLike[str] | None = None,
+        **kwargs: Any,
+    ) -> HybridMemoryRetriever:
+        """Build a memory from LangChain ``Document``s, one chunk each, and return a retriever over it.
+
+        Args:
+            documents: the documents; each keeps its ``id`` as ``chunk_id`` when it has one.
+            embedding: a LangChain ``Embeddings`` (bridged by
+                :class:`~langchain_hybrid_memory.embeddings.LangChainEmbedder`), a core ``Embedder``, or
+                None for the core's default embedder.
+            ids: chunk ids overriding ``Document.id``, same length as ``documents``.
+            path: folder of a persisted memory (created if absent; existing chunks with the same ids are
+                replaced); None keeps the memory in RAM.
+            **kwargs: retriever fields (``k``, ``metadata_filter``, weights, ``rrf_k``).
+
+        Raises:
+            InvalidRequestError: ``ids`` of another length than ``documents``, or a document the core
+                refuses (empty text, metadata that is not JSON).
+            StoreFormatError: ``path`` holds a memory built with another embedder.
+        """
+        memory = HybridMemory(path, embedder=as_core_embedder(embedding))
+        try:
+            retriever = cls(memory=memory, **kwargs)
+            retriever.add_documents(documents, ids=ids)
+        except BaseException:
+            memory.close()
+            raise
+        return retriever
+
+    @classmethod
+    def from_texts(
+        cls,
+        texts: Iterable[str],
+        embedding: Any = None,
+        metadatas: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        ids: Sequence[str] | None = None,
+        path: str | PathLike[str] | None = None,
+        **kwargs: Any,
+    ) -> HybridMemoryRetriever:
+        """Build a memory from texts (uuid4 ids unless ``ids`` is given); see :meth:`from_documents`.
+
+        Raises:
+            InvalidRequestError: ``metadatas`` or ``ids`` of another length than ``texts``.
+        """
+        texts = list(texts)
+        if metadatas is not None and len(metadatas) != len(texts):
+            raise InvalidRequestError(f"got {len(metadatas)} metadatas for {len(texts)} texts")
+        documents = [
+            Document(page_content=text, metadata=dict(metadatas[i]) if metadatas is not None else {})
+            for i, text in enumerate(texts)
+        ]
+        return cls.from_documents(documents, embedding, ids=ids, path=path, **kwargs)
+
+    @classmethod
+    def from_path(cls, path: str | PathLike[str], embedding: Any = None, **kwargs: Any) -> HybridMemoryRetriever:
+        """Open the memory folder at ``path`` (built by any adapter or the core) and wrap it.
+
+        ``embedding`` must be the embedder the memory was built with (same ``name`` and ``dim``).
+
+        Raises:
+            StoreFormatError: the folder was built with another embedder or format version.
+        """
+        return cls(memory=HybridMemory.open(path, embedder=as_core_embedder(embedding)), **kwargs)
+
+    def add_documents(self, documents: Iterable[Document], *, ids: Sequence[str] | None = None) -> list[str]:
+        """Upsert documents into the memory; returns their chunk ids in input order.
+
+        A document whose id is already stored replaces the stored chunk; documents without an id get a
+        new uuid4 id, so adding the same id-less document twice stores it twice.
+
+        Raises:
+            InvalidRequestError: ``ids`` of another length than ``documents``.
+        """
+        documents = list(documents)
+        if ids is not None and len(ids) != len(documents):
+            raise InvalidRequestError(f"got {len(ids)} ids for {len(documents)} documents")
+        chunks = [
+            document_to_chunk(document, ids[i] if ids is not None else None) for i, document in enumerate(documents)
+        ]
+        if not chunks:
+            return []
+        return self.memory.upsert(chunks)
+
+    # --- retrieval ----------------------------------------------------------------------------------
+
+    def search_kwargs(self, **overrides: Any) -> dict[str, Any]:
+        """Keyword arguments passed to :meth:`HybridMemory.search` besides the query.
+
+        Args:
+            **overrides: the per-call keywords ``k``, ``filter`` / ``metadata_filter``, ``dense_weight``,
+                ``sparse_weight``, ``rrf_k``; each replaces the field for this call.
+
+        Raises:
+            InvalidRequestError: an unknown keyword, or both ``filter`` and ``metadata_filter``.
+        """
+        unknown = sorted(set(overrides) - set(_CALL_KWARGS) - _RUNNABLE_KWARGS)
+        if unknown:
+            raise InvalidRequestError(
+                f"unknown retriever argument(s) {', '.join(unknown)}; accepted: {', '.join(_CALL_KWARGS)}"
+            )
+        if "filter" in overrides and "metadata_filter" in overrides:
+            raise InvalidRequestError("give either filter or metadata_filter, not both (they are the same)")
+        params: dict[str, Any] = {
+            "top_k": self.k,
+            "metadata_filter": self.metadata_filter,
+            "dense_weight": self.dense_weight,
+            "sparse_weight": self.sparse_weight,
+            "rrf_k_constant": self.rrf_k,
+        }
+        for name, value in overrides.items():
+            if name in _CALL_KWARGS:
+                params[_CALL_KWARGS[name]] = value
+        return params
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        return _documents(self.memory.search(query, **self.search_kwargs(**kwargs)))
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        return _documents(await self.memory.asearch(query, **self.search_kwargs(**kwargs)))

@@ -1,0 +1,27 @@
+"""LlamaIndex adapter of hybrid_memory: a retriever, filter translation and an embedding bridge.
+
+Install with ``pip install 'hybrid-memory[llamaindex]'``. The store is the core's: a memory folder built
+here opens in the LangChain adapter and in :class:`hybrid_memory.HybridMemory` unchanged.
+"""
+
+from __future__ import annotations
+
+try:
+    import llama_index.core  # noqa: F401
+except ImportError as exc:
+    from hybrid_memory._exceptions import missing_dependency
+
+    raise missing_dependency("llama-index-core", "llamaindex") from exc
+
+from .embeddings import LlamaIndexEmbedder, as_core_embedder
+from .filters import to_core_filter
+from .retrievers import HybridMemoryRetriever, node_to_chunk, result_to_node
+
+__all__ = [
+    "HybridMemoryRetriever",
+    "LlamaIndexEmbedder",
+    "as_core_embedder",
+    "node_to_chunk",
+    "result_to_node",
+    "to_core_filter",
+]

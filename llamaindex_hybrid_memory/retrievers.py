@@ -1,0 +1,231 @@
+"""LlamaIndex retriever over a :class:`hybrid_memory.HybridMemory`.
+
+The retriever translates and delegates: the query, ``similarity_top_k``, the filters and the fusion
+parameters go to :meth:`HybridMemory.search` (or ``asearch``), and each :class:`~hybrid_memory.SearchResult`
+comes back as ``NodeWithScore(TextNode(id_=chunk_id, ...), score=rrf_score)`` in the core's order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from os import PathLike
+from typing import Any
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
+from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
+
+from hybrid_memory import Chunk, HybridMemory, HybridParams, SearchRequest, SearchResponse, SearchResult
+
+from .embeddings import as_core_embedder
+from .filters import to_core_filter
+
+__all__ = ["RETRIEVAL_METADATA_KEYS", "HybridMemoryRetriever", "node_to_chunk", "result_to_node"]
+
+# defaults come from the core models, so the adapters cannot drift from them
+_DEFAULT_TOP_K: int = SearchRequest.model_fields["top_k"].default
+_DEFAULT_PARAMS = HybridParams()
+
+RETRIEVAL_METADATA_KEYS = ("sparse_rank", "sparse_score", "dense_rank", "dense_score")
+"""Keys added to every returned node's metadata, hidden from the LLM and embedding text of the node."""
+
+
+def node_to_chunk(node: BaseNode) -> Chunk:
+    """Turn a LlamaIndex node or ``Document`` into a core :class:`~hybrid_memory.Chunk`.
+
+    ``chunk_id`` is ``node.node_id``, ``text`` the node's content without metadata, ``metadata`` a copy
+    of ``node.metadata``, and ``source`` is ``metadata["source"]`` when present, else the node's
+    ``ref_doc_id`` (the document a parsed node came from), else ``""``.
+
+    Raises:
+        InvalidRequestError / pydantic ValidationError: empty text or id (the core validates).
+    """
+    metadata = dict(node.metadata)
+    source = metadata.get("source", node.ref_doc_id or "")
+    return Chunk(
+        chunk_id=node.node_id,
+        text=node.get_content(metadata_mode=MetadataMode.NONE),
+        source=str(source) if source is not None else "",
+        metadata=metadata,
+    )
+
+
+def result_to_node(result: SearchResult) -> NodeWithScore:
+    """Turn a core search result into ``NodeWithScore(TextNode(id_=chunk_id, text, metadata), rrf_score)``.
+
+    The node's metadata is the chunk's metadata plus ``source`` and the engines' 1-based ranks and raw
+    scores (:data:`RETRIEVAL_METADATA_KEYS`, None when an engine did not return the chunk). The ranks and
+    scores, and ``source`` when it is empty, are excluded from the text the LLM and embedders see. Added
+    keys win over chunk metadata keys of the same name.
+    """
+    metadata = {
+        **result.metadata,
+        "source": result.source,
+        "sparse_rank": result.sparse_rank,
+        "sparse_score": result.sparse_score,
+        "dense_rank": result.dense_rank,
+        "dense_score": result.dense_score,
+    }
+    hidden = [*RETRIEVAL_METADATA_KEYS, *(() if result.source else ("source",))]
+    node = TextNode(
+        id_=result.chunk_id,
+        text=result.text,
+        metadata=metadata,
+        excluded_llm_metadata_keys=hidden,
+        excluded_embed_metadata_keys=list(hidden),
+    )
+    return NodeWithScore(node=node, score=result.rrf_score)
+
+
+class HybridMemoryRetriever(BaseRetriever):
+    """LlamaIndex retriever over a hybrid (BM25 + dense, weighted RRF) memory.
+
+    Every ranking, filtering and fusion decision is the core's; this class only translates. For the same
+    query, filter and parameters it returns the same chunk ids in the same order as
+    :meth:`HybridMemory.search` and the LangChain adapter.
+
+    Args:
+        memory: the core memory to search (the retriever does not close it).
+        similarity_top_k: number of nodes to return (the core's ``top_k``, 1..1000); fewer when fewer
+            chunks match the filter.
+        filters: a LlamaIndex ``MetadataFilters`` (or one ``MetadataFilter``), translated by
+            :func:`llamaindex_hybrid_memory.filters.to_core_filter`; or a dict already in the core filter
+            language; None matches every chunk.
+        dense_weight: weight of the dense run in RRF (>= 0).
+        sparse_weight: weight of the BM25 run in RRF (>= 0).
+        rrf_k: RRF smoothing constant (the core's ``rrf_k_constant``, 60 by default); not the number of
+            results.
+        callback_manager, object_map, verbose: as for any LlamaIndex ``BaseRetriever``.
+
+    Defaults are the core's (:class:`~hybrid_memory.SearchRequest`, :class:`~hybrid_memory.HybridParams`).
+    Invalid values raise :class:`~hybrid_memory.InvalidRequestError` (or its subclass
+    :class:`~hybrid_memory.InvalidFilterError`) when a query runs; an operator with no meaning in the core
+    raises :class:`~hybrid_memory.InvalidFilterError` here already.
+
+    Example::
+
+        retriever = HybridMemoryRetriever.from_documents(docs, embed_model=MockEmbedding(embed_dim=8))
+        nodes = retriever.retrieve("HTTP 504 billing")
+    """
+
+    def __init__(
+        self,
+        memory: HybridMemory,
+        *,
+        similarity_top_k: int = _DEFAULT_TOP_K,
+        filters: MetadataFilters | MetadataFilter | Mapping[str, Any] | None = None,
+        dense_weight: float = _DEFAULT_PARAMS.dense_weight,
+        sparse_weight: float = _DEFAULT_PARAMS.sparse_weight,
+        rrf_k: float = _DEFAULT_PARAMS.rrf_k_constant,
+        callback_manager: CallbackManager | None = None,
+        object_map: dict | None = None,
+        verbose: bool = False,
+    ) -> None:
+        if not isinstance(memory, HybridMemory):
+            raise TypeError(f"memory must be a hybrid_memory.HybridMemory, got {type(memory).__name__}")
+        self.memory = memory
+        self.similarity_top_k = similarity_top_k
+        self.filters = filters
+        self.dense_weight = dense_weight
+        self.sparse_weight = sparse_weight
+        self.rrf_k = rrf_k
+        if filters is not None and not isinstance(filters, Mapping):
+            to_core_filter(filters)  # unsupported operators fail at construction, not at the first query
+        super().__init__(callback_manager=callback_manager, object_map=object_map, verbose=verbose)
+
+    # --- construction from LlamaIndex objects -------------------------------------------------------
+
+    @classmethod
+    def from_documents(
+        cls,
+        documents: Iterable[BaseNode],
+        embed_model: Any = None,
+        *,
+        path: str | PathLike[str] | None = None,
+        **kwargs: Any,
+    ) -> HybridMemoryRetriever:
+        """Build a memory from LlamaIndex ``Document``s (one chunk each, ``chunk_id = doc.id_``).
+
+        Args:
+            documents: ``Document``s or any nodes; split them beforehand (for example with a node parser)
+                when a document is longer than a chunk should be.
+            embed_model: a LlamaIndex ``BaseEmbedding`` (bridged by
+                :class:`~llamaindex_hybrid_memory.embeddings.LlamaIndexEmbedder`), a core ``Embedder``,
+                or None for the core's default embedder.
+            path: folder of a persisted memory (created if absent; existing chunks with the same ids are
+                replaced); None keeps the memory in RAM.
+            **kwargs: retriever parameters (``similarity_top_k``, ``filters``, weights, ``rrf_k``).
+
+        Raises:
+            StoreFormatError: ``path`` holds a memory built with another embedder.
+            InvalidRequestError: a document with empty text, or metadata that is not JSON.
+        """
+        return cls.from_nodes(documents, embed_model, path=path, **kwargs)
+
+    @classmethod
+    def from_nodes(
+        cls,
+        nodes: Iterable[BaseNode],
+        embed_model: Any = None,
+        *,
+        path: str | PathLike[str] | None = None,
+        **kwargs: Any,
+    ) -> HybridMemoryRetriever:
+        """Build a memory from LlamaIndex nodes (``chunk_id = node.node_id``); see :meth:`from_documents`."""
+        memory = HybridMemory(path, embedder=as_core_embedder(embed_model))
+        try:
+            retriever = cls(memory, **kwargs)
+            retriever.insert_nodes(nodes)
+        except BaseException:
+            memory.close()
+            raise
+        return retriever
+
+    @classmethod
+    def from_path(
+        cls, path: str | PathLike[str], embed_model: Any = None, **kwargs: Any
+    ) -> HybridMemoryRetriever:
+        """Open the memory folder at ``path`` (built by any adapter or the core) and wrap it.
+
+        ``embed_model`` must be the embedder the memory was built with (same ``name`` and ``dim``).
+
+        Raises:
+            StoreFormatError: the folder was built with another embedder or format version.
+        """
+        return cls(HybridMemory.open(path, embedder=as_core_embedder(embed_model)), **kwargs)
+
+    def insert_nodes(self, nodes: Iterable[BaseNode]) -> list[str]:
+        """Upsert nodes (or ``Document``s) into the memory; returns their chunk ids in input order.
+
+        A node whose id is already stored replaces the stored chunk.
+        """
+        chunks = [node_to_chunk(node) for node in nodes]
+        if not chunks:
+            return []
+        return self.memory.upsert(chunks)
+
+    # --- retrieval ----------------------------------------------------------------------------------
+
+    def search_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments this retriever passes to :meth:`HybridMemory.search` besides the query."""
+        filters = self.filters
+        metadata_filter = dict(filters) if isinstance(filters, Mapping) else to_core_filter(filters)
+        return {
+            "top_k": self.similarity_top_k,
+            "metadata_filter": metadata_filter,
+            "dense_weight": self.dense_weight,
+            "sparse_weight": self.sparse_weight,
+            "rrf_k_constant": self.rrf_k,
+        }
+
+    @staticmethod
+    def _to_nodes(response: SearchResponse) -> list[NodeWithScore]:
+        return [result_to_node(result) for result in response.results]
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return self._to_nodes(self.memory.search(query_bundle.query_str, **self.search_kwargs()))
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        response = await self.memory.asearch(query_bundle.query_str, **self.search_kwargs())
+        return self._to_nodes(response)

@@ -1,0 +1,248 @@
+"""HybridMemoryRetriever (LangChain): documents, per-call overrides, async path, construction, chains."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("langchain_core")
+
+from langchain_core.documents import Document  # noqa: E402
+from langchain_core.embeddings import DeterministicFakeEmbedding  # noqa: E402
+from langchain_core.language_models.fake_chat_models import ParrotFakeChatModel  # noqa: E402
+from langchain_core.prompts import ChatPromptTemplate  # noqa: E402
+from langchain_core.runnables import RunnableLambda  # noqa: E402
+
+from hybrid_memory import HashingEmbedder, HybridMemory, InvalidFilterError, InvalidRequestError  # noqa: E402
+from langchain_hybrid_memory import HybridMemoryRetriever, LangChainEmbedder  # noqa: E402
+
+QUERY = "HTTP 504 billing"
+
+
+def core_ids(memory, query=QUERY, **kwargs):
+    return [r.chunk_id for r in memory.search(query, **kwargs).results]
+
+
+# --- documents --------------------------------------------------------------------------------------
+
+
+def test_documents_carry_chunk_id_text_and_metadata(memory):
+    docs = HybridMemoryRetriever(memory=memory, k=3).invoke(QUERY)
+    response = memory.search(QUERY, top_k=3)
+    assert [d.id for d in docs] == [r.chunk_id for r in response.results]
+    for doc, result in zip(docs, response.results, strict=True):
+        assert doc.page_content == result.text
+        assert doc.metadata == {
+            **result.metadata,
+            "source": result.source,
+            "rrf_score": result.rrf_score,
+            "sparse_rank": result.sparse_rank,
+            "sparse_score": result.sparse_score,
+            "dense_rank": result.dense_rank,
+            "dense_score": result.dense_score,
+        }
+    assert docs[0].metadata["service"] == "billing"
+    assert docs[0].metadata["source"] in {"pagerduty", "postmortem"}
+
+
+def test_fields_are_passed_to_the_core(memory):
+    retriever = HybridMemoryRetriever(
+        memory=memory, k=4, metadata_filter={"service": "billing"}, dense_weight=0.2, sparse_weight=0.8, rrf_k=10
+    )
+    expected = core_ids(
+        memory, top_k=4, metadata_filter={"service": "billing"}, dense_weight=0.2, sparse_weight=0.8, rrf_k_constant=10
+    )
+    assert [d.id for d in retriever.invoke(QUERY)] == expected
+
+
+def test_defaults_are_the_cores(memory):
+    assert [d.id for d in HybridMemoryRetriever(memory=memory).invoke(QUERY)] == core_ids(memory)
+
+
+# --- per-call overrides -----------------------------------------------------------------------------
+
+
+def test_invoke_k_and_filter_override(memory):
+    retriever = HybridMemoryRetriever(memory=memory, k=1)
+    docs = retriever.invoke(QUERY, k=3, filter={"service": "billing"})
+    assert len(docs) == 3
+    assert all(d.metadata["service"] == "billing" for d in docs)
+    assert [d.id for d in docs] == core_ids(memory, top_k=3, metadata_filter={"service": "billing"})
+    # the override is for that call only
+    assert len(retriever.invoke(QUERY)) == 1
+
+
+def test_fewer_matches_than_k_returns_all_matches(memory):
+    docs = HybridMemoryRetriever(memory=memory).invoke(QUERY, k=5, filter={"service": "auth"})
+    assert [d.id for d in docs] == ["inc-5"]
+
+
+def test_metadata_filter_alias_and_operators(memory):
+    flt = {"$and": [{"service": "billing"}, {"severity": {"$gte": 4}}]}
+    retriever = HybridMemoryRetriever(memory=memory, k=5)
+    assert {d.id for d in retriever.invoke(QUERY, metadata_filter=flt)} == {"inc-1", "inc-3"}
+    assert {d.id for d in retriever.invoke(QUERY, filter=flt)} == {"inc-1", "inc-3"}
+
+
+def test_per_call_filter_replaces_the_field(memory):
+    retriever = HybridMemoryRetriever(memory=memory, k=7, metadata_filter={"service": "billing"})
+    assert {d.metadata["service"] for d in retriever.invoke(QUERY, filter={"service": "search"})} == {"search"}
+    assert len(retriever.invoke(QUERY, filter=None)) == 7
+
+
+def test_weight_overrides(memory):
+    retriever = HybridMemoryRetriever(memory=memory, k=7)
+    sparse_only = retriever.invoke(QUERY, dense_weight=0.0, sparse_weight=1.0, rrf_k=1)
+    expected = core_ids(memory, top_k=7, dense_weight=0.0, sparse_weight=1.0, rrf_k_constant=1)
+    assert [d.id for d in sparse_only] == expected
+    assert all(d.metadata["dense_rank"] is None for d in sparse_only)
+
+
+def test_unknown_keyword_and_double_filter_raise(memory):
+    retriever = HybridMemoryRetriever(memory=memory)
+    with pytest.raises(InvalidRequestError, match="top_n"):
+        retriever.invoke(QUERY, top_n=3)
+    with pytest.raises(InvalidRequestError, match="either filter or metadata_filter"):
+        retriever.invoke(QUERY, filter={}, metadata_filter={})
+
+
+def test_invalid_values_raise_core_errors(memory):
+    retriever = HybridMemoryRetriever(memory=memory)
+    with pytest.raises(InvalidFilterError, match=r"\$regex"):
+        retriever.invoke(QUERY, filter={"service": {"$regex": "bill"}})
+    with pytest.raises(InvalidRequestError):
+        retriever.invoke(QUERY, k=0)
+
+
+# --- async ------------------------------------------------------------------------------------------
+
+
+async def test_ainvoke_uses_core_asearch_not_a_thread(memory, monkeypatch):
+    calls = []
+    original = memory.asearch
+
+    async def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return await original(*args, **kwargs)
+
+    def no_sync(*args, **kwargs):
+        raise AssertionError("ainvoke must not call the synchronous search")
+
+    monkeypatch.setattr(memory, "asearch", spy)
+    monkeypatch.setattr(memory, "search", no_sync)
+    docs = await HybridMemoryRetriever(memory=memory, k=2).ainvoke(QUERY, k=3, filter={"service": "billing"})
+    assert len(docs) == 3
+    assert calls == [
+        {"top_k": 3, "metadata_filter": {"service": "billing"}, "dense_weight": 1.0, "sparse_weight": 1.0,
+         "rrf_k_constant": 60}
+    ]
+
+
+async def test_ainvoke_equals_invoke(memory):
+    retriever = HybridMemoryRetriever(memory=memory, k=5)
+    assert [d.id for d in await retriever.ainvoke(QUERY)] == [d.id for d in retriever.invoke(QUERY)]
+
+
+# --- construction from LangChain objects ------------------------------------------------------------
+
+
+def test_from_documents_keeps_ids_and_metadata():
+    docs = [
+        Document(id="a", page_content="HTTP 504 on billing export", metadata={"source": "runbook.md", "n": 1}),
+        Document(page_content="billing webhook retries", metadata={"n": 2}),
+    ]
+    retriever = HybridMemoryRetriever.from_documents(docs, HashingEmbedder(dim=32), k=2)
+    try:
+        got = retriever.invoke("billing")
+        ids = [d.id for d in got]
+        assert "a" in ids and len(ids) == 2
+        generated = next(i for i in ids if i != "a")
+        assert generated  # a uuid4 given by the adapter
+        by_id = {d.id: d for d in got}
+        assert by_id["a"].metadata["source"] == "runbook.md"
+        assert by_id["a"].metadata["n"] == 1
+        assert by_id[generated].metadata["source"] == ""
+        stored = retriever.memory.get(["a"])[0]
+        assert stored.source == "runbook.md" and stored.text == "HTTP 504 on billing export"
+    finally:
+        retriever.memory.close()
+
+
+def test_from_texts_with_langchain_embeddings_bridge():
+    texts = ["HTTP 504 billing", "auth token expired", "kafka lag"]
+    retriever = HybridMemoryRetriever.from_texts(
+        texts, DeterministicFakeEmbedding(size=16), metadatas=[{"i": 0}, {"i": 1}, {"i": 2}], ids=["t0", "t1", "t2"]
+    )
+    try:
+        assert isinstance(retriever.memory, HybridMemory)
+        docs = retriever.invoke("kafka lag", k=1)
+        assert [d.id for d in docs] == ["t2"]
+        assert docs[0].metadata["i"] == 2
+    finally:
+        retriever.memory.close()
+
+
+def test_from_texts_length_mismatch_raises():
+    with pytest.raises(InvalidRequestError, match="2 metadatas for 1 texts"):
+        HybridMemoryRetriever.from_texts(["x"], HashingEmbedder(dim=8), metadatas=[{}, {}])
+
+
+def test_add_documents_upserts(memory):
+    retriever = HybridMemoryRetriever(memory=memory, k=1)
+    retriever.add_documents([Document(id="inc-8", page_content="ERR_QUOTA_4471 quota exceeded in billing")])
+    assert [d.id for d in retriever.invoke("ERR_QUOTA_4471")] == ["inc-8"]
+    retriever.add_documents([Document(id="inc-8", page_content="ERR_QUOTA_4472 quota exceeded in billing")])
+    assert memory.get(["inc-8"])[0].text.startswith("ERR_QUOTA_4472")
+
+
+def test_langchain_embedder_bridge_shapes_and_dtype():
+    fake = DeterministicFakeEmbedding(size=12)
+    embedder = LangChainEmbedder(fake)
+    assert embedder.name == "langchain:DeterministicFakeEmbedding"
+    assert embedder.dim == 12
+    matrix = embedder.embed_documents(["a", "b", "c"])
+    assert matrix.shape == (3, 12) and matrix.dtype == np.float32
+    np.testing.assert_allclose(matrix[1], np.asarray(fake.embed_documents(["b"])[0], dtype=np.float32))
+    query = embedder.embed_query("a")
+    assert query.shape == (12,) and query.dtype == np.float32
+    empty = embedder.embed_documents([])
+    assert empty.shape == (0, 12) and empty.dtype == np.float32
+    assert LangChainEmbedder(fake, name="mine", dim=12).name == "mine"
+    with pytest.raises(TypeError, match="Embeddings"):
+        LangChainEmbedder(HashingEmbedder(dim=4))  # type: ignore[arg-type]
+
+
+# --- inside a chain ---------------------------------------------------------------------------------
+
+
+def format_docs(docs: list[Document]) -> str:
+    return "\n".join(f"[{d.id}] {d.page_content}" for d in docs)
+
+
+def _chain(retriever):
+    prompt = ChatPromptTemplate.from_template("Answer from these memories:\n{context}")
+    return retriever | RunnableLambda(format_docs) | prompt | ParrotFakeChatModel()
+
+
+def test_retrieved_text_reaches_the_prompt(memory):
+    retriever = HybridMemoryRetriever(memory=memory, k=2, metadata_filter={"service": "billing"})
+    message = _chain(retriever).invoke(QUERY)  # the parrot model answers with the prompt it was given
+    expected = memory.search(QUERY, top_k=2, metadata_filter={"service": "billing"}).results
+    assert message.content.startswith("Answer from these memories:")
+    for result in expected:
+        assert f"[{result.chunk_id}] {result.text}" in message.content
+
+
+async def test_retrieved_text_reaches_the_prompt_async(memory):
+    message = await _chain(HybridMemoryRetriever(memory=memory, k=1)).ainvoke("ERR_JWT_EXPIRED")
+    assert "[inc-5] auth-service rejects tokens" in message.content
+
+
+def test_constructor_accepts_filter_alias_and_refuses_unknown_fields(memory):
+    from pydantic import ValidationError
+
+    retriever = HybridMemoryRetriever(memory=memory, k=7, filter={"service": "search"})
+    assert retriever.metadata_filter == {"service": "search"}
+    assert [d.id for d in retriever.invoke(QUERY)] == ["inc-4"]
+    with pytest.raises(ValidationError, match="top_n"):
+        HybridMemoryRetriever(memory=memory, top_n=3)  # a typo is an error, never a silent no-op
