@@ -68,6 +68,8 @@ class BM25Index:
         self.compact_min = compact_min
         self.compact_ratio = compact_ratio
         self._lock = threading.RLock()
+        self._vocab: dict[str, int] = {"": 0}  # token -> id; "" is bm25s's empty-document token
+        self._tokens: dict[int, np.ndarray] = {}  # doc id -> int32 token ids, kept so compaction never re-tokenizes
         self._reset_main()
         self._reset_delta()
 
@@ -96,6 +98,10 @@ class BM25Index:
             live = self._main_ids[self._main_alive > 0]
             return np.sort(np.concatenate([live, np.fromiter(self._delta_tf, dtype=np.int64)]))
 
+    def _encode(self, tokens: list[str]) -> np.ndarray:
+        vocab = self._vocab
+        return np.fromiter((vocab.setdefault(t, len(vocab)) for t in tokens), dtype=np.int32, count=len(tokens))
+
     @property
     def delta_size(self) -> int:
         """Documents in the delta segment."""
@@ -104,26 +110,32 @@ class BM25Index:
     # -- writes -------------------------------------------------------------------------------------
     def build(self, ids: Sequence[int], texts: Sequence[str], *, show_progress: bool = False) -> None:
         """Replace everything by a main segment over ``texts`` (ids int64, one per text)."""
-        import bm25s
-
         ids = np.asarray(ids, dtype=np.int64)
         if len(ids) != len(texts):
             raise ValueError(f"{len(ids)} ids for {len(texts)} texts")
-        order = np.argsort(ids, kind="stable")
-        ids = ids[order]
-        corpus_tokens = self.tokenizer.tokenize_many([texts[i] for i in order])
+        tokens = self.tokenizer.tokenize_many(texts)
         with self._lock:
-            self._reset_main()
-            self._reset_delta()
-            if len(ids) == 0:
-                return
-            main = bm25s.BM25(k1=self.k1, b=self.b, method="lucene")
-            main.index(corpus_tokens, show_progress=show_progress)
-            self._main = main
-            self._main_ids = ids
-            self._main_alive = np.ones(len(ids), dtype=np.float32)
-            self._main_df = np.diff(np.asarray(main.scores["indptr"], dtype=np.int64))
-            self._main_total_len = float(sum(len(tokens) for tokens in corpus_tokens))
+            self._tokens = {int(i): self._encode(t) for i, t in zip(ids, tokens, strict=True)}
+            self._build_main(ids, show_progress=show_progress)
+
+    def _build_main(self, ids: np.ndarray, *, show_progress: bool) -> None:
+        """Index the cached token ids of ``ids`` as the main segment; the delta becomes empty."""
+        import bm25s
+
+        ids = np.sort(np.asarray(ids, dtype=np.int64))
+        self._reset_main()
+        self._reset_delta()
+        if len(ids) == 0:
+            return
+        corpus = [self._tokens[int(i)].tolist() for i in ids]
+        main = bm25s.BM25(k1=self.k1, b=self.b, method="lucene")
+        # a copy: later adds grow self._vocab, and bm25s's vocabulary must match its matrix
+        main.index((corpus, dict(self._vocab)), show_progress=show_progress)
+        self._main = main
+        self._main_ids = ids
+        self._main_alive = np.ones(len(ids), dtype=np.float32)
+        self._main_df = np.diff(np.asarray(main.scores["indptr"], dtype=np.int64))
+        self._main_total_len = float(sum(len(doc) for doc in corpus))
         logger.debug("built BM25 main segment over %d documents", len(ids))
 
     def add(self, ids: Sequence[int], texts: Sequence[str]) -> None:
@@ -132,6 +144,7 @@ class BM25Index:
         with self._lock:
             for doc_id, doc_tokens in zip(ids, tokens, strict=True):
                 doc_id = int(doc_id)
+                self._tokens[doc_id] = self._encode(doc_tokens)
                 tf = Counter(doc_tokens)
                 self._delta_tf[doc_id] = tf
                 self._delta_len[doc_id] = len(doc_tokens)
@@ -143,6 +156,7 @@ class BM25Index:
         """Remove documents (unknown ids are ignored)."""
         with self._lock:
             for doc_id in (int(i) for i in ids):
+                self._tokens.pop(doc_id, None)
                 tf = self._delta_tf.pop(doc_id, None)
                 if tf is not None:
                     self._delta_total_len -= self._delta_len.pop(doc_id)
@@ -163,11 +177,19 @@ class BM25Index:
         return pending >= max(self.compact_min, self.compact_ratio * len(self._main_ids))
 
     def compact(self, load_texts: Callable[[np.ndarray], list[str]], *, show_progress: bool = False) -> None:
-        """Rebuild one main segment from the live documents; ``load_texts(ids)`` returns their texts."""
+        """Rebuild one main segment from the live documents.
+
+        Tokens are cached per document, so only documents whose tokens are unknown (a main segment loaded
+        from disk) are tokenized again, from ``load_texts(ids) -> texts``.
+        """
         with self._lock:
             ids = self.ids()
+            unknown = np.array([i for i in ids if int(i) not in self._tokens], dtype=np.int64)
+            if len(unknown):
+                for doc_id, tokens in zip(unknown, self.tokenizer.tokenize_many(load_texts(unknown)), strict=True):
+                    self._tokens[int(doc_id)] = self._encode(tokens)
             logger.info("compacting BM25 index: %d documents (%d in delta)", len(ids), len(self._delta_tf))
-            self.build(ids, load_texts(ids), show_progress=show_progress)
+            self._build_main(ids, show_progress=show_progress)
 
     # -- search -------------------------------------------------------------------------------------
     def search(self, query: str, k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
@@ -300,4 +322,7 @@ class BM25Index:
                 self._main_df = np.diff(np.asarray(main.scores["indptr"], dtype=np.int64))
                 self._main_total_len = float(manifest["total_len"])
                 self._main_dead = int((self._main_alive == 0).sum())
+                self._vocab = dict(main.vocab_dict)
+                self._vocab.setdefault("", len(self._vocab))
+            self._tokens = {}
         return True

@@ -79,3 +79,40 @@ def test_ties_are_broken_by_id_and_zero_scores_dropped():
     hits = index.search("alpha", k=3)
     assert [i for i, _ in hits] == [3, 5]
     assert hits[0][1] == hits[1][1] > 0
+
+
+def test_compaction_after_reload_tokenizes_only_what_it_lacks(tmp_path, monkeypatch):
+    index = BM25Index(compact_min=10_000)
+    index.build([0, 1, 2, 3], DOCS[:4])
+    index.remove([1])
+    index.save(tmp_path / "bm25")
+
+    reloaded = BM25Index(compact_min=10_000)
+    assert reloaded.load(tmp_path / "bm25")
+    reloaded.add([4, 5], DOCS[4:])
+    asked = []
+
+    def load_texts(ids):
+        asked.extend(int(i) for i in ids)
+        return [DOCS[int(i)] for i in ids]
+
+    reloaded.compact(load_texts)
+    assert asked == [0, 2, 3]  # the delta documents' tokens were cached
+    tok = TechnicalTokenizer()
+    live = [0, 2, 3, 4, 5]
+    model = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
+    model.index(tok.tokenize_many([DOCS[i] for i in live]), show_progress=False)
+    for query in QUERIES:
+        expected = {live[j]: float(s) for j, s in enumerate(model.get_scores(tok.tokenize(query) or [""])) if s > 0}
+        assert dict(reloaded.search(query, k=10)) == pytest.approx(expected, rel=1e-5)
+
+
+def test_a_damaged_save_is_reported_as_not_loaded(tmp_path):
+    index = BM25Index()
+    index.build([0, 1], DOCS[:2])
+    index.save(tmp_path / "bm25")
+    (tmp_path / "bm25" / "alive.npy").write_bytes(b"junk")
+    fresh = BM25Index()
+    assert fresh.load(tmp_path / "bm25") is False
+    assert len(fresh) == 0
+    assert BM25Index(k1=1.2).load(tmp_path / "missing") is False
