@@ -83,7 +83,7 @@ def _ingest(memory: Any, chunks: Iterable[Chunk], *, progress: bool) -> int:
     from tqdm.auto import tqdm
 
     total = 0
-    with tqdm(desc="ingesting", unit="chunk", disable=not progress, file=sys.stderr) as bar:
+    with memory.bulk(), tqdm(desc="ingesting", unit="chunk", disable=not progress, file=sys.stderr) as bar:
         for batch in _batched(chunks, _BATCH):
             memory.upsert(batch)
             total += len(batch)

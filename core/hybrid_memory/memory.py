@@ -9,6 +9,7 @@ retrieval concurrently, each restricted to those rowids, and fuses the two runs 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -106,6 +107,7 @@ class HybridMemory:
         self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hybrid-memory")
         self._dirty = False
         self._closed = False
+        self._bulk_depth = 0
         self._sync_indexes()
 
     @classmethod
@@ -299,14 +301,27 @@ class HybridMemory:
         self._sparse.remove(old_rowids)
         self._dense.remove(old_rowids)
         self._dense.add(new_rowids, vectors)
-        pending = self._sparse.delta_size + len(new_rowids)
-        if pending >= max(self._sparse.compact_min, self._sparse.compact_ratio * len(self._sparse)):
-            ids = self._store.rowids()  # a bulk load: one rebuild instead of a huge delta
-            self._sparse.build(ids, self._store.texts(ids), show_progress=self.show_progress)
-        else:
-            self._sparse.add(new_rowids, texts)
-            if self._sparse.needs_compaction():
-                self._sparse.compact(self._store.texts, show_progress=self.show_progress)
+        self._sparse.add(new_rowids, texts)
+        if not self._bulk_depth and self._sparse.needs_compaction():
+            self._sparse.compact(self._store.texts, show_progress=self.show_progress)
+
+    @contextlib.contextmanager
+    def bulk(self) -> Iterator[HybridMemory]:
+        """Defer BM25 compaction to the end of the block, for loading many batches.
+
+        Inside the block every added chunk is searchable at once (from the BM25 delta segment), but the
+        main segment is rebuilt once at the end instead of after every batch that outgrows the delta.
+        Blocks nest; the outermost one compacts.
+        """
+        with self._write_lock:
+            self._bulk_depth += 1
+        try:
+            yield self
+        finally:
+            with self._write_lock:
+                self._bulk_depth -= 1
+                if not self._bulk_depth and not self._closed and self._sparse.needs_compaction():
+                    self._sparse.compact(self._store.texts, show_progress=self.show_progress)
 
     def delete(self, chunk_ids: Iterable[str]) -> int:
         """Delete chunks by id from the store and both engines. Unknown ids are ignored.

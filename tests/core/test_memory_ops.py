@@ -121,3 +121,17 @@ def test_closed_memory_says_how_to_reopen(embedder):
     mem.close()
     with pytest.raises(InvalidRequestError, match="HybridMemory.open"):
         mem.search("x")
+
+
+def test_bulk_defers_compaction_and_keeps_everything_searchable(embedder):
+    with HybridMemory(embedder=embedder, compact_min=4, compact_ratio=0.0) as mem:
+        with mem.bulk():
+            for i in range(3):
+                mem.add([{"chunk_id": f"b{i}-{j}", "text": f"batch {i} item {j} token{i}{j}"} for j in range(3)])
+                assert mem.stats()["bm25_delta_documents"] == 3 * (i + 1)  # no merge inside the block
+            assert sparse_ids(mem, "token21") == ["b2-1"]
+        stats = mem.stats()
+        assert (stats["bm25_delta_documents"], stats["bm25_documents"]) == (0, 9)
+        assert sparse_ids(mem, "token21") == ["b2-1"]
+        mem.add([{"chunk_id": f"c{j}", "text": f"late {j}"} for j in range(4)])
+        assert mem.stats()["bm25_delta_documents"] == 0  # outside a block the threshold applies at once
