@@ -50,10 +50,10 @@ def beir_chunk_text(title: str, text: str) -> str:
 
     A blank line keeps the title a paragraph of its own for readers and splitters. For BM25 and for
     the MiniLM tokenizer it is plain white space, so scores and vectors equal those of the
-    ``title + " " + text`` convention used by BEIR baselines. If ``text`` is empty the title alone is used.
+    ``title + " " + text`` convention used by BEIR baselines. Title and text are kept as given (not
+    stripped); a white-space-only title counts as empty, and a white-space-only text gives the title alone.
     """
-    title = title.strip()
-    if not title:
+    if not title.strip():
         return text
     if not text.strip():
         return title

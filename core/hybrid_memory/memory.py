@@ -102,6 +102,7 @@ class HybridMemory:
         self._sparse = BM25Index(
             TechnicalTokenizer(), k1=k1, b=b, compact_min=compact_min, compact_ratio=compact_ratio
         )
+        self._faiss_threads = faiss_threads
         self._dense = FaissIndex(int(self.embedder.dim), omp_threads=faiss_threads)
         self._write_lock = threading.RLock()
         self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hybrid-memory")
@@ -169,7 +170,7 @@ class HybridMemory:
             if len(missing):
                 self._sparse.add(missing, self._store.texts(missing))
         if not loaded_dense:
-            self._dense = FaissIndex(self._dense.dim, omp_threads=None)
+            self._dense = FaissIndex(self._dense.dim, omp_threads=self._faiss_threads)
         live = self._dense.ids()
         self._dense.remove(np.setdiff1d(live, store_ids))
         missing = np.setdiff1d(store_ids, live)
@@ -269,7 +270,8 @@ class HybridMemory:
                 i for i, c in enumerate(items)
                 if vectors is not None or c.chunk_id not in existing or existing[c.chunk_id][1] != content_hash(c.text)
             ]
-            unchanged = [i for i in range(len(items)) if i not in set(changed)]
+            changed_set = set(changed)
+            unchanged = [i for i in range(len(items)) if i not in changed_set]
             if vectors is not None:
                 new_vectors = l2_normalize(vectors)
             else:
@@ -417,34 +419,34 @@ class HybridMemory:
         return req, allowed, req.top_k * self.candidate_multiplier
 
     def _finish(self, req: SearchRequest, sparse: list[_Hit], dense: list[_Hit]) -> SearchResponse:
-        chunks = self._store.chunks_by_rowid(sorted({i for i, _ in sparse} | {i for i, _ in dense}))
-        runs = {
-            "sparse": [chunks[i].chunk_id for i, _ in sparse if i in chunks],
-            "dense": [chunks[i].chunk_id for i, _ in dense if i in chunks],
+        # fuse on chunk ids (identity and tie-breaks by chunk_id), then load full rows for the winners only
+        chunk_ids = self._store.chunk_ids_by_rowid(sorted({i for i, _ in sparse} | {i for i, _ in dense}))
+        raw = {
+            name: {chunk_ids[i]: score for i, score in hits if i in chunk_ids}  # a row deleted meanwhile is skipped
+            for name, hits in (("sparse", sparse), ("dense", dense))
         }
         params = req.hybrid_params
         fused = reciprocal_rank_fusion(
-            runs,
+            {name: list(scores) for name, scores in raw.items()},
             {"sparse": params.sparse_weight, "dense": params.dense_weight},
             rrf_k=params.rrf_k_constant,
             top_k=req.top_k,
         )
-        by_id = {c.chunk_id: c for c in chunks.values()}
-        raw = {"sparse": {chunks[i].chunk_id: s for i, s in sparse if i in chunks},
-               "dense": {chunks[i].chunk_id: s for i, s in dense if i in chunks}}
+        rows = {c.chunk_id: c for c in self._store.get([hit.doc_id for hit in fused])}
         results = [
             SearchResult(
                 chunk_id=hit.doc_id,
                 rrf_score=hit.score,
-                text=by_id[hit.doc_id].text,
-                source=by_id[hit.doc_id].source,
-                metadata=by_id[hit.doc_id].metadata,
+                text=rows[hit.doc_id].text,
+                source=rows[hit.doc_id].source,
+                metadata=rows[hit.doc_id].metadata,
                 sparse_rank=hit.ranks.get("sparse"),
                 sparse_score=raw["sparse"].get(hit.doc_id),
                 dense_rank=hit.ranks.get("dense"),
                 dense_score=raw["dense"].get(hit.doc_id),
             )
             for hit in fused
+            if hit.doc_id in rows
         ]
         return SearchResponse(query_id=req.query_id, total_retrieved=len(results), results=results)
 

@@ -193,12 +193,9 @@ class SQLiteStore:
             out[i] = np.frombuffer(found[int(rowid)][1], dtype="<f4")
         return out
 
-    def chunks_by_rowid(self, rowids: Sequence[int]) -> dict[int, StoredChunk]:
-        """rowid -> StoredChunk for the given rowids that exist."""
-        found = self._select(
-            "rowid, chunk_id, text, source, metadata, content_hash, created_at, updated_at", rowids
-        )
-        return {rowid: _stored(row[1:]) for rowid, row in found.items()}
+    def chunk_ids_by_rowid(self, rowids: Sequence[int]) -> dict[int, str]:
+        """rowid -> chunk_id for the given rowids that exist."""
+        return {rowid: row[1] for rowid, row in self._select("rowid, chunk_id", rowids).items()}
 
     def get(self, chunk_ids: Sequence[str]) -> list[StoredChunk]:
         """Chunks in the given order; unknown ids are skipped."""
