@@ -65,6 +65,7 @@ def test_beir_chunk_text() -> None:
     assert beir_chunk_text("", "Body") == "Body"
     assert beir_chunk_text("  ", "Body") == "Body"
     assert beir_chunk_text("Title", "") == "Title"
+    assert beir_chunk_text("Title ", "Body") == "Title \n\nBody"  # kept as given, not stripped
 
 
 @pytest.mark.parametrize(
