@@ -67,6 +67,9 @@ class HybridMemory:
             fusion (default 2, as in the reference design); >= 1.
         compact_min, compact_ratio: when the BM25 delta segment is merged (see :class:`BM25Index`).
         faiss_threads: OpenMP threads for FAISS (1 is fastest for single queries; process-wide).
+        background_compaction: merge the BM25 delta in a background thread, so an add never waits for
+            a rebuild (searches keep using the old segments until the new one is swapped in); False merges
+            inside the add that crosses the threshold.
         show_progress: progress bars for embedding and index builds (off by default in library calls).
 
     Raises:
@@ -86,6 +89,7 @@ class HybridMemory:
         compact_min: int = 500,
         compact_ratio: float = 0.1,
         faiss_threads: int | None = 1,
+        background_compaction: bool = True,
         show_progress: bool = False,
     ) -> None:
         if not isinstance(candidate_multiplier, int) or candidate_multiplier < 1:
@@ -109,6 +113,7 @@ class HybridMemory:
         self._dirty = False
         self._closed = False
         self._bulk_depth = 0
+        self._background_compaction = background_compaction
         self._sync_indexes()
 
     @classmethod
@@ -304,8 +309,11 @@ class HybridMemory:
         self._dense.remove(old_rowids)
         self._dense.add(new_rowids, vectors)
         self._sparse.add(new_rowids, texts)
+        self._maybe_compact()
+
+    def _maybe_compact(self) -> None:
         if not self._bulk_depth and self._sparse.needs_compaction():
-            self._sparse.compact(self._store.texts, show_progress=self.show_progress)
+            self._sparse.compact(self._store.texts, background=self._background_compaction)
 
     @contextlib.contextmanager
     def bulk(self) -> Iterator[HybridMemory]:
@@ -323,6 +331,7 @@ class HybridMemory:
             with self._write_lock:
                 self._bulk_depth -= 1
                 if not self._bulk_depth and not self._closed and self._sparse.needs_compaction():
+                    self._sparse.wait()
                     self._sparse.compact(self._store.texts, show_progress=self.show_progress)
 
     def delete(self, chunk_ids: Iterable[str]) -> int:
@@ -337,8 +346,7 @@ class HybridMemory:
             rowids = self._store.delete(ids)
             self._sparse.remove(rowids)
             self._dense.remove(rowids)
-            if self._sparse.needs_compaction():
-                self._sparse.compact(self._store.texts, show_progress=self.show_progress)
+            self._maybe_compact()
             self._dirty = self._dirty or bool(rowids)
         return len(rowids)
 
@@ -498,12 +506,18 @@ class HybridMemory:
         return await asyncio.to_thread(self._finish, req, sparse, dense)
 
     # -- lifecycle ----------------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Wait until background index maintenance (a BM25 merge) has finished. Searches never need this:
+        they are correct during a merge; it is for benchmarks and tests that want a settled index."""
+        self._sparse.wait()
+
     def persist(self) -> None:
         """Write the derived indexes next to the store (the store itself is always durable)."""
         self._check_open()
         if self.path is None or not self._dirty:
             return
         with self._write_lock:
+            self._sparse.wait()
             self._sparse.save(self.path / "bm25")
             tmp = self.path / "dense.faiss.tmp"
             self._dense.save(tmp)
@@ -529,6 +543,7 @@ class HybridMemory:
         if self._closed:
             return
         try:
+            self._sparse.wait()
             self.persist()
         finally:
             self._closed = True

@@ -70,6 +70,8 @@ class BM25Index:
         self._lock = threading.RLock()
         self._vocab: dict[str, int] = {"": 0}  # token -> id; "" is bm25s's empty-document token
         self._tokens: dict[int, np.ndarray] = {}  # doc id -> int32 token ids, kept so compaction never re-tokenizes
+        self._compacting = False
+        self._thread: threading.Thread | None = None
         self._reset_main()
         self._reset_delta()
 
@@ -109,34 +111,53 @@ class BM25Index:
 
     # -- writes -------------------------------------------------------------------------------------
     def build(self, ids: Sequence[int], texts: Sequence[str], *, show_progress: bool = False) -> None:
-        """Replace everything by a main segment over ``texts`` (ids int64, one per text)."""
+        """Replace everything by a main segment over ``texts`` (ids int64, one per text). Synchronous."""
         ids = np.asarray(ids, dtype=np.int64)
         if len(ids) != len(texts):
             raise ValueError(f"{len(ids)} ids for {len(texts)} texts")
         tokens = self.tokenizer.tokenize_many(texts)
+        self.wait()
         with self._lock:
+            self._reset_main()
+            self._reset_delta()
             self._tokens = {int(i): self._encode(t) for i, t in zip(ids, tokens, strict=True)}
-            self._build_main(ids, show_progress=show_progress)
+            snapshot = np.sort(ids)
+            corpus = [self._tokens[int(i)].tolist() for i in snapshot]
+            segment = self._make_segment(corpus, dict(self._vocab), show_progress)
+            self._install(snapshot, corpus, segment)
 
-    def _build_main(self, ids: np.ndarray, *, show_progress: bool) -> None:
-        """Index the cached token ids of ``ids`` as the main segment; the delta becomes empty."""
+    def _make_segment(self, corpus: list[list[int]], vocab: dict[str, int], show_progress: bool):  # noqa: ANN202
+        """A bm25s index over token-id lists; pure (touches no state), so it can run without the lock."""
         import bm25s
 
-        ids = np.sort(np.asarray(ids, dtype=np.int64))
+        if not corpus:
+            return None
+        segment = bm25s.BM25(k1=self.k1, b=self.b, method="lucene")
+        # vocab is a copy: later adds grow self._vocab, and bm25s's vocabulary must match its matrix
+        segment.index((corpus, vocab), show_progress=show_progress)
+        return segment
+
+    def _install(self, snapshot: np.ndarray, corpus: list[list[int]], segment) -> None:  # noqa: ANN001
+        """Swap in a main segment built over ``snapshot`` (sorted ids); caller holds the lock.
+
+        Documents removed since the snapshot are masked; documents added since stay in the delta; delta
+        documents that the snapshot covers leave the delta.
+        """
+        # live = what the current segments serve, plus documents whose tokens are cached (remove() drops both)
+        live_now = np.union1d(self.ids(), np.fromiter(self._tokens, dtype=np.int64, count=len(self._tokens)))
+        covered = set(snapshot.tolist())
+        for doc_id in [d for d in self._delta_tf if d in covered]:
+            self._drop_from_delta(doc_id)
         self._reset_main()
-        self._reset_delta()
-        if len(ids) == 0:
+        if segment is None:
             return
-        corpus = [self._tokens[int(i)].tolist() for i in ids]
-        main = bm25s.BM25(k1=self.k1, b=self.b, method="lucene")
-        # a copy: later adds grow self._vocab, and bm25s's vocabulary must match its matrix
-        main.index((corpus, dict(self._vocab)), show_progress=show_progress)
-        self._main = main
-        self._main_ids = ids
-        self._main_alive = np.ones(len(ids), dtype=np.float32)
-        self._main_df = np.diff(np.asarray(main.scores["indptr"], dtype=np.int64))
+        self._main = segment
+        self._main_ids = snapshot
+        self._main_alive = np.isin(snapshot, live_now).astype(np.float32)
+        self._main_dead = int((self._main_alive == 0).sum())
+        self._main_df = np.diff(np.asarray(segment.scores["indptr"], dtype=np.int64))
         self._main_total_len = float(sum(len(doc) for doc in corpus))
-        logger.debug("built BM25 main segment over %d documents", len(ids))
+        logger.debug("installed BM25 main segment over %d documents", len(snapshot))
 
     def add(self, ids: Sequence[int], texts: Sequence[str]) -> None:
         """Add documents to the delta segment (ids must be new)."""
@@ -157,39 +178,94 @@ class BM25Index:
         with self._lock:
             for doc_id in (int(i) for i in ids):
                 self._tokens.pop(doc_id, None)
-                tf = self._delta_tf.pop(doc_id, None)
-                if tf is not None:
-                    self._delta_total_len -= self._delta_len.pop(doc_id)
-                    for token in tf:
-                        posting = self._postings[token]
-                        del posting[doc_id]
-                        if not posting:
-                            del self._postings[token]
+                if self._drop_from_delta(doc_id):
                     continue
                 pos = int(np.searchsorted(self._main_ids, doc_id))
                 if pos < len(self._main_ids) and self._main_ids[pos] == doc_id and self._main_alive[pos] > 0:
                     self._main_alive[pos] = 0.0
                     self._main_dead += 1
 
+    def _drop_from_delta(self, doc_id: int) -> bool:
+        tf = self._delta_tf.pop(doc_id, None)
+        if tf is None:
+            return False
+        self._delta_total_len -= self._delta_len.pop(doc_id)
+        for token in tf:
+            posting = self._postings[token]
+            del posting[doc_id]
+            if not posting:
+                del self._postings[token]
+        return True
+
     def needs_compaction(self) -> bool:
         """True when the delta and removed documents outgrow ``max(compact_min, compact_ratio × main)``."""
         pending = len(self._delta_tf) + self._main_dead
         return pending >= max(self.compact_min, self.compact_ratio * len(self._main_ids))
 
-    def compact(self, load_texts: Callable[[np.ndarray], list[str]], *, show_progress: bool = False) -> None:
-        """Rebuild one main segment from the live documents.
+    def compact(
+        self,
+        load_texts: Callable[[np.ndarray], list[str]],
+        *,
+        show_progress: bool = False,
+        background: bool = False,
+    ) -> bool:
+        """Merge the delta and drop removed documents: one new main segment over the live documents.
 
-        Tokens are cached per document, so only documents whose tokens are unknown (a main segment loaded
-        from disk) are tokenized again, from ``load_texts(ids) -> texts``.
+        The bm25s build runs without the lock, so searches and writes go on meanwhile (they see the old
+        segments); the new segment is swapped in atomically, keeping what changed during the build.
+        Tokens are cached per document: only documents of a segment loaded from disk are tokenized again,
+        from ``load_texts(ids) -> texts``.
+
+        Args:
+            background: run in a daemon thread and return at once (see :meth:`wait`).
+
+        Returns:
+            False when a compaction is already running (nothing started), else True.
         """
         with self._lock:
-            ids = self.ids()
-            unknown = np.array([i for i in ids if int(i) not in self._tokens], dtype=np.int64)
+            if self._compacting:
+                return False
+            self._compacting = True
+        if not background:
+            self._compact(load_texts, show_progress)
+            return True
+        self._thread = threading.Thread(
+            target=self._compact, args=(load_texts, show_progress), name="bm25-compaction", daemon=True
+        )
+        self._thread.start()
+        return True
+
+    def _compact(self, load_texts: Callable[[np.ndarray], list[str]], show_progress: bool) -> None:
+        try:
+            with self._lock:
+                snapshot = self.ids()
+                unknown = np.array([i for i in snapshot.tolist() if i not in self._tokens], dtype=np.int64)
+            extra: dict[int, list[str]] = {}
             if len(unknown):
-                for doc_id, tokens in zip(unknown, self.tokenizer.tokenize_many(load_texts(unknown)), strict=True):
-                    self._tokens[int(doc_id)] = self._encode(tokens)
-            logger.info("compacting BM25 index: %d documents (%d in delta)", len(ids), len(self._delta_tf))
-            self._build_main(ids, show_progress=show_progress)
+                extra = dict(zip(unknown.tolist(), self.tokenizer.tokenize_many(load_texts(unknown)), strict=True))
+            with self._lock:
+                for doc_id, tokens in extra.items():
+                    self._tokens[doc_id] = self._encode(tokens)
+                missing = [i for i in snapshot.tolist() if i not in self._tokens]  # removed meanwhile
+                if missing:
+                    snapshot = np.setdiff1d(snapshot, np.array(missing, dtype=np.int64))
+                corpus = [self._tokens[i].tolist() for i in snapshot.tolist()]
+                vocab = dict(self._vocab)
+                logger.info("compacting BM25 index: %d documents (%d in delta)", len(snapshot), len(self._delta_tf))
+            segment = self._make_segment(corpus, vocab, show_progress)
+            with self._lock:
+                self._install(snapshot, corpus, segment)
+        except Exception:  # pragma: no cover - logged; the old segments stay in service
+            logger.exception("BM25 compaction failed; the index keeps serving from its current segments")
+        finally:
+            with self._lock:
+                self._compacting = False
+
+    def wait(self) -> None:
+        """Block until a background compaction (if any) has finished."""
+        thread = self._thread
+        if thread is not None:
+            thread.join()
 
     # -- search -------------------------------------------------------------------------------------
     def search(self, query: str, k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
@@ -293,6 +369,7 @@ class BM25Index:
         import bm25s
 
         directory = Path(directory)
+        self.wait()
         if not (directory / "manifest.json").exists():
             return False
         try:

@@ -134,4 +134,21 @@ def test_bulk_defers_compaction_and_keeps_everything_searchable(embedder):
         assert (stats["bm25_delta_documents"], stats["bm25_documents"]) == (0, 9)
         assert sparse_ids(mem, "token21") == ["b2-1"]
         mem.add([{"chunk_id": f"c{j}", "text": f"late {j}"} for j in range(4)])
+        mem.flush()
         assert mem.stats()["bm25_delta_documents"] == 0  # outside a block the threshold applies at once
+
+
+def test_many_single_adds_with_background_merges_stay_correct(embedder):
+    with HybridMemory(embedder=embedder, compact_min=5, compact_ratio=0.2) as mem:
+        for i in range(40):
+            mem.add([{"chunk_id": f"n{i:02d}", "text": f"note {i} mentions code ERR{i:02d}"}])
+            assert sparse_ids(mem, f"ERR{i:02d}", top_k=1) == [f"n{i:02d}"]  # searchable right after add
+            if i % 7 == 0:
+                mem.delete([f"n{i:02d}"])
+        mem.flush()
+        assert mem.count() == 34
+        assert mem.stats()["bm25_documents"] == 34
+        assert sparse_ids(mem, "ERR07") == []
+        assert sorted(sparse_ids(mem, "note mentions code", top_k=50)) == sorted(
+            f"n{i:02d}" for i in range(40) if i % 7
+        )

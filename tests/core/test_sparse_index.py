@@ -116,3 +116,34 @@ def test_a_damaged_save_is_reported_as_not_loaded(tmp_path):
     assert fresh.load(tmp_path / "bm25") is False
     assert len(fresh) == 0
     assert BM25Index(k1=1.2).load(tmp_path / "missing") is False
+
+
+def test_background_compaction_keeps_changes_made_during_the_build():
+    import threading
+
+    index = BM25Index(compact_min=10_000)
+    index.build([0, 1], DOCS[:2])
+    index.add([2, 3], DOCS[2:4])
+    started, release = threading.Event(), threading.Event()
+    real_make = index._make_segment
+
+    def slow_make(*args):
+        started.set()
+        release.wait(5)
+        return real_make(*args)
+
+    index._make_segment = slow_make
+    assert index.compact(lambda ids: [DOCS[i] for i in ids], background=True)
+    assert started.wait(5)
+    assert not index.compact(lambda ids: [DOCS[i] for i in ids], background=True)  # one at a time
+    # while the new segment is being built: searches are served, writes go on
+    assert {i for i, _ in index.search("connection", k=10)} == {0, 2}
+    index.remove([0, 3])  # one from the old main, one from the delta, both in the snapshot
+    index.add([4, 5], DOCS[4:6])  # after the snapshot
+    release.set()
+    index.wait()
+    assert index.delta_size == 2  # 4 and 5 stay in the delta
+    assert sorted(index.ids().tolist()) == [1, 2, 4, 5]
+    got = {i for i, _ in index.search("connection pool reset postgres billing getUserById", k=10)}
+    assert got == {1, 2, 4, 5}
+    assert 0 not in got and 3 not in got
