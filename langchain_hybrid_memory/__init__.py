@@ -18,9 +18,22 @@ from .embeddings import LangChainEmbedder, as_core_embedder
 from .retrievers import HybridMemoryRetriever, document_to_chunk, result_to_document
 
 __all__ = [
+    "GlobalGraphRetriever",
+    "hit_to_document",
     "HybridMemoryRetriever",
     "LangChainEmbedder",
     "as_core_embedder",
     "document_to_chunk",
     "result_to_document",
 ]
+
+_GRAPH_NAMES = ('GlobalGraphRetriever', 'hit_to_document')
+
+
+def __getattr__(name: str) -> object:
+    """Load the global-question retriever lazily: it needs the graph extra, the local retriever does not."""
+    if name in _GRAPH_NAMES:
+        from . import graph
+
+        return getattr(graph, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,6 +18,8 @@ from .filters import to_core_filter
 from .retrievers import HybridMemoryRetriever, node_to_chunk, result_to_node
 
 __all__ = [
+    "GlobalGraphRetriever",
+    "hit_to_node",
     "HybridMemoryRetriever",
     "LlamaIndexEmbedder",
     "as_core_embedder",
@@ -25,3 +27,14 @@ __all__ = [
     "result_to_node",
     "to_core_filter",
 ]
+
+_GRAPH_NAMES = ('GlobalGraphRetriever', 'hit_to_node')
+
+
+def __getattr__(name: str) -> object:
+    """Load the global-question retriever lazily: it needs the graph extra, the local retriever does not."""
+    if name in _GRAPH_NAMES:
+        from . import graph
+
+        return getattr(graph, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,6 +13,8 @@ pytest.importorskip("langchain_core")
 import langchain_hybrid_memory  # noqa: E402
 
 EXPECTED_ALL = [
+    "GlobalGraphRetriever",
+    "hit_to_document",
     "HybridMemoryRetriever",
     "LangChainEmbedder",
     "as_core_embedder",

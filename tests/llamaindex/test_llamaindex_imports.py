@@ -13,6 +13,8 @@ pytest.importorskip("llama_index.core")
 import llamaindex_hybrid_memory  # noqa: E402
 
 EXPECTED_ALL = [
+    "GlobalGraphRetriever",
+    "hit_to_node",
     "HybridMemoryRetriever",
     "LlamaIndexEmbedder",
     "as_core_embedder",

@@ -1,0 +1,152 @@
+"""``hybrid-memory graph build | ask | show | export``: the GraphRAG commands (argparse).
+
+``register(subparsers)`` adds the ``graph`` command to the main parser; every handler takes the parsed args
+(``args.memory`` = memory directory), prints JSON on stdout (``show --text`` prints a table) and returns the exit
+code. The graph lives in ``<memory>/graph/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .errors import GraphStateError
+
+__all__ = ["register"]
+
+
+def _open_memory(args: argparse.Namespace) -> Any:
+    from hybrid_memory import HashingEmbedder, HybridMemory
+
+    embedder = HashingEmbedder(args.hashing_dim) if getattr(args, "hashing_dim", None) else None
+    if not Path(args.memory).is_dir():
+        raise GraphStateError(f"no memory at {args.memory}; create it with `hybrid-memory ingest`")
+    return HybridMemory(args.memory, embedder=embedder)
+
+
+def _load(args: argparse.Namespace, **kwargs: Any) -> Any:
+    from .index import GraphIndex
+
+    path = Path(args.memory) / "graph"
+    if not (path / "manifest.json").is_file():
+        raise GraphStateError(f"no graph in {path}; run `hybrid-memory graph build --memory {args.memory}` first")
+    return GraphIndex.load(path, **kwargs)
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from .index import GraphIndex
+    from .patterns import OfflineExtractor
+
+    with _open_memory(args) as memory:
+        if args.rebuild or not (Path(args.memory) / "graph" / "manifest.json").is_file():
+            index = GraphIndex(
+                extractor=OfflineExtractor(proper_nouns=not args.technical),
+                max_cluster_size=args.max_cluster_size,
+                seed=args.seed,
+                embedder=memory.embedder,
+                path=Path(args.memory) / "graph",
+            )
+        else:  # incremental: only what changed since the last build
+            index = GraphIndex.open(memory)
+        stats = index.refresh(memory)
+    print(json.dumps({"refresh": stats.model_dump(mode="json"), "graph": index.stats()}, indent=2))
+    return 0
+
+
+def _cmd_ask(args: argparse.Namespace) -> int:
+    with _open_memory(args) as memory:
+        index = _load(args, embedder=memory.embedder)
+        answer = index.ask(args.question, token_budget=args.token_budget, level=args.level)
+    if args.text:
+        print(answer.answer)
+        t = answer.tokens
+        print(f"\n[{len(answer.search.hits)} reports, {t.report_tokens} tokens, standing for {t.source_chunks} "
+              f"chunks of {t.source_chunk_tokens} tokens ({t.tokenizer})]", file=sys.stderr)
+    else:
+        print(answer.model_dump_json(indent=2))
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    index = _load(args)
+    largest = sorted(index.communities.values(), key=lambda c: (-len(c.entities), c.level, c.community_id))
+    rows = []
+    for community in largest[: args.top]:
+        report = index.reports.get(community.community_id)
+        rows.append({
+            "community_id": community.community_id,
+            "level": community.level,
+            "entities": len(community.entities),
+            "chunks": len(community.chunk_ids),
+            "title": report.title if report else "",
+            "rating": report.rating if report else None,
+        })
+    stats = index.stats()
+    if args.text:
+        print(f"entities {stats['entities']}, edges {stats['edges']}, coverage {stats['coverage']:.0%}")
+        for level, count in stats["communities_per_level"].items():
+            print(f"level {level}: {count} communities")
+        for row in rows:
+            print(f"{row['community_id']:>10}  {row['entities']:>5} entities  {row['chunks']:>5} chunks  "
+                  f"{row['title']}")
+    else:
+        print(json.dumps({"graph": stats, "largest_communities": rows}, indent=2, ensure_ascii=False))
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from .export import export_graphml, export_html
+
+    index = _load(args)
+    fmt = args.format or ("html" if str(args.output).endswith((".html", ".htm")) else "graphml")
+    if fmt == "html":
+        path = export_html(index, args.output, level=args.level)
+    else:
+        path = export_graphml(index, args.output)
+    print(json.dumps({"written": str(path), "format": fmt}))
+    return 0
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``graph`` (with build, ask, show, export) to the main parser's subparsers; returns its parser."""
+    graph = subparsers.add_parser("graph", help="GraphRAG: entity graph, communities, reports, global answers")
+    sub = graph.add_subparsers(dest="graph_command", required=True)
+
+    def memory_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--memory", required=True, help="memory directory (the graph is kept in MEMORY/graph)")
+        p.add_argument("--hashing-dim", type=int, default=None,
+                       help="open the memory with the HashingEmbedder of this dimension (tests, demos)")
+
+    build = sub.add_parser("build", help="extract entities, cluster, write reports (incremental after the first)")
+    memory_args(build)
+    build.add_argument("--max-cluster-size", type=int, default=10, help="split communities above this size (10)")
+    build.add_argument("--seed", type=int, default=42, help="Leiden seed (42)")
+    build.add_argument("--technical", action="store_true",
+                       help="offline extractor without capitalised proper nouns (logs, code)")
+    build.add_argument("--rebuild", action="store_true", help="start from scratch instead of refreshing")
+    build.set_defaults(func=_cmd_build)
+
+    ask = sub.add_parser("ask", help="answer a question about the whole memory from community reports")
+    ask.add_argument("question")
+    memory_args(ask)
+    ask.add_argument("--token-budget", type=int, default=2000, help="tokens of reports to use (2000)")
+    ask.add_argument("--level", type=int, default=None, help="only reports of this community level")
+    ask.add_argument("--text", action="store_true", help="print the answer text instead of JSON")
+    ask.set_defaults(func=_cmd_ask)
+
+    show = sub.add_parser("show", help="counts per level and the largest communities")
+    memory_args(show)
+    show.add_argument("--top", type=int, default=10, help="how many communities to list (10)")
+    show.add_argument("--text", action="store_true", help="a plain table instead of JSON")
+    show.set_defaults(func=_cmd_show)
+
+    export = sub.add_parser("export", help="write the graph as GraphML or an interactive HTML page")
+    memory_args(export)
+    export.add_argument("--output", "-o", required=True, help="file to write (.graphml or .html)")
+    export.add_argument("--format", choices=("graphml", "html"), default=None, help="default: from the extension")
+    export.add_argument("--level", type=int, default=0, help="community level that colours the HTML nodes (0)")
+    export.set_defaults(func=_cmd_export)
+    return graph

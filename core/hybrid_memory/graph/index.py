@@ -1,0 +1,433 @@
+"""``GraphIndex``: the stateful GraphRAG layer over a ``HybridMemory``.
+
+State: per-chunk extractions (the source of truth), the entity multigraph derived from them, hierarchical
+communities, community reports, and failed extractions. ``refresh(memory)`` diffs ``memory.chunk_hashes()`` against
+the hashes it processed last, so it works across processes without callbacks: only added, changed and previously
+failed chunks are extracted, the graph is updated incrementally, communities are re-clustered (each connected
+component separately, so an edit elsewhere never moves a community), and only the communities whose content
+fingerprint has no report yet are summarised.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from .build import build_graph, update_graph
+from .communities import describe_communities, hierarchical_leiden
+from .errors import GraphStateError
+from .extract import Extractor
+from .llm import as_llm_callable
+from .models import (
+    ChunkExtraction,
+    Community,
+    CommunityReport,
+    ExtractionFailure,
+    GlobalAnswer,
+    GlobalSearchResult,
+    RefreshStats,
+)
+from .patterns import OfflineExtractor
+from .reports import CommunityContext, ExtractiveSummarizer, Summarizer, sort_for_summarising
+from .search import NO_DATA_ANSWER, ReportRanker, account_tokens, map_reduce_answer, select_reports
+from .tokens import count_tokens
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["GraphIndex"]
+
+_FETCH_BATCH = 256
+_CONTEXT_ENTITIES = 20
+_CONTEXT_CHUNKS = 50
+
+
+class GraphIndex:
+    """Entity graph, hierarchical Leiden communities and community reports over one memory.
+
+    Args:
+        extractor: an ``Extractor``; default ``OfflineExtractor()`` (no model).
+        summarizer: a ``Summarizer``; default ``ExtractiveSummarizer()`` (no model).
+        max_cluster_size: communities larger than this are split again at the next level (default 10).
+        seed: Leiden seed (default 42); the same seed and graph give the same communities.
+        embedder: embedder for ranking reports (``hybrid_memory.Embedder``); default the memory's embedder.
+        path: folder ``refresh``/``build`` save to (default ``<memory.path>/graph`` for persisted memories).
+
+    Raises ValueError for max_cluster_size < 1.
+    """
+
+    def __init__(
+        self,
+        *,
+        extractor: Extractor | None = None,
+        summarizer: Summarizer | None = None,
+        max_cluster_size: int = 10,
+        seed: int = 42,
+        embedder: Any = None,
+        path: str | Path | None = None,
+    ):
+        if not isinstance(max_cluster_size, int) or max_cluster_size < 1:
+            raise ValueError(f"max_cluster_size must be an int >= 1, got {max_cluster_size!r}")
+        self.extractor: Extractor = extractor if extractor is not None else OfflineExtractor()
+        self.summarizer: Summarizer = summarizer if summarizer is not None else ExtractiveSummarizer()
+        self.max_cluster_size = max_cluster_size
+        self.seed = int(seed)
+        self.embedder = embedder
+        self.path = Path(path) if path is not None else None
+        self.graph: nx.MultiDiGraph = nx.MultiDiGraph()
+        self.extractions: dict[str, ChunkExtraction] = {}
+        self.failures: dict[str, ExtractionFailure] = {}
+        self.communities: dict[str, Community] = {}
+        self.reports: dict[str, CommunityReport] = {}
+        self._ranker: ReportRanker | None = None
+        self._report_vectors: dict[str, Any] = {}  # report text -> embedding, for the current embedder
+        self._report_vectors_for: str | None = None  # name of that embedder
+
+    # -- construction ---------------------------------------------------------------------------------
+    @classmethod
+    def build(cls, memory: Any, *, save: bool = True, **kwargs: Any) -> GraphIndex:
+        """New index over every chunk of ``memory``, summarised, and saved under ``<memory.path>/graph`` when the
+        memory is persisted and ``save`` is true. Keyword arguments as for the constructor."""
+        if kwargs.get("path") is None and getattr(memory, "path", None) is not None:
+            kwargs["path"] = Path(memory.path) / "graph"
+        index = cls(**kwargs)
+        index.refresh(memory, save=save)
+        return index
+
+    @classmethod
+    def open(cls, memory: Any, **kwargs: Any) -> GraphIndex:
+        """The index saved under ``<memory.path>/graph`` (``load``), or a new empty one; call ``refresh`` next.
+        Keyword arguments as for ``load``/the constructor."""
+        path = Path(memory.path) / "graph" if getattr(memory, "path", None) is not None else None
+        kwargs.setdefault("embedder", getattr(memory, "embedder", None))
+        if path is not None and (path / "manifest.json").is_file():
+            return cls.load(path, **kwargs)
+        return cls(path=path, **kwargs)
+
+    # -- change tracking ------------------------------------------------------------------------------
+    def processed_hashes(self) -> dict[str, str]:
+        """chunk_id -> content hash of every chunk processed (extracted or failed)."""
+        out = {cid: f.content_hash for cid, f in self.failures.items()}
+        out.update({cid: e.content_hash for cid, e in self.extractions.items()})
+        return out
+
+    def sync(self, memory: Any, *, only: set[str] | None = None) -> RefreshStats:
+        """Bring the graph and communities up to date with ``memory``; no summarising (see ``stale_communities``).
+
+        Extracts added, changed and previously failed chunks (``only`` restricts extraction to those ids),
+        removes deleted ones, updates the graph incrementally and re-clusters. Extraction errors are recorded in
+        ``failures`` (chunk id, error, attempts), never dropped.
+        """
+        started = time.perf_counter()
+        if getattr(memory, "embedder", None) is not None and self.embedder is None:
+            self.embedder = memory.embedder
+        current: Mapping[str, str] = memory.chunk_hashes()
+        stats = RefreshStats()
+        stats.deleted = sorted(c for c in self.processed_hashes() if c not in current)
+        stats.added = sorted(c for c in current if c not in self.extractions and c not in self.failures)
+        stats.changed = sorted(
+            c for c, h in current.items() if c in self.extractions and self.extractions[c].content_hash != h
+        )
+        stats.changed += sorted(c for c, f in self.failures.items() if c in current and f.content_hash != current[c])
+        stats.changed.sort()
+        stats.retried = sorted(c for c, f in self.failures.items() if c in current and f.content_hash == current[c])
+        if only is not None:  # the others stay pending for the next sync
+            stats.added, stats.changed, stats.retried = (
+                [c for c in ids if c in only] for ids in (stats.added, stats.changed, stats.retried)
+            )
+        todo = stats.added + stats.changed + stats.retried
+        before = dict(self.extractions)
+        after = dict(self.extractions)
+        for cid in stats.deleted:
+            after.pop(cid, None)
+            self.failures.pop(cid, None)
+        for chunk in self._fetch(memory, sorted(todo)):
+            extraction = self._extract(chunk)
+            if extraction is None:
+                after.pop(chunk.chunk_id, None)
+                stats.failed.append(chunk.chunk_id)
+            else:
+                after[chunk.chunk_id] = extraction
+                self.failures.pop(chunk.chunk_id, None)
+        touched = set(stats.deleted) | set(todo)
+        update_graph(self.graph, before, after, touched)
+        self.extractions = after
+        if touched or (self.graph.number_of_nodes() and not self.communities):
+            self._recluster()  # an unchanged graph keeps its communities (same seed, same result)
+        stats.stale = self.stale_communities()
+        stats.seconds = time.perf_counter() - started
+        logger.info(
+            "graph sync: +%d ~%d -%d chunks, %d failed, %d entities, %d edges, %d communities, %d stale",
+            len(stats.added), len(stats.changed), len(stats.deleted), len(stats.failed),
+            self.graph.number_of_nodes(), self.graph.number_of_edges(), len(self.communities), len(stats.stale),
+        )
+        return stats
+
+    def _fetch(self, memory: Any, chunk_ids: list[str]):
+        for i in range(0, len(chunk_ids), _FETCH_BATCH):
+            yield from memory.get(chunk_ids[i : i + _FETCH_BATCH])
+
+    def _extract(self, chunk: Any) -> ChunkExtraction | None:
+        calls_before = getattr(self.extractor, "calls", None)
+        try:
+            entities, relations = self.extractor.extract(chunk.text)
+        except Exception as exc:  # recorded and retried, never dropped: a model may fail in any way
+            attempts = getattr(exc, "attempts", None)
+            if attempts is None and calls_before is not None:
+                attempts = getattr(self.extractor, "calls", calls_before) - calls_before
+            self.failures[chunk.chunk_id] = ExtractionFailure(
+                chunk_id=chunk.chunk_id,
+                content_hash=chunk.content_hash,
+                error=f"{type(exc).__name__}: {exc}",
+                attempts=int(attempts or 1),
+                failed_at=time.time(),
+            )
+            logger.warning("extraction failed for chunk %s: %s", chunk.chunk_id, exc)
+            return None
+        return ChunkExtraction(
+            chunk_id=chunk.chunk_id,
+            content_hash=chunk.content_hash,
+            tokens=count_tokens(chunk.text),
+            entities=entities,
+            relations=relations,
+        )
+
+    def _recluster(self) -> None:
+        communities = hierarchical_leiden(self.graph, max_cluster_size=self.max_cluster_size, seed=self.seed)
+        hashes = {cid: e.content_hash for cid, e in self.extractions.items()}
+        describe_communities(self.graph, communities, hashes)
+        by_fingerprint = {r.fingerprint: r for r in self.reports.values() if r.status == "ok"}
+        failed = {r.community_id: r for r in self.reports.values() if r.status == "failed"}
+        self.communities = {c.community_id: c for c in communities}
+        reports: dict[str, CommunityReport] = {}
+        for community in communities:
+            report = by_fingerprint.get(community.fingerprint)
+            if report is not None:  # same content: keep the report, follow the community's new id
+                reports[community.community_id] = report.model_copy(
+                    update={"community_id": community.community_id, "level": community.level}
+                )
+            elif (old := failed.get(community.community_id)) is not None and old.fingerprint == community.fingerprint:
+                reports[community.community_id] = old
+        self.reports = reports
+        self._ranker = None
+
+    def stale_communities(self) -> list[str]:
+        """Ids of the communities whose report is missing, failed or written from other content, sorted."""
+        return sorted(
+            cid
+            for cid, c in self.communities.items()
+            if cid not in self.reports
+            or self.reports[cid].status != "ok"
+            or self.reports[cid].fingerprint != c.fingerprint
+        )
+
+    def summarize_stale(self, memory: Any) -> tuple[int, list[str]]:
+        """Summarise exactly the stale communities, deepest level first (children before parents).
+
+        Returns (summariser calls, ids of the communities whose report failed). A failed report is kept with
+        ``status="failed"`` and the error, and stays stale for the next refresh.
+        """
+        stale = [self.communities[cid] for cid in self.stale_communities()]
+        calls = 0
+        failed: list[str] = []
+        for community in sort_for_summarising(stale):
+            context = self._context(memory, community)
+            calls += 1
+            try:
+                report = self.summarizer.summarize(context)
+            except Exception as exc:  # recorded as a failed report, retried by the next refresh
+                logger.warning("report failed for community %s: %s", community.community_id, exc)
+                report = CommunityReport(
+                    community_id=community.community_id,
+                    level=community.level,
+                    method="llm" if getattr(self.summarizer, "name", "") == "llm" else "extractive",
+                    status="failed",
+                    error=f"{type(exc).__name__}: {exc}",
+                    fingerprint=community.fingerprint,
+                    chunk_ids=list(community.chunk_ids),
+                )
+                failed.append(community.community_id)
+            self.reports[community.community_id] = report
+        self._ranker = None
+        return calls, sorted(failed)
+
+    def _context(self, memory: Any, community: Community) -> CommunityContext:
+        sub = self.graph.subgraph(community.entities)
+        degree = dict(sub.degree(weight="weight"))
+        central = sorted(community.entities, key=lambda n: (-degree.get(n, 0.0), n))[:_CONTEXT_ENTITIES]
+        support: dict[str, int] = {}
+        for n in central:
+            for cid in self.graph.nodes[n].get("chunk_ids", []):
+                support[cid] = support.get(cid, 0) + 1
+        chunk_ids = sorted(support, key=lambda c: (-support[c], c))[:_CONTEXT_CHUNKS]
+        chunks = {c.chunk_id: c.text for c in self._fetch(memory, sorted(chunk_ids))}
+        children = [self.reports[c] for c in community.children if c in self.reports]
+        return CommunityContext(community=community, graph=sub, chunks=chunks, child_reports=children)
+
+    def refresh(self, memory: Any, *, save: bool = True) -> RefreshStats:
+        """``sync`` then ``summarize_stale``; saves to ``self.path`` when set and ``save`` is true.
+
+        Summariser calls == number of stale communities (``stats.summarised``).
+        """
+        started = time.perf_counter()
+        stats = self.sync(memory)
+        stats.summarised, stats.failed_reports = self.summarize_stale(memory)
+        if save and self.path is not None:
+            self.prepare_search()  # embed new reports now, so the saved index answers without re-embedding
+            self.save(self.path)
+        stats.seconds = time.perf_counter() - started
+        return stats
+
+    def retry_failed(self, memory: Any, *, save: bool = True) -> RefreshStats:
+        """Retry only the failed extractions (and re-summarise what they change, plus failed reports)."""
+        started = time.perf_counter()
+        stats = self.sync(memory, only=set(self.failures))
+        stats.summarised, stats.failed_reports = self.summarize_stale(memory)
+        if save and self.path is not None:
+            self.prepare_search()  # embed new reports now, so the saved index answers without re-embedding
+            self.save(self.path)
+        stats.seconds = time.perf_counter() - started
+        return stats
+
+    # -- queries --------------------------------------------------------------------------------------
+    def _get_ranker(self) -> ReportRanker:
+        if self._ranker is None:
+            embedder = self.embedder
+            if embedder is None:
+                from hybrid_memory import HashingEmbedder
+
+                logger.info("no embedder given: ranking reports with HashingEmbedder(dim=256)")
+                embedder = self.embedder = HashingEmbedder(256)
+            if self._report_vectors_for != getattr(embedder, "name", None):
+                self._report_vectors = {}
+                self._report_vectors_for = getattr(embedder, "name", None)
+            live = {r.text() for r in self.reports.values()}
+            self._report_vectors = {t: v for t, v in self._report_vectors.items() if t in live}
+            self._ranker = ReportRanker(self.reports.values(), embedder, vector_cache=self._report_vectors)
+        return self._ranker
+
+    def prepare_search(self) -> int:
+        """Build the hybrid index over the reports now (embedding only reports not embedded before) rather than
+        at the next ``global_search``. Returns the number of reports indexed."""
+        return self._get_ranker().size
+
+    def global_search(
+        self,
+        question: str,
+        *,
+        token_budget: int = 2000,
+        level: int | None = None,
+        max_reports: int | None = None,
+        min_dense_score: float = 0.3,
+        dedupe_hierarchy: bool = True,
+    ) -> GlobalSearchResult:
+        """Community reports for a question about the whole memory, best first, fitting ``token_budget`` tokens.
+
+        Reports are ranked by hybrid search (BM25 + dense, RRF) over their text; irrelevant ones (no question
+        term and dense score < ``min_dense_score``) are dropped; with ``dedupe_hierarchy`` a report whose ancestor
+        or descendant is already chosen is skipped. ``no_relevant_reports`` is true when none is left.
+        Raises ValueError for an empty question or token_budget < 1.
+        """
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError("question must be a non-empty string")
+        if token_budget < 1:
+            raise ValueError(f"token_budget must be >= 1 token, got {token_budget}")
+        chunk_tokens = {cid: e.tokens for cid, e in self.extractions.items()}
+        ranked = self._get_ranker().rank(question, level=level)
+        parents = {cid: c.parent for cid, c in self.communities.items()} if dedupe_hierarchy else None
+        hits = select_reports(
+            ranked, self.reports, token_budget=token_budget, parents=parents, min_dense_score=min_dense_score,
+            max_reports=max_reports,
+        )
+        return GlobalSearchResult(
+            question=question,
+            hits=hits,
+            no_relevant_reports=not hits,
+            token_budget=token_budget,
+            tokens=account_tokens(hits, chunk_tokens),
+        )
+
+    def ask(
+        self,
+        question: str,
+        llm: Any = None,
+        *,
+        token_budget: int = 2000,
+        level: int | None = None,
+        max_calls: int = 8,
+        max_llm_tokens: int = 32000,
+        map_context_tokens: int = 3000,
+        reduce_context_tokens: int = 3000,
+    ) -> GlobalAnswer:
+        """Answer a global question. With ``llm`` (a chat model or ``prompt -> str``): map-reduce over the chosen
+        reports under ``max_calls`` calls and ``max_llm_tokens`` prompt tokens (see ``search.map_reduce_answer``).
+        Without: the chosen reports' text. Either way, when no report is relevant the answer says so
+        (``no_data``) and no model is called."""
+        search = self.global_search(question, token_budget=token_budget, level=level)
+        chunk_tokens = {cid: e.tokens for cid, e in self.extractions.items()}
+        if search.no_relevant_reports:
+            return GlobalAnswer(question=question, answer=NO_DATA_ANSWER, no_data=True, search=search,
+                                tokens=search.tokens)
+        if llm is None:
+            answer = "\n\n".join(f"[{h.community_id}] {h.text}" for h in search.hits)
+            return GlobalAnswer(question=question, answer=answer, search=search, tokens=search.tokens)
+        return map_reduce_answer(
+            search, as_llm_callable(llm), chunk_tokens, max_calls=max_calls, max_llm_tokens=max_llm_tokens,
+            map_context_tokens=map_context_tokens, reduce_context_tokens=reduce_context_tokens,
+        )
+
+    # -- inspection -----------------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """Counts: entities, edges, communities per level, coverage (share of entities in a level-0
+        community, 0-1), reports ok/failed, failed extractions."""
+        per_level: dict[int, int] = {}
+        for c in self.communities.values():
+            per_level[c.level] = per_level.get(c.level, 0) + 1
+        covered = {n for c in self.communities.values() if c.level == 0 for n in c.entities}
+        n = self.graph.number_of_nodes()
+        return {
+            "chunks": len(self.extractions),
+            "entities": n,
+            "edges": self.graph.number_of_edges(),
+            "communities_per_level": dict(sorted(per_level.items())),
+            "coverage": (len(covered & set(self.graph.nodes)) / n) if n else 1.0,
+            "reports_ok": sum(r.status == "ok" for r in self.reports.values()),
+            "reports_failed": sum(r.status == "failed" for r in self.reports.values()),
+            "failed_extractions": len(self.failures),
+            "stale": len(self.stale_communities()),
+        }
+
+    def rebuild_graph(self) -> None:
+        """Recompute the graph from the saved extractions (the source of truth) and re-cluster."""
+        self.graph = build_graph(self.extractions)
+        self._recluster()
+
+    # -- persistence ----------------------------------------------------------------------------------
+    def save(self, path: str | Path | None = None) -> Path:
+        """Write the index to ``path`` (default ``self.path``) as JSON + GraphML (see ``store.save_index``).
+        Raises GraphStateError when there is no path."""
+        from .store import save_index
+
+        target = Path(path) if path is not None else self.path
+        if target is None:
+            raise GraphStateError("no path to save to: pass save(path) or build from a persisted memory")
+        save_index(self, target)
+        return target
+
+    @classmethod
+    def load(cls, path: str | Path, **kwargs: Any) -> GraphIndex:
+        """Reopen an index written by ``save``. Keyword arguments as for the constructor (extractor, summarizer,
+        embedder); max_cluster_size and seed come from the manifest unless given. Raises GraphFormatError."""
+        from .store import load_index
+
+        return load_index(cls, Path(path), **kwargs)
+
+    def __repr__(self) -> str:
+        return (
+            f"GraphIndex(entities={self.graph.number_of_nodes()}, edges={self.graph.number_of_edges()}, "
+            f"communities={len(self.communities)}, reports={len(self.reports)}, failures={len(self.failures)})"
+        )

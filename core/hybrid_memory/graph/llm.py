@@ -1,0 +1,207 @@
+"""Chat models as ``Callable[[str], str]``, and JSON that survives real model output.
+
+``parse_llm_json`` is a pure function: it strips code fences and preamble, takes the outermost ``{...}`` or
+``[...]``, drops trailing commas, and closes a reply cut short (dropping its unfinished last element).
+``call_json`` calls a model, parses and validates, and retries once with the error in the prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .errors import LLMOutputError
+from .tokens import count_tokens
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["JsonCall", "LLMCallable", "as_llm_callable", "call_json", "parse_llm_json"]
+
+LLMCallable = Callable[[str], str]
+T = TypeVar("T")
+
+_FENCE = re.compile(r"```[a-zA-Z0-9_-]*[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)
+_CLOSER = {"{": "}", "[": "]"}
+
+
+def as_llm_callable(model: Any) -> LLMCallable:
+    """Wrap a chat model as ``prompt -> text``, without importing any framework.
+
+    Accepts, duck-typed: a LangChain ``BaseChatModel``/``BaseLanguageModel`` (``.invoke(prompt)`` returning a
+    message with ``.content``, or a str), a LlamaIndex ``LLM`` (``.complete(prompt).text``), or a plain callable
+    returning str. Raises TypeError for anything else.
+    """
+    if hasattr(model, "invoke") and callable(model.invoke):
+
+        def _invoke(prompt: str) -> str:
+            return _content_text(model.invoke(prompt))
+
+        return _invoke
+    if hasattr(model, "complete") and callable(model.complete):
+
+        def _complete(prompt: str) -> str:
+            return _content_text(model.complete(prompt))
+
+        return _complete
+    if callable(model):
+
+        def _call(prompt: str) -> str:
+            return _content_text(model(prompt))
+
+        return _call
+    raise TypeError(
+        f"expected a callable prompt -> str, a LangChain chat model or a LlamaIndex LLM, got {type(model).__name__}"
+    )
+
+
+def _content_text(reply: Any) -> str:
+    if isinstance(reply, str):
+        return reply
+    for attribute in ("content", "text"):
+        value = getattr(reply, attribute, None)
+        if isinstance(value, str):
+            return value
+        if isinstance(value, list):  # LangChain content blocks
+            return "".join(b if isinstance(b, str) else str(b.get("text", "")) for b in value)
+    raise TypeError(f"model reply has no text: {type(reply).__name__}")
+
+
+def _scan(text: str) -> tuple[list[str], bool, list[tuple[int, tuple[str, ...]]], int | None]:
+    """Walk JSON text: returns (open stack at the end, inside a string?, [(comma pos, stack)], end of top value)."""
+    stack: list[str] = []
+    in_string = escaped = False
+    commas: list[tuple[int, tuple[str, ...]]] = []
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch in "{[":
+            stack.append(ch)
+        elif ch in "}]":
+            if stack and _CLOSER[stack[-1]] == ch:
+                stack.pop()
+                if not stack:
+                    return [], False, commas, i
+        elif ch == ",":
+            commas.append((i, tuple(stack)))
+    return stack, in_string, commas, None
+
+
+def _drop_trailing_commas(text: str) -> str:
+    out: list[str] = []
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            out.append(ch)
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch in "}]":
+            while out and out[-1].isspace():
+                out.pop()
+            if out and out[-1] == ",":
+                out.pop()
+        out.append(ch)
+    return "".join(out)
+
+
+def _closers(stack: tuple[str, ...] | list[str]) -> str:
+    return "".join(_CLOSER[c] for c in reversed(stack))
+
+
+def parse_llm_json(text: str) -> Any:
+    """Parse the JSON object or array in a model reply.
+
+    Handles, in this order: code fences (```json ... ```), preamble and trailing prose (the outermost ``{...}``
+    or ``[...]`` is taken), trailing commas, and a reply cut short (the unfinished last element is dropped and the
+    open brackets closed). Returns the parsed dict or list. Raises LLMOutputError (a ValueError) with the reason
+    when nothing parseable is left.
+    """
+    if not isinstance(text, str):
+        raise LLMOutputError(f"model reply is {type(text).__name__}, not text")
+    fenced = [m.group(1) for m in _FENCE.finditer(text) if re.search(r"[{\[]", m.group(1))]
+    body = fenced[0] if fenced else text
+    starts = [i for i in (body.find("{"), body.find("[")) if i >= 0]
+    if not starts:
+        raise LLMOutputError("no JSON object or array in the model reply")
+    body = body[min(starts) :]
+    stack, in_string, commas, end = _scan(body)
+    if end is not None:
+        candidates = [body[: end + 1]]
+    else:  # cut short: try closing as is, then dropping the unfinished tail element by element
+        candidates = [] if in_string else [body.rstrip() + _closers(stack)]
+        candidates += [body[:pos] + _closers(st) for pos, st in reversed(commas[-50:])]
+        candidates.append(body[0] + _closers(body[0]))
+    error: Exception | None = None
+    for candidate in candidates:
+        try:
+            return json.loads(_drop_trailing_commas(candidate))
+        except json.JSONDecodeError as exc:
+            error = error or exc
+    raise LLMOutputError(f"invalid JSON in the model reply: {error}")
+
+
+@dataclass
+class JsonCall:
+    """Result of ``call_json``: the validated value and what it cost."""
+
+    value: Any
+    """Whatever ``validate`` returned."""
+    attempts: int
+    """Model calls made (1, or 2 after a retry)."""
+    prompt_tokens: int
+    """Tokens sent, all attempts."""
+    completion_tokens: int
+    """Tokens received, all attempts."""
+
+
+def call_json(llm: LLMCallable, prompt: str, validate: Callable[[Any], T], *, retries: int = 1) -> JsonCall:
+    """Call ``llm`` and return ``validate(parse_llm_json(reply))``, retrying ``retries`` times with the error.
+
+    ``validate`` raises ValueError (pydantic's ValidationError is one) for a parsed but unusable reply.
+    The retry prompt is the original prompt followed by the error and the bad reply's first 500 characters.
+    Raises LLMOutputError after the last attempt; exceptions raised by ``llm`` itself propagate unchanged.
+    """
+    attempts = prompt_tokens = completion_tokens = 0
+    current = prompt
+    last_error = ""
+    for attempt in range(retries + 1):
+        attempts += 1
+        prompt_tokens += count_tokens(current)
+        reply = llm(current)
+        completion_tokens += count_tokens(reply if isinstance(reply, str) else "")
+        try:
+            value = validate(parse_llm_json(reply))
+        except ValueError as exc:
+            last_error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            logger.debug("model reply unusable (attempt %d): %s", attempt + 1, last_error)
+            current = (
+                f"{prompt}\n\nYour previous reply could not be used: {last_error}\n"
+                f"Previous reply (start): {str(reply)[:500]}\n"
+                "Reply again with only the JSON, in the format above, and nothing else."
+            )
+            continue
+        return JsonCall(value, attempts, prompt_tokens, completion_tokens)
+    raise LLMOutputError(
+        f"model reply unusable after {attempts} attempts: {last_error}",
+        attempts=attempts,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+    )

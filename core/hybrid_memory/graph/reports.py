@@ -1,0 +1,337 @@
+"""Community reports: the summariser protocol, context packing, the LLM and the offline extractive summarisers.
+
+Reports follow Edge et al. 2024 ("From Local to Global", section 2.5): title, summary, findings and an
+importance rating, written from the community's entities, relations and source excerpts packed under a token
+budget; a community whose own content does not fit is described from its sub-communities' reports instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import networkx as nx
+
+from .llm import LLMCallable, as_llm_callable, call_json
+from .models import Community, CommunityReport, Finding
+from .normalize import normalize_name
+from .patterns import split_sentences
+from .tokens import count_tokens, truncate_to_tokens
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "CommunityContext",
+    "ExtractiveSummarizer",
+    "LLMSummarizer",
+    "Summarizer",
+    "pack_community_context",
+    "validate_report",
+]
+
+
+@dataclass
+class CommunityContext:
+    """Everything a summariser may read about one community."""
+
+    community: Community
+    """The community (members, level, chunk ids, fingerprint)."""
+    graph: nx.MultiDiGraph
+    """The entity subgraph induced by the members (a read-only view)."""
+    chunks: dict[str, str] = field(default_factory=dict)
+    """Text of the supporting chunks by chunk id."""
+    child_reports: list[CommunityReport] = field(default_factory=list)
+    """Reports of the sub-communities (already written: levels are summarised deepest first)."""
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """Writes the report of one community."""
+
+    name: str
+    """Stable identifier, saved in the graph manifest."""
+
+    def summarize(self, context: CommunityContext) -> CommunityReport:
+        """Return the report (``status="ok"``). Raises LLMOutputError when a model reply stays unusable."""
+        ...
+
+
+def _entity_rows(graph: nx.MultiDiGraph) -> list[tuple[str, str]]:
+    degree = dict(graph.degree(weight="weight"))
+    rows = []
+    for key in sorted(graph.nodes, key=lambda n: (-degree.get(n, 0.0), n)):
+        data = graph.nodes[key]
+        description = data.get("description", "").replace("\n", " ")
+        rows.append((key, f"{data.get('name', key)} | {','.join(data.get('types', [])) or '-'} | {description}"))
+    return rows
+
+
+def _relation_rows(graph: nx.MultiDiGraph) -> list[str]:
+    edges = sorted(graph.edges(keys=True, data=True), key=lambda e: (-e[3].get("weight", 0.0), e[0], e[1], e[2]))
+    names = nx.get_node_attributes(graph, "name")
+    return [
+        f"{names.get(u, u)} -> {names.get(v, v)} | {d.get('description', k)} | {d.get('weight', 0.0):g}"
+        for u, v, k, d in edges
+    ]
+
+
+_CUTTABLE = ("-Sources-", "-Sub-community reports-")
+
+
+def pack_community_context(context: CommunityContext, max_tokens: int) -> tuple[str, bool]:
+    """Text describing the community in at most ``max_tokens`` tokens, and whether child reports were used.
+
+    Order: entities (by weighted degree), relations (by weight), then source excerpts (chunks in id order). When
+    entities and relations alone exceed the budget and child reports exist, the child reports come first (largest
+    community first) and the remaining budget takes entities and relations. Lines that do not fit are skipped,
+    except that the first source excerpt or child report is cut to fit rather than left out.
+    """
+    entity_lines = ["-Entities- (name | types | description)"] + [row for _, row in _entity_rows(context.graph)]
+    relation_lines = ["-Relations- (source -> target | description | weight)"] + _relation_rows(context.graph)
+    local_tokens = count_tokens("\n".join(entity_lines + relation_lines))
+    use_children = local_tokens > max_tokens and bool(context.child_reports)
+    sections: list[list[str]] = []
+    if use_children:
+        children = sorted(context.child_reports, key=lambda r: (-len(r.chunk_ids), r.community_id))
+        sections.append(["-Sub-community reports-"] + [r.text() for r in children if r.status == "ok"])
+    sections += [entity_lines, relation_lines]
+    if not use_children:
+        sections.append(
+            ["-Sources-"] + [f"[{cid}] {text}" for cid, text in sorted(context.chunks.items())]
+        )
+    out: list[str] = []
+    used = 0
+    for section in sections:
+        header, lines = section[0], section[1:]
+        header_cost = count_tokens(header) + 1
+        if used + header_cost > max_tokens:
+            break
+        added = False
+        for line in lines:
+            cost = count_tokens(line) + 1
+            if used + header_cost * (not added) + cost > max_tokens:
+                if header in _CUTTABLE and not added and used + header_cost + 20 <= max_tokens:
+                    line = truncate_to_tokens(line, max_tokens - used - header_cost - 1)  # one item, cut
+                    cost = count_tokens(line) + 1
+                else:
+                    continue
+            if not added:
+                out.append(header)
+                used += header_cost
+                added = True
+            out.append(line)
+            used += cost
+    return "\n".join(out), use_children
+
+
+REPORT_PROMPT = """You are writing a report about a community of related entities found in a memory.
+
+-Community data-
+{context}
+
+-Output-
+Reply with one JSON object and nothing else:
+{{"title": "<short name of the community, naming its key entities>",
+ "summary": "<executive summary: how the entities relate, what matters>",
+ "rating": <importance from 0 to 10>,
+ "rating_explanation": "<one sentence>",
+ "findings": [{{"summary": "<insight>", "explanation": "<details grounded in the data>"}}]}}
+Use only the data above.
+"""
+
+
+def validate_report(data: Any) -> dict[str, Any]:
+    """Fields of a report from parsed model JSON. Raises ValueError when title or summary is missing, or the
+    rating is not a number; the rating is clipped to 0-10; findings without a summary are skipped."""
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+    title, summary = data.get("title"), data.get("summary")
+    if not isinstance(title, str) or not title.strip() or not isinstance(summary, str) or not summary.strip():
+        raise ValueError("the report needs a non-empty 'title' and 'summary'")
+    try:
+        rating = float(data.get("rating", 0.0))
+    except (TypeError, ValueError):
+        raise ValueError(f"'rating' must be a number from 0 to 10, got {data.get('rating')!r}") from None
+    findings = []
+    for item in data.get("findings") or []:
+        if isinstance(item, dict) and isinstance(item.get("summary"), str) and item["summary"].strip():
+            findings.append(
+                Finding(summary=item["summary"].strip(), explanation=str(item.get("explanation", "")).strip())
+            )
+        elif isinstance(item, str) and item.strip():
+            findings.append(Finding(summary=item.strip()))
+    return {
+        "title": title.strip(),
+        "summary": summary.strip(),
+        "rating": min(10.0, max(0.0, rating)),
+        "rating_explanation": str(data.get("rating_explanation", "")).strip(),
+        "findings": findings,
+    }
+
+
+def _report(context: CommunityContext, method: Literal["llm", "extractive"], **fields: Any) -> CommunityReport:
+    report = CommunityReport(
+        community_id=context.community.community_id,
+        level=context.community.level,
+        method=method,
+        fingerprint=context.community.fingerprint,
+        chunk_ids=list(context.community.chunk_ids),
+        **fields,
+    )
+    report.tokens = count_tokens(report.text())
+    return report
+
+
+class LLMSummarizer:
+    """Community reports written by a chat model (JSON: title, summary, rating, rating_explanation, findings).
+
+    ``max_context_tokens``: budget of the community data in the prompt (tokens). Bad JSON is repaired, then
+    retried once with the error; after that ``summarize`` raises LLMOutputError and the report is marked failed.
+    """
+
+    def __init__(self, model: Any, *, max_context_tokens: int = 4000, retries: int = 1):
+        if max_context_tokens < 100:
+            raise ValueError(f"max_context_tokens must be >= 100, got {max_context_tokens}")
+        self.llm: LLMCallable = as_llm_callable(model)
+        self.max_context_tokens = max_context_tokens
+        self.retries = retries
+        self.name = "llm"
+        self.calls = 0
+        """Model calls made so far, retries included."""
+
+    def summarize(self, context: CommunityContext) -> CommunityReport:
+        """See ``Summarizer.summarize``."""
+        text, _ = pack_community_context(context, self.max_context_tokens)
+        try:
+            result = call_json(self.llm, REPORT_PROMPT.format(context=text), validate_report, retries=self.retries)
+        except Exception as exc:
+            self.calls += getattr(exc, "attempts", 1)
+            raise
+        self.calls += result.attempts
+        return _report(context, "llm", **result.value)
+
+
+def _pagerank(graph: nx.MultiDiGraph) -> dict[str, float]:
+    simple = nx.Graph()
+    simple.add_nodes_from(sorted(graph.nodes))
+    for u, v, d in sorted(graph.edges(data=True), key=lambda e: (e[0], e[1])):
+        if u != v:
+            w = float(d.get("weight", 1.0))
+            if simple.has_edge(u, v):
+                simple[u][v]["weight"] += w
+            else:
+                simple.add_edge(u, v, weight=w)
+    if simple.number_of_edges() == 0:
+        return {n: 1.0 / max(1, simple.number_of_nodes()) for n in simple.nodes}
+    return nx.pagerank(simple, alpha=0.85, weight="weight", tol=1e-10, max_iter=500)
+
+
+class ExtractiveSummarizer:
+    """Offline report, no model (``method="extractive"``): the most central entities by PageRank (Page et al.
+    1999, weighted, undirected, damping 0.85), the strongest relations, and the member chunks' sentences that
+    mention the most central entities, in at most ``max_report_tokens`` tokens.
+
+    Rating: ``min(10, 2 * log2(1 + total internal edge weight))``, a property of the community alone, so a
+    report reused after a refresh keeps a consistent rating.
+    """
+
+    def __init__(self, *, max_report_tokens: int = 300, top_entities: int = 5, top_relations: int = 3,
+                 max_sentences: int = 4):
+        if max_report_tokens < 20:
+            raise ValueError(f"max_report_tokens must be >= 20, got {max_report_tokens}")
+        self.max_report_tokens = max_report_tokens
+        self.top_entities = top_entities
+        self.top_relations = top_relations
+        self.max_sentences = max_sentences
+        self.name = "extractive"
+        self.calls = 0
+        """Reports written so far."""
+
+    def summarize(self, context: CommunityContext) -> CommunityReport:
+        """See ``Summarizer.summarize``; never raises for a well-formed context."""
+        self.calls += 1
+        graph = context.graph
+        rank = _pagerank(graph)
+        central = sorted(graph.nodes, key=lambda n: (-rank.get(n, 0.0), n))
+        names = {n: graph.nodes[n].get("name", n) for n in graph.nodes}
+        top = central[: self.top_entities]
+        title = ", ".join(names[n] for n in top[:3]) + (f" and {len(central) - 3} more" if len(central) > 3 else "")
+        described = [
+            f"{names[n]} ({', '.join(graph.nodes[n].get('types', [])) or 'entity'})" for n in top
+        ]
+        total_weight = sum(float(d.get("weight", 1.0)) for _, _, d in graph.edges(data=True))
+        summary = (
+            f"{len(central)} entities, {graph.number_of_edges()} relations, {len(context.community.chunk_ids)} "
+            f"source chunks. Most central: {'; '.join(described)}."
+        )
+        findings: list[Finding] = []
+        edges = sorted(graph.edges(keys=True, data=True), key=lambda e: (-e[3].get("weight", 0.0), e[0], e[1], e[2]))
+        for u, v, k, d in edges[: self.top_relations]:
+            findings.append(
+                Finding(
+                    summary=f"{names[u]} {d.get('description', k)} {names[v]}",
+                    explanation=f"weight {d.get('weight', 0.0):g} from {len(d.get('chunk_ids', []))} chunk(s)",
+                )
+            )
+        report = _report(
+            context,
+            "extractive",
+            title=title,
+            summary=summary,
+            findings=findings,
+            rating=round(min(10.0, 2.0 * math.log2(1.0 + total_weight)), 2),
+            rating_explanation=f"total internal edge weight {total_weight:g}",
+        )
+        for sentence, cid in self._sentences(context, rank, names):
+            candidate = report.model_copy(
+                update={"findings": report.findings + [Finding(summary=sentence, explanation=f"source {cid}")]}
+            )
+            if count_tokens(candidate.text()) <= self.max_report_tokens:
+                report = candidate
+        while count_tokens(report.text()) > self.max_report_tokens and report.findings:
+            report = report.model_copy(update={"findings": report.findings[:-1]})
+        if count_tokens(report.text()) > self.max_report_tokens:
+            report = report.model_copy(
+                update={"summary": truncate_to_tokens(report.summary, self.max_report_tokens - count_tokens(title) - 2)}
+            )
+        report.tokens = count_tokens(report.text())
+        return report
+
+    def _sentences(
+        self, context: CommunityContext, rank: dict[str, float], names: dict[str, str]
+    ) -> list[tuple[str, str]]:
+        """Most representative sentences: score = sum of PageRank of the members they mention (by any alias)."""
+        aliases = {
+            n: sorted({normalize_name(a) for a in context.graph.nodes[n].get("aliases", [names[n]])} - {""})
+            for n in context.graph.nodes
+        }
+        scored: list[tuple[float, str, int, str]] = []
+        for cid in sorted(context.chunks):
+            for i, sentence in enumerate(split_sentences(context.chunks[cid])):
+                folded = normalize_name(sentence)
+                score = sum(rank.get(n, 0.0) for n, forms in aliases.items() if any(f in folded for f in forms))
+                if score > 0:
+                    scored.append((-score, cid, i, sentence))
+        scored.sort()
+        out: list[tuple[str, str]] = []
+        seen: set[str] = set()
+        for _, cid, _, sentence in scored:
+            if sentence not in seen:
+                seen.add(sentence)
+                out.append((sentence, cid))
+            if len(out) >= self.max_sentences:
+                break
+        return out
+
+
+def summarizer_calls(summarizer: Any) -> int:
+    """Calls counted by a summariser that keeps a ``calls`` counter (0 otherwise)."""
+    return int(getattr(summarizer, "calls", 0))
+
+
+def sort_for_summarising(communities: Sequence[Community]) -> list[Community]:
+    """Deepest level first (children before parents), then by id index."""
+    return sorted(communities, key=lambda c: (-c.level, int(c.community_id.split("-C")[1])))

@@ -1,0 +1,302 @@
+"""Global search: rank community reports with the core's hybrid engines, pack them under a token budget, and
+optionally answer by map-reduce (Edge et al. 2024, "From Local to Global", section 2.6).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import LLMOutputError
+from .llm import LLMCallable, call_json
+from .models import CommunityReport, GlobalAnswer, GlobalSearchResult, MapPoint, ReportHit, TokenAccounting
+from .tokens import count_tokens, tokenizer_name
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["NO_DATA_ANSWER", "ReportRanker", "account_tokens", "map_reduce_answer", "select_reports"]
+
+NO_DATA_ANSWER = (
+    "I don't know: none of the community reports in this memory is relevant to the question, "
+    "so there is nothing to answer from."
+)
+
+
+class ReportRanker:
+    """Hybrid search (BM25 + dense, weighted RRF) over report texts, reusing ``hybrid_memory.HybridMemory``.
+
+    The reports live in an in-memory ``HybridMemory`` (``chunk_id`` = community id, text = ``report.text()``);
+    ``embedder`` is the memory's embedder or any ``hybrid_memory.Embedder``.
+    """
+
+    def __init__(self, reports: Iterable[CommunityReport], embedder: Any, *, vector_cache: dict | None = None):
+        from hybrid_memory import HybridMemory
+
+        self._memory = HybridMemory(None, embedder=embedder)
+        chunks = [
+            {"chunk_id": r.community_id, "text": r.text(), "metadata": {"level": r.level}}
+            for r in sorted(reports, key=lambda r: r.community_id)
+            if r.status == "ok" and r.text().strip()
+        ]
+        if chunks:
+            # vector_cache (report text -> float32 (dim,) vector) spares re-embedding unchanged reports on refresh
+            cache = vector_cache if vector_cache is not None else {}
+            missing = sorted({c["text"] for c in chunks if c["text"] not in cache})
+            if missing:
+                vectors = np.asarray(embedder.embed_documents(missing), dtype=np.float32)
+                cache.update(zip(missing, vectors))
+            self._memory.add(chunks, vectors=np.stack([cache[c["text"]] for c in chunks]))
+        self.size = len(chunks)
+
+    def rank(self, question: str, *, top_k: int | None = None, level: int | None = None) -> list[Any]:
+        """``SearchResult``s of the reports for ``question``, best first (ties by community id, as the core
+        breaks them). ``level`` restricts to one level. Returns [] when there are no reports."""
+        if self.size == 0:
+            return []
+        from hybrid_memory import MAX_TOP_K
+
+        k = min(self.size if top_k is None else top_k, MAX_TOP_K)
+        fields: dict[str, Any] = {"top_k": max(1, k)}
+        if level is not None:
+            fields["metadata_filter"] = {"level": level}
+        return list(self._memory.search(question, **fields).results)
+
+    def close(self) -> None:
+        """Release the in-memory indexes."""
+        self._memory.close()
+
+
+def _ancestors(community_id: str, parents: Mapping[str, str | None]) -> list[str]:
+    out = []
+    current = parents.get(community_id)
+    while current is not None:
+        out.append(current)
+        current = parents.get(current)
+    return out
+
+
+def select_reports(
+    ranked: Sequence[Any],
+    reports: Mapping[str, CommunityReport],
+    *,
+    token_budget: int,
+    parents: Mapping[str, str | None] | None = None,
+    min_dense_score: float = 0.3,
+    max_reports: int | None = None,
+) -> list[ReportHit]:
+    """Best relevant reports whose tokens fit ``token_budget`` (greedy in rank order; one that does not fit is
+    skipped and smaller ones after it may still fit).
+
+    A report is relevant when a question term matched it (BM25 rank present) or its dense score is at least
+    ``min_dense_score``. With ``parents`` (community id -> parent id), a report whose ancestor or descendant is
+    already chosen is skipped, so the budget is not spent twice on the same entities. Pure function.
+    """
+    parents = parents or {}
+    chosen: list[ReportHit] = []
+    chosen_ids: set[str] = set()
+    covered: set[str] = set()  # chosen ids and their ancestors
+    used = 0
+    for result in ranked:
+        report = reports.get(result.chunk_id)
+        if report is None:
+            continue
+        lexical = result.sparse_rank is not None
+        semantic = result.dense_score is not None and result.dense_score >= min_dense_score
+        if not (lexical or semantic):
+            continue
+        lineage = _ancestors(report.community_id, parents)
+        if report.community_id in covered or any(a in chosen_ids for a in lineage):
+            continue
+        if used + report.tokens > token_budget:
+            continue
+        used += report.tokens
+        chosen_ids.add(report.community_id)
+        covered.update([report.community_id, *lineage])
+        chosen.append(
+            ReportHit(
+                rank=len(chosen) + 1,
+                community_id=report.community_id,
+                level=report.level,
+                rating=report.rating,
+                score=float(result.rrf_score),
+                sparse_rank=result.sparse_rank,
+                dense_score=result.dense_score,
+                title=report.title,
+                text=report.text(),
+                tokens=report.tokens,
+                chunk_ids=list(report.chunk_ids),
+            )
+        )
+        if max_reports is not None and len(chosen) >= max_reports:
+            break
+    return chosen
+
+
+def account_tokens(hits: Sequence[ReportHit], chunk_tokens: Mapping[str, int], **calls: int) -> TokenAccounting:
+    """Tokens of the reports used versus tokens of the distinct raw chunks they stand for (measured, not claimed).
+
+    ``chunk_tokens``: tokens of each chunk's text by chunk id. ``calls``: llm_calls, prompt_tokens,
+    completion_tokens. Pure function.
+    """
+    chunk_ids = {c for h in hits for c in h.chunk_ids}
+    report_tokens = sum(h.tokens for h in hits)
+    source_tokens = sum(chunk_tokens.get(c, 0) for c in chunk_ids)
+    return TokenAccounting(
+        tokenizer=tokenizer_name(),
+        report_tokens=report_tokens,
+        source_chunk_tokens=source_tokens,
+        source_chunks=len(chunk_ids),
+        saving_ratio=(1.0 - report_tokens / source_tokens) if source_tokens else 0.0,
+        **calls,
+    )
+
+
+MAP_PROMPT = """---Role---
+You answer questions about a memory, using only the community reports below.
+
+---Question---
+{question}
+
+---Reports---
+{reports}
+
+---Output---
+Reply with one JSON object and nothing else:
+{{"points": [{{"description": "<a point that helps answer the question, citing report ids>", "score": <0-100>}}]}}
+The score says how much the point helps answer the question. If the reports do not help, reply {{"points": []}}.
+Do not make anything up.
+"""
+
+REDUCE_PROMPT = """---Role---
+You answer a question about a memory from analysts' rated points (higher score = more important).
+
+---Question---
+{question}
+
+---Points---
+{points}
+
+---Task---
+Write a concise answer using only these points; keep the report ids they cite. If they do not answer the
+question, say that the memory does not contain the answer. Do not make anything up.
+"""
+
+
+def validate_points(data: Any) -> list[tuple[str, int]]:
+    """(description, score 0-100) pairs from parsed map JSON (``{"points": [...]}`` or a bare list).
+    Raises ValueError for another shape or a non-numeric score."""
+    items = data.get("points") if isinstance(data, dict) else data
+    if not isinstance(items, list):
+        raise ValueError("expected {\"points\": [...]}")
+    out = []
+    for item in items:
+        if not isinstance(item, dict) or not str(item.get("description", "")).strip():
+            continue
+        try:
+            score = int(round(float(item.get("score", 0))))
+        except (TypeError, ValueError):
+            raise ValueError(f"'score' must be a number from 0 to 100, got {item.get('score')!r}") from None
+        out.append((str(item["description"]).strip(), min(100, max(0, score))))
+    return out
+
+
+def _batches(hits: Sequence[ReportHit], max_tokens: int) -> list[list[ReportHit]]:
+    batches: list[list[ReportHit]] = []
+    current: list[ReportHit] = []
+    used = 0
+    for hit in hits:
+        if current and used + hit.tokens > max_tokens:
+            batches.append(current)
+            current, used = [], 0
+        current.append(hit)
+        used += hit.tokens
+    if current:
+        batches.append(current)
+    return batches
+
+
+def _render(hit: ReportHit) -> str:
+    return f"[report {hit.community_id}, level {hit.level}, rating {hit.rating:g}]\n{hit.text}"
+
+
+def map_reduce_answer(
+    search: GlobalSearchResult,
+    llm: LLMCallable,
+    chunk_tokens: Mapping[str, int],
+    *,
+    max_calls: int = 8,
+    max_llm_tokens: int = 32000,
+    map_context_tokens: int = 3000,
+    reduce_context_tokens: int = 3000,
+) -> GlobalAnswer:
+    """Map-reduce answer over the reports of ``search``: one map call per batch of reports (at most
+    ``map_context_tokens`` report tokens each) returning rated points, then one reduce call over the points with a
+    score > 0, best first, packed under ``reduce_context_tokens``.
+
+    Budgets: at most ``max_calls`` model calls (retries included; one is kept for the reduce step) and at most
+    ``max_llm_tokens`` prompt tokens in total; batches left unread set ``truncated``. When there are no relevant
+    reports or every point scores 0, no reduce call is made and the answer is ``NO_DATA_ANSWER``. A map batch whose
+    reply stays unusable after its retry is skipped (logged). Raises ValueError when ``max_calls`` < 2.
+    """
+    if max_calls < 2:
+        raise ValueError(f"max_calls must be >= 2 (one map and one reduce call), got {max_calls}")
+    calls = prompt_tokens = completion_tokens = 0
+    points: list[tuple[int, int, int, MapPoint]] = []
+    truncated = False
+    for b, batch in enumerate(_batches(search.hits, map_context_tokens)):
+        prompt = MAP_PROMPT.format(question=search.question, reports="\n\n".join(_render(h) for h in batch))
+        budget_left = max_calls - 1 - calls
+        cost = count_tokens(prompt)
+        if budget_left < 1 or prompt_tokens + cost > max_llm_tokens:
+            truncated = True
+            break
+        try:
+            result = call_json(llm, prompt, validate_points, retries=1 if budget_left >= 2 else 0)
+        except LLMOutputError as exc:
+            calls += exc.attempts
+            prompt_tokens += exc.prompt_tokens
+            completion_tokens += exc.completion_tokens
+            logger.warning("map step failed for reports %s: %s", [h.community_id for h in batch], exc)
+            continue
+        calls += result.attempts
+        prompt_tokens += result.prompt_tokens
+        completion_tokens += result.completion_tokens
+        ids = [h.community_id for h in batch]
+        for i, (description, score) in enumerate(result.value):
+            if score > 0:
+                points.append((-score, b, i, MapPoint(description=description, score=score, community_ids=ids)))
+    points.sort(key=lambda t: t[:3])
+    kept = [p for *_, p in points]
+
+    def finish(answer: str, no_data: bool, used: list[MapPoint]) -> GlobalAnswer:
+        tokens = account_tokens(
+            search.hits, chunk_tokens, llm_calls=calls, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+        )
+        return GlobalAnswer(
+            question=search.question, answer=answer, no_data=no_data, points=used, search=search, tokens=tokens,
+            truncated=truncated,
+        )
+
+    if not kept:
+        return finish(NO_DATA_ANSWER, True, [])
+    lines: list[str] = []
+    used_points: list[MapPoint] = []
+    used = 0
+    for point in kept:
+        line = f"- (score {point.score}) {point.description}"
+        cost = count_tokens(line) + 1
+        if used + cost > reduce_context_tokens:
+            truncated = True
+            continue
+        lines.append(line)
+        used_points.append(point)
+        used += cost
+    prompt = REDUCE_PROMPT.format(question=search.question, points="\n".join(lines))
+    calls += 1
+    prompt_tokens += count_tokens(prompt)
+    answer = llm(prompt)
+    completion_tokens += count_tokens(answer)
+    return finish(answer.strip(), False, used_points)

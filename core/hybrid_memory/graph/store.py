@@ -1,0 +1,221 @@
+"""Persistence of a ``GraphIndex`` in a folder: JSON + GraphML with a manifest, no pickle.
+
+    graph/
+      manifest.json      format version, parameters, extractor/summariser names, tokenizer, library versions
+      extractions.json   per-chunk extractions (the source of truth the graph is derived from)
+      failures.json      failed extractions (retried by refresh / retry_failed)
+      communities.json   hierarchical communities
+      reports.json       community reports
+      graph.graphml      the entity multigraph (list attributes as JSON strings); rebuilt from extractions
+                         when missing or damaged
+      report_vectors.npy / .json   embeddings of the reports (float32, no pickle) and their text hashes and
+                         embedder name, so reopening does not re-embed; ignored for another embedder
+
+Files are written to a temporary name and renamed, so a crash never leaves a half-written file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import networkx as nx
+import numpy as np
+from pydantic import TypeAdapter, ValidationError
+
+from .build import build_graph
+from .errors import GraphFormatError
+from .models import ChunkExtraction, Community, CommunityReport, ExtractionFailure
+from .tokens import tokenizer_name
+
+if TYPE_CHECKING:
+    from .index import GraphIndex
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["FORMAT_VERSION", "read_graphml", "save_index", "load_index", "write_graphml"]
+
+FORMAT_VERSION = 1
+_LIST_ATTRIBUTES = ("aliases", "types", "chunk_ids")
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for package in ("networkx", "cdlib", "leidenalg", "igraph"):
+        try:
+            out[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            out[package] = ""
+    return out
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _dump(records: list[Any]) -> str:
+    return json.dumps([r.model_dump(mode="json") for r in records], ensure_ascii=False, indent=1)
+
+
+def write_graphml(
+    graph: nx.MultiDiGraph, path: Path, extra_node_attributes: dict[str, dict[str, Any]] | None = None
+) -> None:
+    """GraphML of ``graph``: list attributes JSON-encoded; ``extra_node_attributes`` (node -> attrs) added."""
+    out = nx.MultiDiGraph()
+    for node, data in graph.nodes(data=True):
+        attrs = {k: json.dumps(v, ensure_ascii=False) if isinstance(v, list) else v for k, v in data.items()}
+        attrs.update((extra_node_attributes or {}).get(node, {}))
+        out.add_node(node, **attrs)
+    for u, v, k, data in graph.edges(keys=True, data=True):
+        out.add_edge(u, v, key=k, **{a: json.dumps(x, ensure_ascii=False) if isinstance(x, list) else x
+                                      for a, x in data.items()})
+    tmp = path.with_name(path.name + ".tmp")
+    nx.write_graphml(out, tmp, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_graphml(path: Path) -> nx.MultiDiGraph:
+    """Inverse of ``write_graphml`` for the graph's own attributes. Raises GraphFormatError when unreadable."""
+    try:
+        raw = nx.read_graphml(path, force_multigraph=True)
+    except Exception as exc:  # ElementTree, networkx and value errors all mean a damaged file
+        raise GraphFormatError(f"cannot read {path}: {exc}") from exc
+    graph = nx.MultiDiGraph()
+    for node, data in raw.nodes(data=True):
+        graph.add_node(node, **{k: json.loads(v) if k in _LIST_ATTRIBUTES else v for k, v in data.items()})
+    for u, v, k, data in raw.edges(keys=True, data=True):
+        graph.add_edge(u, v, key=k, **{a: json.loads(x) if a in _LIST_ATTRIBUTES else x for a, x in data.items()})
+    return graph
+
+
+def save_index(index: GraphIndex, directory: Path) -> None:
+    """Write ``index`` to ``directory`` (created if absent)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    communities = list(index.communities.values())
+    _write(directory / "extractions.json", _dump([index.extractions[c] for c in sorted(index.extractions)]))
+    _write(directory / "failures.json", _dump([index.failures[c] for c in sorted(index.failures)]))
+    _write(directory / "communities.json", _dump(communities))
+    _write(directory / "reports.json", _dump([index.reports[c] for c in sorted(index.reports)]))
+    level0 = {n: {"community": c.community_id} for c in communities if c.level == 0 for n in c.entities}
+    write_graphml(index.graph, directory / "graph.graphml", level0)
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "saved_at": time.time(),
+        "max_cluster_size": index.max_cluster_size,
+        "seed": index.seed,
+        "extractor": getattr(index.extractor, "name", type(index.extractor).__name__),
+        "summarizer": getattr(index.summarizer, "name", type(index.summarizer).__name__),
+        "tokenizer": tokenizer_name(),
+        "versions": _versions(),
+        "counts": {
+            "chunks": len(index.extractions),
+            "entities": index.graph.number_of_nodes(),
+            "edges": index.graph.number_of_edges(),
+            "communities": len(communities),
+            "reports": len(index.reports),
+        },
+    }
+    _save_report_vectors(index, directory)
+    _write(directory / "manifest.json", json.dumps(manifest, indent=2))  # last: marks a complete save
+
+
+def _text_key(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _save_report_vectors(index: GraphIndex, directory: Path) -> None:
+    """Embeddings of the current reports (float32 (n, dim), rows in sorted community-id order), so reopening the
+    index does not re-embed every report. Written only for the reports already embedded."""
+    texts = [r.text() for _, r in sorted(index.reports.items())]
+    cached = [(t, index._report_vectors[t]) for t in texts if t in index._report_vectors]
+    vectors_path, keys_path = directory / "report_vectors.npy", directory / "report_vectors.json"
+    if not cached:
+        for path in (vectors_path, keys_path):
+            path.unlink(missing_ok=True)
+        return
+    matrix = np.stack([v for _, v in cached]).astype(np.float32)
+    tmp = directory / "report_vectors.tmp.npy"
+    np.save(tmp, matrix, allow_pickle=False)
+    os.replace(tmp, vectors_path)
+    _write(keys_path, json.dumps({"embedder": index._report_vectors_for, "dim": int(matrix.shape[1]),
+                                  "keys": [_text_key(t) for t, _ in cached]}))
+
+
+def _load_report_vectors(index: GraphIndex, directory: Path) -> None:
+    """Refill the report-embedding cache when it was written by the same embedder (else leave it empty)."""
+    keys_path, vectors_path = directory / "report_vectors.json", directory / "report_vectors.npy"
+    if not (keys_path.is_file() and vectors_path.is_file()) or index.embedder is None:
+        return
+    try:
+        meta = json.loads(keys_path.read_text(encoding="utf-8"))
+        matrix = np.load(vectors_path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        logger.warning("ignoring damaged report vectors in %s: %s", directory, exc)
+        return
+    same_embedder = meta.get("embedder") == getattr(index.embedder, "name", None)
+    if not same_embedder or matrix.shape != (len(meta["keys"]), meta["dim"]):
+        return
+    by_key = dict(zip(meta["keys"], matrix))
+    index._report_vectors_for = meta["embedder"]
+    for report in index.reports.values():
+        text = report.text()
+        if _text_key(text) in by_key:
+            index._report_vectors[text] = by_key[_text_key(text)]
+
+
+def _read_list(path: Path, model: type) -> list[Any]:
+    try:
+        return TypeAdapter(list[model]).validate_json(path.read_bytes())
+    except (OSError, ValidationError) as exc:
+        raise GraphFormatError(f"cannot read {path}: {exc}") from exc
+
+
+def load_index(cls: type[GraphIndex], directory: Path, **kwargs: Any) -> GraphIndex:
+    """Reopen an index saved by ``save_index``. Raises GraphFormatError for a missing manifest, another format
+    version or a damaged JSON file. A missing or damaged GraphML is rebuilt from the extractions (logged)."""
+    manifest_path = directory / "manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise GraphFormatError(f"no readable graph manifest at {manifest_path}: {exc}") from exc
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise GraphFormatError(
+            f"graph at {directory} has format version {manifest.get('format_version')}, this hybrid-memory reads "
+            f"version {FORMAT_VERSION}; rebuild it with `hybrid-memory graph build`"
+        )
+    kwargs.setdefault("max_cluster_size", manifest["max_cluster_size"])
+    kwargs.setdefault("seed", manifest["seed"])
+    kwargs.setdefault("path", directory)
+    if kwargs.get("extractor") is None and manifest.get("extractor") == "offline-rules-technical":
+        from .patterns import OfflineExtractor
+
+        kwargs["extractor"] = OfflineExtractor(proper_nouns=False)
+    index = cls(**kwargs)
+    for role in ("extractor", "summarizer"):
+        current = getattr(getattr(index, role), "name", "")
+        if manifest.get(role) and manifest[role] != current:
+            logger.warning(
+                "graph at %s was built with %s %r; refreshing it with %r mixes both", directory, role,
+                manifest[role], current,
+            )
+    index.extractions = {e.chunk_id: e for e in _read_list(directory / "extractions.json", ChunkExtraction)}
+    index.failures = {f.chunk_id: f for f in _read_list(directory / "failures.json", ExtractionFailure)}
+    index.communities = {c.community_id: c for c in _read_list(directory / "communities.json", Community)}
+    index.reports = {r.community_id: r for r in _read_list(directory / "reports.json", CommunityReport)}
+    try:
+        index.graph = read_graphml(directory / "graph.graphml")
+        for node in index.graph.nodes:
+            index.graph.nodes[node].pop("community", None)
+    except GraphFormatError as exc:
+        logger.warning("%s; rebuilding the graph from the saved extractions", exc)
+        index.graph = build_graph(index.extractions)
+    _load_report_vectors(index, directory)
+    return index

@@ -1,0 +1,57 @@
+import json
+
+import pytest
+
+from hybrid_memory.cli import main
+
+from .conftest import NOTES
+
+
+@pytest.fixture
+def memory_dir(tmp_path):
+    corpus = tmp_path / "notes.jsonl"
+    corpus.write_text("\n".join(json.dumps({"_id": cid, "text": text}) for cid, text in NOTES.items()))
+    target = tmp_path / "memory"
+    assert main(["ingest", str(corpus), "--memory", str(target), "--hashing-dim", "64", "-q"]) == 0
+    return target
+
+
+def _run(capsys, *argv):
+    capsys.readouterr()
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def test_graph_build_show_ask_export(memory_dir, capsys, tmp_path):
+    mem = ["--memory", str(memory_dir), "--hashing-dim", "64"]
+    code, out = _run(capsys, "graph", "build", *mem)
+    assert code == 0
+    built = json.loads(out)
+    assert built["graph"]["communities_per_level"] == {"0": 3} and built["graph"]["coverage"] == 1.0
+    assert built["refresh"]["added"] == sorted(NOTES)
+
+    code, out = _run(capsys, "graph", "build", *mem)  # second build is a no-op refresh
+    assert code == 0 and json.loads(out)["refresh"]["summarised"] == 0
+
+    code, out = _run(capsys, "graph", "show", *mem)
+    shown = json.loads(out)
+    assert code == 0 and [row["entities"] for row in shown["largest_communities"]] == [4, 4, 3]
+
+    code, out = _run(capsys, "graph", "ask", "ERR_CONN_RESET on db-prod-3", *mem)
+    answer = json.loads(out)
+    assert code == 0 and answer["search"]["hits"][0]["chunk_ids"] == ["n1", "n2"]
+    assert answer["tokens"]["report_tokens"] > 0
+
+    code, out = _run(capsys, "graph", "export", *mem, "-o", str(tmp_path / "g.graphml"))
+    assert code == 0 and (tmp_path / "g.graphml").read_text().count("<node ") == 11
+
+    pytest.importorskip("pyvis")
+    code, out = _run(capsys, "graph", "export", *mem, "-o", str(tmp_path / "g.html"))
+    page = (tmp_path / "g.html").read_text()
+    assert code == 0 and "vis-network" in page and "billing-service" in page
+    assert "cdn.jsdelivr.net" not in page and 'src="http' not in page
+
+
+def test_graph_commands_need_a_built_graph(memory_dir, capsys):
+    code = main(["graph", "show", "--memory", str(memory_dir)])
+    assert code == 2 and "run `hybrid-memory graph build" in capsys.readouterr().err

@@ -1,0 +1,118 @@
+import pytest
+
+from hybrid_memory.graph import NO_DATA_ANSWER, GraphIndex
+from hybrid_memory.graph.tokens import count_tokens, tokenizer_name
+
+from .conftest import NOTES, ScriptedLLM
+
+
+@pytest.fixture
+def index(memory):
+    return GraphIndex.build(memory, save=False)
+
+
+def _id_of(index, entity):
+    return next(c.community_id for c in index.communities.values() if entity in c.entities)
+
+
+def test_global_search_ranks_the_matching_community_first(index):
+    result = index.global_search("ERR_CONN_RESET on db-prod-3", token_budget=2000)
+    assert result.hits[0].community_id == _id_of(index, "db-prod-3")
+    assert result.hits[0].chunk_ids == ["n1", "n2"]
+    assert result.hits[0].level == 0 and result.hits[0].rank == 1
+    assert not result.no_relevant_reports
+
+
+def test_token_accounting_is_measured(index):
+    result = index.global_search("ERR_CONN_RESET on db-prod-3", token_budget=2000)
+    tokens = result.tokens
+    assert tokens.tokenizer == tokenizer_name()
+    assert tokens.report_tokens == sum(count_tokens(h.text) for h in result.hits)
+    chunk_ids = sorted({c for h in result.hits for c in h.chunk_ids})
+    assert result.chunk_ids == chunk_ids
+    assert tokens.source_chunks == len(chunk_ids)
+    assert tokens.source_chunk_tokens == sum(count_tokens(NOTES[c]) for c in chunk_ids)
+    assert tokens.saving_ratio == pytest.approx(1 - tokens.report_tokens / tokens.source_chunk_tokens)
+
+
+def test_reports_fit_the_token_budget(index):
+    everything = index.global_search("billing-service auth-api search-indexer", token_budget=10_000)
+    assert len(everything.hits) == 3
+    smallest = min(h.tokens for h in everything.hits)
+    result = index.global_search("billing-service auth-api search-indexer", token_budget=smallest)
+    assert [h.tokens for h in result.hits] == [smallest]
+    assert result.tokens.report_tokens <= smallest
+
+
+def test_no_relevant_report_is_said_not_invented(index):
+    result = index.global_search("zebra migration patterns", token_budget=2000)
+    assert result.hits == [] and result.no_relevant_reports
+    llm = ScriptedLLM([])
+    answer = index.ask("zebra migration patterns", llm=llm)
+    assert answer.no_data and answer.answer == NO_DATA_ANSWER and llm.prompts == []
+
+
+def test_ask_map_reduce_one_call_per_batch_then_one_reduce(index):
+    question = "billing-service auth-api search-indexer"
+    n_hits = len(index.global_search(question).hits)
+    point = '{"points": [{"description": "billing-service retries on ERR_CONN_RESET", "score": 80}]}'
+    llm = ScriptedLLM([point] * n_hits + ["Billing retries on resets."])
+    answer = index.ask(question, llm=llm, map_context_tokens=1)  # one report per batch
+    assert answer.answer == "Billing retries on resets."
+    assert answer.tokens.llm_calls == n_hits + 1 == len(llm.prompts)
+    assert [p.score for p in answer.points] == [80] * n_hits
+    assert "(score 80) billing-service retries on ERR_CONN_RESET" in llm.prompts[-1]
+    assert answer.tokens.prompt_tokens == sum(count_tokens(p) for p in llm.prompts)
+    assert not answer.no_data and not answer.truncated
+
+
+def test_ask_says_so_when_every_point_scores_zero(index):
+    llm = ScriptedLLM(['{"points": [{"description": "nothing useful", "score": 0}]}'] * 3)
+    answer = index.ask("billing-service auth-api search-indexer", llm=llm)
+    assert answer.no_data and answer.answer == NO_DATA_ANSWER
+    assert answer.tokens.llm_calls == 1  # one batch, no reduce call
+
+
+def test_ask_respects_the_call_budget_and_retries_broken_map_json(index):
+    llm = ScriptedLLM(['{"points": [{"description": "x", "score": 50},', "Answer."])
+    answer = index.ask("billing-service auth-api search-indexer", llm=llm, max_calls=2, map_context_tokens=1)
+    assert answer.truncated and answer.tokens.llm_calls == 2  # one map call (its reply repaired) + reduce
+    assert [p.description for p in answer.points] == ["x"]
+
+
+def test_ask_without_llm_returns_the_reports(index):
+    answer = index.ask("ERR_CONN_RESET on db-prod-3")
+    assert answer.answer.startswith(f"[{_id_of(index, 'db-prod-3')}] ")
+    assert answer.tokens.llm_calls == 0
+
+
+def test_global_search_validates_its_arguments(index):
+    with pytest.raises(ValueError, match="token_budget must be >= 1 token, got 0"):
+        index.global_search("x", token_budget=0)
+    with pytest.raises(ValueError, match="question must be a non-empty string"):
+        index.global_search("  ")
+
+
+class CountingEmbedder:
+    def __init__(self, inner):
+        self.inner, self.name, self.dim, self.embedded = inner, inner.name, inner.dim, []
+
+    def embed_documents(self, texts):
+        self.embedded.extend(texts)
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text):
+        return self.inner.embed_query(text)
+
+
+def test_refresh_re_embeds_only_the_new_reports(memory, embedder):
+    counting = CountingEmbedder(embedder)
+    index = GraphIndex.build(memory, embedder=counting, save=False)
+    index.global_search("auth-api")
+    assert len(counting.embedded) == 3  # one per report
+    counting.embedded.clear()
+    memory.upsert([{"chunk_id": "n4", "text": "auth-api v2.4.0 reads pg_stat_activity."}])
+    index.refresh(memory, save=False)
+    index.global_search("auth-api")
+    auth = next(c.community_id for c in index.communities.values() if "auth-api" in c.entities)
+    assert counting.embedded == [index.reports[auth].text()]

@@ -1,0 +1,65 @@
+import json
+
+import pytest
+
+from hybrid_memory.graph import GraphFormatError, GraphIndex
+
+
+def test_save_and_reopen_in_the_memory_directory(disk_memory):
+    built = GraphIndex.build(disk_memory)
+    folder = disk_memory.path / "graph"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "communities.json", "extractions.json", "failures.json", "graph.graphml", "manifest.json",
+        "report_vectors.json", "report_vectors.npy", "reports.json",
+    ]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["format_version"] == 1 and manifest["seed"] == 42 and manifest["max_cluster_size"] == 10
+    reopened = GraphIndex.open(disk_memory)
+    assert sorted(reopened.graph.nodes(data=True)) == sorted(built.graph.nodes(data=True))
+    assert sorted(reopened.graph.edges(keys=True, data=True)) == sorted(built.graph.edges(keys=True, data=True))
+    assert reopened.communities == built.communities
+    assert reopened.reports == built.reports
+    assert reopened.extractions == built.extractions
+    stats = reopened.refresh(disk_memory)  # nothing changed since the save
+    assert (stats.added, stats.changed, stats.deleted, stats.summarised) == ([], [], [], 0)
+
+
+def test_no_pickle_anywhere(disk_memory):
+    GraphIndex.build(disk_memory)
+    for path in (disk_memory.path / "graph").iterdir():
+        assert not path.read_bytes().startswith(b"\x80"), path
+
+
+def test_unknown_format_version_is_refused(disk_memory):
+    GraphIndex.build(disk_memory)
+    manifest = disk_memory.path / "graph" / "manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "format_version": 99}))
+    with pytest.raises(GraphFormatError, match="format version 99"):
+        GraphIndex.open(disk_memory)
+
+
+def test_damaged_graphml_is_rebuilt_from_the_extractions(disk_memory):
+    built = GraphIndex.build(disk_memory)
+    (disk_memory.path / "graph" / "graph.graphml").write_text("<graphml><broken")
+    reopened = GraphIndex.open(disk_memory)
+    assert sorted(reopened.graph.edges(keys=True, data=True)) == sorted(built.graph.edges(keys=True, data=True))
+
+
+def test_damaged_json_raises(disk_memory):
+    GraphIndex.build(disk_memory)
+    (disk_memory.path / "graph" / "reports.json").write_text("[{")
+    with pytest.raises(GraphFormatError, match="reports.json"):
+        GraphIndex.open(disk_memory)
+
+
+def test_report_embeddings_are_saved_and_reused(disk_memory, embedder):
+    from .test_search import CountingEmbedder
+
+    built = GraphIndex.build(disk_memory)
+    assert (disk_memory.path / "graph" / "report_vectors.npy").is_file()
+    counting = CountingEmbedder(embedder)
+    reopened = GraphIndex.load(disk_memory.path / "graph", embedder=counting)
+    hits = reopened.global_search("ERR_CONN_RESET on db-prod-3").hits
+    assert counting.embedded == []  # every report vector came from disk
+    expected = built.global_search("ERR_CONN_RESET on db-prod-3").hits
+    assert [h.community_id for h in hits] == [h.community_id for h in expected]
