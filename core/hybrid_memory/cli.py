@@ -43,12 +43,25 @@ def _batched(items: Iterable[Chunk], size: int) -> Iterator[list[Chunk]]:
         yield batch
 
 
-def _open_memory(args: argparse.Namespace):  # noqa: ANN202
+def open_memory(args: argparse.Namespace, *, must_exist: bool = True, show_progress: bool = True):  # noqa: ANN201
+    """Open ``args.memory`` (with ``--hashing-dim`` when given) for a command.
+
+    Raises:
+        HybridMemoryError: ``--hashing-dim`` < 1, or ``must_exist`` and there is no memory at the path
+            (a mistyped path must not silently create an empty memory).
+    """
     from .embedders import HashingEmbedder
     from .memory import HybridMemory
 
-    embedder = HashingEmbedder(args.hashing_dim) if getattr(args, "hashing_dim", None) else None
-    return HybridMemory(args.memory, embedder=embedder, show_progress=True)
+    dim = getattr(args, "hashing_dim", None)
+    if dim is not None and dim < 1:
+        raise HybridMemoryError(f"--hashing-dim must be >= 1, got {dim}")
+    if must_exist and not (Path(args.memory) / "store.sqlite3").is_file():
+        raise HybridMemoryError(
+            f"no memory at {args.memory}; create it with: hybrid-memory ingest FILE_OR_FOLDER --memory {args.memory}"
+        )
+    embedder = HashingEmbedder(dim) if dim is not None else None
+    return HybridMemory(args.memory, embedder=embedder, show_progress=show_progress)
 
 
 def _parse_metadata(pairs: Sequence[str]) -> dict[str, Any]:
@@ -92,8 +105,16 @@ def _ingest(memory: Any, chunks: Iterable[Chunk], *, progress: bool) -> int:
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    with _open_memory(args) as memory:
-        count = _ingest(memory, _read_inputs(args.paths, args), progress=not args.quiet)
+    with open_memory(args, must_exist=False) as memory:
+        before = memory.count()
+        try:
+            count = _ingest(memory, _read_inputs(args.paths, args), progress=not args.quiet)
+        except HybridMemoryError as exc:
+            stored = memory.count() - before
+            raise HybridMemoryError(
+                f"{exc} (the memory now holds {memory.count()} chunks, {stored} new from this run; ingest is an "
+                "upsert, so fix the input and run the same command again)"
+            ) from exc
         print(json.dumps({"ingested": count, "chunks": memory.count(), "memory": str(memory.path)}))
     return 0
 
@@ -102,6 +123,11 @@ def _request_from_args(args: argparse.Namespace) -> dict[str, Any]:
     request: dict[str, Any] = {}
     if args.request:
         request = json.loads(Path(args.request).read_text(encoding="utf-8"))
+        if not isinstance(request, dict):
+            raise HybridMemoryError(
+                f"{args.request} must hold one JSON object (query_id, search_text, top_k, ...), "
+                f"got a JSON {type(request).__name__}"
+            )
     if args.text:
         request["search_text"] = args.text
     if args.top_k is not None:
@@ -121,14 +147,14 @@ def _request_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def _cmd_search(args: argparse.Namespace) -> int:
     request = _request_from_args(args)
-    with _open_memory(args) as memory:
+    with open_memory(args) as memory:
         response = memory.search(request)
     print(response.model_dump_json(indent=2))
     return 0
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    with _open_memory(args) as memory:
+    with open_memory(args) as memory:
         print(json.dumps(memory.stats(), indent=2))
     return 0
 
@@ -216,9 +242,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose:
+        logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s logs index builds at DEBUG
     try:
         return int(args.func(args) or 0)
-    except (HybridMemoryError, MissingDependencyError, json.JSONDecodeError, OSError) as exc:
+    except BrokenPipeError:  # e.g. piped into `head`
+        sys.stderr.close()
+        return 0
+    except (HybridMemoryError, MissingDependencyError, json.JSONDecodeError, OSError, ValueError) as exc:
         return _fail(str(exc))
 
 

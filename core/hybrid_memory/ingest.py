@@ -134,6 +134,7 @@ def read_text_folder(
     chunk_overlap: int = 100,
     metadata: Mapping[str, Any] | None = None,
     glob: str | Sequence[str] = DEFAULT_GLOBS,
+    id_prefix: str | None = None,
 ) -> Iterator[Chunk]:
     """Yield chunks of the ``.md`` and ``.txt`` files under ``folder``, files in sorted relative-path order.
 
@@ -144,12 +145,14 @@ def read_text_folder(
 
     Each chunk has:
 
-    * ``chunk_id`` = ``"<relative path>#<n>"``, e.g. ``"guides/setup.md#0"``: POSIX separators,
-      ``n`` the 0-based chunk number within the file. Deterministic, so re-reading an unchanged folder
+    * ``chunk_id`` = ``"<id_prefix><relative path>#<n>"``, e.g. ``"kb/guides/setup.md#0"`` for the folder
+      ``kb``: POSIX separators, ``n`` the 0-based chunk number within the file. The prefix (default: the
+      folder's own name and a slash) keeps two folders that both hold ``README.md`` from overwriting
+      each other's chunks. Deterministic, so re-reading an unchanged folder
       and calling ``upsert()`` replaces chunks in place (compare ``HybridMemory.chunk_hashes()`` to skip
       unchanged ones);
-    * ``source`` = the relative path;
-    * ``metadata`` = ``metadata`` (copied) plus ``{"path": <relative path>, "chunk_index": n}``, which
+    * ``source`` = ``<id_prefix><relative path>``;
+    * ``metadata`` = ``metadata`` (copied) plus ``{"path": <source>, "chunk_index": n}``, which
       win over keys of the same name.
 
     Args:
@@ -160,6 +163,8 @@ def read_text_folder(
         metadata: extra metadata for every chunk (JSON values).
         glob: one pattern or several, relative to ``folder`` (``pathlib`` syntax, ``**`` recursive).
             A file matched by several patterns is read once.
+        id_prefix: put before every relative path in ids and sources; None means ``"<folder name>/"``,
+            ``""`` means none.
 
     Yields:
         Chunk, file by file, chunks in document order.
@@ -179,6 +184,7 @@ def read_text_folder(
         )
     patterns = [glob] if isinstance(glob, str) else list(glob)
     base_metadata = dict(metadata or {})
+    prefix = f"{root.resolve().name}/" if id_prefix is None else id_prefix
 
     from semantic_text_splitter import MarkdownSplitter, TextSplitter
 
@@ -196,12 +202,13 @@ def read_text_folder(
             raise InvalidRequestError(f"{file_path}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from exc
         splitter = markdown_splitter if file_path.suffix.lower() in (".md", ".markdown") else text_splitter
         pieces = [piece for piece in splitter.chunks(content) if piece.strip()]
+        path = f"{prefix}{rel}"
         for n, piece in enumerate(pieces):
             yield Chunk(
-                chunk_id=f"{rel}#{n}",
+                chunk_id=f"{path}#{n}",
                 text=piece,
-                source=rel,
-                metadata={**base_metadata, "path": rel, "chunk_index": n},
+                source=path,
+                metadata={**base_metadata, "path": path, "chunk_index": n},
             )
 
 

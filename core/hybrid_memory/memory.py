@@ -13,6 +13,8 @@ import contextlib
 import json
 import logging
 import math
+import shutil
+import sqlite3
 import threading
 import time
 import uuid
@@ -101,7 +103,7 @@ class HybridMemory:
             if self.path.exists() and not self.path.is_dir():
                 raise InvalidRequestError(f"memory path {self.path} is a file; give a directory")
             self.path.mkdir(parents=True, exist_ok=True)
-        self._store = SQLiteStore(self.path / "store.sqlite3" if self.path else None)
+        self._store = self._open_store()
         self.embedder = self._resolve_embedder(embedder)
         self._sparse = BM25Index(
             TechnicalTokenizer(), k1=k1, b=b, compact_min=compact_min, compact_ratio=compact_ratio
@@ -115,6 +117,25 @@ class HybridMemory:
         self._bulk_depth = 0
         self._background_compaction = background_compaction
         self._sync_indexes()
+
+    def _open_store(self) -> SQLiteStore:
+        if self.path is None:
+            return SQLiteStore(None)
+        db = self.path / "store.sqlite3"
+        if not db.exists() and (self.path / "manifest.json").exists():
+            raise StoreFormatError(
+                f"{db} is missing but {self.path} holds a memory manifest: the chunks are gone. Restore "
+                f"store.sqlite3 from a backup, or delete {self.path} to start an empty memory"
+            )
+        try:
+            store = SQLiteStore(db)
+            store.get_meta("manifest")
+        except sqlite3.DatabaseError as exc:
+            raise StoreFormatError(
+                f"{db} is not a readable SQLite database ({exc}); restore it from a backup, or move the folder "
+                "away to start an empty memory"
+            ) from exc
+        return store
 
     @classmethod
     def open(cls, path: str | Path, **kwargs: Any) -> HybridMemory:
@@ -146,7 +167,9 @@ class HybridMemory:
             manifest = {"format_version": FORMAT_VERSION, "embedder": info, "created_at": time.time()}
             self._store.set_meta("manifest", manifest)
             self._write_manifest_file(manifest)
-        elif saved["embedder"] != info:
+        elif saved["embedder"] == info:
+            self._write_manifest_file(saved)  # the readable copy; the store's own copy is the one checked
+        if saved is not None and saved["embedder"] != info:
             raise StoreFormatError(
                 f"memory at {self.path} was built with embedder {saved['embedder']['name']!r} "
                 f"(dim {saved['embedder']['dim']}), not {info['name']!r} (dim {info['dim']}); open it with the "
@@ -216,6 +239,8 @@ class HybridMemory:
         sources: Sequence[str] | None = None,
     ) -> list[str]:
         """Upsert plain texts (ids default to random uuid4 hex). Returns the chunk ids."""
+        if isinstance(texts, str):
+            raise InvalidRequestError("texts must be a list of strings, got one str; wrap it: add_texts([text])")
         n = len(texts)
         for name, values in (("metadatas", metadatas), ("ids", ids), ("sources", sources)):
             if values is not None and len(values) != n:
@@ -232,6 +257,11 @@ class HybridMemory:
         return self.upsert(chunks)
 
     def _validate_chunks(self, chunks: Iterable[Chunk | Mapping[str, Any]]) -> list[Chunk]:
+        if isinstance(chunks, (Chunk, Mapping, str)) or not isinstance(chunks, Iterable):
+            raise InvalidRequestError(
+                f"chunks must be a list of Chunk objects or mappings, got {type(chunks).__name__}; wrap one chunk "
+                "in a list: add([chunk])"
+            )
         valid: list[Chunk] = []
         for position, chunk in enumerate(chunks):
             try:
@@ -302,6 +332,12 @@ class HybridMemory:
                 f"embedder {self.embedder.name!r} returned shape {vectors.shape} for {len(texts)} texts; "
                 f"expected ({len(texts)}, {self._dense.dim})"
             )
+        if not np.isfinite(vectors).all():
+            bad = int((~np.isfinite(vectors).all(axis=1)).sum())
+            raise InvalidRequestError(
+                f"embedder {self.embedder.name!r} returned NaN or infinite values for {bad} of {len(texts)} texts; "
+                "nothing was stored (check the embedder, or pass vectors= yourself)"
+            )
         return l2_normalize(vectors)
 
     def _apply_to_indexes(self, old_rowids: list[int], new_rowids: list[int], texts: list[str], vectors: np.ndarray) -> None:
@@ -341,7 +377,7 @@ class HybridMemory:
             The number of chunks deleted.
         """
         self._check_open()
-        ids = [chunk_ids] if isinstance(chunk_ids, str) else list(chunk_ids)
+        ids = self._ids_argument(chunk_ids)
         with self._write_lock:
             rowids = self._store.delete(ids)
             self._sparse.remove(rowids)
@@ -354,8 +390,18 @@ class HybridMemory:
     def get(self, chunk_ids: Iterable[str]) -> list[StoredChunk]:
         """Stored chunks in the order of ``chunk_ids``; unknown ids are skipped."""
         self._check_open()
-        ids = [chunk_ids] if isinstance(chunk_ids, str) else list(chunk_ids)
-        return self._store.get(ids)
+        return self._store.get(self._ids_argument(chunk_ids))
+
+    @staticmethod
+    def _ids_argument(chunk_ids: Iterable[str] | str) -> list[str]:
+        ids = [chunk_ids] if isinstance(chunk_ids, str) else chunk_ids
+        if not isinstance(ids, Iterable):
+            raise InvalidRequestError(f"chunk_ids must be a list of strings, got {type(chunk_ids).__name__}")
+        ids = list(ids)
+        bad = [i for i in ids if not isinstance(i, str)]
+        if bad:
+            raise InvalidRequestError(f"chunk ids must be strings, got {bad[:3]!r}")
+        return ids
 
     def count(self, metadata_filter: Mapping[str, Any] | None = None) -> int:
         """Number of stored chunks matching the filter (all when None). Raises InvalidFilterError."""
@@ -518,11 +564,24 @@ class HybridMemory:
             return
         with self._write_lock:
             self._sparse.wait()
-            self._sparse.save(self.path / "bm25")
+            self._save_bm25_atomically()
             tmp = self.path / "dense.faiss.tmp"
             self._dense.save(tmp)
             tmp.replace(self.path / "dense.faiss")
             self._dirty = False
+
+    def _save_bm25_atomically(self) -> None:
+        """Write bm25/ as a whole: into bm25.tmp, then swap directories, so a crash or a reader in another
+        process never sees files from two different saves (a missing bm25/ only means: rebuild)."""
+        final, tmp, old = self.path / "bm25", self.path / "bm25.tmp", self.path / "bm25.old"
+        for stale in (tmp, old):
+            if stale.exists():
+                shutil.rmtree(stale)
+        self._sparse.save(tmp)
+        if final.exists():
+            final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
 
     def stats(self) -> dict[str, Any]:
         """Counts and parameters: chunks, BM25 segments, vectors, embedder, path."""

@@ -31,13 +31,22 @@ MAX_TOP_K = 1000
 """Largest ``top_k`` a request may ask for. Deeper lists belong to offline evaluation, not to agents."""
 
 
+def _encodable(value: str, field: str) -> str:
+    """Refuse strings that cannot be stored as UTF-8 (lone surrogates such as '\\ud800')."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{field} is not valid Unicode text ({exc.reason} at position {exc.start})") from exc
+    return value
+
+
 class Chunk(BaseModel):
     """A unit of memory as it goes in."""
 
     model_config = ConfigDict(extra="forbid")
 
     chunk_id: str = Field(min_length=1)
-    """Unique id chosen by the caller; identity everywhere (fusion, upsert, delete)."""
+    """Unique id chosen by the caller; identity everywhere (fusion, upsert, delete). Not blank, no NUL."""
     text: str
     """The text both engines index; must contain something other than white space."""
     source: str = ""
@@ -45,12 +54,24 @@ class Chunk(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     """JSON values (str, int, float, bool, None, lists) that metadata filters match against."""
 
+    @field_validator("chunk_id")
+    @classmethod
+    def _id_usable(cls, value: str) -> str:
+        if not value.strip() or "\x00" in value:
+            raise ValueError("chunk_id must not be blank or contain NUL characters")
+        return _encodable(value, "chunk_id")
+
     @field_validator("text")
     @classmethod
     def _text_not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("text must not be empty or white space only")
-        return value
+        return _encodable(value, "text")
+
+    @field_validator("source")
+    @classmethod
+    def _source_encodable(cls, value: str) -> str:
+        return _encodable(value, "source")
 
 
 class StoredChunk(Chunk):
@@ -69,11 +90,11 @@ class HybridParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    dense_weight: float = 1.0
+    dense_weight: float = Field(default=1.0, strict=True)
     """Weight of the dense (FAISS) run, finite and >= 0; 0 turns the dense engine off."""
-    sparse_weight: float = 1.0
+    sparse_weight: float = Field(default=1.0, strict=True)
     """Weight of the sparse (BM25) run, finite and >= 0; 0 turns the sparse engine off."""
-    rrf_k_constant: float = DEFAULT_RRF_K
+    rrf_k_constant: float = Field(default=DEFAULT_RRF_K, strict=True)
     """RRF smoothing constant, >= 0 (60 in the paper). Not the number of results: that is top_k."""
 
     @field_validator("dense_weight", "sparse_weight")
@@ -106,7 +127,7 @@ class SearchRequest(BaseModel):
     """Caller's id for the request, echoed in the response; generated when absent."""
     search_text: str
     """The query; must contain something other than white space."""
-    top_k: int = Field(default=5, ge=1, le=MAX_TOP_K)
+    top_k: int = Field(default=5, ge=1, le=MAX_TOP_K, strict=True)
     """Number of fused results to return, 1..MAX_TOP_K (1000)."""
     hybrid_params: HybridParams = Field(default_factory=HybridParams)
     """Fusion weights and RRF constant."""
@@ -118,7 +139,7 @@ class SearchRequest(BaseModel):
     def _query_not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("search_text must not be empty or white space only")
-        return value
+        return _encodable(value, "search_text")
 
 
 class SearchResult(BaseModel):

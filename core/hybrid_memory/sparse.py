@@ -360,6 +360,8 @@ class BM25Index:
                 "config": self.config(),
                 "total_len": self._main_total_len,
                 "has_main": self._main is not None,
+                "n_docs": len(self._main_ids),
+                "ids_sum": int(self._main_ids.sum()),
             }
         (directory / "manifest.json").write_text(json.dumps(manifest, indent=2))
 
@@ -381,6 +383,8 @@ class BM25Index:
                 return False
             ids = np.load(directory / "ids.npy", allow_pickle=False)
             alive = np.load(directory / "alive.npy", allow_pickle=False)
+            if len(ids) != manifest["n_docs"] or int(ids.sum()) != manifest["ids_sum"]:
+                raise ValueError("id map does not match the manifest (files from two saves)")
             main = None
             if manifest["has_main"]:
                 main = bm25s.BM25.load(str(directory / "bm25s"), show_progress=False, verbosity=0)

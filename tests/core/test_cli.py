@@ -55,9 +55,29 @@ def test_ingest_search_stats(tmp_path, capsys):
 
 def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path, capsys):
     memory = str(tmp_path / "mem")
+    assert main(["search", "x", "--memory", memory, "--hashing-dim", "8"]) == 2  # a typo must not create one
+    assert "no memory at" in capsys.readouterr().err
+    assert not (tmp_path / "mem").exists()
+    assert main(["ingest", str(EXAMPLE / "notes.jsonl"), "--memory", memory, "--hashing-dim", "8", "-q"]) == 0
+    capsys.readouterr()
     assert main(["search", "x", "--memory", memory, "--hashing-dim", "8", "--filter", '{"a": {"$regex": "b"}}']) == 2
     assert "unknown operator '$regex'" in capsys.readouterr().err
     assert main(["search", "x", "--memory", memory, "--hashing-dim", "8", "--top-k", "0"]) == 2
     assert "top_k" in capsys.readouterr().err
+    assert main(["search", "x", "--memory", memory, "--hashing-dim", "0"]) == 2
+    assert "--hashing-dim must be >= 1" in capsys.readouterr().err
+    request = tmp_path / "list.json"
+    request.write_text("[1, 2]")
+    assert main(["search", "--memory", memory, "--hashing-dim", "8", "--request", str(request)]) == 2
+    assert "one JSON object" in capsys.readouterr().err
     assert main(["ingest", str(tmp_path / "nope.csv"), "--memory", memory, "--hashing-dim", "8"]) == 2
     assert ".jsonl" in capsys.readouterr().err
+
+
+def test_a_failed_ingest_says_what_was_stored(tmp_path, capsys):
+    lines = (EXAMPLE / "notes.jsonl").read_text().splitlines()
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join(lines[:3] + ["{not json"]) + "\n")
+    assert main(["ingest", str(broken), "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "line 4" in err and "holds 0 chunks, 0 new" in err

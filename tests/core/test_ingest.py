@@ -134,16 +134,16 @@ def _folder(tmp_path: Path) -> Path:
 def test_text_folder_one_chunk_per_small_file(tmp_path: Path) -> None:
     root = _folder(tmp_path)
     chunks = list(read_text_folder(root, metadata={"team": "sre", "path": "overridden"}))
-    assert [c.chunk_id for c in chunks] == ["b.txt#0", "guides/a.md#0"]
-    assert [c.source for c in chunks] == ["b.txt", "guides/a.md"]
+    assert [c.chunk_id for c in chunks] == ["kb/b.txt#0", "kb/guides/a.md#0"]
+    assert [c.source for c in chunks] == ["kb/b.txt", "kb/guides/a.md"]
     assert chunks[0].text == "Alpha beta gamma."
     assert chunks[1].text == "# Setup\n\nInstall the package.\n\n## Run\n\nStart the worker with make run."
-    assert chunks[1].metadata == {"team": "sre", "path": "guides/a.md", "chunk_index": 0}
+    assert chunks[1].metadata == {"team": "sre", "path": "kb/guides/a.md", "chunk_index": 0}
 
 
 def test_text_folder_markdown_splits_at_headings(tmp_path: Path) -> None:
     root = _folder(tmp_path)
-    chunks = list(read_text_folder(root, chunk_size=40, chunk_overlap=0, glob="**/*.md"))
+    chunks = list(read_text_folder(root, chunk_size=40, chunk_overlap=0, glob="**/*.md", id_prefix=""))
     assert [c.chunk_id for c in chunks] == ["guides/a.md#0", "guides/a.md#1"]
     assert [c.text for c in chunks] == ["# Setup\n\nInstall the package.", "## Run\n\nStart the worker with make run."]
     assert [c.metadata["chunk_index"] for c in chunks] == [0, 1]
@@ -154,8 +154,8 @@ def test_text_folder_text_splitter_respects_size_and_is_deterministic(tmp_path: 
     root.mkdir()
     sentences = " ".join(f"Sentence number {i} mentions ERR_CONN_RESET on db-prod-{i}." for i in range(30))
     (root / "log.txt").write_text(sentences, encoding="utf-8")
-    first = list(read_text_folder(root, chunk_size=200, chunk_overlap=50))
-    second = list(read_text_folder(root, chunk_size=200, chunk_overlap=50))
+    first = list(read_text_folder(root, chunk_size=200, chunk_overlap=50, id_prefix=""))
+    second = list(read_text_folder(root, chunk_size=200, chunk_overlap=50, id_prefix=""))
     assert first == second
     assert len(first) > 1
     assert [c.chunk_id for c in first] == [f"log.txt#{n}" for n in range(len(first))]
@@ -166,7 +166,7 @@ def test_text_folder_text_splitter_respects_size_and_is_deterministic(tmp_path: 
 
 def test_text_folder_several_globs_read_a_file_once(tmp_path: Path) -> None:
     root = _folder(tmp_path)
-    chunks = list(read_text_folder(root, glob=("**/*.md", "guides/*.md", "*.rst")))
+    chunks = list(read_text_folder(root, glob=("**/*.md", "guides/*.md", "*.rst"), id_prefix=""))
     assert [c.chunk_id for c in chunks] == ["guides/a.md#0", "skip.rst#0"]
 
 
@@ -229,3 +229,13 @@ def test_read_qrels_without_header_and_errors(tmp_path: Path) -> None:
     bad.write_text("q1 d1 1\n", encoding="utf-8")
     with pytest.raises(InvalidRequestError, match=r"line 1: expected 3 tab-separated columns"):
         read_qrels(bad)
+
+
+def test_two_folders_with_the_same_file_names_do_not_collide(tmp_path: Path) -> None:
+    for team, text in (("teamA", "restart kafka-broker-1"), ("teamB", "flush the redis cache")):
+        (tmp_path / team).mkdir()
+        (tmp_path / team / "README.md").write_text(text, encoding="utf-8")
+    a = list(read_text_folder(tmp_path / "teamA"))
+    b = list(read_text_folder(tmp_path / "teamB"))
+    assert [c.chunk_id for c in a + b] == ["teamA/README.md#0", "teamB/README.md#0"]
+    assert [c.source for c in a + b] == ["teamA/README.md", "teamB/README.md"]

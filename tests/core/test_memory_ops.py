@@ -152,3 +152,42 @@ def test_many_single_adds_with_background_merges_stay_correct(embedder):
         assert sorted(sparse_ids(mem, "note mentions code", top_k=50)) == sorted(
             f"n{i:02d}" for i in range(40) if i % 7
         )
+
+
+def test_wrong_argument_shapes_are_clear_errors(memory):
+    with pytest.raises(InvalidRequestError, match="wrap it"):
+        memory.add_texts("hello")
+    with pytest.raises(InvalidRequestError, match=r"wrap one chunk in a list"):
+        memory.add({"chunk_id": "x", "text": "y"})
+    with pytest.raises(InvalidRequestError, match="chunk_ids must be a list"):
+        memory.delete(None)
+    with pytest.raises(InvalidRequestError, match="must be strings"):
+        memory.get([1, 2])
+    with pytest.raises(InvalidRequestError, match="chunk_id"):
+        memory.add([{"chunk_id": "   ", "text": "x"}])
+    with pytest.raises(InvalidRequestError, match="not valid Unicode"):
+        memory.add([{"chunk_id": "s", "text": "bad \ud800 text"}])
+    assert memory.count() == 6
+
+
+def test_an_embedder_returning_nan_stores_nothing(memory, monkeypatch):
+    import numpy as np
+
+    monkeypatch.setattr(memory.embedder, "embed_documents", lambda texts: np.full((len(texts), 64), np.nan, np.float32))
+    with pytest.raises(InvalidRequestError, match="NaN or infinite values for 1 of 1"):
+        memory.add([{"chunk_id": "nan", "text": "anything"}])
+    assert memory.get(["nan"]) == []
+
+
+def test_loading_the_default_model_leaves_the_environment_as_it_was(monkeypatch):
+    import os
+
+    from hybrid_memory.embedders import _offline_env
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "0")
+    with _offline_env():
+        assert os.environ["HF_HUB_OFFLINE"] == "1"
+        assert os.environ["TRANSFORMERS_OFFLINE"] == "0"  # the caller's choice is kept
+    assert "HF_HUB_OFFLINE" not in os.environ
+    assert os.environ["TRANSFORMERS_OFFLINE"] == "0"

@@ -142,3 +142,36 @@ def test_a_file_path_is_refused(tmp_path):
     file.write_text("x")
     with pytest.raises(ValueError, match="give a directory"):
         HybridMemory(file, embedder=HashingEmbedder(8))
+
+
+def test_bm25_files_from_two_saves_are_detected_and_rebuilt(saved, tmp_path):
+    path, _ = saved
+    shutil.copytree(path / "bm25", tmp_path / "old_bm25")
+    with HybridMemory.open(path) as mem:
+        mem.delete(["reset", "auth-user"])
+        mem.add([{"chunk_id": "y1", "text": "brand new ERR_QUOTA note", "metadata": {"environment": "production"}}])
+    for name in ("ids.npy", "alive.npy"):  # a crash between two writes: half old, half new
+        shutil.copy(tmp_path / "old_bm25" / name, path / "bm25" / name)
+    expected = fresh_build_results(path)
+    with HybridMemory.open(path) as mem:
+        assert_same_results(run_queries(mem), expected)
+        assert mem.search("ERR_QUOTA", top_k=1, dense_weight=0.0).results[0].chunk_id == "y1"
+    assert not (path / "bm25.tmp").exists() and not (path / "bm25.old").exists()
+
+
+def test_a_missing_or_corrupt_store_is_a_clear_error(saved):
+    path, _ = saved
+    (path / "store.sqlite3").rename(path / "moved.sqlite3")
+    with pytest.raises(StoreFormatError, match="store.sqlite3 is missing"):
+        HybridMemory.open(path)
+    (path / "store.sqlite3").write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreFormatError, match="not a readable SQLite database"):
+        HybridMemory.open(path)
+
+
+def test_manifest_file_is_rewritten_from_the_store(saved):
+    path, _ = saved
+    (path / "manifest.json").write_text("garbage")
+    with HybridMemory.open(path) as mem:
+        assert mem.embedder.name == "hashing-64"
+    assert json.loads((path / "manifest.json").read_text())["embedder"] == {"name": "hashing-64", "dim": 64}

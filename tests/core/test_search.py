@@ -163,3 +163,21 @@ def test_results_are_deterministic_across_calls(memory):
     first = memory.search("billing timeout", top_k=6, query_id="same")
     second = memory.search("billing timeout", top_k=6, query_id="same")
     assert first == second
+
+
+def test_large_and_deep_filters(memory):
+    many = {"severity": {"$in": list(range(5000))}}
+    assert sorted(r.chunk_id for r in memory.search("service", top_k=20, metadata_filter=many).results) == [
+        "auth-user", "prod-504", "reset", "stage-504", "upgrade"]
+    with pytest.raises(InvalidFilterError, match="more than 256 field tests"):
+        memory.search("x", metadata_filter={"$or": [{"n": i} for i in range(1000)]})
+    deep = {"service": "auth-api"}
+    for _ in range(40):
+        deep = {"$not": deep}
+    with pytest.raises(InvalidFilterError, match="deeper than 32"):
+        memory.search("x", metadata_filter=deep)
+    with pytest.raises(InvalidFilterError, match="64 bits"):
+        memory.count({"severity": 2**70})
+    mixed = {"severity": {"$in": [2, "1", None, True]}}  # type-strict per element; None matches missing
+    assert sorted(r.chunk_id for r in memory.search("service", top_k=20, metadata_filter=mixed).results) == [
+        "auth-user", "poem", "reset", "upgrade"]

@@ -19,12 +19,9 @@ __all__ = ["register"]
 
 
 def _open_memory(args: argparse.Namespace) -> Any:
-    from hybrid_memory import HashingEmbedder, HybridMemory
+    from hybrid_memory.cli import open_memory
 
-    embedder = HashingEmbedder(args.hashing_dim) if getattr(args, "hashing_dim", None) else None
-    if not Path(args.memory).is_dir():
-        raise GraphStateError(f"no memory at {args.memory}; create it with `hybrid-memory ingest`")
-    return HybridMemory(args.memory, embedder=embedder)
+    return open_memory(args, show_progress=False)
 
 
 def _load(args: argparse.Namespace, **kwargs: Any) -> Any:
