@@ -15,8 +15,9 @@ from typing import Any
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import AliasChoices, ConfigDict, Field
+from pydantic import AliasChoices, ConfigDict, Field, model_validator
 
+from hybrid_memory.models import make_chunk
 from hybrid_memory import (
     Chunk,
     HybridMemory,
@@ -59,15 +60,18 @@ def document_to_chunk(document: Document, chunk_id: str | None = None) -> Chunk:
     (as LangChain document loaders set it) converted to str, else ``""``.
 
     Raises:
-        pydantic ValidationError (a ValueError): empty text or metadata the core refuses.
+        InvalidRequestError (a ValueError): empty text or metadata the core refuses; the message names it.
     """
     metadata = dict(document.metadata)
     source = metadata.get("source")
-    return Chunk(
-        chunk_id=chunk_id or document.id or str(uuid.uuid4()),
-        text=document.page_content,
-        source="" if source is None else str(source),
-        metadata=metadata,
+    return make_chunk(
+        {
+            "chunk_id": chunk_id or document.id or str(uuid.uuid4()),
+            "text": document.page_content,
+            "source": "" if source is None else str(source),
+            "metadata": metadata,
+        },
+        "Document",
     )
 
 
@@ -132,6 +136,19 @@ class HybridMemoryRetriever(BaseRetriever):
     """Weight of the BM25 run in RRF (>= 0; 0 turns BM25 off)."""
     rrf_k: float = _DEFAULT_PARAMS.rrf_k_constant
     """RRF smoothing constant (the core's ``rrf_k_constant``, 60 by default); not the number of results."""
+
+    @model_validator(mode="after")
+    def _check_with_the_core(self) -> HybridMemoryRetriever:
+        """Bad k, weights or filter fail here, at construction, with the core's error, not at the first query."""
+        HybridMemory.make_request(
+            "validation probe",
+            top_k=self.k,
+            metadata_filter=self.metadata_filter,
+            dense_weight=self.dense_weight,
+            sparse_weight=self.sparse_weight,
+            rrf_k_constant=self.rrf_k,
+        )
+        return self
 
     # --- construction from LangChain objects --------------------------------------------------------
 

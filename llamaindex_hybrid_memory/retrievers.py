@@ -16,6 +16,7 @@ from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
 from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
 
+from hybrid_memory.models import make_chunk
 from hybrid_memory import Chunk, HybridMemory, HybridParams, SearchRequest, SearchResponse, SearchResult
 
 from .embeddings import as_core_embedder
@@ -39,15 +40,18 @@ def node_to_chunk(node: BaseNode) -> Chunk:
     ``ref_doc_id`` (the document a parsed node came from), else ``""``.
 
     Raises:
-        InvalidRequestError / pydantic ValidationError: empty text or id (the core validates).
+        InvalidRequestError: empty text or id (the core validates; the message names the field).
     """
     metadata = dict(node.metadata)
     source = metadata.get("source", node.ref_doc_id or "")
-    return Chunk(
-        chunk_id=node.node_id,
-        text=node.get_content(metadata_mode=MetadataMode.NONE),
-        source=str(source) if source is not None else "",
-        metadata=metadata,
+    return make_chunk(
+        {
+            "chunk_id": node.node_id,
+            "text": node.get_content(metadata_mode=MetadataMode.NONE),
+            "source": str(source) if source is not None else "",
+            "metadata": metadata,
+        },
+        "node",
     )
 
 
@@ -130,8 +134,8 @@ class HybridMemoryRetriever(BaseRetriever):
         self.dense_weight = dense_weight
         self.sparse_weight = sparse_weight
         self.rrf_k = rrf_k
-        if filters is not None and not isinstance(filters, Mapping):
-            to_core_filter(filters)  # unsupported operators fail at construction, not at the first query
+        # unsupported operators and bad values fail at construction, not at the first query
+        HybridMemory.make_request("validation probe", **self.search_kwargs())
         super().__init__(callback_manager=callback_manager, object_map=object_map, verbose=verbose)
 
     # --- construction from LlamaIndex objects -------------------------------------------------------

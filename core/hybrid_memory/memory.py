@@ -31,7 +31,7 @@ from .dense import FaissIndex
 from .embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder, l2_normalize
 from .filters import validate_filter
 from .fusion import reciprocal_rank_fusion
-from .models import Chunk, SearchRequest, SearchResponse, SearchResult, StoredChunk
+from .models import Chunk, SearchRequest, SearchResponse, SearchResult, StoredChunk, validation_message
 from .sparse import BM25Index
 from .store import NewRow, SQLiteStore, content_hash
 from .tokenizer import TechnicalTokenizer
@@ -45,14 +45,6 @@ FORMAT_VERSION = 1
 
 _SHORTCUTS = ("dense_weight", "sparse_weight", "rrf_k_constant")
 _Hit = tuple[int, float]
-
-
-def _validation_message(exc: ValidationError, what: str) -> str:
-    parts = []
-    for error in exc.errors():
-        field = ".".join(str(p) for p in error["loc"]) or what
-        parts.append(f"{field}: {error['msg']} (got {error.get('input')!r})")
-    return f"invalid {what}: " + "; ".join(parts)
 
 
 class HybridMemory:
@@ -268,7 +260,7 @@ class HybridMemory:
                 item = chunk if isinstance(chunk, Chunk) else Chunk.model_validate(chunk)
                 json.dumps(item.metadata, allow_nan=False)
             except ValidationError as exc:
-                raise InvalidRequestError(_validation_message(exc, f"chunk #{position}")) from exc
+                raise InvalidRequestError(validation_message(exc, f"chunk #{position}")) from exc
             except (TypeError, ValueError) as exc:
                 raise InvalidRequestError(
                     f"chunk #{position} ({getattr(chunk, 'chunk_id', None) or dict(chunk).get('chunk_id')!r}): "
@@ -453,7 +445,7 @@ class HybridMemory:
         try:
             validated = SearchRequest.model_validate(data)
         except ValidationError as exc:
-            raise InvalidRequestError(_validation_message(exc, "search request")) from exc
+            raise InvalidRequestError(validation_message(exc, "search request")) from exc
         validate_filter(validated.metadata_filter)
         return validated
 

@@ -13,8 +13,11 @@ import math
 import uuid
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from collections.abc import Mapping
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ._exceptions import InvalidRequestError
 from .fusion import DEFAULT_RRF_K
 
 __all__ = [
@@ -26,6 +29,25 @@ __all__ = [
     "SearchResult",
     "StoredChunk",
 ]
+
+def validation_message(exc: ValidationError, what: str) -> str:
+    """One line naming each invalid field of a pydantic error: ``invalid chunk: text: ... (got '')``."""
+    parts = []
+    for error in exc.errors():
+        field = ".".join(str(p) for p in error["loc"]) or what
+        parts.append(f"{field}: {error['msg']} (got {error.get('input')!r})")
+    return f"invalid {what}: " + "; ".join(parts)
+
+
+def make_chunk(data: Chunk | Mapping[str, Any], what: str = "chunk") -> Chunk:
+    """Validate a chunk. Raises InvalidRequestError naming the bad field (never a raw pydantic error)."""
+    if isinstance(data, Chunk):
+        return data
+    try:
+        return Chunk.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidRequestError(validation_message(exc, what)) from exc
+
 
 MAX_TOP_K = 1000
 """Largest ``top_k`` a request may ask for. Deeper lists belong to offline evaluation, not to agents."""

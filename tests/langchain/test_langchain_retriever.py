@@ -246,3 +246,23 @@ def test_constructor_accepts_filter_alias_and_refuses_unknown_fields(memory):
     assert [d.id for d in retriever.invoke(QUERY)] == ["inc-4"]
     with pytest.raises(ValidationError, match="top_n"):
         HybridMemoryRetriever(memory=memory, top_n=3)  # a typo is an error, never a silent no-op
+
+
+def test_bad_settings_fail_at_construction_with_the_core_error():
+    from langchain_core.documents import Document
+
+    from hybrid_memory import HashingEmbedder, HybridMemory, InvalidFilterError, InvalidRequestError
+    from langchain_hybrid_memory import HybridMemoryRetriever, document_to_chunk
+
+    memory = HybridMemory(embedder=HashingEmbedder(16))
+    # pydantic wraps errors raised while validating a model in its ValidationError (a ValueError too);
+    # the core's message is kept
+    with pytest.raises(ValueError, match="top_k"):
+        HybridMemoryRetriever(memory=memory, k=0)
+    with pytest.raises(ValueError, match="dense_weight"):
+        HybridMemoryRetriever(memory=memory, dense_weight=-1.0)
+    with pytest.raises(ValueError, match=r"unknown operator '\$regex'"):
+        HybridMemoryRetriever(memory=memory, filter={"a": {"$regex": "x"}})
+    assert issubclass(InvalidFilterError, ValueError)
+    with pytest.raises(InvalidRequestError, match="text"):
+        document_to_chunk(Document(page_content="", id="empty"))

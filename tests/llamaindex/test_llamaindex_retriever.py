@@ -209,3 +209,18 @@ async def test_query_engine_async(memory, monkeypatch):
     response = await engine.aquery("ERR_JWT_EXPIRED")
     assert [n.node.node_id for n in response.source_nodes] == ["inc-5"]
     assert "auth-service rejects tokens" in str(response)
+
+
+def test_bad_settings_fail_at_construction_with_the_core_error():
+    from llama_index.core.schema import TextNode
+
+    from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError
+    from llamaindex_hybrid_memory import HybridMemoryRetriever, node_to_chunk
+
+    memory = HybridMemory(embedder=HashingEmbedder(16))
+    with pytest.raises(InvalidRequestError, match="top_k"):
+        HybridMemoryRetriever(memory, similarity_top_k=0)
+    with pytest.raises(InvalidRequestError, match="both 0"):
+        HybridMemoryRetriever(memory, dense_weight=0.0, sparse_weight=0.0)
+    with pytest.raises(InvalidRequestError, match="text"):
+        node_to_chunk(TextNode(text="", id_="empty"))
