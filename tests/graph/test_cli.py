@@ -55,3 +55,23 @@ def test_graph_build_show_ask_export(memory_dir, capsys, tmp_path):
 def test_graph_commands_need_a_built_graph(memory_dir, capsys):
     code = main(["graph", "show", "--memory", str(memory_dir)])
     assert code == 2 and "run `hybrid-memory graph build" in capsys.readouterr().err
+
+
+def test_graph_cli_refuses_settings_it_would_ignore(tmp_path, capsys):
+    from pathlib import Path
+
+    from hybrid_memory.cli import main
+
+    notes = Path(__file__).resolve().parents[2] / "examples" / "incident_memory" / "notes.jsonl"
+    memory = str(tmp_path / "m")
+    assert main(["ingest", str(notes), "--memory", memory, "--hashing-dim", "32", "-q"]) == 0
+    assert main(["graph", "build", "--memory", memory, "--hashing-dim", "32", "--max-cluster-size", "4"]) == 0
+    assert main(["graph", "build", "--memory", memory, "--hashing-dim", "32"]) == 0  # refresh keeps 4
+    capsys.readouterr()
+    assert main(["graph", "build", "--memory", memory, "--hashing-dim", "32", "--max-cluster-size", "6"]) == 2
+    assert "--rebuild" in capsys.readouterr().err
+    assert main(["graph", "ask", "timeouts", "--memory", memory, "--hashing-dim", "32", "--level", "99"]) == 2
+    assert "this graph has levels 0.." in capsys.readouterr().err
+    assert main(["graph", "show", "--memory", memory, "--top", "0"]) == 2
+    assert main(["graph", "ask", "", "--memory", memory, "--hashing-dim", "32"]) == 2
+    assert "question" in capsys.readouterr().err

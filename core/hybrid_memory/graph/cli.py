@@ -41,21 +41,35 @@ def _cmd_build(args: argparse.Namespace) -> int:
         if args.rebuild or not (Path(args.memory) / "graph" / "manifest.json").is_file():
             index = GraphIndex(
                 extractor=OfflineExtractor(proper_nouns=not args.technical),
-                max_cluster_size=args.max_cluster_size,
-                seed=args.seed,
+                max_cluster_size=10 if args.max_cluster_size is None else args.max_cluster_size,
+                seed=42 if args.seed is None else args.seed,
                 embedder=memory.embedder,
                 path=Path(args.memory) / "graph",
             )
         else:  # incremental: only what changed since the last build
             index = GraphIndex.open(memory)
+            saved = {"max_cluster_size": index.max_cluster_size, "seed": index.seed}
+            asked = {"max_cluster_size": args.max_cluster_size, "seed": args.seed}
+            if any(value is not None and value != saved[key] for key, value in asked.items()):
+                raise GraphStateError(
+                    f"the graph was built with {saved}; to change them rebuild it: add --rebuild "
+                    f"(or pass the saved values to refresh incrementally)"
+                )
         stats = index.refresh(memory)
     print(json.dumps({"refresh": stats.model_dump(mode="json"), "graph": index.stats()}, indent=2))
     return 0
 
 
+def _check_level(index: Any, level: int | None) -> None:
+    levels = sorted({c.level for c in index.communities.values()})
+    if level is not None and levels and level not in levels:
+        raise GraphStateError(f"--level {level}: this graph has levels {levels[0]}..{levels[-1]}")
+
+
 def _cmd_ask(args: argparse.Namespace) -> int:
     with _open_memory(args) as memory:
         index = _load(args, embedder=memory.embedder)
+        _check_level(index, args.level)
         answer = index.ask(args.question, token_budget=args.token_budget, level=args.level)
     if args.text:
         print(answer.answer)
@@ -68,6 +82,8 @@ def _cmd_ask(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
+    if args.top < 1:
+        raise GraphStateError(f"--top must be >= 1, got {args.top}")
     index = _load(args)
     largest = sorted(index.communities.values(), key=lambda c: (-len(c.entities), c.level, c.community_id))
     rows = []
@@ -98,6 +114,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from .export import export_graphml, export_html
 
     index = _load(args)
+    _check_level(index, args.level)
     fmt = args.format or ("html" if str(args.output).endswith((".html", ".htm")) else "graphml")
     if fmt == "html":
         path = export_html(index, args.output, level=args.level)
@@ -119,8 +136,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
     build = sub.add_parser("build", help="extract entities, cluster, write reports (incremental after the first)")
     memory_args(build)
-    build.add_argument("--max-cluster-size", type=int, default=10, help="split communities above this size (10)")
-    build.add_argument("--seed", type=int, default=42, help="Leiden seed (42)")
+    build.add_argument("--max-cluster-size", type=int, default=None,
+                       help="split communities above this size (10; a refresh keeps the saved value)")
+    build.add_argument("--seed", type=int, default=None, help="Leiden seed (42; a refresh keeps the saved value)")
     build.add_argument("--technical", action="store_true",
                        help="offline extractor without capitalised proper nouns (logs, code)")
     build.add_argument("--rebuild", action="store_true", help="start from scratch instead of refreshing")
