@@ -21,7 +21,7 @@ from ._exceptions import (
     MissingDependencyError,
     StoreFormatError,
 )
-from .embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder
+from .embedders import CallableEmbedder, Embedder, HashingEmbedder, SentenceTransformerEmbedder
 from .fusion import FusedHit, reciprocal_rank_fusion
 from .memory import HybridMemory
 from .models import MAX_TOP_K, Chunk, HybridParams, SearchRequest, SearchResponse, SearchResult, StoredChunk
@@ -30,6 +30,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "MAX_TOP_K",
+    "CallableEmbedder",
     "Chunk",
     "DimensionMismatchError",
     "DuplicateChunkError",

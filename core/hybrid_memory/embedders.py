@@ -11,15 +11,22 @@ import hashlib
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from ._exceptions import MissingDependencyError
+from ._exceptions import DimensionMismatchError, HybridMemoryError, MissingDependencyError
 from .tokenizer import TechnicalTokenizer
 
-__all__ = ["DEFAULT_MODEL_NAME", "Embedder", "HashingEmbedder", "SentenceTransformerEmbedder", "l2_normalize"]
+__all__ = [
+    "DEFAULT_MODEL_NAME",
+    "CallableEmbedder",
+    "Embedder",
+    "HashingEmbedder",
+    "SentenceTransformerEmbedder",
+    "l2_normalize",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -202,3 +209,73 @@ class HashingEmbedder:
     def embed_query(self, text: str) -> np.ndarray:
         """Returns float32 (dim,)."""
         return self.embed_documents([text])[0]
+
+
+class CallableEmbedder:
+    """An :class:`Embedder` over two functions returning plain lists of floats; the base of the LangChain and
+    LlamaIndex bridges, and a way to plug in any other framework's model.
+
+    Args:
+        embed_documents_fn: texts -> one vector (sequence of floats) per text.
+        embed_query_fn: text -> one vector; kept apart so models with query instructions keep them.
+        name: identifier saved in the memory's manifest (a memory reopened with another name is refused).
+        dim: vector dimension when known; otherwise found on first use by embedding one probe query.
+        label: how errors name the model (default: ``name``).
+
+    Vectors come back float32; the memory L2-normalises them.
+    """
+
+    PROBE_TEXT = "dimension probe"
+
+    def __init__(
+        self,
+        embed_documents_fn: Callable[[list[str]], Sequence[Sequence[float]]],
+        embed_query_fn: Callable[[str], Sequence[float]],
+        *,
+        name: str,
+        dim: int | None = None,
+        label: str | None = None,
+    ) -> None:
+        self._embed_documents_fn = embed_documents_fn
+        self._embed_query_fn = embed_query_fn
+        self.name = name
+        self._dim = dim
+        self._label = label or name
+
+    @property
+    def dim(self) -> int:
+        """Vector dimension; the first access may embed one probe text."""
+        if self._dim is None:
+            self._dim = int(self._as_matrix([self._embed_query_fn(self.PROBE_TEXT)], 1).shape[1])
+        return self._dim
+
+    def _as_matrix(self, vectors: Sequence[Sequence[float]], n: int) -> np.ndarray:
+        matrix = np.asarray(vectors, dtype=np.float32)
+        if matrix.ndim != 2 or matrix.shape[0] != n:
+            raise HybridMemoryError(
+                f"{self._label} returned an array of shape {matrix.shape} for {n} text(s); expected ({n}, dim)"
+            )
+        if self._dim is not None and matrix.shape[1] != self._dim:
+            raise DimensionMismatchError(
+                f"{self._label} returned vectors of dimension {matrix.shape[1]}, expected {self._dim}"
+            )
+        return matrix
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed passages. Returns float32 (n, dim); (0, dim) for no texts without calling the model.
+
+        Raises:
+            DimensionMismatchError: the model returned vectors of another dimension than ``dim``.
+            HybridMemoryError: the model returned another number of vectors than texts.
+        """
+        texts = list(texts)
+        if not texts:
+            return np.empty((0, self.dim), dtype=np.float32)
+        return self._as_matrix(self._embed_documents_fn(texts), len(texts))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Embed one query. Returns float32 (dim,). Raises DimensionMismatchError as embed_documents."""
+        return self._as_matrix([self._embed_query_fn(text)], 1)[0]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"

@@ -191,3 +191,25 @@ def test_loading_the_default_model_leaves_the_environment_as_it_was(monkeypatch)
         assert os.environ["TRANSFORMERS_OFFLINE"] == "0"  # the caller's choice is kept
     assert "HF_HUB_OFFLINE" not in os.environ
     assert os.environ["TRANSFORMERS_OFFLINE"] == "0"
+
+
+def test_callable_embedder_bridges_plain_functions():
+    from hybrid_memory import CallableEmbedder, DimensionMismatchError
+
+    calls = []
+
+    def docs(texts):
+        calls.append(len(texts))
+        return [[1.0, float(len(t))] for t in texts]
+
+    bridge = CallableEmbedder(docs, lambda text: [0.0, 1.0], name="toy")
+    assert bridge.dim == 2  # found by one probe query
+    assert bridge.embed_documents(["ab", "abc"]).tolist() == [[1.0, 2.0], [1.0, 3.0]]
+    assert bridge.embed_documents([]).shape == (0, 2) and calls == [2]
+    assert bridge.embed_query("q").dtype.name == "float32"
+    wrong = CallableEmbedder(docs, lambda text: [1.0, 2.0, 3.0], name="bad", dim=2)
+    with pytest.raises(DimensionMismatchError, match="dimension 3, expected 2"):
+        wrong.embed_query("q")
+    with HybridMemory(embedder=bridge) as mem:
+        mem.add([{"chunk_id": "a", "text": "ab"}])
+        assert mem.search("ab", top_k=1).results[0].chunk_id == "a"
