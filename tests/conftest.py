@@ -1,4 +1,7 @@
-"""Fixtures of the LlamaIndex adapter tests: a small incident memory with a deterministic offline embedder."""
+"""Shared fixture of the adapter tests: a small incident memory with a deterministic offline embedder.
+
+tests/core, tests/graph and test_adapters_agree.py define their own ``memory`` fixture, which overrides this one.
+"""
 
 from __future__ import annotations
 
