@@ -45,9 +45,11 @@ def _cmd_build(args: argparse.Namespace) -> int:
                 seed=42 if args.seed is None else args.seed,
                 embedder=memory.embedder,
                 path=Path(args.memory) / "graph",
+                show_progress=True,
             )
         else:  # incremental: only what changed since the last build
             index = GraphIndex.open(memory)
+            index.show_progress = True
             saved = {"max_cluster_size": index.max_cluster_size, "seed": index.seed}
             asked = {"max_cluster_size": args.max_cluster_size, "seed": args.seed}
             if any(value is not None and value != saved[key] for key, value in asked.items()):

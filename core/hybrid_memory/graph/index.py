@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
+from tqdm.auto import tqdm
 
 from .build import build_graph, update_graph
 from .communities import describe_communities, hierarchical_leiden
@@ -56,6 +57,7 @@ class GraphIndex:
         seed: Leiden seed (default 42); the same seed and graph give the same communities.
         embedder: embedder for ranking reports (``hybrid_memory.Embedder``); default the memory's embedder.
         path: folder ``refresh``/``build`` save to (default ``<memory.path>/graph`` for persisted memories).
+        show_progress: tqdm bars while extracting and summarising (off in library calls; the CLI turns it on).
 
     Raises ValueError for max_cluster_size < 1.
     """
@@ -69,6 +71,7 @@ class GraphIndex:
         seed: int = 42,
         embedder: Any = None,
         path: str | Path | None = None,
+        show_progress: bool = False,
     ):
         if not isinstance(max_cluster_size, int) or max_cluster_size < 1:
             raise ValueError(f"max_cluster_size must be an int >= 1, got {max_cluster_size!r}")
@@ -78,6 +81,7 @@ class GraphIndex:
         self.seed = int(seed)
         self.embedder = embedder
         self.path = Path(path) if path is not None else None
+        self.show_progress = show_progress
         self.graph: nx.MultiDiGraph = nx.MultiDiGraph()
         self.extractions: dict[str, ChunkExtraction] = {}
         self.failures: dict[str, ExtractionFailure] = {}
@@ -145,7 +149,8 @@ class GraphIndex:
         for cid in stats.deleted:
             after.pop(cid, None)
             self.failures.pop(cid, None)
-        for chunk in self._fetch(memory, sorted(todo)):
+        chunks = self._fetch(memory, sorted(todo))
+        for chunk in tqdm(chunks, total=len(todo), desc="extracting", unit="chunk", disable=not self.show_progress):
             extraction = self._extract(chunk)
             if extraction is None:
                 after.pop(chunk.chunk_id, None)
@@ -234,7 +239,8 @@ class GraphIndex:
         stale = [self.communities[cid] for cid in self.stale_communities()]
         calls = 0
         failed: list[str] = []
-        for community in sort_for_summarising(stale):
+        ordered = sort_for_summarising(stale)
+        for community in tqdm(ordered, desc="summarising", unit="community", disable=not self.show_progress):
             context = self._context(memory, community)
             calls += 1
             try:
