@@ -471,9 +471,11 @@ class HybridMemory:
             name: {chunk_ids[i]: score for i, score in hits if i in chunk_ids}  # a row deleted meanwhile is skipped
             for name, hits in (("sparse", sparse), ("dense", dense))
         }
+        # equal raw scores rank by chunk_id in each engine, so order never depends on insertion history
+        runs = {name: sorted(scores, key=lambda cid, s=scores: (-s[cid], cid)) for name, scores in raw.items()}
         params = req.hybrid_params
         fused = reciprocal_rank_fusion(
-            {name: list(scores) for name, scores in raw.items()},
+            runs,
             {"sparse": params.sparse_weight, "dense": params.dense_weight},
             rrf_k=params.rrf_k_constant,
             top_k=req.top_k,

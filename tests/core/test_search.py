@@ -181,3 +181,14 @@ def test_large_and_deep_filters(memory):
     mixed = {"severity": {"$in": [2, "1", None, True]}}  # type-strict per element; None matches missing
     assert sorted(r.chunk_id for r in memory.search("service", top_k=20, metadata_filter=mixed).results) == [
         "auth-user", "poem", "reset", "upgrade"]
+
+
+def test_equal_scores_rank_by_chunk_id_whatever_the_insertion_history():
+    with HybridMemory(embedder=HashingEmbedder(64)) as mem:
+        mem.add([{"chunk_id": c, "text": "same text here"} for c in "cab"])
+        first = [r.chunk_id for r in mem.search("same text", top_k=3).results]
+        mem.upsert([{"chunk_id": "a", "text": "other"}])
+        mem.upsert([{"chunk_id": "a", "text": "same text here"}])
+        again = mem.search("same text", top_k=3).results
+        assert first == [r.chunk_id for r in again] == ["a", "b", "c"]
+        assert [(r.sparse_rank, r.dense_rank) for r in again] == [(1, 1), (2, 2), (3, 3)]

@@ -63,3 +63,33 @@ def test_report_embeddings_are_saved_and_reused(disk_memory, embedder):
     assert counting.embedded == []  # every report vector came from disk
     expected = built.global_search("ERR_CONN_RESET on db-prod-3").hits
     assert [h.community_id for h in hits] == [h.community_id for h in expected]
+
+
+def test_model_output_with_control_characters_saves_and_a_failed_save_keeps_the_old_one(tmp_path, monkeypatch):
+    from hybrid_memory import HashingEmbedder, HybridMemory
+    from hybrid_memory.graph import GraphIndex, LLMExtractor
+    from hybrid_memory.graph import store as graph_store
+
+    good = '{"entities":[{"name":"billing-service"},{"name":"db-prod-3"}],"relations":[{"source":"billing-service","target":"db-prod-3"}]}'
+    bad = '{"entities":[{"name":"auth\\u001bapi"},{"name":"db-prod-3"}],"relations":[{"source":"auth\\u001bapi","target":"db-prod-3"}]}'
+    memory = HybridMemory(tmp_path / "m", embedder=HashingEmbedder(32))
+    memory.add([{"chunk_id": "a", "text": "billing text"}])
+    extractor = LLMExtractor(lambda prompt: bad if "auth text" in prompt else good)
+    graph = GraphIndex.build(memory, extractor=extractor)
+    memory.add([{"chunk_id": "b", "text": "auth text"}])
+    graph.refresh(memory)
+    assert "authapi" in {graph.graph.nodes[n].get("display", n) for n in graph.graph.nodes} | set(graph.graph.nodes)
+    reopened = GraphIndex.open(memory, extractor=extractor)
+    assert reopened.stats()["entities"] == 3
+
+    def boom(*_args, **_kwargs):
+        raise OSError("disk full")
+
+    memory.add([{"chunk_id": "c", "text": "billing text again"}])
+    monkeypatch.setattr(graph_store, "write_graphml", boom)
+    with pytest.raises(OSError, match="disk full"):
+        graph.refresh(memory)
+    monkeypatch.undo()
+    again = GraphIndex.open(memory, extractor=extractor)
+    assert sorted(again.extractions) == ["a", "b"]  # the previous complete save, not a mix
+    assert not (tmp_path / "m" / "graph.tmp").exists()

@@ -7,6 +7,7 @@ RAG Approach to Query-Focused Summarization"), asking for JSON instead of delimi
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -64,9 +65,14 @@ class Extractor(Protocol):
         ...
 
 
+_UNSAFE_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
+
+
 def _text(item: dict[str, Any], key: str) -> str:
+    """The item's text field, stripped, with characters GraphML/XML cannot hold (controls, surrogates) removed."""
     value = item.get(key, "")
-    return value.strip() if isinstance(value, str) else ("" if value is None else str(value))
+    text = value if isinstance(value, str) else ("" if value is None else str(value))
+    return _UNSAFE_CHARS.sub("", text).strip()
 
 
 def validate_extraction(data: Any) -> Extraction:

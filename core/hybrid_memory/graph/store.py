@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import logging
 import os
 import time
@@ -97,7 +98,27 @@ def read_graphml(path: Path) -> nx.MultiDiGraph:
 
 
 def save_index(index: GraphIndex, directory: Path) -> None:
-    """Write ``index`` to ``directory`` (created if absent)."""
+    """Write ``index`` to ``directory`` all or nothing: every file goes to ``<directory>.tmp`` first, and the
+    folders are swapped only when all were written, so a failed save leaves the previous save intact."""
+    directory = Path(directory)
+    tmp, old = directory.with_name(directory.name + ".tmp"), directory.with_name(directory.name + ".old")
+    for stale in (tmp, old):
+        if stale.exists():
+            shutil.rmtree(stale)
+    if directory.exists():  # keep files this module does not write (e.g. exports) across the swap
+        shutil.copytree(directory, tmp)
+    try:
+        _save_files(index, tmp)
+    except Exception:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if directory.exists():
+        directory.rename(old)
+    tmp.rename(directory)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _save_files(index: GraphIndex, directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     communities = list(index.communities.values())
     _write(directory / "extractions.json", _dump([index.extractions[c] for c in sorted(index.extractions)]))
