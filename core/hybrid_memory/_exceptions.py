@@ -7,7 +7,7 @@ The whole tree::
     │   ├── InvalidFilterError             the metadata filter uses an unknown operator or a bad operand
     │   └── DuplicateChunkError            add() got a chunk_id that is already stored (use upsert())
     ├── DimensionMismatchError (ValueError) a vector's dimension differs from the memory's
-    ├── StoreFormatError                   a memory directory is from another format version or embedder
+    ├── StoreFormatError                   a memory directory is missing, damaged, or from another version/embedder
     └── MissingDependencyError (ImportError) an optional extra is not installed; the message has the pip line
 """
 
@@ -45,7 +45,7 @@ class DimensionMismatchError(HybridMemoryError, ValueError):
 
 
 class StoreFormatError(HybridMemoryError):
-    """A memory directory has another format version, or was built with another embedder."""
+    """A memory directory is missing or damaged, has another format version, or was built with another embedder."""
 
 
 class MissingDependencyError(HybridMemoryError, ImportError):

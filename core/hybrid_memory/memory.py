@@ -130,9 +130,20 @@ class HybridMemory:
         return store
 
     @classmethod
-    def open(cls, path: str | Path, **kwargs: Any) -> HybridMemory:
-        """Open (or create) the memory directory at ``path``; keyword arguments as for the constructor."""
-        return cls(path, **kwargs)
+    def open(cls, path: str | Path, *, create: bool = False, **kwargs: Any) -> HybridMemory:
+        """Open the memory directory at ``path``; keyword arguments as for the constructor.
+
+        Raises:
+            StoreFormatError: there is no memory at ``path`` (a mistyped path must not silently give an empty
+                memory) unless ``create=True``; or as the constructor.
+        """
+        folder = Path(path)
+        if not create and not (folder / "store.sqlite3").exists() and not (folder / "manifest.json").exists():
+            raise StoreFormatError(
+                f"no memory at {folder}; create one with HybridMemory({str(folder)!r}) or "
+                f"HybridMemory.open(..., create=True)"
+            )
+        return cls(folder, **kwargs)
 
     # -- manifest -----------------------------------------------------------------------------------
     def _resolve_embedder(self, embedder: Embedder | None) -> Embedder:

@@ -175,3 +175,11 @@ def test_manifest_file_is_rewritten_from_the_store(saved):
     with HybridMemory.open(path) as mem:
         assert mem.embedder.name == "hashing-64"
     assert json.loads((path / "manifest.json").read_text())["embedder"] == {"name": "hashing-64", "dim": 64}
+
+
+def test_open_refuses_a_folder_without_a_memory(tmp_path):
+    with pytest.raises(StoreFormatError, match="no memory at"):
+        HybridMemory.open(tmp_path / "typo", embedder=HashingEmbedder(8))
+    assert not (tmp_path / "typo").exists()
+    with HybridMemory.open(tmp_path / "new", create=True, embedder=HashingEmbedder(8)) as mem:
+        assert mem.count() == 0
