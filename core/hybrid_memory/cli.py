@@ -84,7 +84,7 @@ def _read_inputs(paths: Sequence[str], args: argparse.Namespace) -> Iterator[Chu
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            yield from read_text_folder(path, chunk_size=args.chunk_size, metadata=extra)
+            yield from read_text_folder(path, chunk_size=args.chunk_size, metadata=extra, id_prefix=args.id_prefix)
         elif path.suffix == ".jsonl":
             for chunk in read_beir_corpus(path):
                 yield chunk.model_copy(update={"metadata": {**chunk.metadata, **extra}}) if extra else chunk
@@ -98,10 +98,25 @@ def _ingest(memory: Any, chunks: Iterable[Chunk], *, progress: bool) -> int:
     total = 0
     with memory.bulk(), tqdm(desc="ingesting", unit="chunk", disable=not progress, file=sys.stderr) as bar:
         for batch in _batched(chunks, _BATCH):
+            _refuse_cross_folder_overwrite(memory, batch)
             memory.upsert(batch)
             total += len(batch)
             bar.update(len(batch))
     return total
+
+
+def _refuse_cross_folder_overwrite(memory: Any, batch: list[Chunk]) -> None:
+    """Two different folders with the same name give the same chunk ids: refuse instead of overwriting."""
+    new_folder = {c.chunk_id: c.metadata.get("folder") for c in batch if c.metadata.get("folder")}
+    if not new_folder:
+        return
+    for stored in memory.get(list(new_folder)):
+        old = stored.metadata.get("folder")
+        if old and old != new_folder[stored.chunk_id]:
+            raise HybridMemoryError(
+                f"chunk {stored.chunk_id!r} already holds text from {old}; ingesting {new_folder[stored.chunk_id]} "
+                "would replace it. Give --id-prefix (e.g. --id-prefix team-b/) to keep both"
+            )
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
@@ -203,6 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE",
                         help="metadata added to every chunk (VALUE parsed as JSON when it is JSON); repeatable")
     ingest.add_argument("--chunk-size", type=int, default=1000, help="characters per chunk for .md/.txt (default 1000)")
+    ingest.add_argument("--id-prefix", default=None,
+                        help="put before folder chunk ids and sources (default: the folder's name and a slash)")
     ingest.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     ingest.set_defaults(func=_cmd_ingest)
 

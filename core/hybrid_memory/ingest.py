@@ -152,7 +152,8 @@ def read_text_folder(
       and calling ``upsert()`` replaces chunks in place (compare ``HybridMemory.chunk_hashes()`` to skip
       unchanged ones);
     * ``source`` = ``<id_prefix><relative path>``;
-    * ``metadata`` = ``metadata`` (copied) plus ``{"path": <source>, "chunk_index": n}``, which
+    * ``metadata`` = ``metadata`` (copied) plus ``{"path": <source>, "chunk_index": n, "folder": <absolute
+      folder path>}`` (the CLI uses ``folder`` to refuse overwriting another folder's chunks), which
       win over keys of the same name.
 
     Args:
@@ -185,6 +186,7 @@ def read_text_folder(
     patterns = [glob] if isinstance(glob, str) else list(glob)
     base_metadata = dict(metadata or {})
     prefix = f"{root.resolve().name}/" if id_prefix is None else id_prefix
+    folder_path = str(root.resolve())
 
     from semantic_text_splitter import MarkdownSplitter, TextSplitter
 
@@ -208,7 +210,7 @@ def read_text_folder(
                 chunk_id=f"{path}#{n}",
                 text=piece,
                 source=path,
-                metadata={**base_metadata, "path": path, "chunk_index": n},
+                metadata={**base_metadata, "path": path, "chunk_index": n, "folder": folder_path},
             )
 
 

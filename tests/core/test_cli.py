@@ -81,3 +81,20 @@ def test_a_failed_ingest_says_what_was_stored(tmp_path, capsys):
     assert main(["ingest", str(broken), "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "-q"]) == 2
     err = capsys.readouterr().err
     assert "line 4" in err and "holds 0 chunks, 0 new" in err
+
+
+def test_same_named_folders_are_not_overwritten(tmp_path, capsys):
+    for team, text in (("a", "alpha ERR_A1"), ("b", "beta ERR_B1")):
+        (tmp_path / team / "runbooks").mkdir(parents=True)
+        (tmp_path / team / "runbooks" / "x.md").write_text(text)
+    memory = str(tmp_path / "mem")
+    args = ["--memory", memory, "--hashing-dim", "16", "-q"]
+    assert main(["ingest", str(tmp_path / "a" / "runbooks"), *args]) == 0
+    assert main(["ingest", str(tmp_path / "b" / "runbooks"), *args]) == 2
+    assert "--id-prefix" in capsys.readouterr().err
+    assert main(["ingest", str(tmp_path / "b" / "runbooks"), *args, "--id-prefix", "b/runbooks/"]) == 0
+    assert main(["ingest", str(tmp_path / "a" / "runbooks"), *args]) == 0  # re-ingesting the same folder is fine
+    capsys.readouterr()
+    assert main(["search", "ERR_A1 ERR_B1", "--memory", memory, "--hashing-dim", "16", "--top-k", "5"]) == 0
+    ids = sorted(r["chunk_id"] for r in json.loads(capsys.readouterr().out)["results"])
+    assert ids == ["b/runbooks/x.md#0", "runbooks/x.md#0"]

@@ -138,7 +138,8 @@ def test_text_folder_one_chunk_per_small_file(tmp_path: Path) -> None:
     assert [c.source for c in chunks] == ["kb/b.txt", "kb/guides/a.md"]
     assert chunks[0].text == "Alpha beta gamma."
     assert chunks[1].text == "# Setup\n\nInstall the package.\n\n## Run\n\nStart the worker with make run."
-    assert chunks[1].metadata == {"team": "sre", "path": "kb/guides/a.md", "chunk_index": 0}
+    assert chunks[1].metadata == {
+        "team": "sre", "path": "kb/guides/a.md", "chunk_index": 0, "folder": str(root.resolve())}
 
 
 def test_text_folder_markdown_splits_at_headings(tmp_path: Path) -> None:
