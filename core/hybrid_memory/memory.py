@@ -277,6 +277,12 @@ class HybridMemory:
                     f"chunk #{position} ({getattr(chunk, 'chunk_id', None) or dict(chunk).get('chunk_id')!r}): "
                     f"metadata must be JSON-serialisable with finite numbers: {exc}"
                 ) from exc
+            bad_keys = [k for k in item.metadata if k.startswith("$") or '"' in k]
+            if bad_keys:
+                raise InvalidRequestError(
+                    f"chunk #{position} ({item.chunk_id!r}): metadata keys {bad_keys} cannot be filtered on (a key may "
+                    "not start with '$' or contain '\"'); rename them"
+                )
             valid.append(item)
         seen: set[str] = set()
         repeated = sorted({c.chunk_id for c in valid if c.chunk_id in seen or seen.add(c.chunk_id)})
