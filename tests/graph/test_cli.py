@@ -75,3 +75,18 @@ def test_graph_cli_refuses_settings_it_would_ignore(tmp_path, capsys):
     assert main(["graph", "show", "--memory", memory, "--top", "0"]) == 2
     assert main(["graph", "ask", "", "--memory", memory, "--hashing-dim", "32"]) == 2
     assert "question" in capsys.readouterr().err
+
+
+def test_export_refuses_an_unknown_extension(tmp_path, capsys):
+    from pathlib import Path
+
+    from hybrid_memory.cli import main
+
+    notes = Path(__file__).resolve().parents[2] / "examples" / "incident_memory" / "notes.jsonl"
+    memory = str(tmp_path / "m")
+    assert main(["ingest", str(notes), "--memory", memory, "--hashing-dim", "32", "-q"]) == 0
+    assert main(["graph", "build", "--memory", memory, "--hashing-dim", "32"]) == 0
+    capsys.readouterr()
+    assert main(["graph", "export", "--memory", memory, "-o", str(tmp_path / "g.png")]) == 2
+    assert "--format" in capsys.readouterr().err
+    assert not (tmp_path / "g.png").exists()

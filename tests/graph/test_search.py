@@ -87,7 +87,7 @@ def test_ask_without_llm_returns_the_reports(index):
 
 
 def test_global_search_validates_its_arguments(index):
-    with pytest.raises(ValueError, match="token_budget must be >= 1 token, got 0"):
+    with pytest.raises(ValueError, match="token_budget must be an int >= 1 \\(tokens\\), got 0"):
         index.global_search("x", token_budget=0)
     with pytest.raises(ValueError, match="question must be a non-empty string"):
         index.global_search("  ")
@@ -116,3 +116,26 @@ def test_refresh_re_embeds_only_the_new_reports(memory, embedder):
     index.global_search("auth-api")
     auth = next(c.community_id for c in index.communities.values() if "auth-api" in c.entities)
     assert counting.embedded == [index.reports[auth].text()]
+
+
+def test_answers_tell_apart_no_data_small_budget_and_failed_model(memory):
+    from hybrid_memory.graph import GraphIndex
+    from hybrid_memory.graph.search import MODEL_FAILED_ANSWER
+
+    graph = GraphIndex.build(memory)
+    question = next(iter(graph.reports.values())).title
+    full = graph.global_search(question, token_budget=100_000)
+    assert full.hits and not full.no_relevant_reports
+    tiny = graph.global_search(question, token_budget=1)
+    assert tiny.hits == [] and not tiny.no_relevant_reports
+    assert tiny.smallest_relevant_report_tokens == min(h.tokens for h in full.hits)
+    answer = graph.ask(question, token_budget=1)
+    assert answer.answer.startswith("No answer: relevant community reports exist") and not answer.no_data
+
+    garbage = graph.ask(question, llm=lambda prompt: "not json at all", token_budget=100_000)
+    assert garbage.model_failed and not garbage.no_data
+    assert garbage.answer.split("(")[0] == MODEL_FAILED_ANSWER.split("(")[0]
+
+    for bad in ({"max_reports": 0}, {"level": "0"}, {"token_budget": True}, {"token_budget": 1.5}):
+        with pytest.raises(ValueError):
+            graph.global_search(question, **bad)

@@ -117,7 +117,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     index = _load(args)
     _check_level(index, args.level)
-    fmt = args.format or ("html" if str(args.output).endswith((".html", ".htm")) else "graphml")
+    suffix = Path(args.output).suffix.lower()
+    if args.format is None and suffix not in (".graphml", ".xml", ".html", ".htm"):
+        raise GraphStateError(f"cannot tell the format of {args.output}: name it .graphml or .html, or give --format")
+    fmt = args.format or ("html" if suffix in (".html", ".htm") else "graphml")
     if fmt == "html":
         path = export_html(index, args.output, level=args.level)
     else:

@@ -35,7 +35,14 @@ from .models import (
 )
 from .patterns import OfflineExtractor
 from .reports import CommunityContext, ExtractiveSummarizer, Summarizer, sort_for_summarising
-from .search import NO_DATA_ANSWER, ReportRanker, account_tokens, map_reduce_answer, select_reports
+from .search import (
+    BUDGET_TOO_SMALL_ANSWER,
+    NO_DATA_ANSWER,
+    ReportRanker,
+    account_tokens,
+    map_reduce_answer,
+    select_reports,
+)
 from .tokens import count_tokens
 
 logger = logging.getLogger(__name__)
@@ -340,8 +347,13 @@ class GraphIndex:
         """
         if not isinstance(question, str) or not question.strip():
             raise ValueError("question must be a non-empty string")
-        if token_budget < 1:
-            raise ValueError(f"token_budget must be >= 1 token, got {token_budget}")
+        if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 1:
+            raise ValueError(f"token_budget must be an int >= 1 (tokens), got {token_budget!r}")
+        if level is not None and (isinstance(level, bool) or not isinstance(level, int)):
+            raise ValueError(f"level must be an int or None, got {level!r}")
+        if max_reports is not None and (isinstance(max_reports, bool) or not isinstance(max_reports, int)
+                                        or max_reports < 1):
+            raise ValueError(f"max_reports must be an int >= 1 or None, got {max_reports!r}")
         chunk_tokens = {cid: e.tokens for cid, e in self.extractions.items()}
         ranked = self._get_ranker().rank(question, level=level)
         parents = {cid: c.parent for cid, c in self.communities.items()} if dedupe_hierarchy else None
@@ -349,10 +361,16 @@ class GraphIndex:
             ranked, self.reports, token_budget=token_budget, parents=parents, min_dense_score=min_dense_score,
             max_reports=max_reports,
         )
+        smallest = None
+        if not hits:  # nothing fits: is nothing relevant, or is the budget too small?
+            unbounded = select_reports(ranked, self.reports, token_budget=10**12, parents=None,
+                                       min_dense_score=min_dense_score, max_reports=None)
+            smallest = min((h.tokens for h in unbounded), default=None)
         return GlobalSearchResult(
             question=question,
             hits=hits,
-            no_relevant_reports=not hits,
+            no_relevant_reports=not hits and smallest is None,
+            smallest_relevant_report_tokens=smallest,
             token_budget=token_budget,
             tokens=account_tokens(hits, chunk_tokens),
         )
@@ -375,6 +393,9 @@ class GraphIndex:
         (``no_data``) and no model is called."""
         search = self.global_search(question, token_budget=token_budget, level=level)
         chunk_tokens = {cid: e.tokens for cid, e in self.extractions.items()}
+        if search.smallest_relevant_report_tokens is not None:
+            answer = BUDGET_TOO_SMALL_ANSWER.format(tokens=search.smallest_relevant_report_tokens, budget=token_budget)
+            return GlobalAnswer(question=question, answer=answer, search=search, tokens=search.tokens)
         if search.no_relevant_reports:
             return GlobalAnswer(question=question, answer=NO_DATA_ANSWER, no_data=True, search=search,
                                 tokens=search.tokens)

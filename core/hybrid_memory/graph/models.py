@@ -209,6 +209,9 @@ class GlobalSearchResult(_Record):
     """Chosen reports, best first; empty when none is relevant."""
     no_relevant_reports: bool = False
     """True when no report matched the question (the caller should say so rather than invent)."""
+    smallest_relevant_report_tokens: int | None = None
+    """When relevant reports exist but none fits ``token_budget``: the smallest one's size in tokens (raise the
+    budget to at least this); None otherwise."""
     token_budget: int
     """Budget the reports' tokens had to fit, in tokens."""
     tokens: TokenAccounting
@@ -248,6 +251,9 @@ class GlobalAnswer(_Record):
     """Token and call accounting for the whole answer."""
     truncated: bool = False
     """True when the call or token budget left some reports unread."""
+    model_failed: bool = False
+    """True when every map call's reply stayed unusable after its retry: no answer was made (not the same as
+    'nothing relevant')."""
 
 
 class RefreshStats(_Record):

@@ -17,11 +17,33 @@ from .tokens import count_tokens, tokenizer_name
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NO_DATA_ANSWER", "ReportRanker", "account_tokens", "map_reduce_answer", "select_reports"]
+__all__ = [
+    "BUDGET_TOO_SMALL_ANSWER",
+    "MODEL_FAILED_ANSWER",
+    "NO_DATA_ANSWER",
+    "OUT_OF_BUDGET_ANSWER",
+    "ReportRanker",
+    "account_tokens",
+    "map_reduce_answer",
+    "select_reports",
+]
 
 NO_DATA_ANSWER = (
     "I don't know: none of the community reports in this memory is relevant to the question, "
     "so there is nothing to answer from."
+)
+
+
+BUDGET_TOO_SMALL_ANSWER = (
+    "No answer: relevant community reports exist, but the smallest one ({tokens} tokens) does not fit the token "
+    "budget of {budget}; raise token_budget."
+)
+MODEL_FAILED_ANSWER = (
+    "No answer: the model's replies to the map step could not be used ({failures} of {batches} batches failed "
+    "after a retry); see the log, or try another model."
+)
+OUT_OF_BUDGET_ANSWER = (
+    "No answer: the call or token budget ran out before any report was read; raise max_calls or max_llm_tokens."
 )
 
 
@@ -246,7 +268,9 @@ def map_reduce_answer(
     calls = prompt_tokens = completion_tokens = 0
     points: list[tuple[int, int, int, MapPoint]] = []
     truncated = False
-    for b, batch in enumerate(_batches(search.hits, map_context_tokens)):
+    batches = list(_batches(search.hits, map_context_tokens))
+    map_ok = map_failed = 0
+    for b, batch in enumerate(batches):
         prompt = MAP_PROMPT.format(question=search.question, reports="\n\n".join(_render(h) for h in batch))
         budget_left = max_calls - 1 - calls
         cost = count_tokens(prompt)
@@ -260,7 +284,9 @@ def map_reduce_answer(
             prompt_tokens += exc.prompt_tokens
             completion_tokens += exc.completion_tokens
             logger.warning("map step failed for reports %s: %s", [h.community_id for h in batch], exc)
+            map_failed += 1
             continue
+        map_ok += 1
         calls += result.attempts
         prompt_tokens += result.prompt_tokens
         completion_tokens += result.completion_tokens
@@ -271,16 +297,20 @@ def map_reduce_answer(
     points.sort(key=lambda t: t[:3])
     kept = [p for *_, p in points]
 
-    def finish(answer: str, no_data: bool, used: list[MapPoint]) -> GlobalAnswer:
+    def finish(answer: str, no_data: bool, used: list[MapPoint], model_failed: bool = False) -> GlobalAnswer:
         tokens = account_tokens(
             search.hits, chunk_tokens, llm_calls=calls, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
         )
         return GlobalAnswer(
             question=search.question, answer=answer, no_data=no_data, points=used, search=search, tokens=tokens,
-            truncated=truncated,
+            truncated=truncated, model_failed=model_failed,
         )
 
     if not kept:
+        if map_ok == 0 and map_failed:
+            return finish(MODEL_FAILED_ANSWER.format(failures=map_failed, batches=len(batches)), False, [], True)
+        if map_ok == 0 and truncated:
+            return finish(OUT_OF_BUDGET_ANSWER, False, [])
         return finish(NO_DATA_ANSWER, True, [])
     lines: list[str] = []
     used_points: list[MapPoint] = []
