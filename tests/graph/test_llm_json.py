@@ -79,3 +79,16 @@ def test_as_llm_callable_langchain_fake_chat_model():
 def test_as_llm_callable_llamaindex_mock_llm():
     llms = pytest.importorskip("llama_index.core.llms")
     assert as_llm_callable(llms.MockLLM())("echo me") == "echo me"  # MockLLM echoes the prompt
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        'Entities found in {text}: {"entities": [{"name": "a"}]}',
+        'Result [1]: {"entities": [{"name": "a"}]}',
+        '```\nnot json {x}\n```\nthen:\n```json\n{"entities": [{"name": "a"},]}\n```',
+    ],
+    ids=["braces-in-preamble", "array-in-preamble", "second-fence"],
+)
+def test_parse_llm_json_finds_the_real_object(reply):
+    assert parse_llm_json(reply) == {"entities": [{"name": "a"}]}

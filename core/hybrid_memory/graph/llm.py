@@ -129,19 +129,36 @@ def _closers(stack: tuple[str, ...] | list[str]) -> str:
 def parse_llm_json(text: str) -> Any:
     """Parse the JSON object or array in a model reply.
 
-    Handles, in this order: code fences (```json ... ```), preamble and trailing prose (the outermost ``{...}``
-    or ``[...]`` is taken), trailing commas, and a reply cut short (the unfinished last element is dropped and the
-    open brackets closed). Returns the parsed dict or list. Raises LLMOutputError (a ValueError) with the reason
-    when nothing parseable is left.
+    Handles code fences (```json ... ```), preamble and trailing prose, trailing commas, and a reply cut short
+    (the unfinished last element is dropped and the open brackets closed). Every fenced block and every ``{`` /
+    ``[`` position (the first 20) is tried, and the longest value that parses wins, so ``Result [1]: {...}`` or a
+    preamble quoting ``{text}`` still yields the real object. Returns the parsed dict or list. Raises
+    LLMOutputError (a ValueError) with the reason when nothing parseable is left.
     """
     if not isinstance(text, str):
         raise LLMOutputError(f"model reply is {type(text).__name__}, not text")
-    fenced = [m.group(1) for m in _FENCE.finditer(text) if re.search(r"[{\[]", m.group(1))]
-    body = fenced[0] if fenced else text
-    starts = [i for i in (body.find("{"), body.find("[")) if i >= 0]
-    if not starts:
+    bodies = [m.group(1) for m in _FENCE.finditer(text) if re.search(r"[{\[]", m.group(1))] + [text]
+    best: tuple[int, Any] | None = None
+    error: Exception | None = None
+    for body in bodies:
+        starts = [i for i, ch in enumerate(body) if ch in "{["][:20]
+        for start in starts:
+            try:
+                span, value = _parse_from(body[start:])
+            except LLMOutputError as exc:
+                error = error or exc
+                continue
+            if best is None or span > best[0]:
+                best = (span, value)
+        if best is not None:
+            return best[1]
+    if error is None:
         raise LLMOutputError("no JSON object or array in the model reply")
-    body = body[min(starts) :]
+    raise error
+
+
+def _parse_from(body: str) -> tuple[int, Any]:
+    """Parse the JSON value that starts at body[0]; returns (characters used, value). Raises LLMOutputError."""
     stack, in_string, commas, end = _scan(body)
     if end is not None:
         candidates = [body[: end + 1]]
@@ -152,7 +169,7 @@ def parse_llm_json(text: str) -> Any:
     error: Exception | None = None
     for candidate in candidates:
         try:
-            return json.loads(_drop_trailing_commas(candidate))
+            return len(candidate), json.loads(_drop_trailing_commas(candidate))
         except json.JSONDecodeError as exc:
             error = error or exc
     raise LLMOutputError(f"invalid JSON in the model reply: {error}")
