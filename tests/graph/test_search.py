@@ -139,3 +139,21 @@ def test_answers_tell_apart_no_data_small_budget_and_failed_model(memory):
     for bad in ({"max_reports": 0}, {"level": "0"}, {"token_budget": True}, {"token_budget": 1.5}):
         with pytest.raises(ValueError):
             graph.global_search(question, **bad)
+
+
+def test_ask_keeps_the_reduce_prompt_inside_max_llm_tokens(memory):
+    import json as _json
+
+    from hybrid_memory.graph import GraphIndex
+
+    graph = GraphIndex.build(memory)
+    question = next(iter(graph.reports.values())).title
+    points = {"points": [{"description": "a long finding " * 40, "score": 90 - i} for i in range(30)]}
+
+    def model(prompt):
+        return _json.dumps(points) if "points" in prompt.lower() and "score" in prompt.lower() else "final"
+
+    answer = graph.ask(question, llm=model, token_budget=100_000, max_llm_tokens=6000)
+    assert answer.tokens.llm_calls >= 2  # map step(s) and the reduce step ran
+    assert answer.tokens.prompt_tokens <= 6000  # the reduce prompt was packed into what the map step left
+    assert answer.truncated and 0 < len(answer.points) < 30

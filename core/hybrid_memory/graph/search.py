@@ -43,7 +43,8 @@ MODEL_FAILED_ANSWER = (
     "after a retry); see the log, or try another model."
 )
 OUT_OF_BUDGET_ANSWER = (
-    "No answer: the call or token budget ran out before any report was read; raise max_calls or max_llm_tokens."
+    "No answer: the call or token budget ran out before an answer could be written; raise max_calls or "
+    "max_llm_tokens."
 )
 
 
@@ -315,15 +316,20 @@ def map_reduce_answer(
     lines: list[str] = []
     used_points: list[MapPoint] = []
     used = 0
+    # the reduce prompt counts against max_llm_tokens too: its points get what the map step left
+    frame = count_tokens(REDUCE_PROMPT.format(question=search.question, points=""))
+    points_budget = min(reduce_context_tokens, max_llm_tokens - prompt_tokens - frame)
     for point in kept:
         line = f"- (score {point.score}) {point.description}"
         cost = count_tokens(line) + 1
-        if used + cost > reduce_context_tokens:
+        if used + cost > points_budget:
             truncated = True
             continue
         lines.append(line)
         used_points.append(point)
         used += cost
+    if not lines:
+        return finish(OUT_OF_BUDGET_ANSWER, False, [])
     prompt = REDUCE_PROMPT.format(question=search.question, points="\n".join(lines))
     calls += 1
     prompt_tokens += count_tokens(prompt)
