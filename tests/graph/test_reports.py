@@ -104,3 +104,18 @@ def test_pack_uses_child_reports_when_the_community_does_not_fit(memory):
 def test_summarizer_arguments_are_validated():
     with pytest.raises(ValueError, match="max_report_tokens must be >= 20"):
         ExtractiveSummarizer(max_report_tokens=5)
+
+
+def test_llm_report_is_cut_to_max_report_tokens(memory):
+    import json as _json
+
+    from hybrid_memory.graph import GraphIndex, LLMSummarizer
+
+    reply = _json.dumps({"title": "T", "summary": "word " * 5000, "rating": 5,
+                         "findings": [{"summary": "finding " * 50} for _ in range(10)]})
+    summarizer = LLMSummarizer(lambda prompt: reply, max_report_tokens=200)
+    graph = GraphIndex.build(memory, summarizer=summarizer)
+    assert graph.reports and all(r.tokens <= 200 for r in graph.reports.values())
+    assert all(r.findings == [] for r in graph.reports.values())
+    with pytest.raises(ValueError, match="retries"):
+        LLMSummarizer(lambda p: reply, retries=-1)

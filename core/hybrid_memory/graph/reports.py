@@ -185,18 +185,38 @@ def _report(context: CommunityContext, method: Literal["llm", "extractive"], **f
     return report
 
 
+def _fit_report(report: CommunityReport, max_tokens: int) -> CommunityReport:
+    """Drop findings from the end, then words from the end of the summary, until the report fits max_tokens."""
+    while report.tokens > max_tokens and report.findings:
+        report.findings = report.findings[:-1]
+        report.tokens = count_tokens(report.text())
+    words = report.summary.split()
+    while report.tokens > max_tokens and len(words) > 1:
+        words = words[: max(1, int(len(words) * 0.9))]
+        report.summary = " ".join(words) + " …"
+        report.tokens = count_tokens(report.text())
+    return report
+
+
 class LLMSummarizer:
     """Community reports written by a chat model (JSON: title, summary, rating, rating_explanation, findings).
 
-    ``max_context_tokens``: budget of the community data in the prompt (tokens). Bad JSON is repaired, then
-    retried once with the error; after that ``summarize`` raises LLMOutputError and the report is marked failed.
+    ``max_context_tokens``: budget of the community data in the prompt (tokens). ``max_report_tokens``: the
+    longest report kept (tokens); a longer reply loses findings from the end, then the end of its summary, so a
+    report always fits a global-search budget of that size. Bad JSON is repaired, then retried ``retries`` times
+    with the error; after that ``summarize`` raises LLMOutputError and the report is marked failed.
     """
 
-    def __init__(self, model: Any, *, max_context_tokens: int = 4000, retries: int = 1):
+    def __init__(self, model: Any, *, max_context_tokens: int = 4000, max_report_tokens: int = 600, retries: int = 1):
         if max_context_tokens < 100:
             raise ValueError(f"max_context_tokens must be >= 100, got {max_context_tokens}")
+        if isinstance(max_report_tokens, bool) or not isinstance(max_report_tokens, int) or max_report_tokens < 50:
+            raise ValueError(f"max_report_tokens must be an int >= 50, got {max_report_tokens!r}")
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValueError(f"retries must be an int >= 0, got {retries!r}")
         self.llm: LLMCallable = as_llm_callable(model)
         self.max_context_tokens = max_context_tokens
+        self.max_report_tokens = max_report_tokens
         self.retries = retries
         self.name = "llm"
         self.calls = 0
@@ -211,7 +231,7 @@ class LLMSummarizer:
             self.calls += getattr(exc, "attempts", 1)
             raise
         self.calls += result.attempts
-        return _report(context, "llm", **result.value)
+        return _fit_report(_report(context, "llm", **result.value), self.max_report_tokens)
 
 
 def _pagerank(graph: nx.MultiDiGraph) -> dict[str, float]:
