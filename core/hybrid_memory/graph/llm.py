@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -70,23 +70,32 @@ def _content_text(reply: Any) -> str:
     raise TypeError(f"model reply has no text: {type(reply).__name__}")
 
 
-def _scan(text: str) -> tuple[list[str], bool, list[tuple[int, tuple[str, ...]]], int | None]:
-    """Walk JSON text: returns (open stack at the end, inside a string?, [(comma pos, stack)], end of top value)."""
-    stack: list[str] = []
-    in_string = escaped = False
-    commas: list[tuple[int, tuple[str, ...]]] = []
+def _walk(text: str) -> Iterator[tuple[int, str, bool]]:
+    """Yield (position, character, inside_string_after_it) over JSON text, honouring escapes. A character is
+    structural (a bracket or comma that counts) when it is not a quote and the walk is not inside a string."""
+    inside = escaped = False
     for i, ch in enumerate(text):
-        if in_string:
+        if inside:
             if escaped:
                 escaped = False
             elif ch == "\\":
                 escaped = True
             elif ch == '"':
-                in_string = False
+                inside = False
+        elif ch == '"':
+            inside = True
+        yield i, ch, inside
+
+
+def _scan(text: str) -> tuple[list[str], bool, list[tuple[int, tuple[str, ...]]], int | None]:
+    """Walk JSON text: returns (open stack at the end, inside a string?, [(comma pos, stack)], end of top value)."""
+    stack: list[str] = []
+    commas: list[tuple[int, tuple[str, ...]]] = []
+    inside = False
+    for i, ch, inside in _walk(text):
+        if inside or ch == '"':
             continue
-        if ch == '"':
-            in_string = True
-        elif ch in "{[":
+        if ch in "{[":
             stack.append(ch)
         elif ch in "}]":
             if stack and _CLOSER[stack[-1]] == ch:
@@ -95,25 +104,13 @@ def _scan(text: str) -> tuple[list[str], bool, list[tuple[int, tuple[str, ...]]]
                     return [], False, commas, i
         elif ch == ",":
             commas.append((i, tuple(stack)))
-    return stack, in_string, commas, None
+    return stack, inside, commas, None
 
 
 def _drop_trailing_commas(text: str) -> str:
     out: list[str] = []
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-            out.append(ch)
-            continue
-        if ch == '"':
-            in_string = True
-        elif ch in "}]":
+    for _, ch, inside in _walk(text):
+        if not inside and ch in "}]":
             while out and out[-1].isspace():
                 out.pop()
             if out and out[-1] == ",":
