@@ -91,40 +91,35 @@ def read_beir_corpus(path: StrPath, *, source: str | None = None) -> Iterator[Ch
     """
     path_str = os.fspath(path)
     chunk_source = path_str if source is None else source
-    with open(path_str, encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{path_str}, line {line_no}"
-            doc = _json_object(line, where)
-            if "_id" not in doc:
-                raise InvalidRequestError(f"{where}: missing '_id' (every BEIR corpus line needs a document id)")
-            if "text" not in doc:
-                raise InvalidRequestError(f"{where}: missing 'text' (use \"text\": \"\" with a title-only document)")
-            doc_id = doc["_id"]
-            if isinstance(doc_id, bool) or not isinstance(doc_id, str | int):
-                raise InvalidRequestError(f"{where}: '_id' must be a string, got {type(doc_id).__name__}")
-            title = doc.get("title") or ""
-            text = doc["text"]
-            if not isinstance(title, str) or not isinstance(text, str):
-                raise InvalidRequestError(f"{where}: 'title' and 'text' must be strings")
-            metadata = doc.get("metadata") or {}
-            if not isinstance(metadata, Mapping):
-                raise InvalidRequestError(
-                    f"{where}: 'metadata' must be a JSON object, got {type(metadata).__name__}"
-                )
-            metadata = dict(metadata)
-            if title.strip():
-                metadata.setdefault("title", title)
-            try:
-                yield Chunk(
-                    chunk_id=str(doc_id),
-                    text=beir_chunk_text(title, text),
-                    source=chunk_source,
-                    metadata=metadata,
-                )
-            except ValidationError as exc:
-                raise InvalidRequestError(f"{where}: invalid document {doc_id!r}: {_first_error(exc)}") from exc
+    for where, doc in _jsonl_objects(path_str):
+        if "_id" not in doc:
+            raise InvalidRequestError(f"{where}: missing '_id' (every BEIR corpus line needs a document id)")
+        if "text" not in doc:
+            raise InvalidRequestError(f"{where}: missing 'text' (use \"text\": \"\" with a title-only document)")
+        doc_id = doc["_id"]
+        if isinstance(doc_id, bool) or not isinstance(doc_id, str | int):
+            raise InvalidRequestError(f"{where}: '_id' must be a string, got {type(doc_id).__name__}")
+        title = doc.get("title") or ""
+        text = doc["text"]
+        if not isinstance(title, str) or not isinstance(text, str):
+            raise InvalidRequestError(f"{where}: 'title' and 'text' must be strings")
+        metadata = doc.get("metadata") or {}
+        if not isinstance(metadata, Mapping):
+            raise InvalidRequestError(
+                f"{where}: 'metadata' must be a JSON object, got {type(metadata).__name__}"
+            )
+        metadata = dict(metadata)
+        if title.strip():
+            metadata.setdefault("title", title)
+        try:
+            yield Chunk(
+                chunk_id=str(doc_id),
+                text=beir_chunk_text(title, text),
+                source=chunk_source,
+                metadata=metadata,
+            )
+        except ValidationError as exc:
+            raise InvalidRequestError(f"{where}: invalid document {doc_id!r}: {_first_error(exc)}") from exc
 
 
 def read_text_folder(
@@ -223,23 +218,17 @@ def read_queries(path: StrPath) -> dict[str, str]:
     Raises:
         InvalidRequestError: bad JSON, a missing ``_id``/``text``, or a repeated ``_id`` (file and line named).
     """
-    path_str = os.fspath(path)
     queries: dict[str, str] = {}
-    with open(path_str, encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{path_str}, line {line_no}"
-            doc = _json_object(line, where)
-            if "_id" not in doc or "text" not in doc:
-                missing = "'_id'" if "_id" not in doc else "'text'"
-                raise InvalidRequestError(f"{where}: missing {missing} (a BEIR query line needs '_id' and 'text')")
-            if not isinstance(doc["text"], str):
-                raise InvalidRequestError(f"{where}: 'text' must be a string")
-            query_id = str(doc["_id"])
-            if query_id in queries:
-                raise InvalidRequestError(f"{where}: query id {query_id!r} appears twice")
-            queries[query_id] = doc["text"]
+    for where, doc in _jsonl_objects(os.fspath(path)):
+        if "_id" not in doc or "text" not in doc:
+            missing = "'_id'" if "_id" not in doc else "'text'"
+            raise InvalidRequestError(f"{where}: missing {missing} (a BEIR query line needs '_id' and 'text')")
+        if not isinstance(doc["text"], str):
+            raise InvalidRequestError(f"{where}: 'text' must be a string")
+        query_id = str(doc["_id"])
+        if query_id in queries:
+            raise InvalidRequestError(f"{where}: query id {query_id!r} appears twice")
+        queries[query_id] = doc["text"]
     return queries
 
 
@@ -279,6 +268,15 @@ def read_qrels(path: StrPath) -> dict[str, dict[str, int]]:
                 raise InvalidRequestError(f"{where}: score must be an integer, got {score!r}") from None
             qrels.setdefault(query_id, {})[doc_id] = relevance
     return qrels
+
+
+def _jsonl_objects(path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(``"<path>, line <n>"``, object) for each non-blank line of a JSONL file. Raises InvalidRequestError."""
+    with open(path, encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, start=1):
+            if line.strip():
+                where = f"{path}, line {line_no}"
+                yield where, _json_object(line, where)
 
 
 def _json_object(line: str, where: str) -> dict[str, Any]:

@@ -286,19 +286,15 @@ class GraphIndex:
 
         Summariser calls == number of stale communities (``stats.summarised``).
         """
-        started = time.perf_counter()
-        stats = self.sync(memory)
-        stats.summarised, stats.failed_reports = self.summarize_stale(memory)
-        if save and self.path is not None:
-            self.prepare_search()  # embed new reports now, so the saved index answers without re-embedding
-            self.save(self.path)
-        stats.seconds = time.perf_counter() - started
-        return stats
+        return self._update(memory, only=None, save=save)
 
     def retry_failed(self, memory: Any, *, save: bool = True) -> RefreshStats:
         """Retry only the failed extractions (and re-summarise what they change, plus failed reports)."""
+        return self._update(memory, only=set(self.failures), save=save)
+
+    def _update(self, memory: Any, *, only: set[str] | None, save: bool) -> RefreshStats:
         started = time.perf_counter()
-        stats = self.sync(memory, only=set(self.failures))
+        stats = self.sync(memory, only=only)
         stats.summarised, stats.failed_reports = self.summarize_stale(memory)
         if save and self.path is not None:
             self.prepare_search()  # embed new reports now, so the saved index answers without re-embedding
