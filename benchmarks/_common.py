@@ -5,7 +5,8 @@ Nothing here ranks or scores; the benchmarks use the public ``hybrid_memory`` AP
 
 Paths
     ``DATA_DIR``  -- ``<workspace>/shared/data`` (BEIR folders, read only, never copied into the project)
-    ``CACHE_DIR`` -- ``benchmarks/.cache`` (git-ignored): cached document vectors as ``.npy``
+    ``CACHE_DIR`` -- ``benchmarks/.cache`` (git-ignored), or ``$HYBRID_MEMORY_BENCH_CACHE`` when set (one cache
+    shared by several checkouts): cached document vectors as ``.npy``
     ``RESULTS_DIR`` -- ``benchmarks/results``: JSON written by each benchmark
 
 Vector cache
@@ -37,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
-CACHE_DIR = Path(__file__).resolve().parent / ".cache"
+CACHE_DIR = Path(os.environ.get("HYBRID_MEMORY_BENCH_CACHE") or Path(__file__).resolve().parent / ".cache")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 #: ``SentenceTransformerEmbedder().name`` of the core; cache keys use ``Embedder.name``. The cached rows

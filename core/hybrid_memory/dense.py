@@ -18,6 +18,8 @@ import numpy as np
 
 from ._exceptions import DimensionMismatchError
 
+from .engines import RowSet, as_rowset
+
 __all__ = ["FaissIndex"]
 
 logger = logging.getLogger(__name__)
@@ -30,7 +32,7 @@ class FaissIndex:
         dim: vector dimension.
         omp_threads: OpenMP threads FAISS may use; 1 by default because a single-query flat scan is several
             times faster on one thread than on FAISS's default of all cores (measured on 2 cores: 30k x 384,
-            5.7 ms vs 35 ms p50). Note: FAISS's thread count is process-wide.
+            5.7 ms vs 35 ms p50). OpenMP's count is per thread, so it is set in every thread that searches.
     """
 
     def __init__(self, dim: int, *, omp_threads: int | None = 1) -> None:
@@ -38,8 +40,7 @@ class FaissIndex:
 
         if dim < 1:
             raise ValueError(f"dim must be >= 1, got {dim}")
-        if omp_threads is not None:
-            faiss.omp_set_num_threads(omp_threads)
+        self.omp_threads = omp_threads
         self.dim = dim
         self._lock = threading.RLock()
         self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
@@ -88,13 +89,13 @@ class FaissIndex:
             with self._lock:
                 self._index.remove_ids(faiss.IDSelectorBatch(ids))
 
-    def search(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+    def search(self, query: np.ndarray, k: int, allowed: RowSet | np.ndarray | None = None) -> list[tuple[int, float]]:
         """Top ``k`` ids by inner product with the query.
 
         Args:
             query: float32 (dim,), L2-normalised.
             k: number of results wanted, >= 1.
-            allowed: int64 ids, the only ones that may be returned (the metadata filter); None for all.
+            allowed: the ids that may be returned (the resolved metadata filter, a RowSet or int64 ids); None for all.
 
         Returns:
             ``(id, inner product)`` pairs by score descending then id ascending; fewer than k when
@@ -102,7 +103,12 @@ class FaissIndex:
         """
         import faiss
 
+        allowed = as_rowset(allowed)
         query = self._check(np.asarray(query, dtype=np.float32).reshape(1, -1))
+        if self.omp_threads is not None:
+            # OpenMP's thread count is per calling thread: set it in the thread that searches (an executor
+            # thread that never called this would use every core, 6-10x slower for one query)
+            faiss.omp_set_num_threads(self.omp_threads)
         with self._lock:
             n = self._index.ntotal
             if allowed is not None:
@@ -113,12 +119,28 @@ class FaissIndex:
             depth = min(k + 1, n)
             params = None
             if allowed is not None:
-                selector = faiss.IDSelectorBatch(np.asarray(allowed, dtype=np.int64))
-                params = faiss.SearchParameters(sel=selector)
+                params = faiss.SearchParameters(sel=allowed.faiss_selector())
             scores, labels = self._index.search(query, depth, params=params)
         pairs = [(int(i), float(s)) for i, s in zip(labels[0], scores[0], strict=True) if i != -1]
         pairs.sort(key=lambda p: (-p[1], p[0]))
         return pairs[:k]
+
+    def score(self, query: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """Exact inner products of the float32 (dim,) ``query`` with the vectors of int64 ``ids``.
+
+        Returns float64 (len(ids),); ids not in the index score ``nan``.
+        """
+        query = self._check(np.asarray(query, dtype=np.float32).reshape(1, -1))[0]
+        ids = np.asarray(ids, dtype=np.int64)
+        out = np.full(len(ids), np.nan)
+        with self._lock:
+            for j, doc_id in enumerate(ids.tolist()):
+                try:
+                    vector = self._index.reconstruct(doc_id)
+                except RuntimeError:  # FAISS: id not found
+                    continue
+                out[j] = float(np.dot(vector, query))
+        return out
 
     def save(self, path: Path) -> None:
         """Write the index with ``faiss.write_index`` (FAISS's own binary format, no pickle)."""

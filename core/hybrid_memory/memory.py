@@ -30,8 +30,9 @@ from ._exceptions import DimensionMismatchError, DuplicateChunkError, InvalidReq
 from .dense import FaissIndex
 from .embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder, l2_normalize
 from .filters import validate_filter
-from .fusion import reciprocal_rank_fusion
+from .engines import DenseEngine, Query, RowSet, SparseEngine
 from .models import Chunk, SearchRequest, SearchResponse, SearchResult, StoredChunk, validation_message
+from .searcher import HybridResult, HybridSearcher
 from .sparse import BM25Index
 from .store import NewRow, SQLiteStore, content_hash
 from .tokenizer import TechnicalTokenizer
@@ -44,7 +45,6 @@ FORMAT_VERSION = 1
 """Version of the memory directory layout, saved in manifest.json and checked on open."""
 
 _SHORTCUTS = ("dense_weight", "sparse_weight", "rrf_k_constant")
-_Hit = tuple[int, float]
 
 
 class HybridMemory:
@@ -109,6 +109,11 @@ class HybridMemory:
         self._bulk_depth = 0
         self._background_compaction = background_compaction
         self._sync_indexes()
+        self._searcher = HybridSearcher(
+            {"sparse": SparseEngine(self._sparse), "dense": DenseEngine(self._dense, self.embedder)},
+            self._store.chunk_ids_by_rowid,
+            executor=self._executor,
+        )
 
     def _open_store(self) -> SQLiteStore:
         if self.path is None:
@@ -466,101 +471,99 @@ class HybridMemory:
         validate_filter(validated.metadata_filter)
         return validated
 
-    def _run_sparse(self, text: str, depth: int, allowed: np.ndarray | None) -> list[_Hit]:
-        return self._sparse.search(text, depth, allowed)
-
-    def _run_dense(self, text: str, depth: int, allowed: np.ndarray | None) -> list[_Hit]:
-        query = np.asarray(self.embedder.embed_query(text), dtype=np.float32).reshape(1, -1)
-        return self._dense.search(l2_normalize(query)[0], depth, allowed)
-
-    def _prepare(self, request: Any, fields: dict[str, Any]) -> tuple[SearchRequest, np.ndarray | None, int]:
+    def _prepare(self, request: Any, fields: dict[str, Any]) -> tuple[SearchRequest, RowSet | None]:
         self._check_open()
         req = self.make_request(request, **fields)
         allowed = None
         if req.metadata_filter:
-            allowed = self._store.filter_rowids(req.metadata_filter)
-        return req, allowed, req.top_k * self.candidate_multiplier
+            allowed = RowSet(self._store.filter_rowids(req.metadata_filter), sorted_unique=True)
+        return req, allowed
 
-    def _finish(self, req: SearchRequest, sparse: list[_Hit], dense: list[_Hit]) -> SearchResponse:
-        # fuse on chunk ids (identity and tie-breaks by chunk_id), then load full rows for the winners only
-        chunk_ids = self._store.chunk_ids_by_rowid(sorted({i for i, _ in sparse} | {i for i, _ in dense}))
-        raw = {
-            name: {chunk_ids[i]: score for i, score in hits if i in chunk_ids}  # a row deleted meanwhile is skipped
-            for name, hits in (("sparse", sparse), ("dense", dense))
-        }
-        # equal raw scores rank by chunk_id in each engine, so order never depends on insertion history
-        runs = {name: sorted(scores, key=lambda cid, s=scores: (-s[cid], cid)) for name, scores in raw.items()}
+    def _search_args(self, req: SearchRequest, allowed: RowSet | None) -> dict[str, Any]:
         params = req.hybrid_params
-        fused = reciprocal_rank_fusion(
-            runs,
-            {"sparse": params.sparse_weight, "dense": params.dense_weight},
-            rrf_k=params.rrf_k_constant,
-            top_k=req.top_k,
-        )
-        rows = {c.chunk_id: c for c in self._store.get([hit.doc_id for hit in fused])}
+        return {
+            "top_k": req.top_k,
+            "depth": req.top_k * self.candidate_multiplier,
+            "weights": {"sparse": params.sparse_weight, "dense": params.dense_weight},
+            "allowed": allowed,
+            "rrf_k": params.rrf_k_constant,
+        }
+
+    def _response(self, req: SearchRequest, result: HybridResult) -> SearchResponse:
+        # fusion ran on chunk ids (identity and tie-breaks); full rows are loaded for the winners only
+        rows = {c.chunk_id: c for c in self._store.get([hit.key for hit in result.hits])}
         results = [
             SearchResult(
-                chunk_id=hit.doc_id,
-                rrf_score=hit.score,
-                text=rows[hit.doc_id].text,
-                source=rows[hit.doc_id].source,
-                metadata=rows[hit.doc_id].metadata,
+                chunk_id=hit.key,
+                rrf_score=hit.rrf_score,
+                text=rows[hit.key].text,
+                source=rows[hit.key].source,
+                metadata=rows[hit.key].metadata,
                 sparse_rank=hit.ranks.get("sparse"),
-                sparse_score=raw["sparse"].get(hit.doc_id),
+                sparse_score=hit.raw_scores.get("sparse"),
                 dense_rank=hit.ranks.get("dense"),
-                dense_score=raw["dense"].get(hit.doc_id),
+                dense_score=hit.raw_scores.get("dense"),
             )
-            for hit in fused
-            if hit.doc_id in rows
+            for hit in result.hits
+            if hit.key in rows  # a chunk deleted meanwhile is skipped
         ]
         return SearchResponse(query_id=req.query_id, total_retrieved=len(results), results=results)
 
-    def search(self, request: SearchRequest | Mapping[str, Any] | str | None = None, /, **fields: Any) -> SearchResponse:
+    def search(
+        self,
+        request: SearchRequest | Mapping[str, Any] | str | None = None,
+        /,
+        *,
+        query_vector: np.ndarray | Sequence[float] | None = None,
+        **fields: Any,
+    ) -> SearchResponse:
         """Hybrid search: BM25 and dense retrieval run concurrently, each restricted by the metadata filter,
-        then are fused with weighted RRF and cut to ``top_k``.
+        then are fused and cut to ``top_k``.
 
         Args:
             request: a :class:`SearchRequest`, its JSON as a mapping, or the search text.
+            query_vector: the query's embedding, float32 (dim,), when the caller already has it (for example
+                LlamaIndex's ``QueryBundle.embedding``); None embeds ``search_text`` with the memory's embedder.
             **fields: request fields overriding ``request`` (``top_k``, ``metadata_filter``, ``query_id``,
                 ``hybrid_params``, or the shortcuts ``dense_weight``, ``sparse_weight``, ``rrf_k_constant``).
 
         Each engine returns ``candidate_multiplier × top_k`` candidates; an engine whose weight is 0 is not
-        run. Results are ordered by rrf_score descending, ties by chunk_id.
+        run. Results are ordered by score descending, ties by chunk_id.
 
         Raises:
-            InvalidRequestError: a request field is invalid (the message names it).
+            InvalidRequestError: a request field is invalid (the message names it), or ``query_vector`` has
+                the wrong shape.
             InvalidFilterError: the metadata filter is malformed.
         """
-        req, allowed, depth = self._prepare(request, fields)
-        if allowed is not None and len(allowed) == 0:
-            return SearchResponse(query_id=req.query_id, total_retrieved=0, results=[])
-        params = req.hybrid_params
-        sparse_future = (
-            self._executor.submit(self._run_sparse, req.search_text, depth, allowed) if params.sparse_weight > 0 else None
-        )
-        dense_future = (
-            self._executor.submit(self._run_dense, req.search_text, depth, allowed) if params.dense_weight > 0 else None
-        )
-        sparse = sparse_future.result() if sparse_future else []
-        dense = dense_future.result() if dense_future else []
-        return self._finish(req, sparse, dense)
+        req, allowed = self._prepare(request, fields)
+        query = self._query(req, query_vector)
+        return self._response(req, self._searcher.search(query, **self._search_args(req, allowed)))
 
-    async def asearch(self, request: SearchRequest | Mapping[str, Any] | str | None = None, /, **fields: Any) -> SearchResponse:
+    async def asearch(
+        self,
+        request: SearchRequest | Mapping[str, Any] | str | None = None,
+        /,
+        *,
+        query_vector: np.ndarray | Sequence[float] | None = None,
+        **fields: Any,
+    ) -> SearchResponse:
         """Async :meth:`search`: both engines run in worker threads under ``asyncio.gather``; the event loop
         is never blocked. Same arguments, result and errors."""
-        req, allowed, depth = await asyncio.to_thread(self._prepare, request, fields)
-        if allowed is not None and len(allowed) == 0:
-            return SearchResponse(query_id=req.query_id, total_retrieved=0, results=[])
-        params = req.hybrid_params
+        req, allowed = await asyncio.to_thread(self._prepare, request, fields)
+        query = self._query(req, query_vector)
+        result = await self._searcher.asearch(query, **self._search_args(req, allowed))
+        return await asyncio.to_thread(self._response, req, result)
 
-        async def nothing() -> list[_Hit]:
-            return []
-
-        sparse, dense = await asyncio.gather(
-            asyncio.to_thread(self._run_sparse, req.search_text, depth, allowed) if params.sparse_weight > 0 else nothing(),
-            asyncio.to_thread(self._run_dense, req.search_text, depth, allowed) if params.dense_weight > 0 else nothing(),
-        )
-        return await asyncio.to_thread(self._finish, req, sparse, dense)
+    def _query(self, req: SearchRequest, query_vector: np.ndarray | Sequence[float] | None) -> Query:
+        if query_vector is None:
+            return Query(req.search_text)
+        vector = np.asarray(query_vector, dtype=np.float32).reshape(-1)
+        if vector.shape != (self._dense.dim,) or not np.isfinite(vector).all():
+            raise InvalidRequestError(
+                f"query_vector must be {self._dense.dim} finite floats (this memory's embedding size), got shape "
+                f"{vector.shape}; pass None to embed search_text"
+            )
+        return Query(req.search_text, l2_normalize(vector.reshape(1, -1))[0])
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def flush(self) -> None:

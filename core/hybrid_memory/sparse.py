@@ -29,6 +29,8 @@ import numpy as np
 
 from .tokenizer import TechnicalTokenizer
 
+from .engines import RowSet, as_rowset
+
 __all__ = ["BM25Index"]
 
 logger = logging.getLogger(__name__)
@@ -268,18 +270,19 @@ class BM25Index:
             thread.join()
 
     # -- search -------------------------------------------------------------------------------------
-    def search(self, query: str, k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+    def search(self, query: str, k: int, allowed: RowSet | np.ndarray | None = None) -> list[tuple[int, float]]:
         """Top ``k`` documents for the query among ``allowed`` ids (None: all).
 
         Args:
             query: query text (tokenized like the documents).
             k: number of results wanted, >= 1.
-            allowed: int64 ids, ascending, that results must belong to (the metadata filter).
+            allowed: the ids results must belong to (the resolved metadata filter, a RowSet or int64 ids); None for all.
 
         Returns:
             ``(id, score)`` pairs, score > 0 only, by score descending then id ascending; fewer than k
             when fewer documents share a term with the query.
         """
+        allowed = as_rowset(allowed)
         tokens = self.tokenizer.tokenize(query)
         if not tokens or k < 1:
             return []
@@ -291,7 +294,7 @@ class BM25Index:
                 if token_ids:
                     mask = self._main_alive
                     if allowed is not None:
-                        mask = mask * np.isin(main_ids, allowed, assume_unique=True).astype(np.float32)
+                        mask = mask * allowed.contains(main_ids).astype(np.float32)
                     scores = main.get_scores_from_ids(token_ids, weight_mask=mask)
                     hit = np.flatnonzero(scores > 0)
                     if len(hit) > k:
@@ -312,7 +315,37 @@ class BM25Index:
         order = np.lexsort((ids, -scores))[:k]
         return [(int(ids[i]), float(scores[i])) for i in order]
 
-    def _score_delta(self, tokens: list[str], allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def score(self, query: str, ids: np.ndarray) -> np.ndarray:
+        """Exact BM25 scores of the int64 ``ids`` for ``query``, float64 (len(ids),), on :meth:`search`'s scale.
+
+        Ids that are not live (never added, or removed) score ``nan``; a live document without any query
+        term scores 0.
+        """
+        ids = np.asarray(ids, dtype=np.int64)
+        out = np.full(len(ids), np.nan)
+        tokens = self.tokenizer.tokenize(query)
+        with self._lock:
+            main_ids = self._main_ids
+            if len(main_ids) and len(ids):
+                pos = np.minimum(np.searchsorted(main_ids, ids), len(main_ids) - 1)
+                in_main = (main_ids[pos] == ids) & (self._main_alive[pos] > 0)
+                if in_main.any():
+                    out[in_main] = 0.0
+                    token_ids = self._main.get_tokens_ids(tokens) if tokens else []
+                    if token_ids:
+                        scores = self._main.get_scores_from_ids(token_ids)
+                        out[in_main] = scores[pos[in_main]].astype(np.float64)
+            in_delta = np.array([int(i) in self._delta_tf for i in ids], dtype=bool)
+            if in_delta.any():
+                out[in_delta] = 0.0
+                if tokens:
+                    delta_ids, delta_scores = self._score_delta(tokens, None)
+                    found = dict(zip(delta_ids.tolist(), delta_scores.tolist(), strict=True))
+                    for j in np.flatnonzero(in_delta):
+                        out[j] = found.get(int(ids[j]), 0.0)
+        return out
+
+    def _score_delta(self, tokens: list[str], allowed: RowSet | None) -> tuple[np.ndarray, np.ndarray]:
         n_docs = len(self._main_ids) + len(self._delta_tf)
         avgdl = (self._main_total_len + self._delta_total_len) / max(n_docs, 1)
         vocab = self._main.vocab_dict if self._main is not None else {}
@@ -333,7 +366,7 @@ class BM25Index:
         # float32 like bm25s's precomputed scores, so main and delta scores compare on one scale
         values = np.fromiter(scores.values(), dtype=np.float64, count=len(scores)).astype(np.float32).astype(np.float64)
         if allowed is not None and len(ids):
-            keep = np.isin(ids, allowed)
+            keep = allowed.contains(ids)
             ids, values = ids[keep], values[keep]
         keep = values > 0
         return ids[keep], values[keep]

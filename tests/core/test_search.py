@@ -1,6 +1,7 @@
 """Hybrid search: fused scores, filters inside both engines, identifiers, concurrency, validation."""
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -117,46 +118,47 @@ def test_bad_requests_name_the_field(memory, fields, message):
         memory.search({"search_text": "HTTP 504", **fields})
 
 
+def _stub_engines(memory, monkeypatch, search):
+    for engine in memory._searcher.engines.values():
+        monkeypatch.setattr(engine, "search", search)
+
+
 def test_engines_run_concurrently(memory, monkeypatch):
-    def slow(*_args):
-        time.sleep(0.2)
+    """Both engines must be inside search() at the same moment: a 2-party barrier only opens then."""
+    barrier = threading.Barrier(2, timeout=5)
+    names = []
+
+    def meet(query, k, allowed):
+        names.append(threading.current_thread().name)
+        barrier.wait()  # BrokenBarrierError (a failed search) if the engines ran one after the other
         return []
 
-    monkeypatch.setattr(memory, "_run_sparse", slow)
-    monkeypatch.setattr(memory, "_run_dense", slow)
-    start = time.perf_counter()
-    memory.search("anything")
-    sync_elapsed = time.perf_counter() - start
-
-    start = time.perf_counter()
-    asyncio.run(memory.asearch("anything"))
-    async_elapsed = time.perf_counter() - start
-    assert sync_elapsed < 0.35
-    assert async_elapsed < 0.35
-
-
-async def test_asearch_equals_search(memory):
-    sync = memory.search("HTTP 504 pool", top_k=4, query_id="q1")
-    result = await memory.asearch("HTTP 504 pool", top_k=4, query_id="q1")
-    assert result == sync
+    _stub_engines(memory, monkeypatch, meet)
+    assert memory.search("anything").results == []
+    barrier.reset()
+    assert asyncio.run(memory.asearch("anything")).results == []
+    assert len(names) == 4
 
 
 async def test_asearch_does_not_block_the_event_loop(memory, monkeypatch):
-    def slow(*_args):
-        time.sleep(0.2)
+    """The dense engine waits for an event that only a task on the event loop sets: if asearch blocked
+    the loop while the engine runs, the event is never set and the engine raises."""
+    released = threading.Event()
+
+    def dense_waits_for_the_loop(query, k, allowed):
+        if not released.wait(timeout=5):
+            raise AssertionError("the event loop was blocked while the engine ran")
         return []
 
-    monkeypatch.setattr(memory, "_run_dense", slow)
-    ticks = 0
+    monkeypatch.setattr(memory._searcher.engines["dense"], "search", dense_waits_for_the_loop)
 
-    async def ticker():
-        nonlocal ticks
-        for _ in range(10):
-            await asyncio.sleep(0.01)
-            ticks += 1
+    async def release():
+        await asyncio.sleep(0)
+        released.set()
 
-    await asyncio.gather(memory.asearch("x"), ticker())
-    assert ticks == 10
+    response, _ = await asyncio.gather(memory.asearch("x"), release())
+    assert released.is_set()
+    assert response.query_id
 
 
 def test_results_are_deterministic_across_calls(memory):

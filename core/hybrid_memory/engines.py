@@ -1,0 +1,208 @@
+"""The engine seam: what the hybrid searcher asks of a retrieval engine, and the sets it passes them.
+
+Data flows one way: the store resolves a metadata filter to a :class:`RowSet` of document ids, the
+:class:`~hybrid_memory.searcher.HybridSearcher` hands one :class:`Query` and that set to every
+:class:`Engine`, and fuses what they return. Engines know nothing of the store, of chunk ids or of
+fusion; they rank int64 document ids (the store's rowids, or any other dense id space such as the graph
+layer's report numbers).
+
+Two engines ship with the core: :class:`SparseEngine` (BM25 over :class:`~hybrid_memory.sparse.BM25Index`)
+and :class:`DenseEngine` (inner product over :class:`~hybrid_memory.dense.FaissIndex`, embedding the query
+with an :class:`~hybrid_memory.embedders.Embedder` unless the caller passed a vector).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from .embedders import l2_normalize
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .dense import FaissIndex
+    from .embedders import Embedder
+    from .sparse import BM25Index
+
+__all__ = ["DenseEngine", "Engine", "Hit", "Query", "RowSet", "SparseEngine", "as_rowset"]
+
+Hit = tuple[int, float]
+"""``(document id, raw engine score)``; higher scores are better."""
+
+
+class Query:
+    """One query as every engine sees it.
+
+    Attributes:
+        text: the query text.
+        vector: float32 (dim,), L2-normalised, or None. A caller may pass a precomputed vector (for example
+            LlamaIndex's ``QueryBundle.embedding``); otherwise the dense engine computes it once on first use
+            and stores it here, so later steps (exact re-scoring during fusion) do not embed again.
+        cache: per-engine scratch space (the sparse engine keeps the query's tokens here).
+    """
+
+    __slots__ = ("cache", "text", "vector")
+
+    def __init__(self, text: str, vector: np.ndarray | None = None) -> None:
+        self.text = text
+        self.vector = None if vector is None else np.asarray(vector, dtype=np.float32).reshape(-1)
+        self.cache: dict[str, Any] = {}
+
+
+class RowSet:
+    """An immutable set of document ids that results must belong to (a resolved metadata filter).
+
+    Args:
+        ids: int64 ids (any order, duplicates allowed unless ``sorted_unique``).
+        sorted_unique: the caller guarantees ``ids`` is ascending without duplicates (skips a sort).
+
+    The derived forms engines need are built once per set and cached on it, so a set that a filter cache
+    hands out again costs nothing to rebuild: :meth:`mask` (a dense boolean array over the id range, for
+    gathering a bm25s ``weight_mask``) and :meth:`faiss_selector` (a FAISS ``IDSelectorBitmap``).
+    """
+
+    __slots__ = ("_bitmap", "_ids", "_mask", "_selector")
+
+    def __init__(self, ids: np.ndarray | Sequence[int], *, sorted_unique: bool = False) -> None:
+        array = np.asarray(ids, dtype=np.int64)
+        self._ids = array if sorted_unique else np.unique(array)
+        self._ids.setflags(write=False)
+        self._mask: np.ndarray | None = None
+        self._bitmap: np.ndarray | None = None
+        self._selector: Any = None
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __repr__(self) -> str:
+        return f"RowSet({len(self)} ids)"
+
+    @property
+    def ids(self) -> np.ndarray:
+        """The ids, int64 (n,), ascending, read-only."""
+        return self._ids
+
+    def mask(self) -> np.ndarray:
+        """bool (max id + 1,): ``mask()[i]`` is True exactly when id ``i`` is in the set (built once)."""
+        if self._mask is None:
+            size = int(self._ids[-1]) + 1 if len(self._ids) else 0
+            mask = np.zeros(size, dtype=bool)
+            mask[self._ids] = True
+            self._mask = mask
+        return self._mask
+
+    def contains(self, ids: np.ndarray) -> np.ndarray:
+        """bool (len(ids),): which of the int64 ``ids`` are in the set; O(len(ids)) once the mask exists."""
+        ids = np.asarray(ids, dtype=np.int64)
+        mask = self.mask()
+        out = np.zeros(len(ids), dtype=bool)
+        inside = (ids >= 0) & (ids < len(mask))
+        out[inside] = mask[ids[inside]]
+        return out
+
+    def faiss_selector(self) -> Any:
+        """A FAISS ``IDSelectorBitmap`` over the set (built once; keeps its bitmap alive with it)."""
+        if self._selector is None:
+            import faiss
+
+            mask = self.mask()
+            # IDSelectorBitmap reads bit (id & 7) of byte (id >> 3): little bit order
+            self._bitmap = np.packbits(mask, bitorder="little") if len(mask) else np.zeros(1, dtype=np.uint8)
+            self._selector = faiss.IDSelectorBitmap(len(self._bitmap), faiss.swig_ptr(self._bitmap))
+        return self._selector
+
+    def intersect(self, other: RowSet | None) -> RowSet:
+        """The ids in both sets (``other`` None means all ids: returns self)."""
+        if other is None:
+            return self
+        return RowSet(np.intersect1d(self._ids, other._ids, assume_unique=True), sorted_unique=True)
+
+
+def as_rowset(allowed: RowSet | np.ndarray | Sequence[int] | None) -> RowSet | None:
+    """``allowed`` as a :class:`RowSet` (int64 ids are wrapped; None stays None, meaning all ids)."""
+    if allowed is None or isinstance(allowed, RowSet):
+        return allowed
+    return RowSet(allowed)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A retrieval engine the hybrid searcher can run and fuse.
+
+    Implementations must be safe to call from several threads at once, and must set any per-thread state
+    they need (FAISS's OpenMP thread count is per thread) inside ``search`` and ``score`` themselves.
+    """
+
+    name: str
+    """Run name in fused results and weights, e.g. ``"sparse"`` or ``"dense"``."""
+
+    def search(self, query: Query, k: int, allowed: RowSet | None) -> list[Hit]:
+        """Top ``k`` ``(id, score)`` pairs among ``allowed`` (None: all), score descending then id ascending.
+
+        Only documents the engine considers matches are returned (BM25: at least one query term); fewer
+        than ``k`` is normal. ``k`` >= 1.
+        """
+        ...
+
+    def score(self, query: Query, ids: np.ndarray) -> np.ndarray:
+        """Exact raw scores of the int64 ``ids`` for the query, float64 (len(ids),).
+
+        The same scale as :meth:`search`'s scores. Ids the engine does not hold score ``nan``; an id that
+        holds no query term scores 0 for BM25.
+        """
+        ...
+
+
+class SparseEngine:
+    """The BM25 engine: :class:`~hybrid_memory.sparse.BM25Index` behind the :class:`Engine` protocol."""
+
+    name = "sparse"
+
+    def __init__(self, index: BM25Index) -> None:
+        self.index = index
+
+    def search(self, query: Query, k: int, allowed: RowSet | None) -> list[Hit]:
+        """See :meth:`Engine.search`; scores are bm25s Lucene BM25 scores."""
+        return self.index.search(query.text, k, allowed)
+
+    def score(self, query: Query, ids: np.ndarray) -> np.ndarray:
+        """See :meth:`Engine.score`."""
+        return self.index.score(query.text, ids)
+
+
+class DenseEngine:
+    """The dense engine: :class:`~hybrid_memory.dense.FaissIndex` behind the :class:`Engine` protocol.
+
+    Args:
+        index: the vector index (ids = document ids).
+        embedder: embeds the query when :attr:`Query.vector` is None.
+    """
+
+    name = "dense"
+
+    def __init__(self, index: FaissIndex, embedder: Embedder) -> None:
+        self.index = index
+        self.embedder = embedder
+
+    def query_vector(self, query: Query) -> np.ndarray:
+        """float32 (dim,), L2-normalised; embeds the text once and keeps the vector on the query."""
+        if query.vector is None:
+            vector = np.asarray(self.embedder.embed_query(query.text), dtype=np.float32).reshape(1, -1)
+            query.vector = l2_normalize(vector)[0]
+        return query.vector
+
+    def search(self, query: Query, k: int, allowed: RowSet | None) -> list[Hit]:
+        """See :meth:`Engine.search`; scores are inner products of unit vectors (cosines).
+
+        A query vector of all zeros (a stop-word-only query for a bag-of-words embedder) carries no
+        direction, so nothing is returned instead of arbitrary rows scoring 0.
+        """
+        vector = self.query_vector(query)
+        if not np.any(vector):
+            return []
+        return self.index.search(vector, k, allowed)
+
+    def score(self, query: Query, ids: np.ndarray) -> np.ndarray:
+        """See :meth:`Engine.score`."""
+        return self.index.score(self.query_vector(query), ids)
