@@ -27,6 +27,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from ._exceptions import DimensionMismatchError, DuplicateChunkError, InvalidRequestError, StoreFormatError
+from .changes import ChangeSet
 from .dense import FaissIndex
 from .embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder, l2_normalize
 from .filters import validate_filter
@@ -332,7 +333,16 @@ class HybridMemory:
             ]
             updates = [(existing[items[i].chunk_id][0], items[i].source, items[i].metadata) for i in unchanged]
             new_rowids = self._store.write(new_rows, replace_rowids=old_rowids, metadata_updates=updates)
-            self._apply_to_indexes(old_rowids, new_rowids, [r.text for r in new_rows], new_vectors)
+            self._apply_changes(
+                ChangeSet(
+                    removed=old_rowids,
+                    added_rowids=new_rowids,
+                    added_texts=[r.text for r in new_rows],
+                    added_vectors=new_vectors,
+                    added_metadata=[r.metadata for r in new_rows],
+                    metadata_updated=[(rowid, metadata) for rowid, _, metadata in updates],
+                )
+            )
             self._dirty = True
         logger.debug("stored %d chunks (%d re-indexed)", len(items), len(changed))
         return [c.chunk_id for c in items]
@@ -354,11 +364,15 @@ class HybridMemory:
             )
         return l2_normalize(vectors)
 
-    def _apply_to_indexes(self, old_rowids: list[int], new_rowids: list[int], texts: list[str], vectors: np.ndarray) -> None:
-        self._sparse.remove(old_rowids)
-        self._dense.remove(old_rowids)
-        self._dense.add(new_rowids, vectors)
-        self._sparse.add(new_rowids, texts)
+    def _apply_changes(self, changes: ChangeSet) -> None:
+        """The one funnel by which every derived index follows the store (caller holds the write lock)."""
+        if not changes:
+            return
+        self._sparse.remove(changes.removed)
+        self._dense.remove(changes.removed)
+        if len(changes.added_rowids):
+            self._dense.add(changes.added_rowids, changes.added_vectors)
+            self._sparse.add(changes.added_rowids, changes.added_texts)
         self._maybe_compact()
 
     def _maybe_compact(self) -> None:
@@ -394,9 +408,7 @@ class HybridMemory:
         ids = self._ids_argument(chunk_ids)
         with self._write_lock:
             rowids = self._store.delete(ids)
-            self._sparse.remove(rowids)
-            self._dense.remove(rowids)
-            self._maybe_compact()
+            self._apply_changes(ChangeSet(removed=rowids))
             self._dirty = self._dirty or bool(rowids)
         return len(rowids)
 
