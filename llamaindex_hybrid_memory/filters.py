@@ -23,8 +23,10 @@ condition ``not``          ``{"$not": {"$or": [...]}}``: none of the filters mat
 =========================  ==================================================================
 
 Nested ``MetadataFilters`` translate recursively; an empty one is ``{}`` (matches everything).
-The core's semantics apply to the result, notably: comparisons are type-strict, and a key missing from
-a chunk fails every comparison except ``!=``, ``nin`` and ``is_empty``.
+The core's semantics apply to the result, notably: comparisons are type-strict, a key missing from a chunk
+fails every comparison except ``!=``, ``nin`` and ``is_empty``, and a list-valued field matches by element as in
+MongoDB (and Qdrant): ``==`` / ``in`` match when an element is equal, ``!=`` / ``nin`` only when none is.
+LlamaIndex's own ``SimpleVectorStore`` compares a list field as a whole value instead.
 """
 
 from __future__ import annotations

@@ -1,208 +1,353 @@
-"""The metadata filter language, validated and compiled to parameterised SQLite SQL.
+"""The metadata filter language: its exact semantics, one parser, and the SQL compiler that is its reference.
 
-Operators are the ones LangChain, Chroma and MongoDB users know::
+Operators are the ones MongoDB, LangChain and Chroma users know::
 
     {"service": "billing-service"}                       equality (plain value)
     {"severity": {"$gte": 3}}                            $eq $ne $gt $gte $lt $lte
     {"environment": {"$in": ["production", "staging"]}}  $in $nin
     {"owner": {"$exists": True}}                         $exists
-    {"tags": {"$contains": "postgres"}}                  list membership (or equality for a scalar)
+    {"tags": {"$contains": "postgres"}}                  element of a list (or the value itself)
     {"$and": [...]}, {"$or": [...]}, {"$not": {...}}     logic; several keys in one object are ANDed
 
-Semantics, chosen to be predictable:
+Semantics (MongoDB's query semantics for top-level fields, https://www.mongodb.com/docs/manual/tutorial/query-arrays/,
+with strict types):
 
-* Type-strict: a number never equals or orders against a string; booleans match only booleans.
-* A key missing from a chunk fails every comparison except ``$ne``, ``$nin`` and ``{"$exists": false}``
-  (as in MongoDB); ``$gt`` on a missing key is simply false, never an error.
-* ``{"key": None}`` matches a key that is missing or JSON null.
-* Keys and values are never spliced into SQL: both are bound as parameters (``json_extract(metadata, ?)``).
+* **Types are strict.** There are four comparable kinds: numbers (int and float are one kind: ``1 == 1.0``),
+  strings, booleans and null. A number never equals or orders against a string, ``True`` never equals ``1``.
+  Strings order by Unicode code point (SQLite's BINARY collation of UTF-8, which is the same order).
+* **Lists match by element, as in MongoDB.** When the stored value is a list, a test matches when the list as a
+  whole or any element matches: with ``labels: ["db", "oncall"]``, ``{"labels": "db"}``,
+  ``{"labels": {"$in": ["db", "network"]}}`` and ``{"labels": {"$gt": "c"}}`` match. ``$ne`` and ``$nin`` are the
+  negations, so they match only when *no* element (and not the list) is equal. ``{"$eq": [...]}`` with a list
+  operand matches an equal list (element by element, type-strict: ``[1]`` equals ``[1.0]``, not ``[True]``), or a
+  list holding an equal list as an element. ``$contains`` is equality with a scalar operand (kept for LangChain
+  and Chroma users): element of a list, or the scalar itself.
+* **Missing keys.** A key missing from a chunk fails every test except ``$ne``, ``$nin``, ``{"$exists": false}``
+  and null equality; ``$gt`` on a missing key is simply false, never an error. ``$not`` is the complement over
+  all chunks, so ``{"$not": {"sev": {"$gt": 2}}}`` matches chunks without ``sev``.
+* **Null.** ``{"key": None}`` (or ``{"$eq": None}``) matches a missing key, JSON null, or a list holding null;
+  ``{"$ne": None}`` is its negation. ``None`` inside ``$in`` means the same. ``$contains`` refuses ``None``.
+* **Nested objects** are stored but not filterable: only ``$exists`` (and the negations ``$ne``/``$nin``, which
+  they always satisfy) see them. Filters address top-level keys; ``"a.b"`` is the key named ``a.b``.
+* **Keys** (one rule, checked by :func:`key_problem` both when a chunk is added and when a filter names a key):
+  a non-empty string that does not start with ``$`` (operators) and holds no control character
+  (U+0000-U+001F, U+007F-U+009F) and no lone surrogate. Any other key (spaces, dots, quotes, backslashes, any
+  script) is an ordinary key that filters match exactly.
+* **Values** stored in metadata and given as operands: JSON values whose integers fit in 64 bits (SQLite's
+  integers), whose floats are finite, whose strings are valid Unicode without NUL (SQLite's JSON functions cut
+  text at NUL), nested at most :data:`MAX_VALUE_DEPTH` levels. Anything else is refused with an error naming the
+  fix, when added (:func:`check_metadata`) or at request time (:class:`InvalidFilterError`).
 
-An unknown operator, or an operand of the wrong type, raises :class:`InvalidFilterError` at request time.
+Limits: filters nest at most :data:`MAX_DEPTH` levels of ``$and``/``$or``/``$not`` and hold at most
+:data:`MAX_LEAVES` field tests; an ``$in`` list of any length (300,000 values are fine) counts once.
+
+Every filter is parsed once by :func:`parse_filter` into a canonical, hashable tree (:data:`Node`), which both the
+SQL compiler here (:func:`compile_filter`, the reference, used by ``count`` and ``iter_chunks``) and the in-memory
+index (:mod:`hybrid_memory.filter_index`, used by search) evaluate; equal filters give equal trees, so the tree
+is also the cache key of resolved filters. In SQL, keys and values are always bound as parameters (a key is
+matched against ``json_each``'s ``key`` column, so any key the key rule allows works), and ``$in`` binds one JSON
+array per type however long the list.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
-from ._exceptions import InvalidFilterError
+from ._exceptions import InvalidFilterError, InvalidRequestError
 
-__all__ = ["COMPARISON_OPERATORS", "LOGICAL_OPERATORS", "compile_filter", "validate_filter"]
+__all__ = [
+    "COMPARISON_OPERATORS",
+    "LOGICAL_OPERATORS",
+    "MAX_DEPTH",
+    "MAX_LEAVES",
+    "MAX_VALUE_DEPTH",
+    "Node",
+    "canonical_json",
+    "check_metadata",
+    "compile_filter",
+    "compile_node",
+    "key_problem",
+    "parse_filter",
+    "register_sql_functions",
+    "typed",
+    "untyped",
+    "validate_filter",
+]
 
 COMPARISON_OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists", "$contains")
 LOGICAL_OPERATORS = ("$and", "$or", "$not")
-
-_ORDER_SQL = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
-_SCALAR = (str, int, float, bool, type(None))
-
-
-def _path(key: str) -> str:
-    if not isinstance(key, str) or not key:
-        raise InvalidFilterError(f"metadata filter keys must be non-empty strings, got {key!r}")
-    if key.startswith("$"):
-        raise InvalidFilterError(
-            f"unknown operator {key!r} in metadata filter; logical operators are {', '.join(LOGICAL_OPERATORS)}"
-        )
-    if '"' in key or any(ord(ch) < 32 for ch in key):
-        raise InvalidFilterError(f"metadata filter key {key!r} must not contain double quotes or control characters")
-    return '$."' + key + '"'
-
 
 MAX_DEPTH = 32
 """Deepest nesting of $and / $or / $not a filter may have."""
 MAX_LEAVES = 256
 """Most field tests ($in lists count once) a filter may have; SQLite limits expression depth to 1000."""
-_INT64 = (-(2**63), 2**63 - 1)
+MAX_VALUE_DEPTH = 32
+"""Deepest nesting of lists and objects inside a metadata value or a filter operand."""
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""SQLite's integer range: integers outside it are refused in metadata and in filters."""
+
+# kinds of typed values, in the order typed() tags them
+NULL, BOOL, NUMBER, TEXT, LIST, OBJECT = range(6)
+
+Node = tuple
+"""A parsed filter: a nested tuple, hashable, equal for equal filters. Its forms:
+
+``("all",)`` matches every chunk; ``("and", (n, ...))``, ``("or", (n, ...))``, ``("not", n)``;
+``("eq", key, t)`` (``t`` a :func:`typed` value; null also matches a missing key);
+``("in", key, (t, ...))``; ``("cmp", key, op, t)`` with op one of ``"$gt" "$gte" "$lt" "$lte"`` and ``t`` a
+number or a string; ``("exists", key, bool)``. ``key`` is ``(namespace, name)``: namespace ``"m"`` for user
+metadata, ``"s"`` for system fields (see :mod:`hybrid_memory.filter_index`)."""
+
+METADATA, SYSTEM = "m", "s"
+"""Key namespaces: user metadata keys and the memory's own per-chunk fields never collide."""
 
 
-def _check_scalar(op: str, key: str, value: Any) -> None:
-    if not isinstance(value, _SCALAR):
-        raise InvalidFilterError(
-            f"{op} on {key!r} takes a string, number, boolean or null, got {type(value).__name__}: {value!r}"
-        )
-    if isinstance(value, float) and not math.isfinite(value):
-        raise InvalidFilterError(f"{op} on {key!r} got a non-finite number {value!r}")
-    if isinstance(value, int) and not isinstance(value, bool) and not _INT64[0] <= value <= _INT64[1]:
-        raise InvalidFilterError(f"{op} on {key!r}: integers must fit in 64 bits (SQLite), got {value}")
+# -- typed values -----------------------------------------------------------------------------------
+def typed(value: Any) -> tuple:
+    """The hashable canonical form of a checked JSON value, equal exactly when the filter semantics say equal.
+
+    ``(0, None)`` null, ``(1, bool)``, ``(2, number)`` (Python's ``1 == 1.0`` and ``hash(1) == hash(1.0)`` make
+    int and float one kind; the tag keeps ``True`` apart from ``1``), ``(3, str)``, ``(4, (typed, ...))`` for a
+    list, ``(5, ((key, typed), ...))`` for an object, keys sorted.
+    """
+    if value is None:
+        return (NULL, None)
+    if isinstance(value, bool):
+        return (BOOL, value)
+    if isinstance(value, (int, float)):
+        return (NUMBER, value)
+    if isinstance(value, str):
+        return (TEXT, value)
+    if isinstance(value, (list, tuple)):
+        return (LIST, tuple(typed(v) for v in value))
+    return (OBJECT, tuple(sorted(((k, typed(v)) for k, v in value.items()), key=lambda kv: kv[0])))
+
+
+def untyped(t: tuple) -> Any:
+    """The JSON value of a :func:`typed` form (lists come back as lists)."""
+    kind, value = t
+    if kind == LIST:
+        return [untyped(v) for v in value]
+    if kind == OBJECT:
+        return {k: untyped(v) for k, v in value}
+    return value
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # exact: 1.0 and 1 become one text; 2**53 + 1 stays apart from float(2**53)
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    return value
+
+
+def canonical_json(value: Any) -> str:
+    """JSON text equal for values the filter semantics call equal: integral floats written as integers, object
+    keys sorted, no spaces, UTF-8 kept (``ensure_ascii=False``, as the store writes metadata)."""
+    return json.dumps(_canonical(value), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def _sql_canonical_json(text: str | None) -> str | None:
+    return None if text is None else canonical_json(json.loads(text))
+
+
+def register_sql_functions(conn: sqlite3.Connection) -> None:
+    """Register ``hm_canonical_json(json_text)`` (:func:`canonical_json` of the parsed text) on a connection;
+    :func:`compile_filter`'s SQL compares lists through it. Every connection that runs filter SQL needs it."""
+    conn.create_function("hm_canonical_json", 1, _sql_canonical_json, deterministic=True)
+
+
+# -- the shared key and value rules ---------------------------------------------------------------------
+def key_problem(key: Any) -> str | None:
+    """Why ``key`` cannot be a metadata key (and so cannot be filtered on), or None when it can.
+
+    The one rule for chunks and filters: a non-empty string, not starting with ``$``, without control
+    characters (U+0000-U+001F, U+007F-U+009F) or lone surrogates.
+    """
+    if not isinstance(key, str):
+        return f"keys must be strings, got {type(key).__name__}"
+    if not key:
+        return "the key is empty"
+    if key.startswith("$"):
+        return "a key may not start with '$' (reserved for operators)"
+    for ch in key:
+        if ord(ch) < 32 or 127 <= ord(ch) < 160:
+            return f"the key holds the control character {ch!r}"
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"the key is not valid Unicode text ({exc.reason})"
+    return None
+
+
+def _value_problem(value: Any, depth: int = 0) -> str | None:
+    """Why ``value`` cannot be stored or compared, or None (see the module docstring's value rule)."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        if not INT64_MIN <= value <= INT64_MAX:
+            return f"integers must fit in 64 bits (SQLite), got {value}"
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"numbers must be finite, got {value!r}"
     if isinstance(value, str):
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise InvalidFilterError(f"{op} on {key!r}: the value is not valid Unicode text ({exc.reason})") from exc
+            return f"{value!r} is not valid Unicode text ({exc.reason} at position {exc.start})"
+        return "strings may not contain NUL characters (SQLite's JSON cuts text there)" if "\x00" in value else None
+    if isinstance(value, (list, tuple, Mapping)):
+        if depth >= MAX_VALUE_DEPTH:
+            return f"values may nest lists and objects at most {MAX_VALUE_DEPTH} levels deep"
+        if isinstance(value, Mapping):
+            for k, v in value.items():
+                if not isinstance(k, str):
+                    return f"object keys must be strings, got {k!r}"
+                problem = _value_problem(k, depth + 1) or _value_problem(v, depth + 1)
+                if problem:
+                    return problem
+            return None
+        for item in value:
+            problem = _value_problem(item, depth + 1)
+            if problem:
+                return problem
+        return None
+    return f"{type(value).__name__} is not a JSON value (use str, int, float, bool, None, lists or objects)"
 
 
-def _leaf(expr: str) -> str:
-    """A leaf test as 0/1, never NULL, so NOT and OR behave (a missing key gives 0, not NULL)."""
-    return f"COALESCE(({expr}), 0)"
+def check_metadata(metadata: Mapping[str, Any]) -> None:
+    """Check a chunk's metadata against the key and value rules.
+
+    Raises:
+        InvalidRequestError: a key breaks :func:`key_problem`'s rule (the message says "cannot be filtered on"
+            and names the key), or a value is not storable (non-finite number, integer beyond 64 bits, lone
+            surrogate or NUL in a string, nesting deeper than :data:`MAX_VALUE_DEPTH`, not JSON).
+    """
+    if not isinstance(metadata, Mapping):
+        raise InvalidRequestError(f"metadata must be an object (a dict), got {type(metadata).__name__}")
+    for key, value in metadata.items():
+        problem = key_problem(key)
+        if problem:
+            raise InvalidRequestError(f"metadata key {key!r} cannot be filtered on: {problem}; rename it")
+        problem = _value_problem(value)
+        if problem:
+            raise InvalidRequestError(f"metadata value of {key!r} cannot be stored as JSON: {problem}")
 
 
-def _eq_sql(path: str, value: Any, params: list[Any]) -> str:
-    """SQL true when the value at path equals value, type-strictly; None matches a missing key or null."""
-    if value is None:
-        params.append(path)
-        return _leaf("IFNULL(json_type(metadata, ?), 'null') = 'null'")
-    if isinstance(value, bool):
-        params.append(path)
-        return _leaf(f"json_type(metadata, ?) = '{'true' if value else 'false'}'")
-    if isinstance(value, (int, float)):
-        params.extend([path, path, value])
-        return _leaf("json_type(metadata, ?) IN ('integer', 'real') AND json_extract(metadata, ?) = ?")
-    if isinstance(value, (list, tuple)):
-        params.extend([path, path, json.dumps(list(value))])
-        return _leaf("CASE WHEN json_type(metadata, ?) = 'array' THEN json_extract(metadata, ?) = json(?) END")
-    params.extend([path, path, value])
-    return _leaf("json_type(metadata, ?) = 'text' AND json_extract(metadata, ?) = ?")
+# -- parsing ------------------------------------------------------------------------------------------
+_ORDER = ("$gt", "$gte", "$lt", "$lte")
+_ALL: Node = ("all",)
 
 
-def _in_sql(path: str, values: Any, params: list[Any]) -> str:
-    """True when the value at path equals one of values: one SQL IN list per JSON type, so a list of
-    thousands of values stays one shallow expression."""
-    clauses = []
-    strings = [v for v in values if isinstance(v, str)]
-    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    if strings:
-        params.extend([path, path, *strings])
-        marks = ",".join("?" * len(strings))
-        clauses.append(_leaf(f"json_type(metadata, ?) = 'text' AND json_extract(metadata, ?) IN ({marks})"))
-    if numbers:
-        params.extend([path, path, *numbers])
-        marks = ",".join("?" * len(numbers))
-        clauses.append(
-            _leaf(f"json_type(metadata, ?) IN ('integer', 'real') AND json_extract(metadata, ?) IN ({marks})")
+def _scalar(op: str, name: str, value: Any) -> tuple:
+    if not (value is None or isinstance(value, (str, int, float, bool))):
+        raise InvalidFilterError(
+            f"{op} on {name!r} takes a string, number, boolean or null, got {type(value).__name__}: {value!r}"
         )
-    for special in dict.fromkeys(v for v in values if v is None or isinstance(v, bool)):
-        clauses.append(_eq_sql(path, special, params))
-    return "(" + " OR ".join(clauses) + ")" if clauses else "0"
+    problem = _value_problem(value)
+    if problem:
+        raise InvalidFilterError(f"{op} on {name!r}: {problem}")
+    return typed(value)
 
 
-def _order_sql(op: str, key: str, path: str, value: Any, params: list[Any]) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise InvalidFilterError(f"{op} on {key!r} takes a number or a string, got {value!r}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise InvalidFilterError(f"{op} on {key!r} got a non-finite number {value!r}")
-    kinds = "('text')" if isinstance(value, str) else "('integer', 'real')"
-    params.extend([path, path, value])
-    return _leaf(f"json_type(metadata, ?) IN {kinds} AND json_extract(metadata, ?) {_ORDER_SQL[op]} ?")
+def _key(name: Any, namespace: str) -> tuple[str, str]:
+    if isinstance(name, str) and name.startswith("$"):
+        raise InvalidFilterError(
+            f"unknown operator {name!r} in metadata filter; logical operators are {', '.join(LOGICAL_OPERATORS)}"
+        )
+    problem = key_problem(name)
+    if problem:
+        raise InvalidFilterError(f"metadata filter key {name!r} cannot be filtered on: {problem}")
+    return (namespace, name)
 
 
-def _contains_sql(key: str, path: str, value: Any, params: list[Any]) -> str:
-    """True when the list at path has an element equal to value (type-strict), or the scalar equals it."""
-    if value is None:
-        raise InvalidFilterError(f"$contains on {key!r} takes a string, number or boolean; use {{{key!r}: None}}")
-    if isinstance(value, bool):
-        element, element_params = f"e.type = '{'true' if value else 'false'}'", []
-    else:
-        kinds = "('text')" if isinstance(value, str) else "('integer', 'real')"
-        element, element_params = f"e.type IN {kinds} AND e.value = ?", [value]
-    params.extend([path, path, *element_params])
-    in_list = _leaf(
-        f"json_type(metadata, ?) = 'array' AND EXISTS (SELECT 1 FROM json_each(metadata, ?) AS e WHERE {element})"
-    )
-    return f"({in_list} OR {_eq_sql(path, value, params)})"
+def _negate(node: Node) -> Node:
+    return node[1] if node[0] == "not" else ("not", node)
 
 
-def _field_sql(key: str, condition: Any, params: list[Any]) -> str:
-    path = _path(key)
+def _combine(kind: str, children: list[Node]) -> Node:
+    flat: list[Node] = []
+    for child in children:
+        flat.extend(child[1] if child[0] == kind else (child,))
+    unique = sorted(set(flat), key=repr)  # canonical: {"a":1,"b":2} and {"b":2,"a":1} are one tree
+    if kind == "and":
+        unique = [c for c in unique if c != _ALL] or [_ALL]
+    elif _ALL in unique:
+        return _ALL
+    return unique[0] if len(unique) == 1 else (kind, tuple(unique))
+
+
+def _field(name: Any, condition: Any, namespace: str) -> Node:
+    key = _key(name, namespace)
     if not isinstance(condition, Mapping):
         if isinstance(condition, (list, tuple)):
             raise InvalidFilterError(
-                f"metadata filter value for {key!r} is a list; use {{{key!r}: {{'$in': [...]}}}} for "
-                f"'any of', or {{{key!r}: {{'$eq': [...]}}}} for an equal list"
+                f"metadata filter value for {name!r} is a list; use {{{name!r}: {{'$in': [...]}}}} for "
+                f"'any of', or {{{name!r}: {{'$eq': [...]}}}} for an equal list"
             )
-        _check_scalar("equality", key, condition)
-        return _eq_sql(path, condition, params)
+        return ("eq", key, _scalar("equality", name, condition))
     if not condition:
-        raise InvalidFilterError(f"metadata filter for {key!r} is an empty object; give an operator such as $eq")
-    clauses = []
+        raise InvalidFilterError(f"metadata filter for {name!r} is an empty object; give an operator such as $eq")
+    tests = []
     for op, value in condition.items():
         if op in ("$eq", "$ne"):
-            if not isinstance(value, (list, tuple)):
-                _check_scalar(op, key, value)
-            eq = _eq_sql(path, value, params)
-            clauses.append(eq if op == "$eq" else f"(NOT {eq})")
-        elif op in _ORDER_SQL:
-            clauses.append(_order_sql(op, key, path, value, params))
+            if isinstance(value, (list, tuple)):
+                problem = _value_problem(value)
+                if problem:
+                    raise InvalidFilterError(f"{op} on {name!r}: {problem}")
+                node = ("eq", key, typed(value))
+            else:
+                node = ("eq", key, _scalar(op, name, value))
+            tests.append(node if op == "$eq" else _negate(node))
+        elif op in _ORDER:
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                raise InvalidFilterError(f"{op} on {name!r} takes a number or a string, got {value!r}")
+            tests.append(("cmp", key, op, _scalar(op, name, value)))
         elif op in ("$in", "$nin"):
             if not isinstance(value, (list, tuple)):
-                raise InvalidFilterError(f"{op} on {key!r} takes a list of values, got {value!r}")
-            for item in value:
-                _check_scalar(op, key, item)
-            any_sql = _in_sql(path, value, params)
-            clauses.append(any_sql if op == "$in" else f"(NOT {any_sql})")
+                raise InvalidFilterError(f"{op} on {name!r} takes a list of values, got {value!r}")
+            values = tuple(sorted({_scalar(op, name, item) for item in value}, key=repr))
+            if not values:
+                node = _negate(_ALL)  # "any of nothing" matches nothing
+            else:
+                node = ("eq", key, values[0]) if len(values) == 1 else ("in", key, values)
+            tests.append(node if op == "$in" else _negate(node))
         elif op == "$exists":
             if not isinstance(value, bool):
-                raise InvalidFilterError(f"$exists on {key!r} takes true or false, got {value!r}")
-            params.append(path)
-            clauses.append(f"(json_type(metadata, ?) IS {'NOT ' if value else ''}NULL)")
+                raise InvalidFilterError(f"$exists on {name!r} takes true or false, got {value!r}")
+            tests.append(("exists", key, value))
         elif op == "$contains":
-            _check_scalar(op, key, value)
-            clauses.append(_contains_sql(key, path, value, params))
+            if value is None:
+                raise InvalidFilterError(
+                    f"$contains on {name!r} takes a string, number or boolean; use {{{name!r}: None}}"
+                )
+            tests.append(("eq", key, _scalar(op, name, value)))
         else:
             raise InvalidFilterError(
-                f"unknown operator {op!r} on {key!r}; supported: {', '.join(COMPARISON_OPERATORS)}"
+                f"unknown operator {op!r} on {name!r}; supported: {', '.join(COMPARISON_OPERATORS)}"
             )
-    return "(" + " AND ".join(clauses) + ")"
+    return _combine("and", tests)
 
 
-def _node_sql(node: Any, params: list[Any], depth: int = 0, budget: list[int] | None = None) -> str:
-    budget = budget if budget is not None else [MAX_LEAVES]
+def _node(node: Any, namespace: str, depth: int, budget: list[int]) -> Node:
     if depth > MAX_DEPTH:
         raise InvalidFilterError(f"metadata filter nests $and/$or/$not deeper than {MAX_DEPTH} levels; flatten it")
     if not isinstance(node, Mapping):
         raise InvalidFilterError(f"a metadata filter must be an object, got {type(node).__name__}: {node!r}")
-    if not node:
-        return "1"
-    clauses = []
-    for key, value in node.items():
-        if key in ("$and", "$or"):
+    parts = []
+    for name, value in node.items():
+        if name in ("$and", "$or"):
             if not isinstance(value, (list, tuple)) or not value:
-                raise InvalidFilterError(f"{key} takes a non-empty list of filters, got {value!r}")
-            joiner = " AND " if key == "$and" else " OR "
-            clauses.append("(" + joiner.join(_node_sql(item, params, depth + 1, budget) for item in value) + ")")
-        elif key == "$not":
-            clauses.append(f"(NOT {_node_sql(value, params, depth + 1, budget)})")
+                raise InvalidFilterError(f"{name} takes a non-empty list of filters, got {value!r}")
+            parts.append(_combine(name[1:], [_node(item, namespace, depth + 1, budget) for item in value]))
+        elif name == "$not":
+            parts.append(_negate(_node(value, namespace, depth + 1, budget)))
         else:
             budget[0] -= 1
             if budget[0] < 0:
@@ -210,27 +355,119 @@ def _node_sql(node: Any, params: list[Any], depth: int = 0, budget: list[int] | 
                     f"metadata filter has more than {MAX_LEAVES} field tests; use $in with a list instead of "
                     "many $or branches"
                 )
-            clauses.append(_field_sql(key, value, params))
-    return "(" + " AND ".join(clauses) + ")"
+            parts.append(_field(name, value, namespace))
+    return _combine("and", parts) if parts else _ALL
+
+
+def parse_filter(metadata_filter: Mapping[str, Any] | None, namespace: str = METADATA) -> Node:
+    """Validate a filter and return its canonical tree (:data:`Node`); None and ``{}`` give ``("all",)``.
+
+    Args:
+        metadata_filter: the filter (see the module docstring).
+        namespace: ``"m"`` for user metadata keys, ``"s"`` for the memory's system fields.
+
+    Raises:
+        InvalidFilterError: unknown operator, operand of the wrong type or out of range, bad key, too deep or
+            too many field tests. Never RecursionError, OverflowError or UnicodeEncodeError.
+    """
+    if metadata_filter is None:
+        return _ALL
+    return _node(metadata_filter, namespace, 0, [MAX_LEAVES])
+
+
+def validate_filter(metadata_filter: Mapping[str, Any] | None) -> None:
+    """Raise :class:`InvalidFilterError` if the filter is malformed; return None otherwise."""
+    parse_filter(metadata_filter)
+
+
+# -- the SQL reference ------------------------------------------------------------------------------
+_SQL_KIND = {NUMBER: "('integer', 'real')", TEXT: "('text')"}
+_SQL_ORDER = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+
+
+def _present(key: tuple[str, str], params: list[Any]) -> str:
+    params.append(key[1])
+    return "EXISTS (SELECT 1 FROM json_each(metadata) AS f WHERE f.key = ?)"
+
+
+def _any(key: tuple[str, str], cond: str, cond_params: list[Any], params: list[Any]) -> str:
+    """True when the value at key, or an element of it when it is a list, satisfies ``cond`` (``{x}`` names
+    the json_each row: its ``type``, ``atom`` and ``value``). EXISTS is 0 or 1, never NULL, so NOT works."""
+    params.extend([key[1], *cond_params, *cond_params])
+    return (
+        "EXISTS (SELECT 1 FROM json_each(metadata) AS f WHERE f.key = ? AND (("
+        + cond.format(x="f")
+        + ") OR (f.type = 'array' AND EXISTS (SELECT 1 FROM json_each(f.value) AS g WHERE "
+        + cond.format(x="g")
+        + "))))"
+    )
+
+
+def _equal_cond(t: tuple) -> tuple[str, list[Any]]:
+    kind, value = t
+    if kind == NULL:
+        return "{x}.type = 'null'", []
+    if kind == BOOL:
+        return f"{{x}}.type = '{'true' if value else 'false'}'", []
+    if kind == LIST:
+        return "{x}.type = 'array' AND hm_canonical_json({x}.value) = ?", [canonical_json(untyped(t))]
+    return f"{{x}}.type IN {_SQL_KIND[kind]} AND {{x}}.atom = ?", [value]
+
+
+def compile_node(node: Node, params: list[Any]) -> str:
+    """SQL boolean expression (0 or 1, never NULL) over the column ``metadata`` for a parsed filter; appends
+    the bound parameters to ``params``. The reference semantics: the filter index must agree with it."""
+    kind = node[0]
+    if kind == "all":
+        return "1"
+    if kind in ("and", "or"):
+        joiner = " AND " if kind == "and" else " OR "
+        return "(" + joiner.join(compile_node(child, params) for child in node[1]) + ")"
+    if kind == "not":
+        return f"(NOT {compile_node(node[1], params)})"
+    key = node[1]
+    if key[0] != METADATA:
+        raise InvalidFilterError(f"system field {key[1]!r} has no SQL column in this store")
+    if kind == "exists":
+        return _present(key, params) if node[2] else f"(NOT {_present(key, params)})"
+    if kind == "eq":
+        cond, cond_params = _equal_cond(node[2])
+        if node[2][0] == NULL:
+            missing = f"(NOT {_present(key, params)})"
+            return f"({missing} OR {_any(key, cond, cond_params, params)})"
+        return _any(key, cond, cond_params, params)
+    if kind == "cmp":
+        op, (value_kind, value) = node[2], node[3]
+        return _any(key, f"{{x}}.type IN {_SQL_KIND[value_kind]} AND {{x}}.atom {_SQL_ORDER[op]} ?", [value], params)
+    if kind == "in":
+        conds, cond_params = [], []
+        texts = [v for k, v in node[2] if k == TEXT]
+        numbers = [v for k, v in node[2] if k == NUMBER]
+        if texts:  # one bound JSON array per type, whatever the length (no 'too many SQL variables')
+            conds.append("({x}.type = 'text' AND {x}.atom IN (SELECT atom FROM json_each(?)))")
+            cond_params.append(json.dumps(texts, ensure_ascii=False))
+        if numbers:
+            conds.append("({x}.type IN ('integer', 'real') AND {x}.atom IN (SELECT atom FROM json_each(?)))")
+            cond_params.append(json.dumps(numbers))
+        for t in node[2]:
+            if t[0] in (BOOL, NULL):
+                conds.append(_equal_cond(t)[0])
+        missing = f"(NOT {_present(key, params)}) OR " if (NULL, None) in node[2] else ""
+        return f"({missing}{_any(key, ' OR '.join(conds), cond_params, params)})"
+    raise AssertionError(f"unknown filter node {node!r}")  # pragma: no cover
 
 
 def compile_filter(metadata_filter: Mapping[str, Any] | None) -> tuple[str, list[Any]]:
     """Compile a filter to a SQL boolean expression over the column ``metadata`` (JSON text).
 
     Returns:
-        ``(sql, params)``: the expression, with every key path and value bound as a ``?`` parameter, and
-        the parameters in order; ``("1", [])`` for None or ``{}``. Every leaf is 0 or 1, never NULL, so
-        ``$not`` of a test on a missing key is true.
+        ``(sql, params)``: the expression, with every key and value bound as a ``?`` parameter, and the
+        parameters in order; ``("1", [])`` for None or ``{}``. Every test is 0 or 1, never NULL, so
+        ``$not`` of a test on a missing key is true. Lists compare through ``hm_canonical_json``
+        (:func:`register_sql_functions`).
 
     Raises:
-        InvalidFilterError: unknown operator, operand of the wrong type, bad key.
+        InvalidFilterError: as :func:`parse_filter`.
     """
-    if metadata_filter is None:
-        return "1", []
     params: list[Any] = []
-    return _node_sql(metadata_filter, params), params
-
-
-def validate_filter(metadata_filter: Mapping[str, Any] | None) -> None:
-    """Raise :class:`InvalidFilterError` if the filter is malformed; return None otherwise."""
-    compile_filter(metadata_filter)
+    return compile_node(parse_filter(metadata_filter), params), params

@@ -30,7 +30,7 @@ from ._exceptions import DimensionMismatchError, DuplicateChunkError, InvalidReq
 from .changes import ChangeSet
 from .dense import FaissIndex
 from .embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder, l2_normalize
-from .filters import validate_filter
+from .filters import check_metadata, validate_filter
 from .engines import DenseEngine, Query, RowSet, SparseEngine
 from .models import Chunk, SearchRequest, SearchResponse, SearchResult, StoredChunk, validation_message
 from .searcher import HybridResult, HybridSearcher
@@ -275,20 +275,19 @@ class HybridMemory:
         for position, chunk in enumerate(chunks):
             try:
                 item = chunk if isinstance(chunk, Chunk) else Chunk.model_validate(chunk)
-                json.dumps(item.metadata, allow_nan=False)
             except ValidationError as exc:
                 raise InvalidRequestError(validation_message(exc, f"chunk #{position}")) from exc
+            try:
+                check_metadata(item.metadata)  # the key rule filters share, and storable values (bounded depth)
+            except InvalidRequestError as exc:
+                raise InvalidRequestError(f"chunk #{position} ({item.chunk_id!r}): {exc}") from exc
+            try:
+                json.dumps(item.metadata, allow_nan=False)
             except (TypeError, ValueError) as exc:
                 raise InvalidRequestError(
-                    f"chunk #{position} ({getattr(chunk, 'chunk_id', None) or dict(chunk).get('chunk_id')!r}): "
-                    f"metadata must be JSON-serialisable with finite numbers: {exc}"
+                    f"chunk #{position} ({item.chunk_id!r}): metadata must be JSON-serialisable with finite "
+                    f"numbers: {exc}"
                 ) from exc
-            bad_keys = [k for k in item.metadata if k.startswith("$") or '"' in k]
-            if bad_keys:
-                raise InvalidRequestError(
-                    f"chunk #{position} ({item.chunk_id!r}): metadata keys {bad_keys} cannot be filtered on (a key may "
-                    "not start with '$' or contain '\"'); rename them"
-                )
             valid.append(item)
         seen: set[str] = set()
         repeated = sorted({c.chunk_id for c in valid if c.chunk_id in seen or seen.add(c.chunk_id)})

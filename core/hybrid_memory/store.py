@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .filters import compile_filter
+from .filters import compile_filter, register_sql_functions
 from .models import StoredChunk
 
 __all__ = ["NewRow", "SQLiteStore", "content_hash"]
@@ -79,6 +79,7 @@ class SQLiteStore:
             self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.executescript(_SCHEMA)
+        register_sql_functions(self._conn)  # hm_canonical_json, for list equality in filter SQL
 
     # -- meta ---------------------------------------------------------------------------------------
     def get_meta(self, key: str) -> Any:

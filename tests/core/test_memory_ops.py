@@ -213,11 +213,3 @@ def test_callable_embedder_bridges_plain_functions():
     with HybridMemory(embedder=bridge) as mem:
         mem.add([{"chunk_id": "a", "text": "ab"}])
         assert mem.search("ab", top_k=1).results[0].chunk_id == "a"
-
-
-def test_metadata_keys_that_filters_cannot_address_are_refused(memory):
-    with pytest.raises(InvalidRequestError, match="cannot be filtered on"):
-        memory.add([{"chunk_id": "k1", "text": "x", "metadata": {"$op": 1}}])
-    with pytest.raises(InvalidRequestError, match="cannot be filtered on"):
-        memory.add([{"chunk_id": "k2", "text": "x", "metadata": {'we"ird': 1}}])
-    assert memory.get(["k1", "k2"]) == []
