@@ -5,7 +5,8 @@ The whole tree::
     HybridMemoryError                      base of everything raised on purpose here
     ├── InvalidRequestError (ValueError)   a request, chunk or parameter is malformed; the message names the fix
     │   ├── InvalidFilterError             the metadata filter uses an unknown operator or a bad operand
-    │   └── DuplicateChunkError            add() got a chunk_id that is already stored (use upsert())
+    │   ├── DuplicateChunkError            add() got a chunk_id that is already stored (use upsert())
+    │   └── ScopeError                     a scoped view was asked to write or reach outside its scope
     ├── DimensionMismatchError (ValueError) a vector's dimension differs from the memory's
     ├── StoreFormatError                   a memory directory is missing, damaged, or from another version/embedder
     └── MissingDependencyError (ImportError) an optional extra is not installed; the message has the pip line
@@ -20,6 +21,7 @@ __all__ = [
     "InvalidFilterError",
     "InvalidRequestError",
     "MissingDependencyError",
+    "ScopeError",
     "StoreFormatError",
 ]
 
@@ -38,6 +40,11 @@ class InvalidFilterError(InvalidRequestError):
 
 class DuplicateChunkError(InvalidRequestError):
     """``add()`` was given a ``chunk_id`` that is already stored; ``upsert()`` replaces it instead."""
+
+
+class ScopeError(InvalidRequestError):
+    """A scoped view (:meth:`HybridMemory.scoped`) was given a chunk of another scope, an id that another scope
+    holds, or a scope that contradicts its own."""
 
 
 class DimensionMismatchError(HybridMemoryError, ValueError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -26,16 +27,19 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from ._exceptions import DimensionMismatchError, DuplicateChunkError, InvalidRequestError, StoreFormatError
+from ._exceptions import DimensionMismatchError, DuplicateChunkError, InvalidRequestError, ScopeError, StoreFormatError
 from .changes import ChangeSet
+from .dedup import DedupPolicy, Match, WriteDecision, WriteResult, as_policy, find_exact, find_near
 from .dense import FaissIndex
 from .embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder, l2_normalize
 from .filters import check_metadata, validate_filter
 from .engines import DenseEngine, Query, RowSet, SparseEngine
-from .models import Chunk, SearchRequest, SearchResponse, SearchResult, StoredChunk, validation_message
+from .models import SCOPE_FIELDS, Chunk, SearchRequest, SearchResponse, SearchResult, StoredChunk, validation_message
+from .scopes import Scope, ScopedMemory, as_scope
 from .searcher import HybridResult, HybridSearcher
 from .sparse import BM25Index
 from .store import NewRow, SQLiteStore, content_hash
+from .temporal import RecencyPrior, apply_recency_prior, to_timestamp
 from .tokenizer import TechnicalTokenizer
 
 __all__ = ["FORMAT_VERSION", "HybridMemory"]
@@ -66,6 +70,11 @@ class HybridMemory:
             a rebuild (searches keep using the old segments until the new one is swapped in); False merges
             inside the add that crosses the threshold.
         show_progress: progress bars for embedding and index builds (off by default in library calls).
+        dedup: what writes do with duplicates by default (:class:`~hybrid_memory.dedup.DedupPolicy` or
+            ``"keep"``, ``"skip"``, ``"merge"``); default ``"keep"``: exact duplicates are reported by
+            :meth:`write` and stored anyway (see :mod:`hybrid_memory.dedup` for why).
+        recency_prior: a :class:`~hybrid_memory.temporal.RecencyPrior` applied after fusion to every search, or
+            None (default: off; ``search(..., recency=...)`` turns it on per call).
 
     Raises:
         StoreFormatError: the directory was written by another format version or another embedder.
@@ -86,12 +95,18 @@ class HybridMemory:
         faiss_threads: int | None = 1,
         background_compaction: bool = True,
         show_progress: bool = False,
+        dedup: DedupPolicy | str = "keep",
+        recency_prior: RecencyPrior | None = None,
     ) -> None:
         if not isinstance(candidate_multiplier, int) or candidate_multiplier < 1:
             raise InvalidRequestError(f"candidate_multiplier must be an int >= 1, got {candidate_multiplier!r}")
         self.path = Path(path) if path is not None else None
         self.candidate_multiplier = candidate_multiplier
         self.show_progress = show_progress
+        self.dedup = as_policy(dedup, DedupPolicy())
+        if recency_prior is not None and not isinstance(recency_prior, RecencyPrior):
+            raise InvalidRequestError(f"recency_prior must be a RecencyPrior or None, got {recency_prior!r}")
+        self.recency_prior = recency_prior
         if self.path is not None:
             if self.path.exists() and not self.path.is_dir():
                 raise InvalidRequestError(f"memory path {self.path} is a file; give a directory")
@@ -216,29 +231,66 @@ class HybridMemory:
         self._dirty = not (loaded_sparse and loaded_dense)
 
     # -- writes -------------------------------------------------------------------------------------
-    def add(self, chunks: Iterable[Chunk | Mapping[str, Any]], *, vectors: np.ndarray | None = None) -> list[str]:
-        """Add new chunks. Returns their chunk ids, in order.
+    def add(
+        self,
+        chunks: Iterable[Chunk | Mapping[str, Any]],
+        *,
+        vectors: np.ndarray | None = None,
+        dedup: DedupPolicy | str | None = None,
+        scope: Scope | Mapping[str, Any] | None = None,
+    ) -> list[str]:
+        """Add new chunks. Returns, in order, the id under which each chunk's content is stored: its own id,
+        or, when the dedup policy skipped or merged it, the id of the chunk it duplicates.
 
         Args:
-            chunks: :class:`Chunk` objects or mappings with ``chunk_id``, ``text``, optional ``source`` and
-                ``metadata``.
+            chunks: :class:`Chunk` objects or mappings with ``chunk_id``, ``text``, optional ``source``,
+                ``metadata``, scope fields and ``valid_from`` / ``valid_to``.
             vectors: optional precomputed float32 (n, dim) vectors, one row per chunk (L2-normalised here);
                 None embeds the texts with the memory's embedder.
+            dedup: policy for this call (default the memory's, ``keep``); see :meth:`write` for the decisions.
+            scope: write as a view of this scope (what :meth:`scoped` views pass): bound fields are stamped.
 
         Raises:
             DuplicateChunkError: a chunk_id is already stored or repeated in ``chunks`` (nothing is written).
             InvalidRequestError: a chunk is malformed (nothing is written).
+            ScopeError: with ``scope``, a chunk of another scope or an id another scope holds (nothing is written).
             DimensionMismatchError: ``vectors`` has the wrong shape (nothing is written).
         """
-        return self._write(chunks, vectors, replace=False)
+        return self._write(chunks, vectors, replace=False, dedup=dedup, scope=scope).ids
 
-    def upsert(self, chunks: Iterable[Chunk | Mapping[str, Any]], *, vectors: np.ndarray | None = None) -> list[str]:
-        """Add chunks, replacing stored chunks with the same ids in both engines. Returns the chunk ids.
+    def upsert(
+        self,
+        chunks: Iterable[Chunk | Mapping[str, Any]],
+        *,
+        vectors: np.ndarray | None = None,
+        dedup: DedupPolicy | str | None = None,
+        scope: Scope | Mapping[str, Any] | None = None,
+    ) -> list[str]:
+        """Add chunks, replacing stored chunks with the same ids in both engines. Returns the stored ids as
+        :meth:`add` does.
 
-        A chunk whose text is unchanged keeps its vector (no re-embedding); only its source and metadata
-        are updated. Raises as :meth:`add`, except for already stored ids.
+        A chunk whose text is unchanged keeps its vector (no re-embedding); only its source, metadata, scope
+        and event time are updated. Raises as :meth:`add`, except for already stored ids.
         """
-        return self._write(chunks, vectors, replace=True)
+        return self._write(chunks, vectors, replace=True, dedup=dedup, scope=scope).ids
+
+    def write(
+        self,
+        chunks: Iterable[Chunk | Mapping[str, Any]],
+        *,
+        vectors: np.ndarray | None = None,
+        dedup: DedupPolicy | str | None = None,
+        replace: bool = True,
+        scope: Scope | Mapping[str, Any] | None = None,
+    ) -> WriteResult:
+        """Upsert (``replace=False``: add) chunks and say what was done with each: a
+        :class:`~hybrid_memory.dedup.WriteResult` of :class:`~hybrid_memory.dedup.WriteDecision` s (``written``,
+        ``kept``, ``skipped`` or ``merged``, with the duplicate's id, kind, cosine and token overlap).
+
+        Duplicates are looked for among chunks with new ids only, in exactly the same scope (see
+        :mod:`hybrid_memory.dedup`). Raises as :meth:`add` / :meth:`upsert`.
+        """
+        return self._write(chunks, vectors, replace=replace, dedup=dedup, scope=scope)
 
     def add_texts(
         self,
@@ -246,8 +298,11 @@ class HybridMemory:
         metadatas: Sequence[Mapping[str, Any]] | None = None,
         ids: Sequence[str] | None = None,
         sources: Sequence[str] | None = None,
+        *,
+        scope: Scope | Mapping[str, Any] | None = None,
     ) -> list[str]:
-        """Upsert plain texts (ids default to random uuid4 hex). Returns the chunk ids."""
+        """Upsert plain texts (ids default to random uuid4 hex) in ``scope`` (None: unscoped). Returns the
+        chunk ids."""
         if isinstance(texts, str):
             raise InvalidRequestError("texts must be a list of strings, got one str; wrap it: add_texts([text])")
         n = len(texts)
@@ -263,7 +318,7 @@ class HybridMemory:
             }
             for i in range(n)
         ]
-        return self.upsert(chunks)
+        return self.upsert(chunks, scope=scope)
 
     def _validate_chunks(self, chunks: Iterable[Chunk | Mapping[str, Any]]) -> list[Chunk]:
         if isinstance(chunks, (Chunk, Mapping, str)) or not isinstance(chunks, Iterable):
@@ -295,9 +350,22 @@ class HybridMemory:
             raise DuplicateChunkError(f"chunk ids repeated in one call: {repeated[:5]}; give each id once")
         return valid
 
-    def _write(self, chunks: Iterable[Chunk | Mapping[str, Any]], vectors: np.ndarray | None, *, replace: bool) -> list[str]:
+    def _write(
+        self,
+        chunks: Iterable[Chunk | Mapping[str, Any]],
+        vectors: np.ndarray | None,
+        *,
+        replace: bool,
+        dedup: DedupPolicy | str | None = None,
+        scope: Scope | Mapping[str, Any] | None = None,
+        extra_updates: Sequence[tuple[int, Mapping[str, Any]]] = (),
+    ) -> WriteResult:
         self._check_open()
+        scope = as_scope(scope)
+        policy = as_policy(dedup, self.dedup)
         items = self._validate_chunks(chunks)
+        if scope is not None:
+            items = [scope.stamp(c) for c in items]
         if vectors is not None:
             vectors = np.asarray(vectors, dtype=np.float32)
             if vectors.ndim != 2 or vectors.shape != (len(items), self._dense.dim):
@@ -308,30 +376,84 @@ class HybridMemory:
             if not np.isfinite(vectors).all():
                 raise InvalidRequestError("vectors contain NaN or infinite values")
         if not items:
-            return []
+            return WriteResult([])
         with self._write_lock:
             existing = self._store.lookup([c.chunk_id for c in items])
+            systems = self._store.system_of(list(existing)) if existing else {}
+            if scope is not None:
+                foreign = sorted(cid for cid in existing if not scope.contains(systems[cid]))
+                if foreign:
+                    raise ScopeError(
+                        f"chunk ids {foreign[:5]} are not available in this scope (the memory holds them outside "
+                        "it); choose other ids, for example uuid4 ones; nothing was written"
+                    )
             if existing and not replace:
                 raise DuplicateChunkError(
                     f"chunk ids already stored: {sorted(existing)[:5]}; use upsert() to replace them"
                 )
+            hashes = [content_hash(c.text) for c in items]
+            scope_keys = [tuple(c.scope_values().values()) for c in items]
+            new_positions = [i for i, c in enumerate(items) if c.chunk_id not in existing]
+            matches: dict[int, Match] = find_exact(
+                [(i, items[i].chunk_id, hashes[i], scope_keys[i]) for i in new_positions],
+                lambda digests, key: self._store.find_hashes(digests, dict(zip(SCOPE_FIELDS, key))),
+            )
+            dropped = {i for i in matches if policy.action != "keep"}
             changed = [
                 i for i, c in enumerate(items)
-                if vectors is not None or c.chunk_id not in existing or existing[c.chunk_id][1] != content_hash(c.text)
+                if i not in dropped
+                and (vectors is not None or c.chunk_id not in existing or existing[c.chunk_id][1] != hashes[i])
             ]
-            changed_set = set(changed)
-            unchanged = [i for i in range(len(items)) if i not in changed_set]
             if vectors is not None:
-                new_vectors = l2_normalize(vectors)
+                all_vectors = l2_normalize(vectors)
+                new_vectors = all_vectors[changed] if changed else np.zeros((0, self._dense.dim), np.float32)
             else:
                 new_vectors = self._embed([items[i].text for i in changed])
+            if policy.near:
+                vector_of = {i: new_vectors[j] for j, i in enumerate(changed)}
+                candidates = [(i, items[i].chunk_id, scope_keys[i]) for i in new_positions
+                              if i not in matches and i in vector_of]
+                if candidates:
+                    tokenize = self._sparse.tokenizer.tokenize
+                    near = find_near(
+                        candidates, vector_of, {i: tokenize(items[i].text) for i, _, _ in candidates}, policy,
+                        self._near_candidates(tokenize),
+                    )
+                    matches.update(near)
+                    if policy.action != "keep" and near:
+                        dropped |= set(near)
+                        keep = [j for j, i in enumerate(changed) if i not in dropped]
+                        changed = [changed[j] for j in keep]
+                        new_vectors = new_vectors[keep]
+            changed_set = set(changed)
+            unchanged = [i for i in range(len(items)) if i not in changed_set and i not in dropped]
+            merges: dict[str, list[list[str]]] = {}
+            if policy.action == "merge":
+                for i in sorted(dropped):
+                    merges.setdefault(matches[i].duplicate_of, []).append([items[i].chunk_id, items[i].source])
             old_rowids = [existing[items[i].chunk_id][0] for i in changed if items[i].chunk_id in existing]
             new_rows = [
-                NewRow(items[i].chunk_id, items[i].text, items[i].source, items[i].metadata, new_vectors[j])
+                NewRow(items[i].chunk_id, items[i].text, items[i].source, items[i].metadata, new_vectors[j],
+                       system=self._system(items[i], systems.get(items[i].chunk_id), merges))
                 for j, i in enumerate(changed)
             ]
             updates = [(existing[items[i].chunk_id][0], items[i].source, items[i].metadata) for i in unchanged]
-            new_rowids = self._store.write(new_rows, replace_rowids=old_rowids, metadata_updates=updates)
+            system_updates = [
+                (existing[items[i].chunk_id][0], self._system(items[i], systems.get(items[i].chunk_id), merges))
+                for i in unchanged
+            ]
+            written_ids = {items[i].chunk_id for i in changed} | {items[i].chunk_id for i in unchanged}
+            merge_targets = {cid: refs for cid, refs in merges.items() if cid not in written_ids}
+            if merge_targets:
+                stored = self._store.system_of(list(merge_targets))
+                system_updates += [
+                    (stored[cid]["rowid"], {"merged": stored[cid]["merged"] + refs})
+                    for cid, refs in merge_targets.items() if cid in stored
+                ]
+            new_rowids = self._store.write(
+                new_rows, replace_rowids=old_rowids, metadata_updates=updates,
+                system_updates=[*system_updates, *extra_updates],
+            )
             self._apply_changes(
                 ChangeSet(
                     removed=old_rowids,
@@ -343,8 +465,48 @@ class HybridMemory:
                 )
             )
             self._dirty = True
-        logger.debug("stored %d chunks (%d re-indexed)", len(items), len(changed))
-        return [c.chunk_id for c in items]
+        logger.debug("stored %d chunks (%d re-indexed, %d duplicates dropped)", len(items), len(changed), len(dropped))
+        return WriteResult([self._decision(i, items[i].chunk_id, matches.get(i), policy) for i in range(len(items))])
+
+    @staticmethod
+    def _decision(position: int, chunk_id: str, match: Match | None, policy: DedupPolicy) -> WriteDecision:
+        if match is None:
+            return WriteDecision(chunk_id, "written", chunk_id)
+        action = {"keep": "kept", "skip": "skipped", "merge": "merged"}[policy.action]
+        return WriteDecision(
+            chunk_id, action, chunk_id if action == "kept" else match.duplicate_of, duplicate_of=match.duplicate_of,
+            kind=match.kind, cosine=match.cosine, overlap=match.overlap,
+        )
+
+    @staticmethod
+    def _system(chunk: Chunk, previous: Mapping[str, Any] | None, merges: Mapping[str, list[list[str]]]) -> dict:
+        """Scope and event-time columns of a chunk version; merges recorded earlier on the id are kept, and
+        ``superseded_by`` is kept while the fact stays closed."""
+        system: dict[str, Any] = {**chunk.scope_values(), "valid_from": chunk.valid_from, "valid_to": chunk.valid_to}
+        previous = previous or {}
+        system["merged"] = list(previous.get("merged") or []) + list(merges.get(chunk.chunk_id, []))
+        system["superseded_by"] = previous.get("superseded_by") if chunk.valid_to is not None else None
+        return system
+
+    def _near_candidates(self, tokenize: Any) -> Any:
+        """``(vector, scope key) -> [(chunk_id, cosine, tokens)]``: the 5 nearest stored chunks of exactly that
+        scope (a dense search over the scope's rowids)."""
+        rowsets: dict[tuple, RowSet] = {}
+
+        def search(vector: np.ndarray, key: tuple) -> list[tuple[str, float, list[str]]]:
+            if key not in rowsets:
+                rowsets[key] = RowSet(self._store.exact_scope_rowids(dict(zip(SCOPE_FIELDS, key))), sorted_unique=True)
+            if not len(rowsets[key]):
+                return []
+            hits = self._dense.search(vector, 5, rowsets[key])
+            if not hits:
+                return []
+            rowids = [rowid for rowid, _ in hits]
+            names = self._store.chunk_ids_by_rowid(rowids)
+            texts = dict(zip(rowids, self._store.texts(rowids), strict=True))
+            return [(names[r], score, tokenize(texts[r])) for r, score in hits if r in names]
+
+        return search
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
@@ -397,25 +559,29 @@ class HybridMemory:
                     self._sparse.wait()
                     self._sparse.compact(self._store.texts, show_progress=self.show_progress)
 
-    def delete(self, chunk_ids: Iterable[str]) -> int:
-        """Delete chunks by id from the store and both engines. Unknown ids are ignored.
+    def delete(self, chunk_ids: Iterable[str], *, scope: Scope | Mapping[str, Any] | None = None) -> int:
+        """Delete chunks by id from the store and both engines. Unknown ids are ignored, and so are ids
+        outside ``scope`` when it is given.
 
         Returns:
             The number of chunks deleted.
         """
         self._check_open()
         ids = self._ids_argument(chunk_ids)
+        scope = as_scope(scope)
         with self._write_lock:
+            if scope is not None:
+                ids = [c.chunk_id for c in self._store.get(ids, scope=scope.bound())]
             rowids = self._store.delete(ids)
             self._apply_changes(ChangeSet(removed=rowids))
             self._dirty = self._dirty or bool(rowids)
         return len(rowids)
 
     # -- reads --------------------------------------------------------------------------------------
-    def get(self, chunk_ids: Iterable[str]) -> list[StoredChunk]:
-        """Stored chunks in the order of ``chunk_ids``; unknown ids are skipped."""
+    def get(self, chunk_ids: Iterable[str], *, scope: Scope | Mapping[str, Any] | None = None) -> list[StoredChunk]:
+        """Stored chunks in the order of ``chunk_ids``; unknown ids (and ids outside ``scope``) are skipped."""
         self._check_open()
-        return self._store.get(self._ids_argument(chunk_ids))
+        return self._store.get(self._ids_argument(chunk_ids), scope=_bound(scope))
 
     @staticmethod
     def _ids_argument(chunk_ids: Iterable[str] | str) -> list[str]:
@@ -428,23 +594,103 @@ class HybridMemory:
             raise InvalidRequestError(f"chunk ids must be strings, got {bad[:3]!r}")
         return ids
 
-    def count(self, metadata_filter: Mapping[str, Any] | None = None) -> int:
-        """Number of stored chunks matching the filter (all when None). Raises InvalidFilterError."""
+    def count(
+        self, metadata_filter: Mapping[str, Any] | None = None, *, scope: Scope | Mapping[str, Any] | None = None,
+        as_of: Any = None,
+    ) -> int:
+        """Number of stored chunks matching the filter (all when None), in ``scope``, valid at ``as_of`` (Unix
+        seconds, datetime or ISO string). Raises InvalidFilterError, InvalidRequestError."""
         self._check_open()
-        return self._store.count(metadata_filter)
+        return self._store.count(metadata_filter, _bound(scope), _instant(as_of))
 
     def __len__(self) -> int:
         return self.count()
 
-    def iter_chunks(self, metadata_filter: Mapping[str, Any] | None = None) -> Iterator[StoredChunk]:
-        """Stored chunks matching the filter, in insertion order."""
+    def iter_chunks(
+        self, metadata_filter: Mapping[str, Any] | None = None, *, scope: Scope | Mapping[str, Any] | None = None,
+        as_of: Any = None,
+    ) -> Iterator[StoredChunk]:
+        """Stored chunks matching the filter, in ``scope``, valid at ``as_of``, in insertion order."""
         self._check_open()
-        return self._store.iter_chunks(metadata_filter)
+        return self._store.iter_chunks(metadata_filter, scope=_bound(scope), as_of=_instant(as_of))
 
-    def chunk_hashes(self) -> dict[str, str]:
-        """chunk_id -> sha256 of the text, for every stored chunk (for change detection by derived layers)."""
+    def chunk_hashes(self, *, scope: Scope | Mapping[str, Any] | None = None) -> dict[str, str]:
+        """chunk_id -> sha256 of the text, for every stored chunk in ``scope`` (all when None), for change
+        detection by derived layers."""
         self._check_open()
-        return self._store.chunk_hashes()
+        return self._store.chunk_hashes(_bound(scope))
+
+    # -- scopes and time ----------------------------------------------------------------------------
+    def scoped(self, scope: Scope | Mapping[str, Any] | None = None, /, **fields: str) -> ScopedMemory:
+        """A view bound to a scope (``memory.scoped(tenant="acme", user_id="u1")``) that cannot read or write
+        outside it; see :mod:`hybrid_memory.scopes`.
+
+        Raises:
+            InvalidRequestError: an unknown scope field or a blank value.
+            ScopeError: no field bound.
+        """
+        base = dict(scope) if isinstance(scope, Mapping) else (scope.bound() if isinstance(scope, Scope) else {})
+        if scope is not None and not isinstance(scope, (Mapping, Scope)):
+            raise InvalidRequestError(f"scope must be a Scope or a mapping, got {type(scope).__name__}")
+        bound = as_scope({**base, **fields})
+        return ScopedMemory(self, bound or Scope())
+
+    def supersede(
+        self,
+        old_ids: Iterable[str] | str,
+        new_chunk: Chunk | Mapping[str, Any],
+        *,
+        vector: np.ndarray | None = None,
+        scope: Scope | Mapping[str, Any] | None = None,
+    ) -> str:
+        """Write ``new_chunk`` and close the validity of the facts it replaces, instead of deleting them.
+
+        The new chunk's ``valid_from`` is its own, else now. Each old chunk gets ``valid_to`` = that instant and
+        ``superseded_by`` = the new id, in the same transaction; it stays stored and searchable with ``as_of``
+        before that instant (Graphiti's edge invalidation, bi-temporal: ingestion time is kept apart).
+
+        Args:
+            old_ids: ids of the facts replaced (one id or several).
+            new_chunk: the new fact (upserted; scope fields stamped with ``scope``).
+            vector: its precomputed float32 (dim,) vector, or None to embed it.
+            scope: act as a view of this scope: old ids outside it are unknown.
+
+        Returns:
+            The new chunk's id.
+
+        Raises:
+            InvalidRequestError: an old id is unknown (or outside ``scope``), is the new id, or its fact starts
+                after the new one (its interval would be empty); nothing is written.
+        """
+        self._check_open()
+        old = self._ids_argument(old_ids)
+        if not old:
+            raise InvalidRequestError("old_ids is empty: give the ids of the facts the new chunk replaces")
+        chunk = self._validate_chunks([new_chunk])[0]
+        if chunk.chunk_id in old:
+            raise InvalidRequestError(f"chunk {chunk.chunk_id!r} cannot supersede itself; give the new fact a new id")
+        with self._write_lock:
+            stored = {c.chunk_id: c for c in self._store.get(old, scope=_bound(scope))}
+            missing = [cid for cid in old if cid not in stored]
+            if missing:
+                raise InvalidRequestError(f"cannot supersede unknown chunk ids {missing[:5]}; nothing was written")
+            start = chunk.valid_from if chunk.valid_from is not None else time.time()
+            late = [cid for cid, c in stored.items() if c.valid_from is not None and c.valid_from >= start]
+            if late:
+                raise InvalidRequestError(
+                    f"chunks {late[:5]} are valid from {stored[late[0]].valid_from}, not before the new fact's "
+                    f"valid_from {start}; give the new chunk a later valid_from"
+                )
+            chunk = chunk.model_copy(update={"valid_from": start})
+            vectors = None if vector is None else np.asarray(vector, dtype=np.float32).reshape(1, -1)
+            rowids = self._store.system_of(old)
+            closes = [
+                (rowids[cid]["rowid"], {"valid_to": min(start, c.valid_to) if c.valid_to is not None else start,
+                                        "superseded_by": chunk.chunk_id})
+                for cid, c in stored.items()
+            ]
+            self._write([chunk], vectors, replace=True, dedup="keep", scope=scope, extra_updates=closes)
+        return chunk.chunk_id
 
     # -- search -------------------------------------------------------------------------------------
     @staticmethod
@@ -482,18 +728,42 @@ class HybridMemory:
         validate_filter(validated.metadata_filter)
         return validated
 
-    def _prepare(self, request: Any, fields: dict[str, Any]) -> tuple[SearchRequest, RowSet | None]:
+    def _prepare(
+        self, request: Any, fields: dict[str, Any], scope: Scope | Mapping[str, Any] | None = None
+    ) -> tuple[SearchRequest, RowSet | None]:
         self._check_open()
         req = self.make_request(request, **fields)
+        bound = _bound(scope)
         allowed = None
-        if req.metadata_filter:
-            allowed = RowSet(self._store.filter_rowids(req.metadata_filter), sorted_unique=True)
+        if req.metadata_filter or bound or req.as_of is not None:
+            # the scope and as_of are pre-filters like the metadata filter: resolved before any engine ranks
+            allowed = RowSet(self._store.filter_rowids(req.metadata_filter, bound, req.as_of), sorted_unique=True)
         return req, allowed
 
-    def _search_args(self, req: SearchRequest, allowed: RowSet | None) -> dict[str, Any]:
+    def _recency(self, recency: RecencyPrior | bool | None) -> RecencyPrior | None:
+        if recency is None or recency is True:
+            return self.recency_prior if recency is None else (self.recency_prior or RecencyPrior())
+        if recency is False:
+            return None
+        if not isinstance(recency, RecencyPrior):
+            raise InvalidRequestError(f"recency must be a RecencyPrior, True, False or None, got {recency!r}")
+        return recency
+
+    def _with_prior(self, req: SearchRequest, result: HybridResult, prior: RecencyPrior | None) -> HybridResult:
+        """The recency prior as a post-fusion step: fused scores + bounded bonus, re-sorted, cut to top_k."""
+        if prior is None or not result.hits:
+            return result
+        rows = self._store.get([h.key for h in result.hits])
+        times = {c.chunk_id: c.valid_from if c.valid_from is not None else c.created_at for c in rows}
+        now = req.as_of if req.as_of is not None else time.time()
+        hits = apply_recency_prior(result.hits, times, prior, now, req.top_k)
+        return dataclasses.replace(result, hits=hits)
+
+    def _search_args(self, req: SearchRequest, allowed: RowSet | None, prior: RecencyPrior | None = None) -> dict[str, Any]:
         params = req.hybrid_params
         return {
-            "top_k": req.top_k,
+            # with a recency prior the fused list is kept to the candidate depth, so the prior can reorder it
+            "top_k": req.top_k if prior is None else req.top_k * self.candidate_multiplier,
             "depth": req.top_k * self.candidate_multiplier,
             "weights": {"sparse": params.sparse_weight, "dense": params.dense_weight},
             "allowed": allowed,
@@ -526,17 +796,24 @@ class HybridMemory:
         /,
         *,
         query_vector: np.ndarray | Sequence[float] | None = None,
+        scope: Scope | Mapping[str, Any] | None = None,
+        recency: RecencyPrior | bool | None = None,
         **fields: Any,
     ) -> SearchResponse:
         """Hybrid search: BM25 and dense retrieval run concurrently, each restricted by the metadata filter,
-        then are fused and cut to ``top_k``.
+        the scope and ``as_of``, then are fused and cut to ``top_k``.
 
         Args:
             request: a :class:`SearchRequest`, its JSON as a mapping, or the search text.
             query_vector: the query's embedding, float32 (dim,), when the caller already has it (for example
                 LlamaIndex's ``QueryBundle.embedding``); None embeds ``search_text`` with the memory's embedder.
-            **fields: request fields overriding ``request`` (``top_k``, ``metadata_filter``, ``query_id``,
-                ``hybrid_params``, or the shortcuts ``dense_weight``, ``sparse_weight``, ``rrf_k_constant``).
+            scope: only chunks of this scope are candidates (what :meth:`scoped` views pass).
+            recency: a :class:`~hybrid_memory.temporal.RecencyPrior` for this call, True (the memory's, else the
+                default prior), False (off), or None (the memory's ``recency_prior``, off by default). Applied
+                after fusion: see :class:`~hybrid_memory.temporal.RecencyPrior`.
+            **fields: request fields overriding ``request`` (``top_k``, ``metadata_filter``, ``as_of``,
+                ``query_id``, ``hybrid_params``, or the shortcuts ``dense_weight``, ``sparse_weight``,
+                ``rrf_k_constant``).
 
         Each engine returns ``candidate_multiplier × top_k`` candidates; an engine whose weight is 0 is not
         run. Results are ordered by score descending, ties by chunk_id.
@@ -546,9 +823,11 @@ class HybridMemory:
                 the wrong shape.
             InvalidFilterError: the metadata filter is malformed.
         """
-        req, allowed = self._prepare(request, fields)
+        prior = self._recency(recency)
+        req, allowed = self._prepare(request, fields, scope)
         query = self._query(req, query_vector)
-        return self._response(req, self._searcher.search(query, **self._search_args(req, allowed)))
+        result = self._searcher.search(query, **self._search_args(req, allowed, prior))
+        return self._response(req, self._with_prior(req, result, prior))
 
     async def asearch(
         self,
@@ -556,14 +835,17 @@ class HybridMemory:
         /,
         *,
         query_vector: np.ndarray | Sequence[float] | None = None,
+        scope: Scope | Mapping[str, Any] | None = None,
+        recency: RecencyPrior | bool | None = None,
         **fields: Any,
     ) -> SearchResponse:
         """Async :meth:`search`: both engines run in worker threads under ``asyncio.gather``; the event loop
         is never blocked. Same arguments, result and errors."""
-        req, allowed = await asyncio.to_thread(self._prepare, request, fields)
+        prior = self._recency(recency)
+        req, allowed = await asyncio.to_thread(self._prepare, request, fields, scope)
         query = self._query(req, query_vector)
-        result = await self._searcher.asearch(query, **self._search_args(req, allowed))
-        return await asyncio.to_thread(self._response, req, result)
+        result = await self._searcher.asearch(query, **self._search_args(req, allowed, prior))
+        return await asyncio.to_thread(lambda: self._response(req, self._with_prior(req, result, prior)))
 
     def _query(self, req: SearchRequest, query_vector: np.ndarray | Sequence[float] | None) -> Query:
         if query_vector is None:
@@ -647,3 +929,17 @@ class HybridMemory:
     def __repr__(self) -> str:
         where = str(self.path) if self.path else "in-memory"
         return f"HybridMemory({where!r}, embedder={self.embedder.name!r})"
+
+
+def _bound(scope: Scope | Mapping[str, Any] | None) -> dict[str, str] | None:
+    """The bound fields of a scope argument, or None."""
+    scope = as_scope(scope)
+    return scope.bound() if scope is not None else None
+
+
+def _instant(value: Any) -> float | None:
+    """``as_of`` as Unix seconds. Raises InvalidRequestError naming the field."""
+    try:
+        return to_timestamp(value, "as_of")
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc)) from exc

@@ -19,9 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ._exceptions import InvalidRequestError
 from .fusion import DEFAULT_RRF_K
+from .temporal import to_timestamp
 
 __all__ = [
     "MAX_TOP_K",
+    "SCOPE_FIELDS",
+    "TIME_FIELDS",
     "Chunk",
     "HybridParams",
     "SearchRequest",
@@ -62,8 +65,29 @@ def _encodable(value: str, field: str) -> str:
     return value
 
 
+SCOPE_FIELDS = ("tenant", "user_id", "agent_id", "session_id")
+"""The scope fields of a chunk: who the memory belongs to (see :mod:`hybrid_memory.scopes`)."""
+TIME_FIELDS = ("valid_from", "valid_to")
+"""The event-time fields of a chunk (see :mod:`hybrid_memory.temporal`)."""
+
+
+def _scope_value(value: str | None, field: str) -> str | None:
+    if value is None:
+        return None
+    if not value.strip() or "\x00" in value:
+        raise ValueError(f"{field} must not be blank or contain NUL characters; leave it out (None) for no {field}")
+    return _encodable(value, field)
+
+
 class Chunk(BaseModel):
-    """A unit of memory as it goes in."""
+    """A unit of memory as it goes in.
+
+    Besides text, source and metadata, a chunk carries optional *scope* fields (``tenant``, ``user_id``,
+    ``agent_id``, ``session_id``: stored in indexed columns and enforced by :meth:`HybridMemory.scoped`) and
+    optional *event time* (``valid_from`` / ``valid_to``: when the fact was true, Unix seconds, the
+    half-open interval ``[valid_from, valid_to)``; None is unbounded). Ingestion time is separate
+    (``created_at`` / ``updated_at`` of :class:`StoredChunk`).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -75,6 +99,42 @@ class Chunk(BaseModel):
     """Where the text came from (file path, URL, conversation id)."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """JSON values (str, int, float, bool, None, lists) that metadata filters match against."""
+    tenant: str | None = None
+    """Tenant (organisation, workspace) the chunk belongs to; None: no tenant."""
+    user_id: str | None = None
+    """End user the chunk belongs to; None: not user-specific."""
+    agent_id: str | None = None
+    """Agent that owns the chunk; None: any agent."""
+    session_id: str | None = None
+    """Conversation or run the chunk came from; None: not session-specific."""
+    valid_from: float | None = None
+    """Event time from which the fact holds, Unix seconds (a datetime or ISO 8601 string is converted;
+    naive datetimes are read as UTC); None: since always."""
+    valid_to: float | None = None
+    """Event time from which the fact no longer holds (exclusive), Unix seconds; None: still holds."""
+
+    @field_validator("tenant", "user_id", "agent_id", "session_id")
+    @classmethod
+    def _scope_usable(cls, value: str | None, info: Any) -> str | None:
+        return _scope_value(value, info.field_name)
+
+    @field_validator("valid_from", "valid_to", mode="before")
+    @classmethod
+    def _time_as_seconds(cls, value: Any, info: Any) -> float | None:
+        return to_timestamp(value, info.field_name)
+
+    @model_validator(mode="after")
+    def _interval_not_empty(self) -> Chunk:
+        if self.valid_from is not None and self.valid_to is not None and self.valid_to <= self.valid_from:
+            raise ValueError(
+                f"valid_to ({self.valid_to}) must be after valid_from ({self.valid_from}): the interval "
+                "[valid_from, valid_to) would be empty"
+            )
+        return self
+
+    def scope_values(self) -> dict[str, str | None]:
+        """The four scope fields, ``{"tenant": ..., "user_id": ..., "agent_id": ..., "session_id": ...}``."""
+        return {name: getattr(self, name) for name in SCOPE_FIELDS}
 
     @field_validator("chunk_id")
     @classmethod
@@ -105,6 +165,12 @@ class StoredChunk(Chunk):
     """When the chunk_id was first stored, Unix time in seconds."""
     updated_at: float
     """When the chunk was last added or upserted, Unix time in seconds."""
+    superseded_by: str | None = None
+    """Id of the chunk that superseded this one (:meth:`HybridMemory.supersede`), else None."""
+    merged_ids: list[str] = Field(default_factory=list)
+    """Ids of near or exact duplicates merged into this chunk on write (dedup policy ``merge``)."""
+    merged_sources: list[str] = Field(default_factory=list)
+    """Their sources, one per merged id."""
 
 
 class HybridParams(BaseModel):
@@ -155,6 +221,15 @@ class SearchRequest(BaseModel):
     """Fusion weights and RRF constant."""
     metadata_filter: dict[str, Any] | None = None
     """Filter applied inside both engines before fusion (see hybrid_memory.filters); None matches all."""
+    as_of: float | None = None
+    """Event time, Unix seconds (or a datetime / ISO 8601 string): only chunks valid at that instant
+    (``valid_from <= as_of < valid_to``, a missing bound is open) are candidates, filtered before fusion like
+    the metadata filter. None: no time filter (superseded facts are found too)."""
+
+    @field_validator("as_of", mode="before")
+    @classmethod
+    def _as_of_seconds(cls, value: Any) -> float | None:
+        return to_timestamp(value, "as_of")
 
     @field_validator("search_text")
     @classmethod

@@ -1,0 +1,234 @@
+"""Scopes: whose memory a chunk is, and views of a memory that cannot read or write outside one scope.
+
+Every chunk has four optional scope fields, ``tenant``, ``user_id``, ``agent_id`` and ``session_id``, stored in
+indexed SQLite columns. A :class:`Scope` binds some of them (``Scope(tenant="acme", user_id="u1")``); a chunk is
+*in* the scope when every bound field equals the chunk's (an unbound field is free, so a tenant's scope holds all
+of its users' chunks, and a chunk without a ``user_id`` is *not* in a user's scope: sharing is explicit).
+
+:meth:`HybridMemory.scoped` returns a :class:`ScopedMemory`: the scope is a pre-filter of every read (search,
+asearch, get, iter_chunks, count, chunk_hashes) applied before both engines rank, as the metadata filter is,
+and every write is stamped with it. A scope is not a filter a caller can forget or widen:
+
+* writes get the bound fields stamped; a chunk that brings a different value for a bound field is refused
+  (:class:`ScopeError`), nothing is written;
+* ids held by other scopes are invisible: ``get`` skips them, ``delete`` ignores them, ``supersede`` refuses
+  them as unknown, and ``upsert``/``add`` of such an id are refused with a :class:`ScopeError` that does not
+  show the other chunk (ids are unique across the whole memory: give ids per scope, e.g. uuid4);
+* ``view.scoped(...)`` can only narrow (bind more fields), never change a bound one.
+
+The unscoped :class:`HybridMemory` itself is the administrator's view: it reads every scope.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from ._exceptions import InvalidRequestError, ScopeError
+from .models import SCOPE_FIELDS, Chunk, SearchRequest, SearchResponse, StoredChunk, _scope_value, validation_message
+
+if TYPE_CHECKING:
+    from .dedup import DedupPolicy, WriteResult
+    from .memory import HybridMemory
+    from .temporal import RecencyPrior
+
+__all__ = ["SCOPE_FIELDS", "Scope", "ScopedMemory", "as_scope"]
+
+
+class Scope(BaseModel):
+    """Bound scope fields; a field left None is unbound (free)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tenant: str | None = None
+    user_id: str | None = None
+    agent_id: str | None = None
+    session_id: str | None = None
+
+    @field_validator("tenant", "user_id", "agent_id", "session_id")
+    @classmethod
+    def _usable(cls, value: str | None, info: Any) -> str | None:
+        return _scope_value(value, info.field_name)
+
+    def bound(self) -> dict[str, str]:
+        """The bound fields only, in :data:`SCOPE_FIELDS` order: ``{"user_id": "u1"}``."""
+        return {name: getattr(self, name) for name in SCOPE_FIELDS if getattr(self, name) is not None}
+
+    def __bool__(self) -> bool:
+        return bool(self.bound())
+
+    def contains(self, values: Mapping[str, str | None]) -> bool:
+        """True when every bound field equals ``values[field]`` (a chunk's scope values)."""
+        return all(values.get(name) == value for name, value in self.bound().items())
+
+    def narrow(self, other: Scope) -> Scope:
+        """This scope with ``other``'s bound fields added. Raises ScopeError if they contradict."""
+        merged = self.bound()
+        for name, value in other.bound().items():
+            if name in merged and merged[name] != value:
+                raise ScopeError(
+                    f"this view is bound to {name}={merged[name]!r}; it cannot be re-bound to {value!r} (a scoped "
+                    "view only narrows; scope the unscoped memory instead)"
+                )
+            merged[name] = value
+        return Scope(**merged)
+
+    def key(self) -> str:
+        """A stable, path-safe name of the scope: ``"all"`` when unbound, else ``"s-"`` + 16 hex digits of the
+        sha256 of its bound fields as JSON (used to keep one graph folder per scope)."""
+        bound = self.bound()
+        if not bound:
+            return "all"
+        digest = hashlib.sha256(json.dumps(bound, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+        return "s-" + digest[:16]
+
+    def stamp(self, chunk: Chunk) -> Chunk:
+        """The chunk with the bound fields filled in. Raises ScopeError when it carries another value."""
+        update = {}
+        for name, value in self.bound().items():
+            own = getattr(chunk, name)
+            if own is None:
+                update[name] = value
+            elif own != value:
+                raise ScopeError(
+                    f"chunk {chunk.chunk_id!r} has {name}={own!r} but this view is bound to {name}={value!r}; "
+                    f"leave {name} out (the view stamps it) or write through a view of that scope"
+                )
+        return chunk.model_copy(update=update) if update else chunk
+
+
+def as_scope(scope: Scope | Mapping[str, Any] | None) -> Scope | None:
+    """A :class:`Scope` from a Scope, a mapping (``{"user_id": "u1"}``) or None; None for an unbound scope.
+
+    Raises:
+        InvalidRequestError: an unknown field or a blank value; the message names it.
+    """
+    if scope is None or isinstance(scope, Scope):
+        return scope or None
+    if not isinstance(scope, Mapping):
+        raise InvalidRequestError(f"scope must be a Scope or a mapping of {', '.join(SCOPE_FIELDS)}, got {scope!r}")
+    try:
+        result = Scope.model_validate(dict(scope))
+    except ValidationError as exc:
+        raise InvalidRequestError(validation_message(exc, "scope")) from exc
+    return result or None
+
+
+class ScopedMemory:
+    """A view of a :class:`HybridMemory` bound to one :class:`Scope` (see the module docstring).
+
+    Made by :meth:`HybridMemory.scoped`; it has the memory's read and write API, each restricted to the scope.
+    The view does not own the memory: closing the memory closes every view of it.
+    """
+
+    def __init__(self, memory: HybridMemory, scope: Scope) -> None:
+        if not scope:
+            raise ScopeError(f"a scoped view needs at least one bound field of {', '.join(SCOPE_FIELDS)}")
+        self._memory = memory
+        self.scope = scope
+
+    # -- identity ---------------------------------------------------------------------------------
+    @property
+    def memory(self) -> HybridMemory:
+        """The underlying (unscoped) memory."""
+        return self._memory
+
+    @property
+    def path(self) -> Any:
+        """The memory's folder (None in RAM)."""
+        return self._memory.path
+
+    @property
+    def embedder(self) -> Any:
+        """The memory's embedder."""
+        return self._memory.embedder
+
+    @property
+    def graph_path(self) -> Any:
+        """Folder of this scope's own graph: ``<memory>/graph/scopes/<scope.key()>`` (None in RAM)."""
+        return None if self._memory.path is None else self._memory.path / "graph" / "scopes" / self.scope.key()
+
+    def scoped(self, scope: Scope | Mapping[str, Any] | None = None, /, **fields: str) -> ScopedMemory:
+        """A narrower view (more fields bound). Raises ScopeError when a field would be re-bound."""
+        extra = as_scope({**(dict(scope) if isinstance(scope, Mapping) else (scope.bound() if scope else {})), **fields})
+        return ScopedMemory(self._memory, self.scope.narrow(extra or Scope()))
+
+    def make_request(self, request: Any = None, /, **fields: Any) -> SearchRequest:
+        """:meth:`HybridMemory.make_request` (validates a request; the scope is not part of it)."""
+        return self._memory.make_request(request, **fields)
+
+    # -- writes -----------------------------------------------------------------------------------
+    def add(self, chunks: Iterable[Chunk | Mapping[str, Any]], *, vectors: np.ndarray | None = None,
+            dedup: DedupPolicy | str | None = None) -> list[str]:
+        """:meth:`HybridMemory.add` in this scope (bound fields stamped). Raises ScopeError as described."""
+        return self._memory.add(chunks, vectors=vectors, dedup=dedup, scope=self.scope)
+
+    def upsert(self, chunks: Iterable[Chunk | Mapping[str, Any]], *, vectors: np.ndarray | None = None,
+               dedup: DedupPolicy | str | None = None) -> list[str]:
+        """:meth:`HybridMemory.upsert` in this scope; ids of other scopes are refused (ScopeError)."""
+        return self._memory.upsert(chunks, vectors=vectors, dedup=dedup, scope=self.scope)
+
+    def write(self, chunks: Iterable[Chunk | Mapping[str, Any]], *, vectors: np.ndarray | None = None,
+              dedup: DedupPolicy | str | None = None, replace: bool = True) -> WriteResult:
+        """:meth:`HybridMemory.write` in this scope: the dedup decision for every chunk."""
+        return self._memory.write(chunks, vectors=vectors, dedup=dedup, replace=replace, scope=self.scope)
+
+    def add_texts(self, texts: Sequence[str], metadatas: Sequence[Mapping[str, Any]] | None = None,
+                  ids: Sequence[str] | None = None, sources: Sequence[str] | None = None) -> list[str]:
+        """:meth:`HybridMemory.add_texts` in this scope."""
+        return self._memory.add_texts(texts, metadatas, ids, sources, scope=self.scope)
+
+    def supersede(self, old_ids: Iterable[str] | str, new_chunk: Chunk | Mapping[str, Any], *,
+                  vector: np.ndarray | None = None) -> str:
+        """:meth:`HybridMemory.supersede` in this scope: old ids of other scopes are unknown here."""
+        return self._memory.supersede(old_ids, new_chunk, vector=vector, scope=self.scope)
+
+    def delete(self, chunk_ids: Iterable[str]) -> int:
+        """Delete chunks of this scope by id; ids of other scopes are ignored like unknown ids."""
+        return self._memory.delete(chunk_ids, scope=self.scope)
+
+    # -- reads ------------------------------------------------------------------------------------
+    def get(self, chunk_ids: Iterable[str]) -> list[StoredChunk]:
+        """Chunks of this scope, in the order given; unknown ids and ids of other scopes are skipped."""
+        return self._memory.get(chunk_ids, scope=self.scope)
+
+    def count(self, metadata_filter: Mapping[str, Any] | None = None, *, as_of: Any = None) -> int:
+        """Number of this scope's chunks matching the filter (valid at ``as_of`` when given)."""
+        return self._memory.count(metadata_filter, scope=self.scope, as_of=as_of)
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def iter_chunks(self, metadata_filter: Mapping[str, Any] | None = None, *, as_of: Any = None) -> Iterator[StoredChunk]:
+        """This scope's chunks matching the filter, in the memory's iteration order."""
+        return self._memory.iter_chunks(metadata_filter, scope=self.scope, as_of=as_of)
+
+    def chunk_hashes(self) -> dict[str, str]:
+        """chunk_id -> content hash of this scope's chunks (what the graph layer diffs against)."""
+        return self._memory.chunk_hashes(scope=self.scope)
+
+    def search(self, request: SearchRequest | Mapping[str, Any] | str | None = None, /, *,
+               query_vector: np.ndarray | Sequence[float] | None = None,
+               recency: RecencyPrior | None | bool = None, **fields: Any) -> SearchResponse:
+        """:meth:`HybridMemory.search` restricted to this scope before both engines rank."""
+        return self._memory.search(request, query_vector=query_vector, scope=self.scope, recency=recency, **fields)
+
+    async def asearch(self, request: SearchRequest | Mapping[str, Any] | str | None = None, /, *,
+                      query_vector: np.ndarray | Sequence[float] | None = None,
+                      recency: RecencyPrior | None | bool = None, **fields: Any) -> SearchResponse:
+        """:meth:`HybridMemory.asearch` restricted to this scope."""
+        return await self._memory.asearch(request, query_vector=query_vector, scope=self.scope, recency=recency,
+                                          **fields)
+
+    def stats(self) -> dict[str, Any]:
+        """``{"scope": bound fields, "chunks": count}`` (engine internals are the memory's, not the view's)."""
+        return {"scope": self.scope.bound(), "chunks": self.count()}
+
+    def __repr__(self) -> str:
+        return f"ScopedMemory({self._memory!r}, scope={self.scope.bound()!r})"
+

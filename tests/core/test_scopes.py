@@ -1,0 +1,148 @@
+"""Scopes: stamped on write, pre-filters of every read, views that cannot reach outside, old stores migrated."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import numpy as np
+import pytest
+
+from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError
+from hybrid_memory._exceptions import ScopeError
+from hybrid_memory.scopes import Scope, ScopedMemory
+
+
+@pytest.fixture
+def memory():
+    mem = HybridMemory(embedder=HashingEmbedder(64))
+    yield mem
+    mem.close()
+
+
+def test_a_view_stamps_its_scope_on_every_write(memory):
+    view = memory.scoped(tenant="acme", user_id="u1")
+    view.add([{"chunk_id": "a", "text": "prefers dark mode"}])
+    view.upsert([{"chunk_id": "b", "text": "uses vim", "session_id": "s9"}])
+    view.add_texts(["likes tea"], ids=["c"])
+    stored = {c.chunk_id: c for c in memory.get(["a", "b", "c"])}
+    assert [(c.tenant, c.user_id, c.session_id) for c in stored.values()] == [
+        ("acme", "u1", None), ("acme", "u1", "s9"), ("acme", "u1", None)
+    ]
+
+
+def test_a_chunk_of_another_scope_is_refused_and_nothing_is_written(memory):
+    view = memory.scoped(user_id="u1")
+    with pytest.raises(ScopeError, match="user_id='u2'"):
+        view.add([{"chunk_id": "ok", "text": "fine"}, {"chunk_id": "bad", "text": "other", "user_id": "u2"}])
+    assert memory.count() == 0
+
+
+def test_ids_of_other_scopes_are_invisible(memory):
+    memory.scoped(user_id="u2").add([{"chunk_id": "theirs", "text": "the launch code is 0000"}])
+    mine = memory.scoped(user_id="u1")
+    assert mine.get(["theirs"]) == []
+    assert mine.delete(["theirs"]) == 0
+    assert memory.count() == 1
+    with pytest.raises(ScopeError, match="not available in this scope"):
+        mine.upsert([{"chunk_id": "theirs", "text": "overwritten"}])
+    with pytest.raises(InvalidRequestError, match="unknown chunk ids"):
+        mine.supersede(["theirs"], {"chunk_id": "new", "text": "replacement"})
+    assert memory.get(["theirs"])[0].text == "the launch code is 0000"
+    assert memory.get(["new"]) == []
+
+
+def test_reads_are_restricted_to_the_scope(memory):
+    memory.add([
+        {"chunk_id": "t1u1", "text": "deploy billing", "tenant": "t1", "user_id": "u1", "metadata": {"k": 1}},
+        {"chunk_id": "t1u2", "text": "deploy billing", "tenant": "t1", "user_id": "u2", "metadata": {"k": 1}},
+        {"chunk_id": "t2u1", "text": "deploy billing", "tenant": "t2", "user_id": "u1", "metadata": {"k": 2}},
+        {"chunk_id": "shared", "text": "deploy billing", "tenant": "t1"},
+    ])
+    tenant = memory.scoped(tenant="t1")
+    user = tenant.scoped(user_id="u1")
+    assert tenant.count() == 3 and user.count() == 1 and len(memory.scoped(user_id="u1")) == 2
+    assert [c.chunk_id for c in tenant.iter_chunks({"k": 1})] == ["t1u1", "t1u2"]
+    assert sorted(user.chunk_hashes()) == ["t1u1"]
+    assert [r.chunk_id for r in user.search("deploy billing", top_k=10).results] == ["t1u1"]
+    assert sorted(r.chunk_id for r in tenant.search("deploy billing", top_k=10).results) == ["shared", "t1u1", "t1u2"]
+    assert [r.chunk_id for r in memory.scoped(tenant="t2").search("deploy", metadata_filter={"k": 1}).results] == []
+
+
+async def test_asearch_is_scoped(memory):
+    memory.add([{"chunk_id": "x", "text": "kafka lag", "user_id": "u1"},
+                {"chunk_id": "y", "text": "kafka lag", "user_id": "u2"}])
+    response = await memory.scoped(user_id="u2").asearch("kafka lag", top_k=5)
+    assert [r.chunk_id for r in response.results] == ["y"]
+
+
+def test_a_view_only_narrows(memory):
+    view = memory.scoped(user_id="u1")
+    assert view.scoped(session_id="s1").scope == Scope(user_id="u1", session_id="s1")
+    with pytest.raises(ScopeError, match="cannot be re-bound"):
+        view.scoped(user_id="u2")
+    with pytest.raises(ScopeError, match="at least one bound field"):
+        memory.scoped()
+    with pytest.raises(InvalidRequestError, match="user_id"):
+        memory.scoped(user_id="  ")
+    with pytest.raises(InvalidRequestError, match="scope"):
+        memory.scoped(owner="u1")
+    assert isinstance(view, ScopedMemory) and view.stats() == {"scope": {"user_id": "u1"}, "chunks": 0}
+
+
+def test_scope_key_is_stable_and_path_safe():
+    assert Scope().key() == "all"
+    key = Scope(user_id="u/1", tenant="t").key()
+    assert key == Scope(tenant="t", user_id="u/1").key() and key.startswith("s-") and len(key) == 18
+    assert "/" not in key and key != Scope(user_id="u/2", tenant="t").key()
+
+
+def test_a_store_of_the_previous_format_opens_and_gets_the_scope_columns(tmp_path):
+    """A store written before the scope/time columns existed: the columns are added, old rows are unscoped."""
+    folder = tmp_path / "mem"
+    folder.mkdir()
+    conn = sqlite3.connect(folder / "store.sqlite3")
+    conn.executescript("""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE chunks (rowid INTEGER PRIMARY KEY AUTOINCREMENT, chunk_id TEXT NOT NULL UNIQUE,
+            text TEXT NOT NULL, source TEXT NOT NULL DEFAULT '', metadata TEXT NOT NULL DEFAULT '{}',
+            content_hash TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL, vector BLOB);
+    """)
+    embedder = HashingEmbedder(16)
+    manifest = {"format_version": 1, "embedder": {"name": embedder.name, "dim": 16}, "created_at": 1.0}
+    conn.execute("INSERT INTO meta VALUES ('manifest', ?)", (json.dumps(manifest),))
+    vector = embedder.embed_documents(["old note about kafka"])[0].astype("<f4").tobytes()
+    conn.execute("INSERT INTO chunks (chunk_id, text, content_hash, created_at, updated_at, vector) VALUES "
+                 "('old', 'old note about kafka', 'h', 1.0, 2.0, ?)", (vector,))
+    conn.commit()
+    conn.close()
+    with HybridMemory.open(folder, embedder=embedder) as memory:
+        old = memory.get(["old"])[0]
+        assert (old.user_id, old.valid_from, old.merged_ids) == (None, None, [])
+        assert [r.chunk_id for r in memory.search("kafka").results] == ["old"]
+        assert memory.scoped(user_id="u1").search("kafka").results == []
+        memory.scoped(user_id="u1").add([{"chunk_id": "new", "text": "new note about kafka"}])
+    conn = sqlite3.connect(folder / "store.sqlite3")
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(chunks)")}
+    indexes = {row[1] for row in conn.execute("PRAGMA index_list(chunks)")}
+    conn.close()
+    assert {"tenant", "user_id", "agent_id", "session_id", "valid_from", "valid_to", "merged"} <= columns
+    assert {"chunks_user_id", "chunks_tenant", "chunks_content_hash"} <= indexes
+
+
+def test_scope_prefilter_uses_the_index(tmp_path):
+    """The scope resolves through its SQLite index, not a scan of the table."""
+    with HybridMemory(tmp_path / "m", embedder=HashingEmbedder(16)) as memory:
+        store = memory._store
+        plan = store._conn.execute(
+            "EXPLAIN QUERY PLAN SELECT rowid FROM chunks WHERE user_id = ? AND 1", ("u1",)
+        ).fetchall()
+    assert any("chunks_user_id" in row[-1] for row in plan)
+
+
+def test_precomputed_vectors_work_through_a_view(memory):
+    vectors = np.eye(64, dtype=np.float32)[:2]
+    memory.scoped(agent_id="bot").add([{"chunk_id": "v1", "text": "one"}, {"chunk_id": "v2", "text": "two"}],
+                                      vectors=vectors)
+    hits = memory.scoped(agent_id="bot").search("one", query_vector=vectors[1], sparse_weight=0).results
+    assert [r.chunk_id for r in hits] == ["v2", "v1"]
