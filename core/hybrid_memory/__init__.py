@@ -19,12 +19,16 @@ from ._exceptions import (
     InvalidFilterError,
     InvalidRequestError,
     MissingDependencyError,
+    ScopeError,
     StoreFormatError,
 )
+from .dedup import DedupPolicy, WriteDecision, WriteResult
 from .embedders import CallableEmbedder, Embedder, HashingEmbedder, SentenceTransformerEmbedder
 from .fusion import FusedHit, reciprocal_rank_fusion
 from .memory import HybridMemory
 from .models import MAX_TOP_K, Chunk, HybridParams, SearchRequest, SearchResponse, SearchResult, StoredChunk
+from .scopes import Scope, ScopedMemory
+from .temporal import RecencyPrior
 
 __version__ = "0.1.0"
 
@@ -32,6 +36,7 @@ __all__ = [
     "MAX_TOP_K",
     "CallableEmbedder",
     "Chunk",
+    "DedupPolicy",
     "DimensionMismatchError",
     "DuplicateChunkError",
     "Embedder",
@@ -43,11 +48,17 @@ __all__ = [
     "InvalidFilterError",
     "InvalidRequestError",
     "MissingDependencyError",
+    "RecencyPrior",
+    "Scope",
+    "ScopeError",
+    "ScopedMemory",
     "SearchRequest",
     "SearchResponse",
     "SearchResult",
     "SentenceTransformerEmbedder",
     "StoreFormatError",
     "StoredChunk",
+    "WriteDecision",
+    "WriteResult",
     "reciprocal_rank_fusion",
 ]
