@@ -1,52 +1,184 @@
-"""Dense engine: exact inner-product search in FAISS over L2-normalised float32 vectors.
+"""Dense engine: inner-product search over L2-normalised float32 vectors, exact or approximate (FAISS IVF).
 
-With unit vectors the inner product is the cosine similarity. FAISS ids are the store's int64 rowids
-(``IndexIDMap2``), the metadata filter is an ``IDSelectorBatch`` passed in ``SearchParameters`` so FAISS
-skips excluded vectors while scanning (filter before ranking, not after), and FAISS's ``-1`` padding for
-fewer than k results never leaves this module (Johnson, Douze and Jégou 2019; faiss wiki "Setting search
-parameters for one query").
+With unit vectors the inner product is the cosine similarity. Ids are the store's int64 rowids.
+
+Layout (one job: rank ids by inner product with a query, restricted to an allowed set):
+
+* Every vector lives in an in-memory float32 matrix, one row per *slot*; ``slot_of[id]`` finds it. This
+  matrix serves the **exact** path (a matmul over the allowed rows only), :meth:`FaissIndex.score` (a
+  gather plus a matvec) and the exact re-rank of approximate candidates.
+* Above ``ann_min`` live vectors (``kind="auto"``) or always (``kind="ivf"``) an **approximate** index is
+  kept too: FAISS ``IndexIVFScalarQuantizer`` with 8-bit codes and inner-product metric (Jégou, Douze and
+  Schmid 2011, "Product quantization for nearest neighbor search", the IVF part; Johnson, Douze and Jégou
+  2019, "Billion-scale similarity search with GPUs", for FAISS). IVF rather than HNSW because it takes
+  cheap incremental adds, filtered search through an ``IDSelector`` and removals, which HNSW does not.
+  Its 8-bit codes cost a quarter of float32; the approximate scores only pick candidates, which are then
+  re-scored exactly from the float32 matrix, so every score this module returns is an exact inner product.
+* A filtered search whose allowed set holds at most ``exact_max`` ids is an exact scan of those rows
+  (no approximation, and cheaper than probing lists for few candidates); a broader filter goes to the IVF
+  with the filter as a FAISS selector, so excluded vectors are skipped while scanning (filter before
+  ranking), with ``nprobe`` widened in inverse proportion to the fraction the filter allows.
+* **Writes without a scan.** A removal is a tombstone: the id leaves ``slot_of`` and the alive bitmap at
+  once (O(1)); searches skip it through the selector. The IVF entries of tombstones are dropped in
+  batches by a background compaction (as Lucene merges away deleted documents). An add appends (or reuses
+  a freed slot) and is assigned to its IVF list (one quantizer search), so it is searchable at once.
+* The IVF is (re)trained in the background when the live count first reaches ``ann_min`` and whenever it
+  has grown ``retrain_growth`` times since the last training, so ``nlist`` tracks ``sqrt(n)``; searches
+  keep using the current index (or the exact scan) meanwhile.
+
+Saved as ``vectors.npy`` + ``slot_ids.npy`` (``numpy.save``, no pickle), ``ivf.faiss``
+(``faiss.write_index``) and ``manifest.json``; a reopened index is used as saved, without retraining.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from ._exceptions import DimensionMismatchError
-
+from ._exceptions import DimensionMismatchError, InvalidRequestError
 from .engines import RowSet, as_rowset
 
-__all__ = ["FaissIndex"]
+__all__ = ["ANN_MIN", "DENSE_KINDS", "EXACT_MAX", "FaissIndex"]
 
 logger = logging.getLogger(__name__)
 
+_FORMAT_VERSION = 1
+
+DENSE_KINDS = ("auto", "flat", "ivf")
+"""``auto``: exact below :data:`ANN_MIN` live vectors, IVF above; ``flat``: always exact; ``ivf``: always IVF
+(trained once there are enough vectors to train on, exact until then)."""
+
+ANN_MIN = 20_000
+"""Live vectors from which ``kind="auto"`` keeps an IVF index. Below it an exact scan costs about a
+millisecond or two (384-d float32 on this project's 2-core reference machine; ``benchmarks/scale.py``) and
+IVF training would cost more than it saves."""
+
+EXACT_MAX = 4_096
+"""A filtered search whose allowed set holds at most this many ids scans those rows exactly instead of
+probing IVF lists: the measured crossover on the reference machine, where gathering and scoring 4k
+384-d rows (~2 ms) costs about as much as an IVF search that probes every list through the filter's
+bitmap (``benchmarks/scale.py``)."""
+
+_MIN_TRAIN_PER_LIST = 39
+"""FAISS warns below 39 training points per centroid (``faiss/Clustering.cpp``); no training below that."""
+
+
+def default_nlist(n: int) -> int:
+    """IVF list count for ``n`` vectors: the power of two nearest ``2 sqrt(n)``, clamped to [16, 4096].
+
+    FAISS's guideline is ``nlist`` between ``4 sqrt(n)`` and ``16 sqrt(n)`` (faiss wiki, "Guidelines to
+    choose an index"); ``2 sqrt(n)`` keeps k-means training on ``64 × nlist`` points within about half a
+    minute on one core at 1M vectors, and the per-query ``nprobe`` (:meth:`FaissIndex._nprobe`) restores
+    recall.
+    """
+    if n < 1:
+        return 16
+    return int(min(4096, max(16, 2 ** round(math.log2(2 * math.sqrt(n))))))
+
 
 class FaissIndex:
-    """Exact (flat) inner-product index keyed by int64 ids.
+    """Inner-product index keyed by int64 ids: exact scan below a size, FAISS IVF-SQ8 plus exact re-rank above.
 
     Args:
         dim: vector dimension.
-        omp_threads: OpenMP threads FAISS may use; 1 by default because a single-query flat scan is several
-            times faster on one thread than on FAISS's default of all cores (measured on 2 cores: 30k x 384,
-            5.7 ms vs 35 ms p50). OpenMP's count is per thread, so it is set in every thread that searches.
+        kind: ``"auto"`` (default), ``"flat"`` or ``"ivf"``; see :data:`DENSE_KINDS`.
+        omp_threads: OpenMP threads FAISS may use per search; 1 by default (measured on 2 cores in
+            ``benchmarks/scale.py``: one thread is faster for single queries, and the sparse engine runs in
+            the other core meanwhile). OpenMP's count is per thread, so it is set in every thread that searches.
+        ann_min: live vectors from which ``kind="auto"`` builds the IVF index (default :data:`ANN_MIN`).
+        exact_max: filtered searches with at most this many allowed ids are exact (default :data:`EXACT_MAX`).
+        nprobe: IVF lists probed by an unfiltered search; None: ``max(32, nlist // 16)`` (recall@10 >= 0.97
+            against exact search on the clustered vectors of ``benchmarks/scale.py``). Filtered searches
+            probe more (``nprobe / fraction allowed``, at most ``nlist``).
+        rerank: approximate candidates re-scored exactly, as a multiple of ``k`` (default 4).
+        retrain_growth: retrain when the live count reaches this multiple of the count at the last training.
+        compact_min: tombstones in the IVF that trigger a compaction (also reached at 5% of its entries).
+
+    Raises:
+        ValueError: ``dim`` < 1, or another argument out of range.
+        InvalidRequestError: ``kind`` is not one of :data:`DENSE_KINDS`.
+
+    Thread-safe: one lock guards the index; exact scans and FAISS searches run with it held (FAISS does
+    not allow an add during a search), training runs without it.
     """
 
-    def __init__(self, dim: int, *, omp_threads: int | None = 1) -> None:
-        import faiss
-
+    def __init__(
+        self,
+        dim: int,
+        *,
+        kind: str = "auto",
+        omp_threads: int | None = 1,
+        ann_min: int = ANN_MIN,
+        exact_max: int = EXACT_MAX,
+        nprobe: int | None = None,
+        rerank: int = 4,
+        retrain_growth: float = 4.0,
+        compact_min: int = 1000,
+    ) -> None:
         if dim < 1:
             raise ValueError(f"dim must be >= 1, got {dim}")
-        self.omp_threads = omp_threads
+        if kind not in DENSE_KINDS:
+            raise InvalidRequestError(f"dense index kind must be one of {DENSE_KINDS}, got {kind!r}")
+        if ann_min < 1 or exact_max < 0 or rerank < 1 or retrain_growth <= 1 or (nprobe is not None and nprobe < 1):
+            raise ValueError("ann_min >= 1, exact_max >= 0, rerank >= 1, retrain_growth > 1 and nprobe >= 1 are required")
         self.dim = dim
+        self.kind = kind
+        self.omp_threads = omp_threads
+        self.ann_min = ann_min
+        self.exact_max = exact_max
+        self.nprobe = nprobe
+        self.rerank = rerank
+        self.retrain_growth = retrain_growth
+        self.compact_min = compact_min
         self._lock = threading.RLock()
-        self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+        self._thread: threading.Thread | None = None
+        self._building = False
+        self._reset()
+
+    # -- state --------------------------------------------------------------------------------------
+    def _reset(self) -> None:
+        self._vectors = np.zeros((0, self.dim), dtype=np.float32)  # rows by slot
+        self._slot_ids = np.zeros(0, dtype=np.int64)  # id per slot, -1 free
+        self._n_slots = 0  # high-water mark of used slots
+        self._free: list[int] = []
+        self._slot_of = np.zeros(0, dtype=np.int64)  # by id: slot, -1 absent
+        self._alive_bits = np.zeros(1, dtype=np.uint8)  # by id, little bit order (FAISS IDSelectorBitmap)
+        self._alive_selector: Any = None
+        self._n_alive = 0
+        self._ivf: Any = None
+        self._trained_n = 0
+        self._tombstones: list[int] = []  # ids removed but still in the IVF's lists
+        self._added_during_build: list[int] = []
 
     def __len__(self) -> int:
-        return int(self._index.ntotal)
+        """Number of live vectors."""
+        return self._n_alive
+
+    @property
+    def approximate(self) -> bool:
+        """True when an IVF index serves unfiltered searches."""
+        return self._ivf is not None
+
+    def info(self) -> dict[str, Any]:
+        """Kind, live vectors, whether the IVF is in service, its nlist, nprobe and pending tombstones."""
+        with self._lock:
+            ivf = self._ivf
+            return {
+                "kind": self.kind,
+                "vectors": self._n_alive,
+                "approximate": ivf is not None,
+                "nlist": int(ivf.nlist) if ivf is not None else None,
+                "nprobe": self._nprobe() if ivf is not None else None,
+                "trained_on": self._trained_n,
+                "tombstones": len(self._tombstones),
+            }
 
     def _check(self, vectors: np.ndarray) -> np.ndarray:
         vectors = np.asarray(vectors, dtype=np.float32)
@@ -60,37 +192,265 @@ class FaissIndex:
         return np.ascontiguousarray(vectors)
 
     def ids(self) -> np.ndarray:
-        """Stored ids, int64 (n,), ascending."""
+        """Live ids, int64 (n,), ascending."""
+        with self._lock:
+            return np.flatnonzero(self._slot_of >= 0).astype(np.int64)
+
+    def _slots(self, ids: np.ndarray) -> np.ndarray:
+        """Slots of int64 ``ids`` (-1 for ids not held), int64 (len(ids),)."""
+        slot_of = self._slot_of
+        out = np.full(len(ids), -1, dtype=np.int64)
+        inside = (ids >= 0) & (ids < len(slot_of))
+        out[inside] = slot_of[ids[inside]]
+        return out
+
+    def _grow_ids(self, max_id: int) -> None:
+        if max_id < len(self._slot_of):
+            return
+        size = max(max_id + 1, int(len(self._slot_of) * 1.5) + 1024)
+        slot_of = np.full(size, -1, dtype=np.int64)
+        slot_of[: len(self._slot_of)] = self._slot_of
+        self._slot_of = slot_of
+        bits = np.zeros((size + 7) // 8, dtype=np.uint8)
+        bits[: len(self._alive_bits)] = self._alive_bits
+        self._alive_bits = bits
+        self._alive_selector = None
+
+    def _grow_slots(self, needed: int) -> None:
+        if needed <= len(self._vectors):
+            return
+        size = max(needed, int(len(self._vectors) * 1.5) + 1024)
+        vectors = np.empty((size, self.dim), dtype=np.float32)
+        vectors[: self._n_slots] = self._vectors[: self._n_slots]
+        slot_ids = np.full(size, -1, dtype=np.int64)
+        slot_ids[: self._n_slots] = self._slot_ids[: self._n_slots]
+        self._vectors, self._slot_ids = vectors, slot_ids
+
+    def _selector_alive(self) -> Any:
         import faiss
 
-        with self._lock:
-            return np.sort(faiss.vector_to_array(self._index.id_map).astype(np.int64))
+        if self._alive_selector is None:
+            self._alive_selector = faiss.IDSelectorBitmap(len(self._alive_bits), faiss.swig_ptr(self._alive_bits))
+        return self._alive_selector
 
+    # -- writes -------------------------------------------------------------------------------------
     def add(self, ids: Sequence[int], vectors: np.ndarray) -> None:
-        """Add float32 (n, dim) vectors (L2-normalised by the caller) under int64 ids (n,).
+        """Add float32 (n, dim) vectors (L2-normalised by the caller) under new int64 ids (n,), >= 0.
+
+        Searchable on return. Cost: a copy into the matrix plus, with an IVF, one quantizer search per vector.
 
         Raises:
             DimensionMismatchError: the vectors' dimension is not ``dim``.
+            ValueError: ids and vectors differ in number, an id is negative, repeated or already held.
         """
         vectors = self._check(vectors)
-        ids = np.asarray(ids, dtype=np.int64)
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if len(ids) != len(vectors):
             raise ValueError(f"{len(ids)} ids for {len(vectors)} vectors")
-        if len(ids):
-            with self._lock:
-                self._index.add_with_ids(vectors, ids)
+        if not len(ids):
+            return
+        if ids.min() < 0 or len(np.unique(ids)) != len(ids):
+            raise ValueError("ids must be distinct and >= 0")
+        with self._lock:
+            if (self._slots(ids) >= 0).any():
+                raise ValueError("some ids are already in the dense index; remove them first")
+            n = len(ids)
+            reuse = [self._free.pop() for _ in range(min(n, len(self._free)))]
+            fresh = n - len(reuse)
+            self._grow_slots(self._n_slots + fresh)
+            slots = np.array(reuse + list(range(self._n_slots, self._n_slots + fresh)), dtype=np.int64)
+            self._n_slots += fresh
+            self._vectors[slots] = vectors
+            self._slot_ids[slots] = ids
+            self._grow_ids(int(ids.max()))
+            self._slot_of[ids] = slots
+            np.bitwise_or.at(self._alive_bits, ids >> 3, (1 << (ids & 7)).astype(np.uint8))
+            self._n_alive += n
+            if self._ivf is not None:
+                self._ivf.add_with_ids(vectors, ids)
+            if self._building:
+                self._added_during_build.extend(ids.tolist())
 
     def remove(self, ids: Sequence[int]) -> None:
-        """Remove ids (unknown ids are ignored)."""
+        """Remove ids (unknown ids are ignored): a tombstone, O(1) each, no scan of the index."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if not len(ids):
+            return
+        with self._lock:
+            ids = np.unique(ids)
+            slots = self._slots(ids)
+            held = slots >= 0
+            ids, slots = ids[held], slots[held]
+            if not len(ids):
+                return
+            self._slot_of[ids] = -1
+            np.bitwise_and.at(self._alive_bits, ids >> 3, (~(1 << (ids & 7))).astype(np.uint8))
+            self._slot_ids[slots] = -1
+            self._free.extend(slots.tolist())
+            self._n_alive -= len(ids)
+            if self._ivf is not None or self._building:
+                self._tombstones.extend(ids.tolist())
+
+    # -- maintenance: training and compaction --------------------------------------------------------
+    def _wants_ann(self) -> bool:
+        if self.kind == "flat":
+            return False
+        n = self._n_alive
+        if self.kind == "ivf":
+            enough = n >= _MIN_TRAIN_PER_LIST * default_nlist(n)
+        else:
+            enough = n >= self.ann_min
+        if not enough:
+            return False
+        return self._ivf is None or n >= self.retrain_growth * max(self._trained_n, 1)
+
+    def needs_maintenance(self) -> bool:
+        """True when the IVF should be (re)trained or its tombstones compacted."""
+        with self._lock:
+            if self._building:
+                return False
+            return self._wants_ann() or self._needs_compaction()
+
+    def _needs_compaction(self) -> bool:
+        if self._ivf is None or not self._tombstones:
+            return False
+        return len(self._tombstones) >= max(self.compact_min, 0.05 * int(self._ivf.ntotal))
+
+    def maintain(self, *, background: bool = False) -> bool:
+        """Train (or retrain) the IVF index if due, else compact its tombstones if due.
+
+        Training samples ``min(n, 64 × nlist)`` live vectors (seeded, so reproducible), trains 8-bit
+        scalar quantisation and k-means centroids (FAISS ``IndexIVFScalarQuantizer``), adds every live
+        vector, then swaps the new index in, adding the vectors that arrived meanwhile. Searches and writes go
+        on during training (they use the previous index or the exact scan).
+
+        Args:
+            background: run in a daemon thread and return at once (see :meth:`wait`).
+
+        Returns:
+            True when work was started (or done), False when nothing was due or a build is running.
+        """
+        with self._lock:
+            if self._building:
+                return False
+            if self._wants_ann():
+                self._building = True
+                work = self._train
+            elif self._needs_compaction():
+                self._compact_tombstones()
+                return True
+            else:
+                return False
+        if not background:
+            work()
+            return True
+        self._thread = threading.Thread(target=work, name="faiss-ivf-training", daemon=True)
+        self._thread.start()
+        return True
+
+    def wait(self) -> None:
+        """Block until a background training (if any) has finished."""
+        thread = self._thread
+        if thread is not None:
+            thread.join()
+
+    def _train(self) -> None:
         import faiss
 
-        ids = np.asarray(ids, dtype=np.int64)
-        if len(ids):
+        try:
             with self._lock:
-                self._index.remove_ids(faiss.IDSelectorBatch(ids))
+                self._added_during_build = []
+                live = np.flatnonzero(self._slot_ids[: self._n_slots] >= 0)
+                snapshot_ids = self._slot_ids[live].copy()
+                vectors = self._vectors  # rows of live slots are not rewritten while they are live
+            n = len(live)
+            nlist = default_nlist(n)
+            if self.omp_threads is not None:
+                faiss.omp_set_num_threads(self.omp_threads)
+            rng = np.random.default_rng(0)
+            sample = np.sort(rng.choice(n, size=min(n, 64 * nlist), replace=False))
+            logger.info("training FAISS IVF index: %d vectors, nlist %d, %d training points", n, nlist, len(sample))
+            quantizer = faiss.IndexFlatIP(self.dim)
+            index = faiss.IndexIVFScalarQuantizer(
+                quantizer, self.dim, nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
+            )
+            index.cp.seed = 1234
+            index.train(np.ascontiguousarray(vectors[live[sample]]))
+            for start in range(0, n, 65536):
+                part = live[start : start + 65536]
+                with self._lock:
+                    block = vectors[part].copy()
+                    # a slot freed and reused meanwhile holds another vector now; it is indexed under its old id,
+                # a tombstone by now (compacted at the swap), and the new id comes in with the later adds
+                index.add_with_ids(block, snapshot_ids[start : start + 65536])
+                del block
+            with self._lock:
+                later = np.array(self._added_during_build, dtype=np.int64)
+                if len(later):
+                    slots = self._slots(later)
+                    later, slots = later[slots >= 0], slots[slots >= 0]
+                    if len(later):
+                        index.add_with_ids(np.ascontiguousarray(self._vectors[slots]), later)
+                self._ivf = index
+                self._trained_n = n
+                self._added_during_build = []
+                # every tombstone so far may be in the new lists (it was live in the snapshot or is in `later`)
+                self._compact_tombstones()
+            logger.info("FAISS IVF index in service: %d vectors", int(index.ntotal))
+        except Exception:  # pragma: no cover - logged; searches stay exact or on the previous index
+            logger.exception("FAISS IVF training failed; the dense index keeps serving from its current state")
+        finally:
+            with self._lock:
+                self._building = False
+
+    def _compact_tombstones(self) -> None:
+        """Drop tombstoned ids from the IVF lists in one pass (caller holds the lock)."""
+        import faiss
+
+        if self._ivf is None or not self._tombstones:
+            self._tombstones = [] if self._ivf is not None else self._tombstones
+            return
+        dead = np.unique(np.array(self._tombstones, dtype=np.int64))
+        dead = dead[self._slots(dead) < 0]  # an id is never reused, but be safe
+        if len(dead):
+            mask = np.zeros(int(dead.max()) + 1, dtype=bool)
+            mask[dead] = True
+            bits = np.packbits(mask, bitorder="little")
+            if self.omp_threads is not None:
+                faiss.omp_set_num_threads(self.omp_threads)
+            removed = self._ivf.remove_ids(faiss.IDSelectorBitmap(len(bits), faiss.swig_ptr(bits)))
+            logger.debug("compacted %d tombstones out of the IVF index", removed)
+        self._tombstones = []
+
+    # -- search -------------------------------------------------------------------------------------
+    def _nprobe(self, fraction: float = 1.0) -> int:
+        """Lists to probe when ``fraction`` of the vectors are allowed: ``base / fraction``, at most nlist.
+
+        A filter passing a fraction f of the vectors leaves f of each probed list eligible, so probing
+        ``base / f`` lists examines as many eligible vectors as an unfiltered search probing ``base``
+        (excluded vectors cost one bitmap test each in FAISS's scan).
+        """
+        nlist = int(self._ivf.nlist)
+        base = self.nprobe if self.nprobe is not None else max(32, nlist // 16)
+        return int(min(nlist, math.ceil(base / max(fraction, 1e-9))))
+
+    @staticmethod
+    def _top(ids: np.ndarray, scores: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """Top ``k`` by score descending then id ascending (ties at the cut broken by id)."""
+        if len(scores) > k:
+            part = np.argpartition(-scores, k - 1)[:k]
+            kth = scores[part].min()
+            keep = np.flatnonzero(scores >= kth)
+            ids, scores = ids[keep], scores[keep]
+        order = np.lexsort((ids, -scores))[:k]
+        return [(int(ids[i]), float(scores[i])) for i in order]
 
     def search(self, query: np.ndarray, k: int, allowed: RowSet | np.ndarray | None = None) -> list[tuple[int, float]]:
-        """Top ``k`` ids by inner product with the query.
+        """Top ``k`` ids by inner product with the query, among ``allowed``.
+
+        Exact when no IVF is in service or the allowed set holds at most ``exact_max`` ids; otherwise the IVF
+        proposes ``rerank × k`` candidates (skipping excluded and removed ids while it scans) and they are
+        re-scored exactly from the float32 vectors.
 
         Args:
             query: float32 (dim,), L2-normalised.
@@ -98,8 +458,8 @@ class FaissIndex:
             allowed: the ids that may be returned (the resolved metadata filter, a RowSet or int64 ids); None for all.
 
         Returns:
-            ``(id, inner product)`` pairs by score descending then id ascending; fewer than k when
-            fewer vectors are eligible (FAISS's -1 padding is dropped).
+            ``(id, inner product)`` pairs (float32 products as float), score descending then id ascending;
+            fewer than k when fewer vectors are eligible.
         """
         import faiss
 
@@ -109,63 +469,172 @@ class FaissIndex:
             # OpenMP's thread count is per calling thread: set it in the thread that searches (an executor
             # thread that never called this would use every core, 6-10x slower for one query)
             faiss.omp_set_num_threads(self.omp_threads)
+        if k < 1:
+            return []
         with self._lock:
-            n = self._index.ntotal
-            if allowed is not None:
-                n = min(n, len(allowed))
-            if n == 0 or k < 1:
+            if self._n_alive == 0 or (allowed is not None and len(allowed) == 0):
                 return []
-            # ask for one more than k (when possible) so a tie at the cut can be broken by id
-            depth = min(k + 1, n)
-            params = None
+            if self._ivf is None or (allowed is not None and len(allowed) <= self.exact_max):
+                return self._search_exact(query[0], k, allowed)
+            fraction = 1.0 if allowed is None else min(1.0, len(allowed) / self._n_alive)
             if allowed is not None:
-                params = faiss.SearchParameters(sel=allowed.faiss_selector())
-            scores, labels = self._index.search(query, depth, params=params)
-        pairs = [(int(i), float(s)) for i, s in zip(labels[0], scores[0], strict=True) if i != -1]
-        pairs.sort(key=lambda p: (-p[1], p[0]))
-        return pairs[:k]
+                selector = allowed.faiss_selector()  # removed ids are dropped at the re-rank below
+            elif self._tombstones:
+                selector = self._selector_alive()
+            else:
+                selector = None
+            params = faiss.SearchParametersIVF(sel=selector, nprobe=self._nprobe(fraction))
+            depth = min(self.rerank * k, self._n_alive)
+            _, labels = self._ivf.search(query, depth, params=params)
+            labels = labels[0][labels[0] >= 0]
+            slots = self._slots(labels)
+            held = slots >= 0
+            labels, slots = labels[held], slots[held]
+            scores = self._vectors[slots] @ query[0]
+        return self._top(labels, scores, k)
+
+    def _search_exact(self, query: np.ndarray, k: int, allowed: RowSet | None) -> list[tuple[int, float]]:
+        """Exact scan over the allowed rows only (caller holds the lock)."""
+        if allowed is None:
+            scores = self._vectors[: self._n_slots] @ query
+            ids = self._slot_ids[: self._n_slots]
+            if self._free:
+                live = ids >= 0
+                ids, scores = ids[live], scores[live]
+            return self._top(ids, scores, k)
+        if len(allowed) * 4 > self._n_slots:
+            # a broad set: one contiguous matmul over every row, then keep the allowed live ones (a gather of
+            # most rows costs more than scoring them all)
+            scores = self._vectors[: self._n_slots] @ query
+            ids = self._slot_ids[: self._n_slots]
+            keep = allowed.contains(ids)
+            return self._top(ids[keep], scores[keep], k)
+        ids = allowed.ids
+        slots = self._slots(ids)
+        held = slots >= 0
+        if not held.all():
+            ids, slots = ids[held], slots[held]
+        if not len(ids):
+            return []
+        return self._top(ids, self._vectors[slots] @ query, k)
 
     def score(self, query: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """Exact inner products of the float32 (dim,) ``query`` with the vectors of int64 ``ids``.
 
-        Returns float64 (len(ids),); ids not in the index score ``nan``.
+        Returns float64 (len(ids),); ids not in the index score ``nan``. One gather and one matvec.
         """
         query = self._check(np.asarray(query, dtype=np.float32).reshape(1, -1))[0]
-        ids = np.asarray(ids, dtype=np.int64)
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         out = np.full(len(ids), np.nan)
         with self._lock:
-            for j, doc_id in enumerate(ids.tolist()):
-                try:
-                    vector = self._index.reconstruct(doc_id)
-                except RuntimeError:  # FAISS: id not found
-                    continue
-                out[j] = float(np.dot(vector, query))
+            slots = self._slots(ids)
+            held = slots >= 0
+            if held.any():
+                out[held] = (self._vectors[slots[held]] @ query).astype(np.float64)
         return out
 
-    def save(self, path: Path) -> None:
-        """Write the index with ``faiss.write_index`` (FAISS's own binary format, no pickle)."""
-        import faiss
-
+    def vectors(self, ids: np.ndarray) -> np.ndarray:
+        """float32 (len(ids), dim) copies of the vectors of int64 ``ids``. Raises KeyError for an id not held."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         with self._lock:
-            faiss.write_index(self._index, str(path))
+            slots = self._slots(ids)
+            if (slots < 0).any():
+                raise KeyError(f"ids not in the dense index: {ids[slots < 0][:5].tolist()}")
+            return self._vectors[slots].copy()
 
-    def load(self, path: Path) -> bool:
-        """Read an index written by :meth:`save`. Returns False (index left empty) if it is missing,
-        unreadable or of another dimension; the caller then rebuilds it from the stored vectors."""
+    # -- persistence --------------------------------------------------------------------------------
+    def config(self) -> dict[str, Any]:
+        """What must match for a saved index to be reused as is."""
+        return {"dim": self.dim, "metric": "inner_product", "codes": "SQ8"}
+
+    def save(self, directory: Path) -> None:
+        """Write ``vectors.npy``, ``slot_ids.npy`` (numpy, no pickle), ``ivf.faiss`` (``faiss.write_index``,
+        tombstones compacted away first) and ``manifest.json`` into ``directory`` (created).
+
+        Waits for a running training first, so the saved IVF is the one in service.
+        """
         import faiss
 
-        path = Path(path)
-        if not path.exists():
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.wait()
+        with self._lock:
+            self._compact_tombstones()
+            n = self._n_slots
+            np.save(directory / "vectors.npy", self._vectors[:n], allow_pickle=False)
+            np.save(directory / "slot_ids.npy", self._slot_ids[:n], allow_pickle=False)
+            if self._ivf is not None:
+                faiss.write_index(self._ivf, str(directory / "ivf.faiss"))
+            live = self._slot_ids[:n][self._slot_ids[:n] >= 0]
+            manifest = {
+                "format_version": _FORMAT_VERSION,
+                "config": self.config(),
+                "n_slots": n,
+                "n_alive": int(len(live)),
+                "ids_sum": int(live.sum()),
+                "has_ivf": self._ivf is not None,
+                "trained_n": self._trained_n,
+            }
+        (directory / "manifest.json").write_text(json.dumps(manifest, indent=2))
+
+    def load(self, directory: Path) -> bool:
+        """Read an index written by :meth:`save`, without retraining. Returns False (index left empty) if it
+        is missing, unreadable, of another dimension or inconsistent; the caller then rebuilds it from the
+        stored vectors."""
+        import faiss
+
+        directory = Path(directory)
+        if not (directory / "manifest.json").exists():
             return False
+        self.wait()
         try:
-            index = faiss.read_index(str(path))
-            if index.d != self.dim:
-                raise ValueError(f"dimension {index.d} != {self.dim}")
-            if not isinstance(index, faiss.IndexIDMap2):
-                raise ValueError(f"unexpected index type {type(index).__name__}")
+            manifest = json.loads((directory / "manifest.json").read_text())
+            if manifest.get("format_version") != _FORMAT_VERSION or manifest.get("config") != self.config():
+                raise ValueError("saved with another format or configuration")
+            vectors = np.load(directory / "vectors.npy", allow_pickle=False)
+            slot_ids = np.load(directory / "slot_ids.npy", allow_pickle=False).astype(np.int64)
+            if vectors.shape != (manifest["n_slots"], self.dim) or vectors.dtype != np.float32:
+                raise ValueError(f"vectors of shape {vectors.shape} {vectors.dtype}, manifest says {manifest['n_slots']}")
+            live_slots = np.flatnonzero(slot_ids >= 0)
+            live = slot_ids[live_slots]
+            if len(live) != manifest["n_alive"] or int(live.sum()) != manifest["ids_sum"] or len(np.unique(live)) != len(live):
+                raise ValueError("id map does not match the manifest (files from two saves)")
+            ivf = None
+            if manifest["has_ivf"]:
+                ivf = faiss.read_index(str(directory / "ivf.faiss"))
+                if not isinstance(ivf, faiss.IndexIVFScalarQuantizer) or ivf.d != self.dim:
+                    raise ValueError(f"unexpected FAISS index {type(ivf).__name__} of dimension {ivf.d}")
+                if int(ivf.ntotal) != len(live) or _ivf_ids_sum(ivf) != int(live.sum()):
+                    raise ValueError("IVF index and vectors hold different ids")
         except Exception as exc:  # noqa: BLE001 - any damage means: rebuild from the store
-            logger.warning("saved FAISS index %s is unreadable (%s); it will be rebuilt", path, exc)
+            logger.warning("saved dense index %s is unreadable (%s); it will be rebuilt", directory, exc)
             return False
         with self._lock:
-            self._index = index
+            self._reset()
+            self._vectors = vectors
+            self._slot_ids = slot_ids
+            self._n_slots = len(slot_ids)
+            self._free = np.flatnonzero(slot_ids < 0)[::-1].tolist()
+            if len(live):
+                self._grow_ids(int(live.max()))
+                self._slot_of[live] = live_slots
+                mask = np.zeros(len(self._slot_of), dtype=bool)
+                mask[live] = True
+                self._alive_bits = np.packbits(mask, bitorder="little")
+            self._n_alive = len(live)
+            self._ivf = ivf
+            self._trained_n = int(manifest["trained_n"]) if ivf is not None else 0
         return True
+
+
+def _ivf_ids_sum(index: Any) -> int:
+    """Sum of the ids stored in an IVF index's inverted lists (a cheap consistency check)."""
+    import faiss
+
+    invlists = index.invlists
+    total = 0
+    for list_no in range(index.nlist):
+        size = invlists.list_size(list_no)
+        if size:
+            total += int(faiss.rev_swig_ptr(invlists.get_ids(list_no), size).sum())
+    return total

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from ._exceptions import DimensionMismatchError, DuplicateChunkError, InvalidRequestError, ScopeError, StoreFormatError
 from .changes import ChangeSet
 from .dedup import DedupPolicy, Match, WriteDecision, WriteResult, as_policy, find_exact, find_near
-from .dense import FaissIndex
+from .dense import DENSE_KINDS, FaissIndex
 from .embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder, l2_normalize
 from .filters import check_metadata, validate_filter
 from .engines import DenseEngine, Query, RowSet, SparseEngine
@@ -65,7 +65,12 @@ class HybridMemory:
         candidate_multiplier: each engine retrieves ``candidate_multiplier × top_k`` candidates before
             fusion (default 2, as in the reference design); >= 1.
         compact_min, compact_ratio: when the BM25 delta segment is merged (see :class:`BM25Index`).
-        faiss_threads: OpenMP threads for FAISS (1 is fastest for single queries; process-wide).
+        faiss_threads: OpenMP threads for FAISS, set in every thread that searches (1 is fastest for single
+            queries on 2 cores, measured by ``benchmarks/scale.py``).
+        dense_index: ``"auto"`` (default: an exact scan below :data:`~hybrid_memory.dense.ANN_MIN` vectors,
+            a FAISS IVF index with 8-bit codes and exact re-ranking above), ``"flat"`` (always exact) or
+            ``"ivf"`` (always approximate once there are enough vectors to train on); see
+            :class:`~hybrid_memory.dense.FaissIndex`.
         background_compaction: merge the BM25 delta in a background thread, so an add never waits for
             a rebuild (searches keep using the old segments until the new one is swapped in); False merges
             inside the add that crosses the threshold.
@@ -93,11 +98,14 @@ class HybridMemory:
         compact_min: int = 500,
         compact_ratio: float = 0.1,
         faiss_threads: int | None = 1,
+        dense_index: str = "auto",
         background_compaction: bool = True,
         show_progress: bool = False,
         dedup: DedupPolicy | str = "keep",
         recency_prior: RecencyPrior | None = None,
     ) -> None:
+        if dense_index not in DENSE_KINDS:
+            raise InvalidRequestError(f"dense_index must be one of {DENSE_KINDS}, got {dense_index!r}")
         if not isinstance(candidate_multiplier, int) or candidate_multiplier < 1:
             raise InvalidRequestError(f"candidate_multiplier must be an int >= 1, got {candidate_multiplier!r}")
         self.path = Path(path) if path is not None else None
@@ -117,7 +125,8 @@ class HybridMemory:
             TechnicalTokenizer(), k1=k1, b=b, compact_min=compact_min, compact_ratio=compact_ratio
         )
         self._faiss_threads = faiss_threads
-        self._dense = FaissIndex(int(self.embedder.dim), omp_threads=faiss_threads)
+        self._dense_kind = dense_index
+        self._dense = self._new_dense()
         self._write_lock = threading.RLock()
         self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hybrid-memory")
         self._dirty = False
@@ -210,7 +219,7 @@ class HybridMemory:
         """Bring both indexes to the store's rowids: load what was saved, then add/remove the difference."""
         store_ids = self._store.rowids()
         loaded_sparse = self.path is not None and self._sparse.load(self.path / "bm25")
-        loaded_dense = self.path is not None and self._dense.load(self.path / "dense.faiss")
+        loaded_dense = self.path is not None and self._dense.load(self.path / "dense")
         if not loaded_sparse or len(np.setdiff1d(store_ids, self._sparse.ids())) > self._sparse.compact_min:
             if len(store_ids):
                 logger.info("building BM25 index over %d stored chunks", len(store_ids))
@@ -222,13 +231,18 @@ class HybridMemory:
             if len(missing):
                 self._sparse.add(missing, self._store.texts(missing))
         if not loaded_dense:
-            self._dense = FaissIndex(self._dense.dim, omp_threads=self._faiss_threads)
+            self._dense = self._new_dense()
         live = self._dense.ids()
         self._dense.remove(np.setdiff1d(live, store_ids))
         missing = np.setdiff1d(store_ids, live)
-        if len(missing):
-            self._dense.add(missing, self._store.vectors(missing, self._dense.dim))
-        self._dirty = not (loaded_sparse and loaded_dense)
+        for start in range(0, len(missing), 50_000):  # in batches: the store's blobs never pile up in memory
+            part = missing[start : start + 50_000]
+            self._dense.add(part, self._store.vectors(part, self._dense.dim))
+        self._dense.maintain(background=self._background_compaction)
+        self._dirty = not (loaded_sparse and loaded_dense) or bool(len(missing))
+
+    def _new_dense(self) -> FaissIndex:
+        return FaissIndex(int(self.embedder.dim), kind=self._dense_kind, omp_threads=self._faiss_threads)
 
     # -- writes -------------------------------------------------------------------------------------
     def add(
@@ -537,8 +551,12 @@ class HybridMemory:
         self._maybe_compact()
 
     def _maybe_compact(self) -> None:
-        if not self._bulk_depth and self._sparse.needs_compaction():
+        if self._bulk_depth:
+            return
+        if self._sparse.needs_compaction():
             self._sparse.compact(self._store.texts, background=self._background_compaction)
+        if self._dense.needs_maintenance():
+            self._dense.maintain(background=self._background_compaction)
 
     @contextlib.contextmanager
     def bulk(self) -> Iterator[HybridMemory]:
@@ -555,9 +573,13 @@ class HybridMemory:
         finally:
             with self._write_lock:
                 self._bulk_depth -= 1
-                if not self._bulk_depth and not self._closed and self._sparse.needs_compaction():
-                    self._sparse.wait()
-                    self._sparse.compact(self._store.texts, show_progress=self.show_progress)
+                if not self._bulk_depth and not self._closed:
+                    if self._dense.needs_maintenance():
+                        # IVF training runs beside the BM25 merge (FAISS releases the GIL)
+                        self._dense.maintain(background=True)
+                    if self._sparse.needs_compaction():
+                        self._sparse.wait()
+                        self._sparse.compact(self._store.texts, show_progress=self.show_progress)
 
     def delete(self, chunk_ids: Iterable[str], *, scope: Scope | Mapping[str, Any] | None = None) -> int:
         """Delete chunks by id from the store and both engines. Unknown ids are ignored, and so are ids
@@ -860,9 +882,10 @@ class HybridMemory:
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def flush(self) -> None:
-        """Wait until background index maintenance (a BM25 merge) has finished. Searches never need this:
-        they are correct during a merge; it is for benchmarks and tests that want a settled index."""
+        """Wait until background index maintenance (a BM25 merge, IVF training) has finished. Searches never
+        need this: they are correct meanwhile; it is for benchmarks and tests that want a settled index."""
         self._sparse.wait()
+        self._dense.wait()
 
     def persist(self) -> None:
         """Write the derived indexes next to the store (the store itself is always durable)."""
@@ -872,19 +895,22 @@ class HybridMemory:
         with self._write_lock:
             self._sparse.wait()
             self._save_bm25_atomically()
-            tmp = self.path / "dense.faiss.tmp"
-            self._dense.save(tmp)
-            tmp.replace(self.path / "dense.faiss")
+            self._save_dir_atomically("dense", self._dense.save)
+            (self.path / "dense.faiss").unlink(missing_ok=True)  # the flat index of earlier versions
             self._dirty = False
 
     def _save_bm25_atomically(self) -> None:
         """Write bm25/ as a whole: into bm25.tmp, then swap directories, so a crash or a reader in another
         process never sees files from two different saves (a missing bm25/ only means: rebuild)."""
-        final, tmp, old = self.path / "bm25", self.path / "bm25.tmp", self.path / "bm25.old"
+        self._save_dir_atomically("bm25", self._sparse.save)
+
+    def _save_dir_atomically(self, name: str, save: Any) -> None:
+        """``save(directory)`` into ``name.tmp``, then swap it in for ``name`` (see :meth:`_save_bm25_atomically`)."""
+        final, tmp, old = self.path / name, self.path / f"{name}.tmp", self.path / f"{name}.old"
         for stale in (tmp, old):
             if stale.exists():
                 shutil.rmtree(stale)
-        self._sparse.save(tmp)
+        save(tmp)
         if final.exists():
             final.rename(old)
         tmp.rename(final)
@@ -899,6 +925,7 @@ class HybridMemory:
             "bm25_documents": len(self._sparse),
             "bm25_delta_documents": self._sparse.delta_size,
             "dense_vectors": len(self._dense),
+            "dense": self._dense.info(),
             "embedder": {"name": self.embedder.name, "dim": int(self.embedder.dim)},
             "bm25": self._sparse.config(),
             "candidate_multiplier": self.candidate_multiplier,
@@ -910,6 +937,7 @@ class HybridMemory:
             return
         try:
             self._sparse.wait()
+            self._dense.wait()
             self.persist()
         finally:
             self._closed = True

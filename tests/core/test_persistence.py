@@ -59,7 +59,7 @@ def test_reopen_in_another_process_gives_identical_results(saved):
 def test_saved_files_hold_no_pickle(saved):
     path, _ = saved
     names = sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file())
-    assert "store.sqlite3" in names and "manifest.json" in names and "dense.faiss" in names
+    assert "store.sqlite3" in names and "manifest.json" in names and "dense/vectors.npy" in names
     assert "bm25/manifest.json" in names and "bm25/ids.npy" in names
     for file in path.rglob("*"):
         if file.is_file():
@@ -91,9 +91,9 @@ def fresh_build_results(path):
         return run_queries(fresh)
 
 
-def test_corrupt_faiss_index_is_rebuilt_from_stored_vectors(saved):
+def test_corrupt_dense_index_is_rebuilt_from_stored_vectors(saved):
     path, expected = saved
-    (path / "dense.faiss").write_bytes(b"not a faiss index")
+    (path / "dense" / "vectors.npy").write_bytes(b"not a numpy array")
     with HybridMemory.open(path) as mem:
         assert run_queries(mem) == expected
 
@@ -105,7 +105,7 @@ def test_missing_or_damaged_indexes_are_rebuilt_from_the_store(saved, damage):
     if damage in ("delete_bm25", "delete_all"):
         shutil.rmtree(path / "bm25")
     if damage == "delete_all":
-        (path / "dense.faiss").unlink()
+        shutil.rmtree(path / "dense")
     if damage == "corrupt_bm25":
         (path / "bm25" / "ids.npy").write_bytes(b"garbage")
     with HybridMemory.open(path) as mem:
@@ -118,14 +118,15 @@ def test_stale_indexes_catch_up_with_the_store(saved, tmp_path):
     path, _ = saved
     old_indexes = tmp_path / "old"
     shutil.copytree(path / "bm25", old_indexes / "bm25")
-    shutil.copy(path / "dense.faiss", old_indexes / "dense.faiss")
+    shutil.copytree(path / "dense", old_indexes / "dense")
     with HybridMemory.open(path) as mem:
         mem.delete(["reset"])
         mem.add([{"chunk_id": "late", "text": "late note about ERR_CONN_RESET", "metadata": {"environment": "production"}}])
         expected = run_queries(mem)
     shutil.rmtree(path / "bm25")
     shutil.copytree(old_indexes / "bm25", path / "bm25")  # indexes from before the change
-    shutil.copy(old_indexes / "dense.faiss", path / "dense.faiss")
+    shutil.rmtree(path / "dense")
+    shutil.copytree(old_indexes / "dense", path / "dense")
     with HybridMemory.open(path) as mem:
         assert run_queries(mem) == expected
         assert mem.stats()["dense_vectors"] == 6

@@ -1,0 +1,476 @@
+"""Scale: a memory of 100k or 1M synthetic chunks on one machine -- load, reopen, search, write.
+
+Usage::
+
+    OMP_NUM_THREADS=1 nice python benchmarks/scale.py --n 100000        # quick (a few minutes)
+    OMP_NUM_THREADS=1 nice python benchmarks/scale.py --n 1000000       # the issue's scale
+
+Data (deterministic, ``numpy`` seed per 10k batch, nothing downloaded):
+    * text: ~60 words per chunk drawn from a Zipf(1.1) vocabulary of 50,000 generated words, plus identifiers
+      (a unique ticket id ``INC-0001234``, a host ``<service>-<tenant>-<n>``, an error code ``E<nnnn>``);
+    * metadata: ``tenant`` t0..t99 uniform, ``env`` prod/staging/dev with probabilities .5/.3/.2, ``sev``
+      0..4 with probabilities .4/.3/.15/.1/.05;
+    * vectors: 384-d unit vectors from a Gaussian mixture of 1,000 components (cosine to the own centre
+      ~0.64), so approximate-search recall is meaningful (uniform noise has no neighbours).
+
+Filters (share of chunks matched): none; ``{"env": "prod"}`` (50%); ``{"tenant": {"$in": [t0..t9]}}``
+(10%); ``{"tenant": "t7"}`` (1%); ``{"tenant": "t7", "env": "dev", "sev": 4}`` (0.01%).
+
+Phases, each in its own process so resident memory (RSS, sampled every 50 ms with ``psutil``) is its own:
+    1. build: ``memory.add(batch, vectors=...)`` for 10k-chunk batches under ``memory.bulk()``, then
+       ``flush()`` (background IVF training) and ``close()`` (persist). The exact top-10 of every query
+       vector under every filter is computed on the way (brute force over the generated vectors).
+    2. search: reopen (timed, RSS after open), then p50/p95 of sparse-only, dense-only and hybrid search
+       (``top_k`` 10, query vectors given, no embedding) for every filter; the time spent resolving the
+       filter (``HybridMemory._prepare``) as a share of hybrid time; recall@10 of dense search against
+       the exact top-10; dense search with one and two FAISS threads; the exact/IVF crossover for
+       filtered search; then add-to-searchable, upsert-to-searchable and delete-to-gone (write + one
+       search that must show the change).
+
+Targets (issue 8): at 100k hybrid p50 <= 1.15 x the slower engine alone, add-to-searchable <= 50 ms; at 1M
+hybrid p50 <= 50 ms with or without a filter, filter resolution <= 5 ms for eq/$in, recall@10 >= 0.95
+unfiltered and at 50/10/1%, median upsert-to-searchable <= 20 ms, peak RSS <= 8 GB in bulk load and <= 5 GB
+once open, reopen <= 30 s. Prints tables, writes ``benchmarks/results/scale_<n>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as common  # noqa: E402
+
+DIM = 384
+BATCH = 10_000
+VOCAB = 50_000
+ZIPF_S = 1.1
+N_CENTERS = 1_000
+NOISE = 1.2  # per-dimension std of the mixture noise, in units of 1/sqrt(DIM)
+SEED = 8
+TENANTS = [f"t{i}" for i in range(100)]
+ENVS, ENV_P = ["prod", "staging", "dev"], [0.5, 0.3, 0.2]
+SEV_P = [0.4, 0.3, 0.15, 0.1, 0.05]
+SERVICES = ["billing", "auth", "search", "payments", "notify", "gateway", "profile", "inventory", "reports", "session"]
+FILTERS: dict[str, dict | None] = {
+    "none": None,
+    "50% env eq": {"env": "prod"},
+    "10% tenant $in": {"tenant": {"$in": TENANTS[:10]}},
+    "1% tenant eq": {"tenant": "t7"},
+    "0.01% tenant+env+sev": {"tenant": "t7", "env": "dev", "sev": 4},
+}
+TARGETS = {"hybrid_p50_ms_1m": 50.0, "filter_ms_1m": 5.0, "recall": 0.95, "upsert_p50_ms": 20.0,
+           "add_p50_ms": 50.0, "ratio_100k": 1.15, "bulk_rss_gb": 8.0, "open_rss_gb": 5.0, "reopen_s": 30.0}
+
+
+class ScaleEmbedder:
+    """The benchmark passes every vector itself: documents are never embedded, queries are looked up."""
+
+    name = "scale-precomputed-384"
+    dim = DIM
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        raise RuntimeError("ScaleEmbedder: pass vectors= to add(); documents are never embedded here")
+
+    def embed_query(self, text: str) -> np.ndarray:
+        raise RuntimeError("ScaleEmbedder: pass query_vector= to search()")
+
+
+# -- data ----------------------------------------------------------------------------------------------
+def _vocabulary() -> np.ndarray:
+    rng = np.random.default_rng(SEED)
+    syllables = np.array(["ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "ze", "po", "qu", "da", "fe", "gi",
+                          "ho", "ju", "xa", "ye", "bo", "cu"])
+    words = set()
+    while len(words) < VOCAB:
+        parts = rng.integers(len(syllables), size=(VOCAB, 4))
+        lengths = rng.integers(2, 5, size=VOCAB)
+        for row, length in zip(parts, lengths, strict=True):
+            words.add("".join(syllables[row[:length]]))
+            if len(words) == VOCAB:
+                break
+    return np.array(sorted(words))
+
+
+def _centers() -> np.ndarray:
+    rng = np.random.default_rng(SEED + 1)
+    centers = rng.standard_normal((N_CENTERS, DIM)).astype(np.float32)
+    return centers / np.linalg.norm(centers, axis=1, keepdims=True)
+
+
+def _mixture(rng: np.random.Generator, centers: np.ndarray, m: int) -> np.ndarray:
+    labels = rng.integers(len(centers), size=m)
+    x = centers[labels] + rng.standard_normal((m, DIM), dtype=np.float32) * np.float32(NOISE / np.sqrt(DIM))
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+class Corpus:
+    """Deterministic synthetic chunks, generated batch by batch (never all held at once)."""
+
+    def __init__(self) -> None:
+        self.vocab = _vocabulary()
+        ranks = np.arange(1, VOCAB + 1, dtype=np.float64)
+        self.cdf = np.cumsum(ranks**-ZIPF_S)
+        self.cdf /= self.cdf[-1]
+        self.centers = _centers()
+
+    def batch(self, b: int, size: int = BATCH) -> tuple[list[dict], np.ndarray, dict[str, np.ndarray]]:
+        """Chunks ``b*BATCH ..`` (dicts), their float32 (size, 384) vectors and the raw metadata columns."""
+        rng = np.random.default_rng([SEED, b])
+        words = np.searchsorted(self.cdf, rng.random((size, 56)))
+        lengths = rng.integers(44, 57, size=size)
+        tenant = rng.integers(100, size=size)
+        env = rng.choice(3, size=size, p=ENV_P)
+        sev = rng.choice(5, size=size, p=SEV_P)
+        service = rng.integers(len(SERVICES), size=size)
+        code = rng.integers(1000, 9999, size=size)
+        host = rng.integers(1, 50, size=size)
+        vectors = _mixture(rng, self.centers, size)
+        chunks = []
+        for j in range(size):
+            i = b * BATCH + j
+            body = " ".join(self.vocab[words[j, : lengths[j]]].tolist())
+            text = (f"INC-{i:07d} {SERVICES[service[j]]}-{TENANTS[tenant[j]]}-{host[j]} E{code[j]} {body}")
+            chunks.append({"chunk_id": f"c{i:07d}", "text": text, "source": "scale",
+                           "metadata": {"tenant": TENANTS[tenant[j]], "env": ENVS[env[j]], "sev": int(sev[j])}})
+        return chunks, vectors, {"tenant": tenant, "env": env, "sev": sev}
+
+    def queries(self, n: int) -> tuple[list[str], np.ndarray]:
+        """Query texts (2-3 mid-frequency words, every fifth with a service name) and float32 (n, 384) vectors."""
+        rng = np.random.default_rng(SEED + 2)
+        texts = []
+        for q in range(n):
+            picks = self.vocab[rng.integers(30, 3000, size=int(rng.integers(2, 4)))].tolist()
+            if q % 5 == 0:
+                picks.append(SERVICES[q % len(SERVICES)])
+            texts.append(" ".join(picks))
+        return texts, _mixture(rng, self.centers, n)
+
+
+def filter_mask(name: str, columns: dict[str, np.ndarray]) -> np.ndarray:
+    """bool (batch,): which rows of a batch match filter ``name`` (the benchmark's own reference)."""
+    tenant, env, sev = columns["tenant"], columns["env"], columns["sev"]
+    return {
+        "none": np.ones(len(tenant), bool),
+        "50% env eq": env == 0,
+        "10% tenant $in": tenant < 10,
+        "1% tenant eq": tenant == 7,
+        "0.01% tenant+env+sev": (tenant == 7) & (env == 2) & (sev == 4),
+    }[name]
+
+
+# -- measurement helpers -------------------------------------------------------------------------------
+class RssSampler:
+    """Peak resident set size of this process, sampled every 50 ms in a daemon thread (psutil)."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._process = psutil.Process()
+        self.peak = self._process.memory_info().rss
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            self.peak = max(self.peak, self._process.memory_info().rss)
+
+    def now(self) -> int:
+        return self._process.memory_info().rss
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return max(self.peak, self.now())
+
+
+def gb(n_bytes: float) -> float:
+    return round(n_bytes / 2**30, 3)
+
+
+# -- phase 1: build ------------------------------------------------------------------------------------
+def phase_build(n: int, directory: Path, n_queries: int, out: Path) -> None:
+    from hybrid_memory import HybridMemory
+
+    sampler = RssSampler()
+    corpus = Corpus()
+    _, qvecs = corpus.queries(n_queries)
+    names = list(FILTERS)
+    best_s = np.full((len(names), n_queries, 10), -np.inf, dtype=np.float32)
+    best_i = np.full((len(names), n_queries, 10), -1, dtype=np.int64)
+    counts = dict.fromkeys(names, 0)
+    gen_s = 0.0
+    memory = HybridMemory(directory, embedder=ScaleEmbedder())
+    t0 = time.perf_counter()
+    with memory.bulk():
+        for b in range((n + BATCH - 1) // BATCH):
+            size = min(BATCH, n - b * BATCH)
+            g0 = time.perf_counter()
+            chunks, vectors, columns = corpus.batch(b, size)
+            scores = qvecs @ vectors.T  # (queries, batch): the exact reference, kept per filter
+            ids = np.arange(b * BATCH, b * BATCH + size)
+            for f, name in enumerate(names):
+                mask = filter_mask(name, columns)
+                counts[name] += int(mask.sum())
+                s = np.concatenate([best_s[f], np.where(mask[None, :], scores, -np.inf)], axis=1)
+                i = np.concatenate([best_i[f], np.broadcast_to(ids, scores.shape)], axis=1)
+                top = np.argsort(-s, axis=1, kind="stable")[:, :10]
+                best_s[f], best_i[f] = np.take_along_axis(s, top, 1), np.take_along_axis(i, top, 1)
+            gen_s += time.perf_counter() - g0
+            memory.add(chunks, vectors=vectors)
+            del chunks, vectors
+            if b % 10 == 0:
+                print(f"  loaded {b * BATCH + size:>8} chunks, {time.perf_counter() - t0:6.1f} s, "
+                      f"RSS {gb(sampler.now()):.2f} GB", flush=True)
+    add_s = time.perf_counter() - t0
+    memory.flush()  # background IVF training
+    load_s = time.perf_counter() - t0
+    stats = memory.stats()
+    t1 = time.perf_counter()
+    memory.close()
+    persist_s = time.perf_counter() - t1
+    truth = {name: [[f"c{i:07d}" for i in row if i >= 0] for row in best_i[f]] for f, name in enumerate(names)}
+    result = {
+        "n": n,
+        "generate_seconds": round(gen_s, 1),
+        "bulk_add_seconds_without_generation": round(add_s - gen_s, 1),
+        "bulk_load_seconds": round(load_s - gen_s, 1),
+        "persist_seconds": round(persist_s, 1),
+        "peak_rss_gb": gb(sampler.stop()),
+        "filter_counts": counts,
+        "dense_after_load": stats["dense"],
+        "bm25_delta_after_load": stats["bm25_delta_documents"],
+        "truth": truth,
+    }
+    out.write_text(json.dumps(result))
+
+
+# -- phase 2: reopen, search, write --------------------------------------------------------------------
+def _timed(fn, repeat: int) -> list[float]:
+    out = []
+    for i in range(repeat):
+        t0 = time.perf_counter()
+        fn(i)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def phase_search(n: int, directory: Path, n_queries: int, n_writes: int, out: Path) -> None:
+    import psutil
+
+    from hybrid_memory import HybridMemory
+
+    process = psutil.Process()
+    sampler = RssSampler()
+    truth = json.loads(Path(str(out) + ".build").read_text())["truth"]
+    corpus = Corpus()
+    qtexts, qvecs = corpus.queries(n_queries)
+    t0 = time.perf_counter()
+    memory = HybridMemory.open(directory, embedder=ScaleEmbedder())
+    reopen_s = time.perf_counter() - t0
+    rss_open = process.memory_info().rss
+    stats = memory.stats()
+    result: dict = {"reopen_seconds": round(reopen_s, 2), "rss_after_open_gb": gb(rss_open),
+                    "dense_after_open": stats["dense"], "bm25_delta_after_open": stats["bm25_delta_documents"]}
+
+    def search(q: int, f: dict | None, **weights):  # noqa: ANN202
+        return memory.search(qtexts[q], query_vector=qvecs[q], top_k=10, metadata_filter=f, **weights)
+
+    for q in range(5):  # warm-up
+        search(q, None)
+    latency, recall, filter_share = {}, {}, {}
+    for name, f in FILTERS.items():
+        row = {}
+        for engine, weights in (("sparse", {"dense_weight": 0.0}), ("dense", {"sparse_weight": 0.0}), ("hybrid", {})):
+            row[engine] = common.latency_summary(_timed(lambda q, f=f, w=weights: search(q, f, **w), n_queries))
+        if f is not None:
+            prep = _timed(lambda q, f=f: memory._prepare(qtexts[q], {"top_k": 10, "metadata_filter": f}), n_queries)
+            row["filter"] = common.latency_summary(prep)
+            filter_share[name] = round(row["filter"]["p50_ms"] / row["hybrid"]["p50_ms"], 3)
+        latency[name] = row
+        hits = []
+        for q in range(n_queries):
+            got = [r.chunk_id for r in search(q, f, sparse_weight=0.0).results]
+            exact = truth[name][q]
+            if exact:
+                hits.append(len(set(got) & set(exact)) / len(exact))
+        recall[name] = round(float(np.mean(hits)), 4) if hits else None
+        print(f"  {name}: hybrid p50 {row['hybrid']['p50_ms']} ms, recall@10 {recall[name]}", flush=True)
+    result.update(latency=latency, recall_at_10=recall, filter_share_of_hybrid_p50=filter_share)
+
+    # FAISS threads: dense-only search with 1 and 2 OpenMP threads
+    dense = memory._dense
+    threads = {}
+    for t in (1, 2):
+        dense.omp_threads = t
+        threads[t] = common.latency_summary(_timed(lambda q: search(q, None, sparse_weight=0.0), n_queries))
+    dense.omp_threads = 1
+    result["faiss_threads_dense_unfiltered"] = {str(t): v for t, v in threads.items()}
+    # filtered dense search: exact scan of the allowed rows vs the IVF with the filter as a selector
+    crossover = {}
+    saved_exact_max = dense.exact_max
+    for name in ("10% tenant $in", "1% tenant eq", "0.01% tenant+env+sev"):
+        f = FILTERS[name]
+        row = {}
+        for path, exact_max in (("exact", 10**12), ("ivf", 0)):
+            dense.exact_max = exact_max
+            row[path] = common.latency_summary(_timed(lambda q, f=f: search(q, f, sparse_weight=0.0), n_queries))
+        crossover[name] = row
+    dense.exact_max = saved_exact_max
+    result["dense_filtered_exact_vs_ivf"] = crossover
+
+    # writes: each timed from the write call until a search shows the change
+    rng = np.random.default_rng(SEED + 3)
+    extra = _mixture(rng, corpus.centers, 2 * (n_writes + 1))
+
+    def top_ids(marker: str, vector: np.ndarray) -> list[str]:
+        return [r.chunk_id for r in memory.search(marker, query_vector=vector, top_k=5).results]
+
+    def add_one(j: int) -> None:
+        marker = f"ADDPROBE{j:05d}"
+        memory.add([{"chunk_id": f"new{j:05d}", "text": f"{marker} fresh note", "metadata": {"tenant": "t1"}}],
+                   vectors=extra[j : j + 1])
+        assert top_ids(marker, extra[j])[0] == f"new{j:05d}", "added chunk not found"
+
+    def upsert_one(j: int) -> None:
+        cid = f"c{(j * 7919) % n:07d}"
+        marker = f"UPPROBE{j:05d}"
+        v = extra[n_writes + 1 + j]
+        memory.upsert([{"chunk_id": cid, "text": f"{marker} rewritten", "metadata": {"tenant": "t2"}}], vectors=v[None])
+        assert top_ids(marker, v)[0] == cid, "upserted chunk not found"
+
+    def delete_one(j: int) -> None:
+        cid = f"c{(j * 104729 + 13) % n:07d}"
+        stored = memory.get([cid])[0]
+        vector = memory._dense.vectors(memory._store.lookup([cid]).get(cid)[:1])[0]
+        marker = stored.text.split()[0]  # its unique INC id
+        memory.delete([cid])
+        assert cid not in top_ids(marker, vector), "deleted chunk still found"
+
+    writes = {}
+    for name, fn in (("add_to_searchable", add_one), ("upsert_to_searchable", upsert_one), ("delete_to_gone", delete_one)):
+        fn(n_writes)  # warm-up (touches cold pages), not timed
+        writes[name] = common.latency_summary(_timed(fn, n_writes))
+    result["writes"] = writes
+    result["dense_after_writes"] = memory.stats()["dense"]
+    memory._sparse.wait()
+    memory._dense.wait()
+    result["peak_rss_search_phase_gb"] = gb(sampler.stop())
+    memory._dirty = False  # keep the saved 1M memory as built (no persist of the probe writes)
+    memory.close()
+    out.write_text(json.dumps(result))
+
+
+# -- driver --------------------------------------------------------------------------------------------
+def run_phase(args: list[str]) -> None:
+    env = {**os.environ}
+    subprocess.run([sys.executable, __file__, *args], check=True, env=env)
+
+
+def report(n: int, build: dict, search: dict) -> dict:
+    lat = search["latency"]
+    rows = []
+    for name in FILTERS:
+        row = lat[name]
+        rows.append([name, build["filter_counts"][name], row["sparse"]["p50_ms"], row["sparse"]["p95_ms"],
+                     row["dense"]["p50_ms"], row["dense"]["p95_ms"], row["hybrid"]["p50_ms"], row["hybrid"]["p95_ms"],
+                     row.get("filter", {}).get("p50_ms", "-"), search["filter_share_of_hybrid_p50"].get(name, "-"),
+                     search["recall_at_10"][name]])
+    print(common.format_table(rows, ["filter", "matches", "sparse p50", "sparse p95", "dense p50", "dense p95",
+                                     "hybrid p50", "hybrid p95", "filter p50", "filter share", "dense recall@10"]))
+    load = [["bulk load (s, generation excluded)", build["bulk_load_seconds"]],
+            ["  of which add() calls (s)", build["bulk_add_seconds_without_generation"]],
+            ["persist on close (s)", build["persist_seconds"]],
+            ["peak RSS during bulk load (GB)", build["peak_rss_gb"]],
+            ["reopen (s)", search["reopen_seconds"]],
+            ["RSS once open (GB)", search["rss_after_open_gb"]],
+            ["peak RSS, search + write phase (GB)", search["peak_rss_search_phase_gb"]]]
+    print(common.format_table(load, ["load and open", "value"]))
+    w = search["writes"]
+    print(common.format_table([[k, v["p50_ms"], v["p95_ms"], v["max_ms"]] for k, v in w.items()],
+                              ["write (one chunk) + search", "p50 ms", "p95 ms", "max ms"]))
+    th = search["faiss_threads_dense_unfiltered"]
+    print(common.format_table([[t, v["p50_ms"], v["p95_ms"]] for t, v in th.items()],
+                              ["FAISS threads (dense, unfiltered)", "p50 ms", "p95 ms"]))
+    cx = search["dense_filtered_exact_vs_ivf"]
+    print(common.format_table([[k, v["exact"]["p50_ms"], v["ivf"]["p50_ms"]] for k, v in cx.items()],
+                              ["dense filtered", "exact scan p50 ms", "IVF + selector p50 ms"]))
+    verdicts = {}
+    hybrid = [lat[name]["hybrid"]["p50_ms"] for name in FILTERS]
+    recall = search["recall_at_10"]
+    verdicts["recall >= 0.95 (none, 50%, 10%, 1%)"] = all(
+        (recall[k] or 0) >= TARGETS["recall"] for k in list(FILTERS)[:4])
+    verdicts["add-to-searchable p50 <= 50 ms"] = w["add_to_searchable"]["p50_ms"] <= TARGETS["add_p50_ms"]
+    verdicts["peak RSS bulk load <= 8 GB"] = build["peak_rss_gb"] <= TARGETS["bulk_rss_gb"]
+    verdicts["RSS once open <= 5 GB"] = search["rss_after_open_gb"] <= TARGETS["open_rss_gb"]
+    verdicts["reopen <= 30 s"] = search["reopen_seconds"] <= TARGETS["reopen_s"]
+    if n >= 1_000_000:
+        verdicts["hybrid p50 <= 50 ms, every filter"] = max(hybrid) <= TARGETS["hybrid_p50_ms_1m"]
+        verdicts["filter resolution p50 <= 5 ms (eq, $in)"] = all(
+            lat[k]["filter"]["p50_ms"] <= TARGETS["filter_ms_1m"] for k in ("50% env eq", "10% tenant $in", "1% tenant eq"))
+        verdicts["upsert-to-searchable p50 <= 20 ms"] = w["upsert_to_searchable"]["p50_ms"] <= TARGETS["upsert_p50_ms"]
+    else:
+        ratios = {name: round(lat[name]["hybrid"]["p50_ms"] / max(lat[name]["sparse"]["p50_ms"], lat[name]["dense"]["p50_ms"]), 3)
+                  for name in FILTERS}
+        print("hybrid p50 / slower engine p50:", ratios)
+        verdicts["hybrid p50 <= 1.15 x slower engine (unfiltered)"] = ratios["none"] <= TARGETS["ratio_100k"]
+        search["hybrid_over_slower_engine_p50"] = ratios
+    for k, v in verdicts.items():
+        print(f"  {'met' if v else 'NOT MET'}: {k}")
+    return verdicts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=100_000, help="chunks (default 100,000)")
+    parser.add_argument("--queries", type=int, default=100, help="queries per measurement (default 100)")
+    parser.add_argument("--writes", type=int, default=50, help="timed writes of each kind (default 50)")
+    parser.add_argument("--dir", type=Path, default=None, help="memory folder (default: a temporary folder)")
+    parser.add_argument("--keep", action="store_true", help="keep the memory folder")
+    parser.add_argument("--phase", choices=["build", "search"], default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    common.ensure_core_importable()
+    if args.phase == "build":
+        phase_build(args.n, args.dir, args.queries, args.out)
+        return
+    if args.phase == "search":
+        phase_search(args.n, args.dir, args.queries, args.writes, args.out)
+        return
+    directory = args.dir or Path(tempfile.mkdtemp(prefix="hm-scale-")) / "memory"
+    if directory.exists():
+        shutil.rmtree(directory)
+    work = Path(tempfile.mkdtemp(prefix="hm-scale-out-"))
+    build_out, search_out = work / "phase.json.build", work / "phase.json"
+    common_args = ["--n", str(args.n), "--dir", str(directory), "--queries", str(args.queries)]
+    print(f"scale benchmark: {args.n} chunks in {directory} (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')})")
+    run_phase(["--phase", "build", *common_args, "--out", str(build_out)])
+    build = json.loads(build_out.read_text())
+    run_phase(["--phase", "search", *common_args, "--writes", str(args.writes), "--out", str(search_out)])
+    search = json.loads(search_out.read_text())
+    build.pop("truth")
+    verdicts = report(args.n, build, search)
+    payload = {"n": args.n, "build": build, "search": search, "targets": TARGETS, "verdicts": verdicts,
+               "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+    path = common.write_results(f"scale_{args.n}", payload)
+    print(f"wrote {path}")
+    if not args.keep:
+        shutil.rmtree(directory.parent if args.dir is None else directory, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""The dense index: exact and IVF paths, recall against exact search, tombstones, persistence, threads."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import faiss
+import numpy as np
+import pytest
+
+from hybrid_memory import HybridMemory
+from hybrid_memory._exceptions import InvalidRequestError
+from hybrid_memory.dense import FaissIndex, default_nlist
+from hybrid_memory.embedders import HashingEmbedder
+from hybrid_memory.engines import RowSet
+
+DIM = 32
+N = 6000  # default_nlist(6000) = 128 lists: enough points (39 per list) for FAISS to train
+
+
+def clustered(n: int, seed: int, centers: np.ndarray) -> np.ndarray:
+    """Unit vectors from a Gaussian mixture around ``centers`` (so nearest neighbours are meaningful)."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(len(centers), size=n)
+    x = centers[labels] + rng.standard_normal((n, DIM)).astype(np.float32) * 0.25
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(7)
+    centers = rng.standard_normal((40, DIM)).astype(np.float32)
+    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+    vectors = clustered(N, 1, centers)
+    queries = clustered(40, 2, centers)
+    ids = np.arange(1, N + 1, dtype=np.int64) * 3  # ids need not be dense or start at 0
+    return ids, vectors, queries
+
+
+def exact_top(ids, vectors, query, k, allowed=None):
+    scores = vectors @ query
+    keep = np.ones(len(ids), bool) if allowed is None else np.isin(ids, allowed)
+    order = np.lexsort((ids[keep], -scores[keep]))[:k]
+    return ids[keep][order].tolist()
+
+
+def ivf_index(ids, vectors, **kwargs):
+    index = FaissIndex(DIM, kind="ivf", **kwargs)
+    index.add(ids, vectors)
+    assert index.maintain() is True
+    assert index.approximate and index.info()["nlist"] == default_nlist(N) == 128
+    return index
+
+
+def test_flat_search_is_exact_and_scores_are_inner_products(data):
+    ids, vectors, queries = data
+    index = FaissIndex(DIM, kind="flat")
+    index.add(ids, vectors)
+    assert index.maintain() is False and not index.approximate
+    for q in queries[:5]:
+        hits = index.search(q, 10)
+        assert [i for i, _ in hits] == exact_top(ids, vectors, q, 10)
+        expected = vectors[np.searchsorted(ids, [i for i, _ in hits])] @ q
+        assert np.allclose([s for _, s in hits], expected, atol=1e-6)
+    scores = index.score(queries[0], np.array([ids[0], 5, ids[10]]))
+    assert scores[0] == pytest.approx(float(vectors[0] @ queries[0]), abs=1e-6)
+    assert np.isnan(scores[1])
+    assert scores[2] == pytest.approx(float(vectors[10] @ queries[0]), abs=1e-6)
+
+
+@pytest.mark.parametrize("fraction", [1.0, 0.5, 0.1, 0.01])
+def test_ivf_recall_at_10_against_exact(data, fraction):
+    ids, vectors, queries = data
+    index = ivf_index(ids, vectors, exact_max=0)  # exact_max=0: every filtered search takes the IVF path
+    rng = np.random.default_rng(3)
+    allowed = None if fraction == 1.0 else np.sort(rng.choice(ids, size=int(N * fraction), replace=False))
+    recall = []
+    for q in queries:
+        got = [i for i, _ in index.search(q, 10, None if allowed is None else RowSet(allowed))]
+        truth = exact_top(ids, vectors, q, 10, allowed)
+        if allowed is not None:
+            assert set(got) <= set(allowed.tolist())
+        recall.append(len(set(got) & set(truth)) / len(truth))
+    assert np.mean(recall) >= 0.95
+
+
+def test_small_filters_take_the_exact_path_and_match_brute_force(data):
+    ids, vectors, queries = data
+    exact = ivf_index(ids, vectors, exact_max=N)  # every filter small enough: exact scan of the allowed rows
+    allowed = ids[::10]
+    for q in queries[:10]:
+        hits = exact.search(q, 10, RowSet(allowed))
+        assert [i for i, _ in hits] == exact_top(ids, vectors, q, 10, allowed)
+
+
+def test_tombstones_are_skipped_at_once_and_compacted_later(data):
+    ids, vectors, queries = data
+    index = ivf_index(ids, vectors, compact_min=10**9)
+    q = queries[0]
+    top = [i for i, _ in index.search(q, 10)]
+    index.remove(top[:5] + [999_999])  # an unknown id is ignored
+    assert len(index) == N - 5
+    assert index.info()["tombstones"] == 5
+    assert int(index._ivf.ntotal) == N  # still in the lists: removal did not scan them
+    after = [i for i, _ in index.search(q, 10)]
+    assert not set(after) & set(top[:5])
+    assert after[:5] == top[5:]
+    assert np.isnan(index.score(q, np.array(top[:5]))).all()
+    index.compact_min = 5
+    assert not index.needs_maintenance()  # 5 tombstones: under 5% of the lists' entries, not worth a pass
+    others = [i for i in ids.tolist() if i not in set(top) | set(after)][:295]
+    index.remove(others)
+    assert index.needs_maintenance() and index.maintain() is True
+    assert int(index._ivf.ntotal) == N - 300 and index.info()["tombstones"] == 0
+    assert [i for i, _ in index.search(q, 10)] == after
+    # a freed slot is reused by the next add, and the new id is searchable at once
+    index.add(np.array([10**6]), q.reshape(1, -1))
+    assert index._n_slots == N and len(index) == N - 299
+    assert index.search(q, 1) == [(10**6, pytest.approx(1.0, abs=1e-6))]
+
+
+def test_adds_and_removals_during_background_training_reach_the_new_index(data, monkeypatch):
+    ids, vectors, queries = data
+    started, go = threading.Event(), threading.Event()
+
+    class BlockingIVF(faiss.IndexIVFScalarQuantizer):
+        def train(self, x):  # noqa: ANN001
+            started.set()
+            assert go.wait(30)
+            super().train(x)
+
+    monkeypatch.setattr(faiss, "IndexIVFScalarQuantizer", BlockingIVF)
+    index = FaissIndex(DIM, kind="ivf")
+    index.add(ids, vectors)
+    assert index.maintain(background=True) is True
+    assert started.wait(30)
+    index.remove(ids[:3])
+    index.add(np.array([7]), queries[1].reshape(1, -1))
+    assert not index.approximate
+    assert index.search(queries[1], 1)[0][0] == 7  # exact scan serves meanwhile
+    go.set()
+    index.wait()
+    assert index.approximate and int(index._ivf.ntotal) == N - 3 + 1
+    assert index.search(queries[1], 1)[0][0] == 7
+    assert not set(i for i, _ in index.search(vectors[0], 10)) & set(ids[:3].tolist())
+
+
+def test_saved_index_reopens_without_retraining(data, tmp_path, monkeypatch):
+    ids, vectors, queries = data
+    index = ivf_index(ids, vectors)
+    index.remove(ids[:2])
+    expected = [index.search(q, 10) for q in queries[:5]]
+    index.save(tmp_path / "dense")
+    monkeypatch.setattr(FaissIndex, "_train", lambda self: pytest.fail("retrained on load"))
+    again = FaissIndex(DIM, kind="ivf")
+    assert again.load(tmp_path / "dense") is True
+    assert again.approximate and len(again) == N - 2 and not again.needs_maintenance()
+    assert [again.search(q, 10) for q in queries[:5]] == expected
+    nlist = index._ivf.nlist
+    assert np.array_equal(again._ivf.quantizer.reconstruct_n(0, nlist), index._ivf.quantizer.reconstruct_n(0, nlist))
+    for name in ("vectors.npy", "slot_ids.npy"):
+        np.load(tmp_path / "dense" / name, allow_pickle=False)
+
+
+def test_damaged_save_is_refused(data, tmp_path):
+    ids, vectors, _ = data
+    index = ivf_index(ids, vectors)
+    index.save(tmp_path / "dense")
+    np.save(tmp_path / "dense" / "slot_ids.npy", np.arange(5, dtype=np.int64))
+    again = FaissIndex(DIM)
+    assert again.load(tmp_path / "dense") is False
+    assert len(again) == 0
+
+
+def test_search_sets_faiss_threads_in_the_searching_thread(data):
+    ids, vectors, queries = data
+    index = ivf_index(ids, vectors, omp_threads=1)
+
+    def search_in_worker():
+        faiss.omp_set_num_threads(3)  # whatever this worker thread had before
+        index.search(queries[0], 5)
+        return faiss.omp_get_max_threads()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        assert pool.submit(search_in_worker).result() == 1
+
+
+def test_memory_upsert_replaces_the_vector_in_the_ivf_index():
+    embedder = HashingEmbedder(DIM)
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((6000, DIM)).astype(np.float32)
+    with HybridMemory(embedder=embedder, dense_index="ivf", background_compaction=False) as mem:
+        mem.add([{"chunk_id": f"c{i}", "text": f"note {i}"} for i in range(6000)], vectors=vectors)
+        assert mem.stats()["dense"]["approximate"] is True
+        probe = vectors[5] / np.linalg.norm(vectors[5])
+        assert mem.search("note", query_vector=probe, top_k=1, sparse_weight=0.0).results[0].chunk_id == "c5"
+        mem.upsert([{"chunk_id": "c5", "text": "note 5 again"}], vectors=-vectors[5:6])
+        top = mem.search("zzz", query_vector=probe, top_k=3, sparse_weight=0.0).results
+        assert "c5" not in [r.chunk_id for r in top]
+        assert mem.search("zzz", query_vector=-probe, top_k=1, sparse_weight=0.0).results[0].chunk_id == "c5"
+
+
+def test_unknown_dense_index_kind_is_refused():
+    with pytest.raises(InvalidRequestError, match="dense_index must be one of"):
+        HybridMemory(embedder=HashingEmbedder(DIM), dense_index="hnsw")
