@@ -20,6 +20,7 @@ from ._exceptions import (
     InvalidRequestError,
     MissingDependencyError,
     ScopeError,
+    StoreBusyError,
     StoreFormatError,
 )
 from .dedup import DedupPolicy, WriteDecision, WriteResult
@@ -56,6 +57,7 @@ __all__ = [
     "SearchResponse",
     "SearchResult",
     "SentenceTransformerEmbedder",
+    "StoreBusyError",
     "StoreFormatError",
     "StoredChunk",
     "WriteDecision",

@@ -9,6 +9,7 @@ The whole tree::
     │   └── ScopeError                     a scoped view was asked to write or reach outside its scope
     ├── DimensionMismatchError (ValueError) a vector's dimension differs from the memory's
     ├── StoreFormatError                   a memory directory is missing, damaged, or from another version/embedder
+    ├── StoreBusyError                     another process held the memory's write lock longer than the busy timeout
     └── MissingDependencyError (ImportError) an optional extra is not installed; the message has the pip line
 """
 
@@ -22,6 +23,7 @@ __all__ = [
     "InvalidRequestError",
     "MissingDependencyError",
     "ScopeError",
+    "StoreBusyError",
     "StoreFormatError",
 ]
 
@@ -53,6 +55,10 @@ class DimensionMismatchError(HybridMemoryError, ValueError):
 
 class StoreFormatError(HybridMemoryError):
     """A memory directory is missing or damaged, has another format version, or was built with another embedder."""
+
+
+class StoreBusyError(HybridMemoryError):
+    """Another process kept the memory's SQLite write lock longer than the busy timeout; nothing was written."""
 
 
 class MissingDependencyError(HybridMemoryError, ImportError):

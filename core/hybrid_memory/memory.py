@@ -14,8 +14,10 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import shutil
 import sqlite3
+import tempfile
 import threading
 import time
 import uuid
@@ -27,7 +29,17 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from ._exceptions import DimensionMismatchError, DuplicateChunkError, InvalidRequestError, ScopeError, StoreFormatError
+from filelock import FileLock, Timeout
+
+from ._exceptions import (
+    DimensionMismatchError,
+    DuplicateChunkError,
+    InvalidRequestError,
+    ScopeError,
+    StoreBusyError,
+    StoreFormatError,
+)
+from ._rwlock import ReadWriteLock
 from .changes import ChangeSet
 from .dedup import DedupPolicy, Match, WriteDecision, WriteResult, as_policy, find_exact, find_near
 from .dense import DENSE_KINDS, FaissIndex
@@ -38,7 +50,7 @@ from .models import SCOPE_FIELDS, Chunk, SearchRequest, SearchResponse, SearchRe
 from .scopes import Scope, ScopedMemory, as_scope
 from .searcher import HybridResult, HybridSearcher
 from .sparse import BM25Index
-from .store import NewRow, SQLiteStore, content_hash
+from .store import CommitResult, NewRow, SQLiteStore, WriteConflict, content_hash
 from .temporal import RecencyPrior, apply_recency_prior, to_timestamp
 from .tokenizer import TechnicalTokenizer
 
@@ -50,6 +62,14 @@ FORMAT_VERSION = 1
 """Version of the memory directory layout, saved in manifest.json and checked on open."""
 
 _SHORTCUTS = ("dense_weight", "sparse_weight", "rrf_k_constant")
+
+_INDEX_LOCK_TIMEOUT = 600.0
+"""Seconds a save or load of the derived index files waits for another process's save (then StoreBusyError)."""
+
+_WRITE_RETRIES = 20
+"""How often a write is prepared again when another process changed the same chunks meanwhile."""
+
+
 
 
 class HybridMemory:
@@ -80,11 +100,17 @@ class HybridMemory:
             :meth:`write` and stored anyway (see :mod:`hybrid_memory.dedup` for why).
         recency_prior: a :class:`~hybrid_memory.temporal.RecencyPrior` applied after fusion to every search, or
             None (default: off; ``search(..., recency=...)`` turns it on per call).
+        synchronous: ``"full"`` (default): a write that returned survives a power cut (SQLite fsyncs the WAL
+            at each commit); ``"normal"``: it survives a killed process but the last transactions may roll
+            back on power loss or an OS crash, for cheaper commits (see ``benchmarks/durability.py``).
+        busy_timeout: seconds a write waits for another process's write transaction (default 30).
 
     Raises:
         StoreFormatError: the directory was written by another format version or another embedder.
 
-    Thread-safe: searches may run from many threads while one thread writes.
+    Thread-safe: searches may run from many threads while others write. Several processes may open one
+    directory and all may write (SQLite serialises the write transactions); each search first applies what
+    other processes committed (see :meth:`search`), from the store's change log, never by a rebuild.
     """
 
     def __init__(
@@ -103,11 +129,15 @@ class HybridMemory:
         show_progress: bool = False,
         dedup: DedupPolicy | str = "keep",
         recency_prior: RecencyPrior | None = None,
+        synchronous: str = "full",
+        busy_timeout: float = 30.0,
     ) -> None:
         if dense_index not in DENSE_KINDS:
             raise InvalidRequestError(f"dense_index must be one of {DENSE_KINDS}, got {dense_index!r}")
         if not isinstance(candidate_multiplier, int) or candidate_multiplier < 1:
             raise InvalidRequestError(f"candidate_multiplier must be an int >= 1, got {candidate_multiplier!r}")
+        if synchronous not in ("full", "normal"):
+            raise InvalidRequestError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
         self.path = Path(path) if path is not None else None
         self.candidate_multiplier = candidate_multiplier
         self.show_progress = show_progress
@@ -119,7 +149,7 @@ class HybridMemory:
             if self.path.exists() and not self.path.is_dir():
                 raise InvalidRequestError(f"memory path {self.path} is a file; give a directory")
             self.path.mkdir(parents=True, exist_ok=True)
-        self._store = self._open_store()
+        self._store = self._open_store(synchronous=synchronous, busy_timeout=busy_timeout)
         self.embedder = self._resolve_embedder(embedder)
         self._sparse = BM25Index(
             TechnicalTokenizer(), k1=k1, b=b, compact_min=compact_min, compact_ratio=compact_ratio
@@ -127,22 +157,28 @@ class HybridMemory:
         self._faiss_threads = faiss_threads
         self._dense_kind = dense_index
         self._dense = self._new_dense()
-        self._write_lock = threading.RLock()
+        self._write_lock = threading.RLock()  # one local writer at a time (embedding happens under it)
+        self._index_lock = ReadWriteLock()  # searches share it; applying a change to the indexes takes it alone
+        self._files_lock = FileLock(str(self.path / ".indexes.lock")) if self.path is not None else None
         self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hybrid-memory")
         self._dirty = False
         self._closed = False
         self._bulk_depth = 0
         self._background_compaction = background_compaction
+        self._seq = 0  # change-log position the indexes reflect
+        self._data_version: int | None = None  # PRAGMA data_version when they were brought there
+        self.last_sync: dict[str, Any] = {}
         self._sync_indexes()
+
         self._searcher = HybridSearcher(
             {"sparse": SparseEngine(self._sparse), "dense": DenseEngine(self._dense, self.embedder)},
             self._store.chunk_ids_by_rowid,
             executor=self._executor,
         )
 
-    def _open_store(self) -> SQLiteStore:
+    def _open_store(self, **options: Any) -> SQLiteStore:
         if self.path is None:
-            return SQLiteStore(None)
+            return SQLiteStore(None, **options)
         db = self.path / "store.sqlite3"
         if not db.exists() and (self.path / "manifest.json").exists():
             raise StoreFormatError(
@@ -150,7 +186,7 @@ class HybridMemory:
                 f"store.sqlite3 from a backup, or delete {self.path} to start an empty memory"
             )
         try:
-            store = SQLiteStore(db)
+            store = SQLiteStore(db, **options)
             store.get_meta("manifest")
         except sqlite3.DatabaseError as exc:
             raise StoreFormatError(
@@ -215,31 +251,119 @@ class HybridMemory:
             (self.path / "manifest.json").write_text(json.dumps(manifest, indent=2))
 
     # -- index sync ---------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _index_files(self) -> Iterator[None]:
+        """Hold the inter-process lock on the derived index files (saves and loads), so that no process
+        loads a half-written index and two saves never interleave."""
+        if self._files_lock is None:
+            yield
+            return
+        try:
+            self._files_lock.acquire(timeout=_INDEX_LOCK_TIMEOUT)
+        except Timeout as exc:
+            raise StoreBusyError(
+                f"another process kept the index files of {self.path} locked for {_INDEX_LOCK_TIMEOUT:.0f} s "
+                f"({self._files_lock.lock_file}); retry when its save has finished"
+            ) from exc
+        try:
+            yield
+        finally:
+            self._files_lock.release()
+
     def _sync_indexes(self) -> None:
-        """Bring both indexes to the store's rowids: load what was saved, then add/remove the difference."""
-        store_ids = self._store.rowids()
-        loaded_sparse = self.path is not None and self._sparse.load(self.path / "bm25")
-        loaded_dense = self.path is not None and self._dense.load(self.path / "dense")
-        if not loaded_sparse or len(np.setdiff1d(store_ids, self._sparse.ids())) > self._sparse.compact_min:
-            if len(store_ids):
-                logger.info("building BM25 index over %d stored chunks", len(store_ids))
-            self._sparse.build(store_ids, self._store.texts(store_ids), show_progress=self.show_progress)
-        else:
-            live = self._sparse.ids()
-            self._sparse.remove(np.setdiff1d(live, store_ids))
-            missing = np.setdiff1d(store_ids, live)
-            if len(missing):
-                self._sparse.add(missing, self._store.texts(missing))
-        if not loaded_dense:
-            self._dense = self._new_dense()
-        live = self._dense.ids()
-        self._dense.remove(np.setdiff1d(live, store_ids))
+        """Open: load the saved indexes, then reconcile each with the store's rowids.
+
+        Order matters for several processes: the store's rowids and change-log position are read in one
+        snapshot first, so whatever other processes commit afterwards is applied by the next catch-up,
+        whichever state the loaded files are in (rows they hold beyond the snapshot are removed here and
+        re-added from the log). An index that had to be rebuilt is saved at once, so the next open (after
+        a crash too) loads it instead of rebuilding again.
+        """
+        self._data_version = self._store.data_version()
+        store_ids, self._seq = self._store.snapshot()
+        loaded = {"bm25": False, "dense": False}
+        if self.path is not None:
+            with self._index_files():
+                loaded["bm25"] = self._sparse.load(self.path / "bm25")
+                loaded["dense"] = self._dense.load(self.path / "dense")
+        self.last_sync = self._reconcile(store_ids, loaded)
+        rebuilt = any(report["rebuilt"] for report in self.last_sync.values())
+        self._dirty = any(report["rebuilt"] or report["added"] or report["removed"] for report in self.last_sync.values())
+        if rebuilt and self.path is not None and len(store_ids):
+            self._save_indexes()
+
+    def _reconcile(self, store_ids: np.ndarray, loaded: Mapping[str, bool]) -> dict[str, dict[str, Any]]:
+        """Bring every derived index to exactly ``store_ids`` (int64, ascending). One call per index."""
+        return {
+            "bm25": self._reconcile_sparse(store_ids, loaded.get("bm25", True)),
+            "dense": self._reconcile_dense(store_ids, loaded.get("dense", True)),
+        }
+
+    def _reconcile_sparse(self, store_ids: np.ndarray, loaded: bool) -> dict[str, Any]:
+        live = self._sparse.ids()
         missing = np.setdiff1d(store_ids, live)
+        if not loaded or len(missing) > self._sparse.compact_min:
+            found, texts, _ = self._store.index_rows(store_ids, 0)
+            if len(found):
+                logger.info("building BM25 index over %d stored chunks", len(found))
+            self._sparse.build(found, texts, show_progress=self.show_progress)
+            return {"rebuilt": bool(len(found)), "added": 0, "removed": 0}
+        extra = np.setdiff1d(live, store_ids)
+        self._sparse.remove(extra)
+        found, texts, _ = self._store.index_rows(missing, 0)
+        if len(found):
+            self._sparse.add(found, texts)
+        return {"rebuilt": False, "added": len(found), "removed": len(extra)}
+
+    def _reconcile_dense(self, store_ids: np.ndarray, loaded: bool) -> dict[str, Any]:
+        if not loaded:
+            self._dense = self._new_dense()
+            if hasattr(self, "_searcher"):
+                self._searcher.engines["dense"] = DenseEngine(self._dense, self.embedder)
+        live = self._dense.ids()
+        extra = np.setdiff1d(live, store_ids)
+        self._dense.remove(extra)
+        missing = np.setdiff1d(store_ids, live)
+        added = 0
         for start in range(0, len(missing), 50_000):  # in batches: the store's blobs never pile up in memory
-            part = missing[start : start + 50_000]
-            self._dense.add(part, self._store.vectors(part, self._dense.dim))
+            found, _, vectors = self._store.index_rows(missing[start : start + 50_000], self._dense.dim)
+            if len(found):
+                self._dense.add(found, vectors)
+            added += len(found)
         self._dense.maintain(background=self._background_compaction)
-        self._dirty = not (loaded_sparse and loaded_dense) or bool(len(missing))
+        return {"rebuilt": not loaded and bool(len(store_ids)), "added": added, "removed": len(extra)}
+
+    def _catch_up(self) -> bool:
+        """Apply what other processes committed since the indexes' change-log position; cheap when nothing
+        was (one ``PRAGMA data_version``). Returns True when something was read."""
+        if self.path is None or self._store.data_version() == self._data_version:
+            return False
+        with self._index_lock.write():
+            version = self._store.data_version()
+            if version == self._data_version:
+                return False
+            changes, seq = self._store.changes_since(self._seq)
+            self._follow(changes, seq)
+            self._data_version = version
+        return True
+
+    def _follow(self, changes: ChangeSet | None, seq: int) -> None:
+        """Apply other processes' changes up to log position ``seq`` (caller holds the index lock alone).
+
+        None: the log no longer reaches back to our position (it keeps the last ``log_keep`` entries), so
+        every index is reconciled with a fresh snapshot of the store's rowids instead: a diff, no rebuild.
+        """
+        if changes is None:
+            logger.info("change log pruned past this process's position; reconciling indexes by rowid")
+            store_ids, seq = self._store.snapshot()
+            logger.debug("reconciled: %s", self._reconcile(store_ids, {}))
+            self._seq = seq
+            self._dirty = True
+            return
+        if changes:
+            self._apply_changes(changes)
+            self._dirty = True
+        self._seq = max(self._seq, seq)
 
     def _new_dense(self) -> FaissIndex:
         return FaissIndex(int(self.embedder.dim), kind=self._dense_kind, omp_threads=self._faiss_threads)
@@ -392,95 +516,128 @@ class HybridMemory:
         if not items:
             return WriteResult([])
         with self._write_lock:
-            existing = self._store.lookup([c.chunk_id for c in items])
-            systems = self._store.system_of(list(existing)) if existing else {}
-            if scope is not None:
-                foreign = sorted(cid for cid in existing if not scope.contains(systems[cid]))
-                if foreign:
-                    raise ScopeError(
-                        f"chunk ids {foreign[:5]} are not available in this scope (the memory holds them outside "
-                        "it); choose other ids, for example uuid4 ones; nothing was written"
-                    )
-            if existing and not replace:
-                raise DuplicateChunkError(
-                    f"chunk ids already stored: {sorted(existing)[:5]}; use upsert() to replace them"
+            for _attempt in range(_WRITE_RETRIES):
+                try:
+                    return self._write_once(items, vectors, replace, policy, scope, extra_updates)
+                except WriteConflict:
+                    logger.debug("chunks changed by another process while this write was prepared; preparing again")
+        raise StoreBusyError(
+            f"other processes kept changing the same chunks during {_WRITE_RETRIES} attempts of this write; retry it"
+        )
+
+    def _write_once(
+        self,
+        items: list[Chunk],
+        vectors: np.ndarray | None,
+        replace: bool,
+        policy: DedupPolicy,
+        scope: Scope | None,
+        extra_updates: Sequence[tuple[int, Mapping[str, Any]]],
+    ) -> WriteResult:
+        """Prepare the write against the rows stored now, then commit it unless another process changed
+        those rows meanwhile (WriteConflict: the caller prepares it again). Caller holds the write lock."""
+        existing = self._store.lookup([c.chunk_id for c in items])
+        systems = self._store.system_of(list(existing)) if existing else {}
+        if scope is not None:
+            foreign = sorted(cid for cid in existing if not scope.contains(systems[cid]))
+            if foreign:
+                raise ScopeError(
+                    f"chunk ids {foreign[:5]} are not available in this scope (the memory holds them outside "
+                    "it); choose other ids, for example uuid4 ones; nothing was written"
                 )
-            hashes = [content_hash(c.text) for c in items]
-            scope_keys = [tuple(c.scope_values().values()) for c in items]
-            new_positions = [i for i, c in enumerate(items) if c.chunk_id not in existing]
-            matches: dict[int, Match] = find_exact(
-                [(i, items[i].chunk_id, hashes[i], scope_keys[i]) for i in new_positions],
-                lambda digests, key: self._store.find_hashes(digests, dict(zip(SCOPE_FIELDS, key))),
+        if existing and not replace:
+            raise DuplicateChunkError(
+                f"chunk ids already stored: {sorted(existing)[:5]}; use upsert() to replace them"
             )
-            dropped = {i for i in matches if policy.action != "keep"}
-            changed = [
-                i for i, c in enumerate(items)
-                if i not in dropped
-                and (vectors is not None or c.chunk_id not in existing or existing[c.chunk_id][1] != hashes[i])
+        hashes = [content_hash(c.text) for c in items]
+        scope_keys = [tuple(c.scope_values().values()) for c in items]
+        new_positions = [i for i, c in enumerate(items) if c.chunk_id not in existing]
+        matches: dict[int, Match] = find_exact(
+            [(i, items[i].chunk_id, hashes[i], scope_keys[i]) for i in new_positions],
+            lambda digests, key: self._store.find_hashes(digests, dict(zip(SCOPE_FIELDS, key))),
+        )
+        dropped = {i for i in matches if policy.action != "keep"}
+        changed = [
+            i for i, c in enumerate(items)
+            if i not in dropped
+            and (vectors is not None or c.chunk_id not in existing or existing[c.chunk_id][1] != hashes[i])
+        ]
+        if vectors is not None:
+            all_vectors = l2_normalize(vectors)
+            new_vectors = all_vectors[changed] if changed else np.zeros((0, self._dense.dim), np.float32)
+        else:
+            new_vectors = self._embed([items[i].text for i in changed])
+        if policy.near:
+            vector_of = {i: new_vectors[j] for j, i in enumerate(changed)}
+            candidates = [(i, items[i].chunk_id, scope_keys[i]) for i in new_positions
+                          if i not in matches and i in vector_of]
+            if candidates:
+                tokenize = self._sparse.tokenizer.tokenize
+                near = find_near(
+                    candidates, vector_of, {i: tokenize(items[i].text) for i, _, _ in candidates}, policy,
+                    self._near_candidates(tokenize),
+                )
+                matches.update(near)
+                if policy.action != "keep" and near:
+                    dropped |= set(near)
+                    keep = [j for j, i in enumerate(changed) if i not in dropped]
+                    changed = [changed[j] for j in keep]
+                    new_vectors = new_vectors[keep]
+        changed_set = set(changed)
+        unchanged = [i for i in range(len(items)) if i not in changed_set and i not in dropped]
+        merges: dict[str, list[list[str]]] = {}
+        if policy.action == "merge":
+            for i in sorted(dropped):
+                merges.setdefault(matches[i].duplicate_of, []).append([items[i].chunk_id, items[i].source])
+        old_rowids = [existing[items[i].chunk_id][0] for i in changed if items[i].chunk_id in existing]
+        new_rows = [
+            NewRow(items[i].chunk_id, items[i].text, items[i].source, items[i].metadata, new_vectors[j],
+                   system=self._system(items[i], systems.get(items[i].chunk_id), merges))
+            for j, i in enumerate(changed)
+        ]
+        updates = [(existing[items[i].chunk_id][0], items[i].source, items[i].metadata) for i in unchanged]
+        system_updates = [
+            (existing[items[i].chunk_id][0], self._system(items[i], systems.get(items[i].chunk_id), merges))
+            for i in unchanged
+        ]
+        written_ids = {items[i].chunk_id for i in changed} | {items[i].chunk_id for i in unchanged}
+        merge_targets = {cid: refs for cid, refs in merges.items() if cid not in written_ids}
+        if merge_targets:
+            stored = self._store.system_of(list(merge_targets))
+            system_updates += [
+                (stored[cid]["rowid"], {"merged": stored[cid]["merged"] + refs})
+                for cid, refs in merge_targets.items() if cid in stored
             ]
-            if vectors is not None:
-                all_vectors = l2_normalize(vectors)
-                new_vectors = all_vectors[changed] if changed else np.zeros((0, self._dense.dim), np.float32)
-            else:
-                new_vectors = self._embed([items[i].text for i in changed])
-            if policy.near:
-                vector_of = {i: new_vectors[j] for j, i in enumerate(changed)}
-                candidates = [(i, items[i].chunk_id, scope_keys[i]) for i in new_positions
-                              if i not in matches and i in vector_of]
-                if candidates:
-                    tokenize = self._sparse.tokenizer.tokenize
-                    near = find_near(
-                        candidates, vector_of, {i: tokenize(items[i].text) for i, _, _ in candidates}, policy,
-                        self._near_candidates(tokenize),
-                    )
-                    matches.update(near)
-                    if policy.action != "keep" and near:
-                        dropped |= set(near)
-                        keep = [j for j, i in enumerate(changed) if i not in dropped]
-                        changed = [changed[j] for j in keep]
-                        new_vectors = new_vectors[keep]
-            changed_set = set(changed)
-            unchanged = [i for i in range(len(items)) if i not in changed_set and i not in dropped]
-            merges: dict[str, list[list[str]]] = {}
-            if policy.action == "merge":
-                for i in sorted(dropped):
-                    merges.setdefault(matches[i].duplicate_of, []).append([items[i].chunk_id, items[i].source])
-            old_rowids = [existing[items[i].chunk_id][0] for i in changed if items[i].chunk_id in existing]
-            new_rows = [
-                NewRow(items[i].chunk_id, items[i].text, items[i].source, items[i].metadata, new_vectors[j],
-                       system=self._system(items[i], systems.get(items[i].chunk_id), merges))
-                for j, i in enumerate(changed)
-            ]
-            updates = [(existing[items[i].chunk_id][0], items[i].source, items[i].metadata) for i in unchanged]
-            system_updates = [
-                (existing[items[i].chunk_id][0], self._system(items[i], systems.get(items[i].chunk_id), merges))
-                for i in unchanged
-            ]
-            written_ids = {items[i].chunk_id for i in changed} | {items[i].chunk_id for i in unchanged}
-            merge_targets = {cid: refs for cid, refs in merges.items() if cid not in written_ids}
-            if merge_targets:
-                stored = self._store.system_of(list(merge_targets))
-                system_updates += [
-                    (stored[cid]["rowid"], {"merged": stored[cid]["merged"] + refs})
-                    for cid, refs in merge_targets.items() if cid in stored
-                ]
-            new_rowids = self._store.write(
+        expected = {c.chunk_id: existing.get(c.chunk_id) for c in items}
+        with self._index_lock.write():
+            result = self._store.write(
                 new_rows, replace_rowids=old_rowids, metadata_updates=updates,
-                system_updates=[*system_updates, *extra_updates],
+                system_updates=[*system_updates, *extra_updates], since_seq=self._seq, expected=expected,
             )
-            self._apply_changes(
+            self._committed(
+                result,
                 ChangeSet(
                     removed=old_rowids,
-                    added_rowids=new_rowids,
+                    added_rowids=result.rowids,
                     added_texts=[r.text for r in new_rows],
                     added_vectors=new_vectors,
                     added_metadata=[r.metadata for r in new_rows],
                     metadata_updated=[(rowid, metadata) for rowid, _, metadata in updates],
-                )
+                ),
             )
-            self._dirty = True
         logger.debug("stored %d chunks (%d re-indexed, %d duplicates dropped)", len(items), len(changed), len(dropped))
         return WriteResult([self._decision(i, items[i].chunk_id, matches.get(i), policy) for i in range(len(items))])
+
+    def _committed(self, result: CommitResult, ours: ChangeSet) -> None:
+        """After a local commit (caller holds the index lock alone): first what other processes committed
+        before it (read in the same transaction), then this write."""
+        if result.pending is None:  # fell behind the log: the reconciled snapshot already holds this write
+            self._follow(None, result.seq)
+            return
+        self._follow(result.pending, self._seq)
+        self._apply_changes(ours)
+        self._seq = result.seq
+        self._dirty = True
 
     @staticmethod
     def _decision(position: int, chunk_id: str, match: Match | None, policy: DedupPolicy) -> WriteDecision:
@@ -594,10 +751,10 @@ class HybridMemory:
         with self._write_lock:
             if scope is not None:
                 ids = [c.chunk_id for c in self._store.get(ids, scope=scope.bound())]
-            rowids = self._store.delete(ids)
-            self._apply_changes(ChangeSet(removed=rowids))
-            self._dirty = self._dirty or bool(rowids)
-        return len(rowids)
+            with self._index_lock.write():
+                result = self._store.delete(ids, since_seq=self._seq)
+                self._committed(result, ChangeSet(removed=result.rowids))
+        return len(result.rowids)
 
     # -- reads --------------------------------------------------------------------------------------
     def get(self, chunk_ids: Iterable[str], *, scope: Scope | Mapping[str, Any] | None = None) -> list[StoredChunk]:
@@ -632,7 +789,14 @@ class HybridMemory:
         self, metadata_filter: Mapping[str, Any] | None = None, *, scope: Scope | Mapping[str, Any] | None = None,
         as_of: Any = None,
     ) -> Iterator[StoredChunk]:
-        """Stored chunks matching the filter, in ``scope``, valid at ``as_of``, in insertion order."""
+        """Stored chunks matching the filter, in ``scope``, valid at ``as_of``, in order of first insertion,
+        read lazily in batches of 1,000.
+
+        An upsert keeps a chunk's place; a chunk deleted and added again goes to the end. Every chunk that
+        stays stored during the whole iteration is yielded exactly once, even while other threads or
+        processes write; each yielded version is the one stored when its batch was read; chunks added or
+        deleted during the iteration may or may not be yielded. Raises InvalidFilterError.
+        """
         self._check_open()
         return self._store.iter_chunks(metadata_filter, scope=_bound(scope), as_of=_instant(as_of))
 
@@ -793,23 +957,30 @@ class HybridMemory:
         }
 
     def _response(self, req: SearchRequest, result: HybridResult) -> SearchResponse:
-        # fusion ran on chunk ids (identity and tie-breaks); full rows are loaded for the winners only
-        rows = {c.chunk_id: c for c in self._store.get([hit.key for hit in result.hits])}
-        results = [
-            SearchResult(
-                chunk_id=hit.key,
-                rrf_score=hit.rrf_score,
-                text=rows[hit.key].text,
-                source=rows[hit.key].source,
-                metadata=rows[hit.key].metadata,
-                sparse_rank=hit.ranks.get("sparse"),
-                sparse_score=hit.raw_scores.get("sparse"),
-                dense_rank=hit.ranks.get("dense"),
-                dense_score=hit.raw_scores.get("dense"),
+        # fusion ran on chunk ids (identity and tie-breaks); full rows are loaded for the winners only, by
+        # rowid, so the text is that of the version scored. A rowid another process replaced during this
+        # search falls back to the chunk's current version; a chunk deleted meanwhile is left out.
+        by_rowid = self._store.rows_by_rowid([hit.doc_id for hit in result.hits])
+        gone = [hit.key for hit in result.hits if hit.doc_id not in by_rowid]
+        current = {c.chunk_id: c for c in self._store.get(gone)} if gone else {}
+        results = []
+        for hit in result.hits:
+            row = by_rowid.get(hit.doc_id) or current.get(hit.key)
+            if row is None:
+                continue
+            results.append(
+                SearchResult(
+                    chunk_id=hit.key,
+                    rrf_score=hit.rrf_score,
+                    text=row.text,
+                    source=row.source,
+                    metadata=row.metadata,
+                    sparse_rank=hit.ranks.get("sparse"),
+                    sparse_score=hit.raw_scores.get("sparse"),
+                    dense_rank=hit.ranks.get("dense"),
+                    dense_score=hit.raw_scores.get("dense"),
+                )
             )
-            for hit in result.hits
-            if hit.key in rows  # a chunk deleted meanwhile is skipped
-        ]
         return SearchResponse(query_id=req.query_id, total_retrieved=len(results), results=results)
 
     def search(
@@ -840,16 +1011,27 @@ class HybridMemory:
         Each engine returns ``candidate_multiplier × top_k`` candidates; an engine whose weight is 0 is not
         run. Results are ordered by score descending, ties by chunk_id.
 
+        Consistency: every write that returned before this call began, in this process or any other, is
+        searched (other processes' commits are applied first, from the store's change log). Within this
+        process a search and a write never overlap on the indexes: each result's text, source and metadata
+        are those of the version that was scored. A write committed by another process while this search
+        runs may not be seen by it; if it replaced a scored chunk, the result carries the chunk's new text,
+        source and metadata with the old version's scores (the chunk is never missed); if it deleted one,
+        that chunk is left out.
+
         Raises:
             InvalidRequestError: a request field is invalid (the message names it), or ``query_vector`` has
                 the wrong shape.
             InvalidFilterError: the metadata filter is malformed.
         """
+        self._check_open()
         prior = self._recency(recency)
-        req, allowed = self._prepare(request, fields, scope)
-        query = self._query(req, query_vector)
-        result = self._searcher.search(query, **self._search_args(req, allowed, prior))
-        return self._response(req, self._with_prior(req, result, prior))
+        self._catch_up()
+        with self._index_lock.read():
+            req, allowed = self._prepare(request, fields, scope)
+            query = self._query(req, query_vector)
+            result = self._searcher.search(query, **self._search_args(req, allowed, prior))
+            return self._response(req, self._with_prior(req, result, prior))
 
     async def asearch(
         self,
@@ -863,11 +1045,28 @@ class HybridMemory:
     ) -> SearchResponse:
         """Async :meth:`search`: both engines run in worker threads under ``asyncio.gather``; the event loop
         is never blocked. Same arguments, result and errors."""
+        self._check_open()
         prior = self._recency(recency)
-        req, allowed = await asyncio.to_thread(self._prepare, request, fields, scope)
-        query = self._query(req, query_vector)
-        result = await self._searcher.asearch(query, **self._search_args(req, allowed, prior))
-        return await asyncio.to_thread(lambda: self._response(req, self._with_prior(req, result, prior)))
+        await asyncio.to_thread(self._catch_up)
+        await self._acquire_read_async()
+        try:
+            req, allowed = await asyncio.to_thread(self._prepare, request, fields, scope)
+            query = self._query(req, query_vector)
+            result = await self._searcher.asearch(query, **self._search_args(req, allowed, prior))
+            return await asyncio.to_thread(lambda: self._response(req, self._with_prior(req, result, prior)))
+        finally:
+            self._index_lock.release_read()
+
+    async def _acquire_read_async(self) -> None:
+        """Take the index lock shared without blocking the event loop; if the caller is cancelled while
+        waiting, the hold taken meanwhile is released."""
+        task = asyncio.ensure_future(asyncio.to_thread(self._index_lock.acquire_read))
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(lambda t: t.cancelled() or t.exception() or self._index_lock.release_read())
+            raise
+
 
     def _query(self, req: SearchRequest, query_vector: np.ndarray | Sequence[float] | None) -> Query:
         if query_vector is None:
@@ -888,33 +1087,74 @@ class HybridMemory:
         self._dense.wait()
 
     def persist(self) -> None:
-        """Write the derived indexes next to the store (the store itself is always durable)."""
+        """Save the derived indexes next to the store, after applying other processes' changes.
+
+        The store itself needs no saving: each write is committed when it returns (durable as
+        ``synchronous`` says). Saves of several processes are serialised by an inter-process file lock
+        (``.indexes.lock``), go through unique temporary names and are swapped in whole; a save older than
+        the one on disk (a lower change-log position) is skipped. Raises StoreBusyError when another
+        process holds the lock for more than 10 minutes.
+        """
         self._check_open()
-        if self.path is None or not self._dirty:
+        if self.path is None:
             return
-        with self._write_lock:
-            self._sparse.wait()
-            self._save_bm25_atomically()
-            self._save_dir_atomically("dense", self._dense.save)
-            (self.path / "dense.faiss").unlink(missing_ok=True)  # the flat index of earlier versions
+        self._catch_up()
+        if not self._dirty:
+            return
+        self._sparse.wait()
+        self._dense.wait()
+        self._save_indexes()
+
+    def _save_indexes(self) -> None:
+        """Write bm25/ and dense.faiss under the file lock; readers (other threads) may search meanwhile."""
+        with self._index_lock.read(), self._index_files():
+            self._remove_stale_temporaries()
+            saved = self._saved_state()
+            if saved.get("seq", -1) > self._seq:
+                logger.debug("index files on disk are newer (seq %s > %s); not overwritten", saved["seq"], self._seq)
+            else:
+                self._save_dir_atomically("bm25", self._sparse.save)
+                self._save_dir_atomically("dense", self._dense.save)
+                (self.path / "dense.faiss").unlink(missing_ok=True)  # the flat index of earlier versions
+                self._write_saved_state({"seq": self._seq, "saved_at": time.time(), "pid": os.getpid()})
             self._dirty = False
 
-    def _save_bm25_atomically(self) -> None:
-        """Write bm25/ as a whole: into bm25.tmp, then swap directories, so a crash or a reader in another
-        process never sees files from two different saves (a missing bm25/ only means: rebuild)."""
-        self._save_dir_atomically("bm25", self._sparse.save)
+    def _saved_state(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.path / "indexes.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _write_saved_state(self, state: Mapping[str, Any]) -> None:
+        fd, tmp = tempfile.mkstemp(prefix=".indexes-", suffix=".tmp", dir=self.path)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(state, fh)
+        os.replace(tmp, self.path / "indexes.json")
+
+    def _remove_stale_temporaries(self) -> None:
+        """Leftovers of a save that was killed (caller holds the file lock, so no save is running)."""
+        for stale in [*self.path.glob(".bm25-*"), *self.path.glob(".dense-*"), *self.path.glob(".indexes-*"),
+                      *(self.path / f"{name}.{kind}" for name in ("bm25", "dense") for kind in ("tmp", "old"))]:
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
+            elif stale.exists():
+                stale.unlink(missing_ok=True)
 
     def _save_dir_atomically(self, name: str, save: Any) -> None:
-        """``save(directory)`` into ``name.tmp``, then swap it in for ``name`` (see :meth:`_save_bm25_atomically`)."""
-        final, tmp, old = self.path / name, self.path / f"{name}.tmp", self.path / f"{name}.old"
-        for stale in (tmp, old):
-            if stale.exists():
-                shutil.rmtree(stale)
-        save(tmp)
-        if final.exists():
-            final.rename(old)
-        tmp.rename(final)
-        shutil.rmtree(old, ignore_errors=True)
+        """``save(directory)`` into a uniquely named folder, then swap it in for ``name`` (caller holds the
+        file lock, so no other process loads between the two renames; a crash between them only means a
+        rebuild, and the leftovers are removed by the next save)."""
+        final = self.path / name
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", suffix=".tmp", dir=self.path))
+        old = tmp.with_suffix(".old")
+        try:
+            save(tmp)
+            if final.exists():
+                final.rename(old)
+            tmp.rename(final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(old, ignore_errors=True)
 
     def stats(self) -> dict[str, Any]:
         """Counts and parameters: chunks, BM25 segments, vectors, embedder, path."""
@@ -929,6 +1169,8 @@ class HybridMemory:
             "embedder": {"name": self.embedder.name, "dim": int(self.embedder.dim)},
             "bm25": self._sparse.config(),
             "candidate_multiplier": self.candidate_multiplier,
+            "change_log_seq": self._seq,
+            "last_open_sync": self.last_sync,
         }
 
     def close(self) -> None:

@@ -3,12 +3,24 @@
 Every content version of a chunk gets a fresh ``rowid`` (``AUTOINCREMENT``: never reused), and the
 BM25 and FAISS indexes are keyed by rowid. An index is therefore in sync exactly when its set of rowids
 equals the store's, which is how a reopened memory finds out what a saved index misses.
+
+Several processes may open one store. Every write appends to the ``changes`` log in the same
+transaction (``seq`` ascending, ``rowid``, ``kind``: added / removed / metadata changed), so a process
+that sees ``PRAGMA data_version`` move (another connection committed) replays the log from the last
+``seq`` it applied (:meth:`SQLiteStore.changes_since`) instead of rebuilding its indexes. The log keeps
+the last ``log_keep`` entries; a process that fell further behind reconciles by diffing rowids.
+
+Durability: WAL journal. ``synchronous="full"`` (the default) fsyncs the WAL at every commit, so a write
+that returned survives power loss; ``"normal"`` survives a crash of the process (SIGKILL) but may lose the
+last transactions on power loss or an OS crash (SQLite docs, "PRAGMA synchronous").
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -19,10 +31,18 @@ from typing import Any
 
 import numpy as np
 
+from ._exceptions import StoreBusyError
+from .changes import ChangeSet
 from .filters import compile_filter, register_sql_functions
 from .models import StoredChunk
 
-__all__ = ["NewRow", "SQLiteStore", "content_hash"]
+__all__ = ["ADDED", "METADATA", "REMOVED", "CommitResult", "NewRow", "SQLiteStore", "content_hash"]
+
+logger = logging.getLogger(__name__)
+
+ADDED, REMOVED, METADATA = 0, 1, 2
+"""``changes.kind``: a rowid was inserted, deleted (or replaced by a new version), or had its metadata or
+system columns (scope, event time, merges) updated."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -37,6 +57,12 @@ CREATE TABLE IF NOT EXISTS chunks (
     updated_at REAL NOT NULL,
     vector BLOB
 );
+CREATE TABLE IF NOT EXISTS changes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    rowid INTEGER NOT NULL,
+    kind INTEGER NOT NULL,
+    chunk_id TEXT NOT NULL
+);
 """
 
 SYSTEM_COLUMNS = {
@@ -48,10 +74,12 @@ SYSTEM_COLUMNS = {
     "valid_to": "REAL",
     "superseded_by": "TEXT",
     "merged": "TEXT NOT NULL DEFAULT '[]'",
+    "ord": "INTEGER",
 }
 """Columns beside the chunk's own fields: scope (tenant, user_id, agent_id, session_id), event time
 (valid_from, valid_to, superseded_by) and dedup merges (JSON list of ``[chunk_id, source]``). A store written
-before they existed gets them by ``ALTER TABLE ADD COLUMN`` (NULL / '[]' for the old rows) when it opens."""
+before they existed gets them by ``ALTER TABLE ADD COLUMN`` (NULL / '[]' for the old rows) when it opens.
+``ord`` is the chunk's place in :meth:`SQLiteStore.iter_chunks` (its first rowid, kept across upserts)."""
 _SCOPE_COLUMNS = ("tenant", "user_id", "agent_id", "session_id")
 _INDEXES = {
     "chunks_tenant": "tenant",
@@ -59,8 +87,10 @@ _INDEXES = {
     "chunks_agent_id": "agent_id",
     "chunks_session_id": "session_id",
     "chunks_content_hash": "content_hash",
+    "chunks_ord": "ord",
 }
-_SYSTEM_SELECT = ", ".join(SYSTEM_COLUMNS)
+_SYSTEM_SELECT = ", ".join(c for c in SYSTEM_COLUMNS if c != "ord")
+_SYSTEM_VALUES = tuple(c for c in SYSTEM_COLUMNS if c != "ord")
 
 
 def scope_sql(scope: Mapping[str, str] | None, as_of: float | None) -> tuple[str, list[Any]]:
@@ -92,6 +122,18 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+class WriteConflict(Exception):
+    """Internal: the rows a write was prepared against changed in another process; prepare it again."""
+
+
+@dataclass
+class _Transaction:
+    pending: ChangeSet | None
+    rowids: list[int] = field(default_factory=list)
+    log: list[tuple[int, int, str]] = field(default_factory=list)
+    result: CommitResult | None = None
+
+
 @dataclass(frozen=True)
 class NewRow:
     """A chunk version about to be written."""
@@ -115,21 +157,40 @@ class SQLiteStore:
 
     Args:
         path: database file; None keeps everything in memory.
+        synchronous: ``"full"`` (default: a returned write survives power loss) or ``"normal"`` (survives
+            a killed process, not a power cut); SQLite's ``PRAGMA synchronous`` in WAL mode.
+        busy_timeout: seconds a write waits for another process's write transaction before it raises
+            :class:`~hybrid_memory.StoreBusyError` (default 30).
+        log_keep: change-log entries kept for other processes to catch up from (default 100,000).
 
-    One connection is shared by the memory's threads behind a lock; writes are transactions, so a crash
-    leaves either the old or the new state, never a half-written chunk.
+    One connection is shared by the memory's threads behind a lock; writes are ``BEGIN IMMEDIATE``
+    transactions, so a crash leaves either the old or the new state, never a half-written chunk, and
+    writers in several processes are serialised by SQLite.
     """
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(
+        self,
+        path: Path | None,
+        *,
+        synchronous: str = "full",
+        busy_timeout: float = 30.0,
+        log_keep: int = 100_000,
+    ) -> None:
+        if synchronous not in ("full", "normal"):
+            raise ValueError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
         self.path = path
+        self.log_keep = int(log_keep)
         self._lock = threading.RLock()
-        self._conn = sqlite3.connect(":memory:" if path is None else str(path), check_same_thread=False)
+        self._conn = sqlite3.connect(
+            ":memory:" if path is None else str(path), check_same_thread=False, timeout=busy_timeout
+        )
         if path is not None:
             self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.executescript(_SCHEMA)
-        register_sql_functions(self._conn)  # hm_canonical_json, for list equality in filter SQL
-        self._migrate()
+        self._conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        with self._lock, self._busy("open"):
+            self._conn.executescript(_SCHEMA)
+            register_sql_functions(self._conn)  # hm_canonical_json, for list equality in filter SQL
+            self._migrate()
 
     def _migrate(self) -> None:
         """Add the :data:`SYSTEM_COLUMNS` and their indexes to a store written before they existed."""
@@ -138,8 +199,29 @@ class SQLiteStore:
             for name, kind in SYSTEM_COLUMNS.items():
                 if name not in present:
                     self._conn.execute(f"ALTER TABLE chunks ADD COLUMN {name} {kind}")
+            # stores written before the ord column: a chunk's place is its rowid (its insertion order)
+            self._conn.execute("UPDATE chunks SET ord = rowid WHERE ord IS NULL")
             for index, column in _INDEXES.items():
                 self._conn.execute(f"CREATE INDEX IF NOT EXISTS {index} ON chunks ({column})")
+
+    @contextlib.contextmanager
+    def _busy(self, what: str) -> Iterator[None]:
+        """Turn SQLite's "database is locked" (another process held the write lock too long) into StoreBusyError."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise StoreBusyError(
+                    f"{what}: the memory at {self.path} stayed locked by another process's write for longer than "
+                    f"the busy timeout ({exc}); retry, or open it with a longer busy_timeout"
+                ) from exc
+            raise
+
+    def data_version(self) -> int:
+        """SQLite's ``PRAGMA data_version``: changes when another connection (any process) commits; cheap."""
+        with self._lock:
+            return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+
 
     # -- meta ---------------------------------------------------------------------------------------
     def get_meta(self, key: str) -> Any:
@@ -150,90 +232,225 @@ class SQLiteStore:
 
     def set_meta(self, key: str, value: Any) -> None:
         """Store a JSON-serialisable value under key."""
-        with self._lock, self._conn:
+        with self._lock, self._busy("set_meta"), self._conn:
             self._conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value)))
 
     # -- writes -------------------------------------------------------------------------------------
     def lookup(self, chunk_ids: Sequence[str]) -> dict[str, tuple[int, str]]:
         """chunk_id -> (rowid, content_hash) for the ids that are stored."""
-        found: dict[str, tuple[int, str]] = {}
         with self._lock:
-            for start in range(0, len(chunk_ids), 500):
-                batch = list(chunk_ids[start : start + 500])
-                marks = ",".join("?" * len(batch))
-                for chunk_id, rowid, digest in self._conn.execute(
-                    f"SELECT chunk_id, rowid, content_hash FROM chunks WHERE chunk_id IN ({marks})", batch
-                ):
-                    found[chunk_id] = (rowid, digest)
+            return self._lookup(chunk_ids)
+
+    def _lookup(self, chunk_ids: Sequence[str]) -> dict[str, tuple[int, str]]:
+        found: dict[str, tuple[int, str]] = {}
+        for start in range(0, len(chunk_ids), 500):
+            batch = list(chunk_ids[start : start + 500])
+            marks = ",".join("?" * len(batch))
+            for chunk_id, rowid, digest in self._conn.execute(
+                f"SELECT chunk_id, rowid, content_hash FROM chunks WHERE chunk_id IN ({marks})", batch
+            ):
+                found[chunk_id] = (rowid, digest)
         return found
 
     def write(
-        self, new_rows: Sequence[NewRow], replace_rowids: Sequence[int] = (), metadata_updates: Iterable[tuple] = (),
+        self,
+        new_rows: Sequence[NewRow],
+        replace_rowids: Sequence[int] = (),
+        metadata_updates: Iterable[tuple] = (),
         system_updates: Iterable[tuple[int, Mapping[str, Any]]] = (),
-    ) -> list[int]:
-        """In one transaction: delete ``replace_rowids``, insert ``new_rows``, update metadata in place.
+        *,
+        since_seq: int | None = None,
+        expected: Mapping[str, tuple[int, str] | None] | None = None,
+    ) -> CommitResult:
+        """In one ``BEGIN IMMEDIATE`` transaction: delete ``replace_rowids``, insert ``new_rows``, update
+        metadata in place, and log each change.
 
-        A chunk whose row is replaced keeps its ``created_at``. ``metadata_updates`` are
-        ``(rowid, source, metadata)`` for chunks whose text did not change (their rowid stays);
-        ``system_updates`` are ``(rowid, {column: value})`` for :data:`SYSTEM_COLUMNS` of kept rows (scope,
-        event time, merges), applied last.
+        A chunk whose row is replaced keeps its ``created_at`` and its place in :meth:`iter_chunks`.
+        ``metadata_updates`` are ``(rowid, source, metadata)`` for chunks whose text did not change (their
+        rowid stays); ``system_updates`` are ``(rowid, {column: value})`` for :data:`SYSTEM_COLUMNS` of kept
+        rows (scope, event time, merges), applied last.
 
-        Returns:
-            The new rowids, in the order of ``new_rows``.
+        Args:
+            since_seq: the change-log position the caller's indexes reflect; the changes other processes
+                committed after it are read inside this transaction and returned as ``pending`` (they
+                come before this write). None skips that read.
+            expected: chunk_id -> ``(rowid, content_hash)`` (or None: not stored) as the caller saw it
+                before preparing the write; if another process changed any of them since, nothing is
+                written and :class:`WriteConflict` is raised, so the caller prepares the write again.
+
+        Raises:
+            WriteConflict: ``expected`` no longer holds.
+            StoreBusyError: another process held the write lock longer than the busy timeout.
         """
         now = time.time()
-        rowids: list[int] = []
-        with self._lock, self._conn:
-            created: dict[str, float] = {}
+        metadata_updates = list(metadata_updates)
+        with self._write_transaction(since_seq) as txn:
+            if expected is not None:
+                found = self._lookup(list(expected))
+                if any(found.get(chunk_id) != state for chunk_id, state in expected.items()):
+                    raise WriteConflict("another process changed these chunks meanwhile")
+            kept: dict[str, tuple[float, int]] = {}
             for start in range(0, len(replace_rowids), 500):
-                batch = list(replace_rowids[start : start + 500])
+                batch = [int(r) for r in replace_rowids[start : start + 500]]
                 marks = ",".join("?" * len(batch))
-                created.update(
-                    self._conn.execute(
-                        f"SELECT chunk_id, created_at FROM chunks WHERE rowid IN ({marks})", batch
-                    ).fetchall()
-                )
+                for rowid, chunk_id, created_at, ord_ in self._conn.execute(
+                    f"SELECT rowid, chunk_id, created_at, ord FROM chunks WHERE rowid IN ({marks})", batch
+                ):
+                    kept[chunk_id] = (created_at, ord_)
+                    txn.log.append((rowid, REMOVED, chunk_id))
                 self._conn.execute(f"DELETE FROM chunks WHERE rowid IN ({marks})", batch)
             for row in new_rows:
+                created_at, ord_ = kept.get(row.chunk_id, (now, None))
                 system = _system_values(row.system)
                 cursor = self._conn.execute(
-                    "INSERT INTO chunks (chunk_id, text, source, metadata, content_hash, created_at, updated_at, vector,"
-                    f" {_SYSTEM_SELECT}) VALUES (?, ?, ?, ?, ?, ?, ?, ?{', ?' * len(SYSTEM_COLUMNS)})",
+                    "INSERT INTO chunks (chunk_id, text, source, metadata, content_hash, created_at, updated_at,"
+                    f" vector, ord, {_SYSTEM_SELECT}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?{', ?' * len(_SYSTEM_VALUES)})",
                     (
                         row.chunk_id,
                         row.text,
                         row.source,
                         json.dumps(row.metadata, ensure_ascii=False),
                         content_hash(row.text),
-                        created.get(row.chunk_id, now),
+                        created_at,
                         now,
                         np.ascontiguousarray(row.vector, dtype="<f4").tobytes(),
+                        ord_,
                         *system,
                     ),
                 )
-                rowids.append(int(cursor.lastrowid))
+                rowid = int(cursor.lastrowid)
+                if ord_ is None:  # a new chunk: its place is its first rowid (unique, never reused)
+                    self._conn.execute("UPDATE chunks SET ord = rowid WHERE rowid = ?", (rowid,))
+                txn.rowids.append(rowid)
+                txn.log.append((rowid, ADDED, row.chunk_id))
             for rowid, source, metadata in metadata_updates:
                 self._conn.execute(
                     "UPDATE chunks SET source = ?, metadata = ?, updated_at = ? WHERE rowid = ?",
                     (source, json.dumps(metadata, ensure_ascii=False), now, rowid),
                 )
+                txn.log.append((int(rowid), METADATA, ""))
             for rowid, system in system_updates:
-                names = [n for n in system if n in SYSTEM_COLUMNS]
+                names = [n for n in system if n in _SYSTEM_VALUES]
                 if names:
                     self._conn.execute(
                         f"UPDATE chunks SET {', '.join(n + ' = ?' for n in names)} WHERE rowid = ?",
                         (*_system_values(system, names), rowid),
                     )
-        return rowids
+                    txn.log.append((int(rowid), METADATA, ""))
+        return txn.result
 
-    def delete(self, chunk_ids: Sequence[str]) -> list[int]:
-        """Delete chunks by id (unknown ids are ignored). Returns the rowids removed."""
-        rowids = [rowid for rowid, _ in self.lookup(list(chunk_ids)).values()]
-        if rowids:
-            self.write([], replace_rowids=rowids)
-        return rowids
+    def delete(self, chunk_ids: Sequence[str], *, since_seq: int | None = None) -> CommitResult:
+        """Delete chunks by id (unknown ids are ignored), looked up inside the transaction.
+
+        Returns:
+            A :class:`CommitResult` whose ``rowids`` are the rowids removed.
+        """
+        with self._write_transaction(since_seq) as txn:
+            found = self._lookup(list(chunk_ids))
+            rowids = sorted(rowid for rowid, _ in found.values())
+            for start in range(0, len(rowids), 500):
+                batch = rowids[start : start + 500]
+                self._conn.execute(f"DELETE FROM chunks WHERE rowid IN ({','.join('?' * len(batch))})", batch)
+            txn.rowids.extend(rowids)
+            txn.log.extend((rowid, REMOVED, chunk_id) for chunk_id, (rowid, _) in found.items())
+        return txn.result
+
+    @contextlib.contextmanager
+    def _write_transaction(self, since_seq: int | None) -> Iterator[_Transaction]:
+        with self._lock, self._busy("write"):
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                txn = _Transaction(self._changes_since(since_seq) if since_seq is not None else None)
+                yield txn
+                if txn.log:
+                    self._conn.executemany("INSERT INTO changes (rowid, kind, chunk_id) VALUES (?, ?, ?)", txn.log)
+                seq = self._last_seq()
+                self._prune_log(seq)
+                self._conn.commit()
+            except BaseException:
+                self._conn.rollback()
+                raise
+        txn.result = CommitResult(txn.rowids, seq, txn.pending)
+
+    def _last_seq(self) -> int:
+        row = self._conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'changes'").fetchone()
+        return int(row[0]) if row else 0
+
+    def _horizon(self) -> int:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = 'change_log_horizon'").fetchone()
+        return int(json.loads(row[0])) if row else 0
+
+    def _prune_log(self, seq: int) -> None:
+        """Keep the log bounded: past 2 x log_keep entries, drop all but the last log_keep (amortised O(1))."""
+        horizon = self._horizon()
+        if seq - horizon <= 2 * self.log_keep:
+            return
+        horizon = seq - self.log_keep
+        self._conn.execute("DELETE FROM changes WHERE seq <= ?", (horizon,))
+        self._conn.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('change_log_horizon', ?)", (json.dumps(horizon),)
+        )
+        logger.debug("change log pruned up to seq %d", horizon)
+
+    def last_seq(self) -> int:
+        """The change-log position of the last committed write (0 for a new store)."""
+        with self._lock:
+            return self._last_seq()
+
+    def changes_since(self, seq: int) -> tuple[ChangeSet | None, int]:
+        """What other connections committed after log position ``seq``, read in one snapshot.
+
+        Returns:
+            ``(changes, last_seq)``: the net :class:`ChangeSet` (rowids removed; rowids added and still
+            stored, with their texts, vectors and metadata; metadata updates of rows that stay) and the
+            log position it brings the caller to. ``changes`` is None when ``seq`` is older than the log
+            keeps: the caller must reconcile by comparing rowids (:meth:`rowids`).
+        """
+        with self._lock:
+            self._conn.execute("BEGIN")
+            try:
+                return self._changes_since(seq), self._last_seq()
+            finally:
+                self._conn.commit()
+
+    def _changes_since(self, seq: int) -> ChangeSet | None:
+        if seq < self._horizon():
+            return None
+        entries = self._conn.execute("SELECT rowid, kind FROM changes WHERE seq > ? ORDER BY seq", (seq,)).fetchall()
+        if not entries:
+            return ChangeSet()
+        removed = sorted({r for r, kind in entries if kind == REMOVED})
+        gone = set(removed)
+        added = sorted({r for r, kind in entries if kind == ADDED and r not in gone})
+        new = set(added)
+        updated = sorted({r for r, kind in entries if kind == METADATA and r not in gone and r not in new})
+        rows = self._select("rowid, text, vector, metadata", added + updated)
+        added = [r for r in added if r in rows]  # rowids are never reused, so "not stored" means removed later
+        vectors = None
+        if added:
+            vectors = np.stack([np.frombuffer(rows[r][2], dtype="<f4") for r in added]).astype(np.float32)
+        return ChangeSet(
+            removed=removed,
+            added_rowids=np.asarray(added, dtype=np.int64),
+            added_texts=[rows[r][1] for r in added],
+            added_vectors=vectors,
+            added_metadata=[json.loads(rows[r][3]) for r in added],
+            metadata_updated=[(r, json.loads(rows[r][3])) for r in updated if r in rows],
+        )
 
     # -- reads --------------------------------------------------------------------------------------
+    def snapshot(self) -> tuple[np.ndarray, int]:
+        """``(rowids, last_seq)`` read in one snapshot: every stored rowid, int64 (n,) ascending, and the
+        change-log position they reflect."""
+        with self._lock:
+            self._conn.execute("BEGIN")
+            try:
+                rows = self._conn.execute("SELECT rowid FROM chunks ORDER BY rowid").fetchall()
+                seq = self._last_seq()
+            finally:
+                self._conn.commit()
+        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)), seq
+
     def rowids(self) -> np.ndarray:
         """All stored rowids, int64 (n,), ascending."""
         with self._lock:
@@ -261,6 +478,24 @@ class SQLiteStore:
             rows = self._conn.execute(f"SELECT rowid FROM chunks WHERE {sql} ORDER BY rowid", params).fetchall()
         return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
 
+    def index_rows(self, rowids: Sequence[int], dim: int) -> tuple[np.ndarray, list[str], np.ndarray]:
+        """``(found, texts, vectors)`` of the given rowids that are still stored, read in one snapshot:
+        int64 (m,) ascending, m texts, float32 (m, dim). Rows deleted meanwhile (by another process) are
+        left out: the change log removes them anyway. ``dim`` 0 reads no vectors."""
+        ids = sorted({int(r) for r in rowids})
+        with self._lock:
+            self._conn.execute("BEGIN")
+            try:
+                found = self._select("rowid, text, vector" if dim else "rowid, text", ids)
+            finally:
+                self._conn.commit()
+        kept = [r for r in ids if r in found]
+        vectors = np.empty((len(kept), dim), dtype=np.float32)
+        if dim:  # dim 0: texts only
+            for i, rowid in enumerate(kept):
+                vectors[i] = np.frombuffer(found[rowid][2], dtype="<f4")
+        return np.asarray(kept, dtype=np.int64), [found[r][1] for r in kept], vectors
+
     def texts(self, rowids: Sequence[int]) -> list[str]:
         """Texts of the given rowids, in the given order. Raises KeyError for an unknown rowid."""
         found = self._select("rowid, text", rowids)
@@ -275,8 +510,20 @@ class SQLiteStore:
         return out
 
     def chunk_ids_by_rowid(self, rowids: Sequence[int]) -> dict[int, str]:
-        """rowid -> chunk_id for the given rowids that exist."""
-        return {rowid: row[1] for rowid, row in self._select("rowid, chunk_id", rowids).items()}
+        """rowid -> chunk_id for the given rowids that exist, or that another process removed while the
+        caller's indexes still held them (from the change log), so a search racing that write keeps the
+        chunk when it was replaced: :meth:`get` then finds its current version."""
+        found = {rowid: row[1] for rowid, row in self._select("rowid, chunk_id", rowids).items()}
+        gone = [int(r) for r in rowids if int(r) not in found]
+        if gone:
+            with self._lock:
+                for start in range(0, len(gone), 500):
+                    batch = gone[start : start + 500]
+                    found.update(self._conn.execute(
+                        f"SELECT rowid, chunk_id FROM changes WHERE kind = {REMOVED} AND rowid IN "
+                        f"({','.join('?' * len(batch))})", batch
+                    ).fetchall())
+        return found
 
     def get(self, chunk_ids: Sequence[str], scope: Mapping[str, str] | None = None) -> list[StoredChunk]:
         """Chunks in the given order; unknown ids, and ids outside ``scope``, are skipped."""
@@ -298,15 +545,21 @@ class SQLiteStore:
         self, metadata_filter: Mapping[str, Any] | None = None, batch_size: int = 1000,
         scope: Mapping[str, str] | None = None, as_of: float | None = None,
     ) -> Iterator[StoredChunk]:
-        """Chunks matching the filter, in ``scope``, valid at ``as_of``, in insertion (rowid) order, read in
-        batches."""
+        """Chunks matching the filter, in ``scope``, valid at ``as_of``, in order of first insertion, read in
+        batches of ``batch_size``.
+
+        Order: the order in which chunk ids were first stored; an upsert keeps a chunk's place (a chunk
+        deleted and added again goes to the end). Every chunk stored for the whole iteration is yielded
+        exactly once, even while other threads or processes upsert; each yielded version is the one
+        stored when its batch was read; chunks added or deleted meanwhile may or may not appear.
+        """
         sql, params = _where(metadata_filter, scope, as_of)
         last = -1
         while True:
             with self._lock:
                 rows = self._conn.execute(
-                    "SELECT rowid, chunk_id, text, source, metadata, content_hash, created_at, updated_at,"
-                    f" {_SYSTEM_SELECT} FROM chunks WHERE rowid > ? AND {sql} ORDER BY rowid LIMIT ?",
+                    "SELECT ord, chunk_id, text, source, metadata, content_hash, created_at, updated_at,"
+                    f" {_SYSTEM_SELECT} FROM chunks WHERE ord > ? AND {sql} ORDER BY ord LIMIT ?",
                     [last, *params, batch_size],
                 ).fetchall()
             if not rows:
@@ -320,13 +573,23 @@ class SQLiteStore:
         where, params = scope_sql(scope, None)
         with self._lock:
             return dict(self._conn.execute(
-                f"SELECT chunk_id, content_hash FROM chunks WHERE {where} ORDER BY rowid", params
+                f"SELECT chunk_id, content_hash FROM chunks WHERE {where} ORDER BY ord", params
             ).fetchall())
+
+    def rows_by_rowid(self, rowids: Sequence[int]) -> dict[int, StoredChunk]:
+        """rowid -> the stored chunk version of that rowid, for the given rowids that still exist."""
+        return {
+            rowid: _stored(row[1:])
+            for rowid, row in self._select(
+                f"rowid, chunk_id, text, source, metadata, content_hash, created_at, updated_at, {_SYSTEM_SELECT}",
+                rowids,
+            ).items()
+        }
 
     def system_of(self, chunk_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """chunk_id -> its :data:`SYSTEM_COLUMNS` values (``merged`` decoded) and ``rowid``, for stored ids."""
         found: dict[str, dict[str, Any]] = {}
-        names = ["rowid", *SYSTEM_COLUMNS]
+        names = ["rowid", *_SYSTEM_VALUES]
         with self._lock:
             for start in range(0, len(chunk_ids), 500):
                 batch = list(chunk_ids[start : start + 500])
@@ -394,7 +657,7 @@ def _where(
     return f"{extra} AND {sql}", [*extra_params, *params]
 
 
-def _system_values(system: Mapping[str, Any], names: Sequence[str] = tuple(SYSTEM_COLUMNS)) -> list[Any]:
+def _system_values(system: Mapping[str, Any], names: Sequence[str] = _SYSTEM_VALUES) -> list[Any]:
     """Column values in the order of ``names``; ``merged`` as JSON text ('[]' when absent)."""
     values = []
     for name in names:
@@ -407,7 +670,7 @@ def _system_values(system: Mapping[str, Any], names: Sequence[str] = tuple(SYSTE
 
 def _stored(row: Sequence[Any]) -> StoredChunk:
     chunk_id, text, source, metadata, digest, created_at, updated_at, *system = row
-    extra = dict(zip(SYSTEM_COLUMNS, system)) if system else {}
+    extra = dict(zip(_SYSTEM_VALUES, system)) if system else {}
     merged = json.loads(extra.pop("merged", None) or "[]")
     return StoredChunk.model_construct(
         chunk_id=chunk_id,
