@@ -122,6 +122,19 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+@dataclass(frozen=True)
+class CommitResult:
+    """What :meth:`SQLiteStore.write` committed, and what other processes had committed before it."""
+
+    rowids: list[int]
+    """The new rowids, in the order of the written rows."""
+    seq: int
+    """The change-log position after this write (every earlier entry is covered by ``pending`` + this write)."""
+    pending: ChangeSet | None
+    """Other processes' changes since ``since_seq``, read inside this write's transaction (so they precede
+    it); None when ``since_seq`` is older than the log keeps (reconcile by rowids instead)."""
+
+
 class WriteConflict(Exception):
     """Internal: the rows a write was prepared against changed in another process; prepare it again."""
 
