@@ -7,7 +7,7 @@ a ``Document`` with ``id = chunk_id``, in the core's order.
 
 from __future__ import annotations
 
-import uuid
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from os import PathLike
 from typing import Any
@@ -23,14 +23,23 @@ from hybrid_memory import (
     HybridMemory,
     HybridParams,
     InvalidRequestError,
+    Scope,
+    ScopedMemory,
     SearchRequest,
     SearchResponse,
     SearchResult,
 )
+from hybrid_memory.scopes import as_scope
 
 from .embeddings import as_core_embedder
 
-__all__ = ["RETRIEVAL_METADATA_KEYS", "HybridMemoryRetriever", "document_to_chunk", "result_to_document"]
+__all__ = [
+    "RETRIEVAL_METADATA_KEYS",
+    "HybridMemoryRetriever",
+    "content_chunk_id",
+    "document_to_chunk",
+    "result_to_document",
+]
 
 # defaults come from the core models, so the adapters cannot drift from them
 _DEFAULT_TOP_K: int = SearchRequest.model_fields["top_k"].default
@@ -52,10 +61,19 @@ _CALL_KWARGS = {
 _RUNNABLE_KWARGS = frozenset({"verbose"})
 
 
-def document_to_chunk(document: Document, chunk_id: str | None = None) -> Chunk:
+def content_chunk_id(text: str, source: str, scope: Scope | None = None) -> str:
+    """Deterministic id of an id-less document: ``"doc-"`` + the first 32 hex digits of the sha256 of the scope
+    key, the source and the text (NUL-separated). The same document added twice gets the same id, so re-running
+    ``from_documents`` replaces instead of doubling; the scope is part of it so two scopes never collide."""
+    key = (scope.key() if scope else "all") + "\x00" + source + "\x00" + text
+    return "doc-" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def document_to_chunk(document: Document, chunk_id: str | None = None, scope: Scope | None = None) -> Chunk:
     """Turn a LangChain ``Document`` into a core :class:`~hybrid_memory.Chunk`.
 
-    ``chunk_id`` is the argument, else ``document.id``, else a new uuid4 string; ``text`` is
+    ``chunk_id`` is the argument, else ``document.id``, else :func:`content_chunk_id` of the text, source and
+    ``scope`` (deterministic, so the same document is stored once however often it is added); ``text`` is
     ``page_content``; ``metadata`` a copy of ``document.metadata``; ``source`` is ``metadata["source"]``
     (as LangChain document loaders set it) converted to str, else ``""``.
 
@@ -64,11 +82,13 @@ def document_to_chunk(document: Document, chunk_id: str | None = None) -> Chunk:
     """
     metadata = dict(document.metadata)
     source = metadata.get("source")
+    source = "" if source is None else str(source)
+    text = document.page_content
     return make_chunk(
         {
-            "chunk_id": chunk_id or document.id or str(uuid.uuid4()),
-            "text": document.page_content,
-            "source": "" if source is None else str(source),
+            "chunk_id": chunk_id or document.id or content_chunk_id(text if isinstance(text, str) else "", source, scope),
+            "text": text,
+            "source": source,
             "metadata": metadata,
         },
         "Document",
@@ -121,8 +141,12 @@ class HybridMemoryRetriever(BaseRetriever):
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", populate_by_name=True)
 
-    memory: HybridMemory
-    """The core memory searched; the retriever does not close it."""
+    memory: HybridMemory | ScopedMemory
+    """The core memory searched (or a scoped view of it); the retriever does not close it."""
+    scope: dict[str, str] | None = None
+    """Scope the retriever is bound to (``{"user_id": "u1"}``; fields tenant, user_id, agent_id, session_id):
+    every search is restricted to it before ranking and every added document is stamped with it; per-call
+    keywords cannot change it. None: the memory's own scope (all chunks for an unscoped memory)."""
     k: int = _DEFAULT_TOP_K
     """Number of documents to return (the core's ``top_k``, 1..1000); fewer when fewer chunks match."""
     metadata_filter: dict[str, Any] | None = Field(
@@ -139,7 +163,9 @@ class HybridMemoryRetriever(BaseRetriever):
 
     @model_validator(mode="after")
     def _check_with_the_core(self) -> HybridMemoryRetriever:
-        """Bad k, weights or filter fail here, at construction, with the core's error, not at the first query."""
+        """Bad k, weights, filter or scope fail here, at construction, with the core's error, not at the first
+        query."""
+        self.target()
         HybridMemory.make_request(
             "validation probe",
             top_k=self.k,
@@ -149,6 +175,18 @@ class HybridMemoryRetriever(BaseRetriever):
             rrf_k_constant=self.rrf_k,
         )
         return self
+
+    def target(self) -> HybridMemory | ScopedMemory:
+        """What the retriever reads and writes: ``memory``, narrowed to ``scope`` when one is set.
+
+        Raises:
+            InvalidRequestError: an unknown scope field or a blank value; ScopeError when ``memory`` is a view
+                bound to another value of a field.
+        """
+        if not self.scope:
+            return self.memory
+        scope = as_scope(self.scope)
+        return self.memory.scoped(scope) if scope else self.memory
 
     # --- construction from LangChain objects --------------------------------------------------------
 
@@ -227,8 +265,9 @@ class HybridMemoryRetriever(BaseRetriever):
     def add_documents(self, documents: Iterable[Document], *, ids: Sequence[str] | None = None) -> list[str]:
         """Upsert documents into the memory; returns their chunk ids in input order.
 
-        A document whose id is already stored replaces the stored chunk; documents without an id get a
-        new uuid4 id, so adding the same id-less document twice stores it twice.
+        A document whose id is already stored replaces the stored chunk; a document without an id gets a
+        deterministic id from its text, source and scope (:func:`content_chunk_id`), so adding the same
+        id-less document twice stores it once. Documents are stamped with the retriever's scope.
 
         Raises:
             InvalidRequestError: ``ids`` of another length than ``documents``.
@@ -236,12 +275,24 @@ class HybridMemoryRetriever(BaseRetriever):
         documents = list(documents)
         if ids is not None and len(ids) != len(documents):
             raise InvalidRequestError(f"got {len(ids)} ids for {len(documents)} documents")
+        target = self.target()
+        scope = target.scope if isinstance(target, ScopedMemory) else None
         chunks = [
-            document_to_chunk(document, ids[i] if ids is not None else None) for i, document in enumerate(documents)
+            document_to_chunk(document, ids[i] if ids is not None else None, scope)
+            for i, document in enumerate(documents)
         ]
         if not chunks:
             return []
-        return self.memory.upsert(chunks)
+        seen: set[str] = set()
+        unique: list[Chunk] = []
+        for i, (chunk, document) in enumerate(zip(chunks, documents, strict=True)):
+            explicit = (ids is not None and ids[i]) or document.id
+            if not explicit and chunk.chunk_id in seen:
+                continue  # the same id-less document twice in one call is stored once
+            seen.add(chunk.chunk_id)
+            unique.append(chunk)
+        target.upsert(unique)
+        return [c.chunk_id for c in chunks]
 
     # --- retrieval ----------------------------------------------------------------------------------
 
@@ -277,9 +328,9 @@ class HybridMemoryRetriever(BaseRetriever):
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        return _documents(self.memory.search(query, **self.search_kwargs(**kwargs)))
+        return _documents(self.target().search(query, **self.search_kwargs(**kwargs)))
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        return _documents(await self.memory.asearch(query, **self.search_kwargs(**kwargs)))
+        return _documents(await self.target().asearch(query, **self.search_kwargs(**kwargs)))

@@ -17,7 +17,9 @@ from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, Query
 from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
 
 from hybrid_memory.models import make_chunk
-from hybrid_memory import Chunk, HybridMemory, HybridParams, SearchRequest, SearchResponse, SearchResult
+from hybrid_memory import Chunk, HybridMemory, HybridParams, ScopedMemory, SearchRequest, SearchResponse, SearchResult
+from hybrid_memory.dedup import DedupPolicy
+from hybrid_memory.scopes import as_scope
 
 from .embeddings import as_core_embedder
 from .filters import to_core_filter
@@ -27,6 +29,11 @@ __all__ = ["RETRIEVAL_METADATA_KEYS", "HybridMemoryRetriever", "node_to_chunk", 
 # defaults come from the core models, so the adapters cannot drift from them
 _DEFAULT_TOP_K: int = SearchRequest.model_fields["top_k"].default
 _DEFAULT_PARAMS = HybridParams()
+
+INSERT_DEDUP = DedupPolicy("skip", near=False)
+"""What :meth:`HybridMemoryRetriever.insert_nodes` does with a node whose text is already stored in the same
+scope under another id: skip it (LlamaIndex gives every ``Document`` a random uuid4 id, so this is what keeps a
+second ``from_documents`` over the same documents from doubling the memory)."""
 
 RETRIEVAL_METADATA_KEYS = ("sparse_rank", "sparse_score", "dense_rank", "dense_score")
 """Keys added to every returned node's metadata, hidden from the LLM and embedding text of the node."""
@@ -90,7 +97,9 @@ class HybridMemoryRetriever(BaseRetriever):
     :meth:`HybridMemory.search` and the LangChain adapter.
 
     Args:
-        memory: the core memory to search (the retriever does not close it).
+        memory: the core memory to search, or a scoped view of it (the retriever does not close it).
+        scope: scope the retriever is bound to (``{"user_id": "u1"}``): searches are restricted to it before
+            ranking and inserted nodes are stamped with it. None: the memory's own scope.
         similarity_top_k: number of nodes to return (the core's ``top_k``, 1..1000); fewer when fewer
             chunks match the filter.
         filters: a LlamaIndex ``MetadataFilters`` (or one ``MetadataFilter``), translated by
@@ -115,8 +124,9 @@ class HybridMemoryRetriever(BaseRetriever):
 
     def __init__(
         self,
-        memory: HybridMemory,
+        memory: HybridMemory | ScopedMemory,
         *,
+        scope: Mapping[str, str] | None = None,
         similarity_top_k: int = _DEFAULT_TOP_K,
         filters: MetadataFilters | MetadataFilter | Mapping[str, Any] | None = None,
         dense_weight: float = _DEFAULT_PARAMS.dense_weight,
@@ -126,9 +136,12 @@ class HybridMemoryRetriever(BaseRetriever):
         object_map: dict | None = None,
         verbose: bool = False,
     ) -> None:
-        if not isinstance(memory, HybridMemory):
+        if not isinstance(memory, (HybridMemory, ScopedMemory)):
             raise TypeError(f"memory must be a hybrid_memory.HybridMemory, got {type(memory).__name__}")
         self.memory = memory
+        self.scope = dict(scope) if scope else None
+        bound = as_scope(self.scope)
+        self._target = memory.scoped(bound) if bound else memory
         self.similarity_top_k = similarity_top_k
         self.filters = filters
         self.dense_weight = dense_weight
@@ -202,12 +215,14 @@ class HybridMemoryRetriever(BaseRetriever):
     def insert_nodes(self, nodes: Iterable[BaseNode]) -> list[str]:
         """Upsert nodes (or ``Document``s) into the memory; returns their chunk ids in input order.
 
-        A node whose id is already stored replaces the stored chunk.
+        A node whose id is already stored replaces the stored chunk. A node with a new id whose text is
+        already stored in the same scope is skipped (:data:`INSERT_DEDUP`); its place in the returned list holds
+        the stored chunk's id. Nodes are stamped with the retriever's scope.
         """
         chunks = [node_to_chunk(node) for node in nodes]
         if not chunks:
             return []
-        return self.memory.upsert(chunks)
+        return self._target.upsert(chunks, dedup=INSERT_DEDUP)
 
     # --- retrieval ----------------------------------------------------------------------------------
 
@@ -228,8 +243,8 @@ class HybridMemoryRetriever(BaseRetriever):
         return [result_to_node(result) for result in response.results]
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return self._to_nodes(self.memory.search(query_bundle.query_str, **self.search_kwargs()))
+        return self._to_nodes(self._target.search(query_bundle.query_str, **self.search_kwargs()))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        response = await self.memory.asearch(query_bundle.query_str, **self.search_kwargs())
+        response = await self._target.asearch(query_bundle.query_str, **self.search_kwargs())
         return self._to_nodes(response)
