@@ -246,6 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
         graph.set_defaults(func=lambda _args: _fail(reason))
     else:
         register(sub)
+
+    # the `mcp` subcommand (issue 10); the server lives in mcp_server.py and imports the SDK only when run
+    from .mcp_server import register_cli as register_mcp
+
+    register_mcp(sub, memory_args)
     return parser
 
 

@@ -150,8 +150,8 @@ class ScopedMemory:
 
     @property
     def graph_path(self) -> Any:
-        """Folder of this scope's own graph: ``<memory>/graph/scopes/<scope.key()>`` (None in RAM)."""
-        return None if self._memory.path is None else self._memory.path / "graph" / "scopes" / self.scope.key()
+        """Folder of this scope's own graph: ``<memory>/graph_scopes/<scope.key()>`` (None in RAM)."""
+        return None if self._memory.path is None else self._memory.path / "graph_scopes" / self.scope.key()
 
     def scoped(self, scope: Scope | Mapping[str, Any] | None = None, /, **fields: str) -> ScopedMemory:
         """A narrower view (more fields bound). Raises ScopeError when a field would be re-bound."""

@@ -24,12 +24,27 @@ def _open_memory(args: argparse.Namespace) -> Any:
     return open_memory(args, show_progress=False)
 
 
+def _scope(args: argparse.Namespace) -> Any:
+    from hybrid_memory.mcp_server import parse_scope
+
+    return parse_scope(getattr(args, "scope", None) or [])
+
+
+def _graph_dir(args: argparse.Namespace) -> Path:
+    """``MEMORY/graph``, or ``MEMORY/graph_scopes/<scope key>`` with ``--scope`` (one graph per scope)."""
+    scope = _scope(args)
+    return Path(args.memory) / "graph" if scope is None else Path(args.memory) / "graph_scopes" / scope.key()
+
+
 def _load(args: argparse.Namespace, **kwargs: Any) -> Any:
     from .index import GraphIndex
 
-    path = Path(args.memory) / "graph"
+    path = _graph_dir(args)
     if not (path / "manifest.json").is_file():
-        raise GraphStateError(f"no graph in {path}; run `hybrid-memory graph build --memory {args.memory}` first")
+        scope = "".join(f" --scope {pair}" for pair in getattr(args, "scope", None) or [])
+        raise GraphStateError(
+            f"no graph in {path}; run `hybrid-memory graph build --memory {args.memory}{scope}` first"
+        )
     return GraphIndex.load(path, **kwargs)
 
 
@@ -38,17 +53,19 @@ def _cmd_build(args: argparse.Namespace) -> int:
     from .patterns import OfflineExtractor
 
     with _open_memory(args) as memory:
-        if args.rebuild or not (Path(args.memory) / "graph" / "manifest.json").is_file():
+        scope = _scope(args)
+        target = memory.scoped(scope) if scope is not None else memory
+        if args.rebuild or not (_graph_dir(args) / "manifest.json").is_file():
             index = GraphIndex(
                 extractor=OfflineExtractor(proper_nouns=not args.technical),
                 max_cluster_size=10 if args.max_cluster_size is None else args.max_cluster_size,
                 seed=42 if args.seed is None else args.seed,
                 embedder=memory.embedder,
-                path=Path(args.memory) / "graph",
+                path=_graph_dir(args),
                 show_progress=True,
             )
         else:  # incremental: only what changed since the last build
-            index = GraphIndex.open(memory)
+            index = GraphIndex.open(target)
             index.show_progress = True
             saved = {"max_cluster_size": index.max_cluster_size, "seed": index.seed}
             asked = {"max_cluster_size": args.max_cluster_size, "seed": args.seed}
@@ -57,7 +74,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
                     f"the graph was built with {saved}; to change them rebuild it: add --rebuild "
                     f"(or pass the saved values to refresh incrementally)"
                 )
-        stats = index.refresh(memory)
+        stats = index.refresh(target)
     print(json.dumps({"refresh": stats.model_dump(mode="json"), "graph": index.stats()}, indent=2))
     return 0
 
@@ -138,6 +155,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         p.add_argument("--memory", required=True, help="memory directory (the graph is kept in MEMORY/graph)")
         p.add_argument("--hashing-dim", type=int, default=None,
                        help="open the memory with the HashingEmbedder of this dimension (tests, demos)")
+        p.add_argument("--scope", action="append", default=[], metavar="FIELD=VALUE",
+                       help="the graph of this scope only (tenant, user_id, agent_id, session_id; repeatable), "
+                            "kept in MEMORY/graph_scopes/")
 
     build = sub.add_parser("build", help="extract entities, cluster, write reports (incremental after the first)")
     memory_args(build)

@@ -6,6 +6,15 @@ the hashes it processed last, so it works across processes without callbacks: on
 failed chunks are extracted, the graph is updated incrementally, communities are re-clustered (each connected
 component separately, so an edit elsewhere never moves a community), and only the communities whose content
 fingerprint has no report yet are summarised.
+
+Scopes: a graph is built **per scope**. ``GraphIndex.build(memory.scoped(user_id="u1"))`` extracts, clusters and
+summarises only that scope's chunks (the view's ``chunk_hashes`` and ``get`` see nothing else) and saves under
+``<memory>/graph_scopes/<scope key>``; the unscoped memory's graph lives in ``<memory>/graph``. A graph records
+the scope it was built for and refuses to be refreshed or opened with another. Why per scope rather than one
+graph whose reports are shown only to a scope owning all their chunks: shared entities (``PostgreSQL``, a common
+service name) link the scopes' chunks, so Leiden would put most communities across scopes and those reports
+would be hidden from every scope; a report's text is also written from its chunks, so a mixed community cannot be
+summarised without mixing. Each chunk belongs to one scope, so per-scope graphs cost the same extraction work.
 """
 
 from __future__ import annotations
@@ -47,7 +56,21 @@ from .tokens import count_tokens
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GraphIndex"]
+__all__ = ["GraphIndex", "graph_path", "scope_of"]
+
+
+def scope_of(memory: Any) -> dict[str, str]:
+    """Bound scope fields of a memory or scoped view ({} for an unscoped memory)."""
+    scope = getattr(memory, "scope", None)
+    return dict(scope.bound()) if hasattr(scope, "bound") else {}
+
+
+def graph_path(memory: Any) -> Path | None:
+    """Where the graph of ``memory`` is saved: ``<memory>/graph``, or a scoped view's ``graph_path``
+    (``<memory>/graph_scopes/<scope key>``); None for a memory in RAM."""
+    if getattr(memory, "graph_path", None) is not None:
+        return Path(memory.graph_path)
+    return Path(memory.path) / "graph" if getattr(memory, "path", None) is not None else None
 
 _FETCH_BATCH = 256
 _CONTEXT_ENTITIES = 20
@@ -97,15 +120,18 @@ class GraphIndex:
         self._ranker: ReportRanker | None = None
         self._report_vectors: dict[str, Any] = {}  # report text -> embedding, for the current embedder
         self._report_vectors_for: str | None = None  # name of that embedder
+        self.scope: dict[str, str] = {}
+        """Bound fields of the scope this graph was built for ({} for the whole memory)."""
 
     # -- construction ---------------------------------------------------------------------------------
     @classmethod
     def build(cls, memory: Any, *, save: bool = True, **kwargs: Any) -> GraphIndex:
         """New index over every chunk of ``memory``, summarised, and saved under ``<memory.path>/graph`` when the
         memory is persisted and ``save`` is true. Keyword arguments as for the constructor."""
-        if kwargs.get("path") is None and getattr(memory, "path", None) is not None:
-            kwargs["path"] = Path(memory.path) / "graph"
+        if kwargs.get("path") is None:
+            kwargs["path"] = graph_path(memory)
         index = cls(**kwargs)
+        index.scope = scope_of(memory)
         index.refresh(memory, save=save)
         return index
 
@@ -113,11 +139,25 @@ class GraphIndex:
     def open(cls, memory: Any, **kwargs: Any) -> GraphIndex:
         """The index saved under ``<memory.path>/graph`` (``load``), or a new empty one; call ``refresh`` next.
         Keyword arguments as for ``load``/the constructor."""
-        path = Path(memory.path) / "graph" if getattr(memory, "path", None) is not None else None
+        path = graph_path(memory)
         kwargs.setdefault("embedder", getattr(memory, "embedder", None))
         if path is not None and (path / "manifest.json").is_file():
-            return cls.load(path, **kwargs)
-        return cls(path=path, **kwargs)
+            index = cls.load(path, **kwargs)
+            index.check_scope(memory)
+            return index
+        index = cls(path=path, **kwargs)
+        index.scope = scope_of(memory)
+        return index
+
+    def check_scope(self, memory: Any) -> None:
+        """Raise GraphStateError unless ``memory`` (a memory or a scoped view) has the scope this graph was
+        built for: a graph never mixes scopes, nor answers another scope."""
+        asked = scope_of(memory)
+        if asked != self.scope:
+            raise GraphStateError(
+                f"this graph was built for scope {self.scope or 'all (unscoped)'}, not {asked or 'all (unscoped)'}; "
+                "build one per scope: GraphIndex.build(memory.scoped(...))"
+            )
 
     # -- change tracking ------------------------------------------------------------------------------
     def processed_hashes(self) -> dict[str, str]:
@@ -134,6 +174,9 @@ class GraphIndex:
         ``failures`` (chunk id, error, attempts), never dropped.
         """
         started = time.perf_counter()
+        if not self.extractions and not self.failures and not self.scope:
+            self.scope = scope_of(memory)  # a fresh index takes the scope of the memory it first syncs with
+        self.check_scope(memory)
         if getattr(memory, "embedder", None) is not None and self.embedder is None:
             self.embedder = memory.embedder
         current: Mapping[str, str] = memory.chunk_hashes()

@@ -135,6 +135,7 @@ def _save_files(index: GraphIndex, directory: Path) -> None:
         "extractor": getattr(index.extractor, "name", type(index.extractor).__name__),
         "summarizer": getattr(index.summarizer, "name", type(index.summarizer).__name__),
         "tokenizer": tokenizer_name(),
+        "scope": index.scope,
         "versions": _versions(),
         "counts": {
             "chunks": len(index.extractions),
@@ -227,6 +228,7 @@ def load_index(cls: type[GraphIndex], directory: Path, **kwargs: Any) -> GraphIn
                 "graph at %s was built with %s %r; refreshing it with %r mixes both", directory, role,
                 manifest[role], current,
             )
+    index.scope = dict(manifest.get("scope") or {})  # graphs saved before scopes existed are unscoped
     index.extractions = {e.chunk_id: e for e in _read_list(directory / "extractions.json", ChunkExtraction)}
     index.failures = {f.chunk_id: f for f in _read_list(directory / "failures.json", ExtractionFailure)}
     index.communities = {c.community_id: c for c in _read_list(directory / "communities.json", Community)}

@@ -1,0 +1,154 @@
+"""The MCP server, tested in-process with the SDK's client over its in-memory transport (JSON-RPC framing)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from mcp import Client  # noqa: E402
+from mcp.client._memory import InMemoryTransport  # noqa: E402
+
+from hybrid_memory import HashingEmbedder, HybridMemory  # noqa: E402
+from hybrid_memory.cli import main  # noqa: E402
+from hybrid_memory.mcp_server import build_server, parse_scope  # noqa: E402
+
+WRITE_TOOLS = {"add_memory", "update_memory", "delete_memory", "supersede_memory"}
+READ_TOOLS = {"search_memory", "get_memory", "list_memories", "global_search"}
+
+
+@pytest.fixture
+def memory():
+    mem = HybridMemory(embedder=HashingEmbedder(64))
+    mem.add([
+        {"chunk_id": "u1-a", "text": "Dana prefers PostgreSQL for the billing-service", "user_id": "u1"},
+        {"chunk_id": "u2-a", "text": "Erik's vault passphrase is zebra-quartz-lantern", "user_id": "u2"},
+    ])
+    yield mem
+    mem.close()
+
+
+def client(server):
+    return Client(InMemoryTransport(server))
+
+
+async def call(c, tool, arguments):
+    result = await c.call_tool(tool, arguments)
+    return result
+
+
+async def test_tools_and_their_schemas_come_from_the_models(memory):
+    async with client(build_server(memory, scope={"user_id": "u1"})) as c:
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+        assert set(tools) == READ_TOOLS | WRITE_TOOLS
+        search = tools["search_memory"].input_schema
+        request = search["$defs"]["SearchRequest"]["properties"]
+        assert {"search_text", "top_k", "hybrid_params", "metadata_filter", "as_of"} <= set(request)
+        assert request["top_k"]["maximum"] == 1000 and search["required"] == ["request"]
+        added = tools["add_memory"].input_schema["$defs"]["MemoryInput"]
+        assert "user_id" not in added["properties"] and added["additionalProperties"] is False
+    async with client(build_server(memory, read_only=True)) as c:
+        assert {t.name for t in (await c.list_tools()).tools} == READ_TOOLS
+
+
+async def test_every_tool_round_trip(memory):
+    async with client(build_server(memory, scope={"user_id": "u1"})) as c:
+        added = (await call(c, "add_memory", {"memory": {"chunk_id": "n1", "text": "Dana works on project Apollo",
+                                                         "valid_from": "2024-01-01"}})).structured_content
+        assert added == {"chunk_id": "n1", "action": "written", "stored_id": "n1", "duplicate_of": None, "kind": None,
+                         "closed": []}
+        again = (await call(c, "add_memory", {"memory": {"text": "Dana works on project Apollo"}})).structured_content
+        assert (again["action"], again["stored_id"], again["kind"]) == ("skipped", "n1", "exact")
+        found = (await call(c, "search_memory", {"request": {"search_text": "Dana project Apollo", "top_k": 2}}))
+        assert [r["chunk_id"] for r in found.structured_content["results"]] == ["n1", "u1-a"]
+        superseded = (await call(c, "supersede_memory", {
+            "old_ids": ["n1"], "memory": {"chunk_id": "n2", "text": "Dana moved to project Zeus",
+                                          "valid_from": "2024-06-01"}})).structured_content
+        assert (superseded["action"], superseded["closed"]) == ("superseded", ["n1"])
+        between = await call(c, "search_memory", {"request": {"search_text": "Dana project", "as_of": "2024-03-01",
+                                                              "top_k": 1}})
+        assert [r["chunk_id"] for r in between.structured_content["results"]] == ["n1"]
+        updated = await call(c, "update_memory", {"update": {"chunk_id": "u1-a", "text": "Dana prefers SQLite now"}})
+        assert updated.structured_content["action"] == "updated"
+        got = (await call(c, "get_memory", {"chunk_ids": ["u1-a", "n1", "missing"]})).structured_content["result"]
+        assert [(m["chunk_id"], m["text"], m["valid_to"]) for m in got] == [
+            ("u1-a", "Dana prefers SQLite now", None), ("n1", "Dana works on project Apollo", 1717200000.0)]
+        page = (await call(c, "list_memories", {"page_size": 2})).structured_content
+        assert [m["chunk_id"] for m in page["memories"]] == ["n1", "n2"] and page["next_cursor"] == "2"
+        last = (await call(c, "list_memories", {"page_size": 2, "cursor": "2"})).structured_content
+        assert [m["chunk_id"] for m in last["memories"]] == ["u1-a"] and last["next_cursor"] is None
+        deleted = await call(c, "delete_memory", {"chunk_ids": ["n2", "missing"]})
+        assert deleted.structured_content == {"deleted": 1}
+    assert memory.count() == 3  # u1-a, u2-a and the superseded n1 (history is kept)
+
+
+async def test_bad_arguments_are_tool_errors_and_the_server_keeps_serving(memory):
+    async with client(build_server(memory, scope={"user_id": "u1"})) as c:
+        cases = [
+            ("search_memory", {"request": {"search_text": "x", "top_k": 0}}, "top_k"),
+            ("search_memory", {"request": {"search_text": "  "}}, "search_text"),
+            ("search_memory", {"request": {"search_text": "x", "metadata_filter": {"a": {"$near": 1}}}},
+             "unknown operator '$near'"),
+            ("search_memory", {"request": {"search_text": "x", "as_of": "yesterday"}}, "ISO 8601"),
+            ("add_memory", {"memory": {"text": "x", "user_id": "u2"}}, "user_id"),
+            ("add_memory", {"memory": {"text": ""}}, "text"),
+            ("update_memory", {"update": {"chunk_id": "u2-a", "text": "mine now"}}, "no memory with id 'u2-a'"),
+            ("supersede_memory", {"old_ids": ["u2-a"], "memory": {"text": "x"}}, "unknown chunk ids"),
+            ("list_memories", {"cursor": "abc"}, "cursor"),
+            ("list_memories", {"page_size": 1000}, "page_size"),
+            ("get_memory", {"chunk_ids": "u1-a"}, "chunk_ids"),
+            ("global_search", {"question": "what does Dana prefer?"}, "no community reports for this scope"),
+        ]
+        for tool, arguments, message in cases:
+            result = await call(c, tool, arguments)
+            assert result.is_error, (tool, arguments)
+            assert message in result.content[0].text, (tool, result.content[0].text)
+        ok = await call(c, "search_memory", {"request": {"search_text": "PostgreSQL billing"}})
+        assert not ok.is_error and ok.structured_content["results"][0]["chunk_id"] == "u1-a"
+    assert memory.get(["u2-a"])[0].text == "Erik's vault passphrase is zebra-quartz-lantern"
+
+
+async def test_a_scoped_server_cannot_see_other_scopes(memory):
+    async with client(build_server(memory, scope={"user_id": "u1"})) as c:
+        secret = await call(c, "search_memory", {"request": {"search_text": "Erik vault passphrase zebra-quartz-lantern",
+                                                             "top_k": 10}})
+        assert [r["chunk_id"] for r in secret.structured_content["results"]] == ["u1-a"]
+        assert (await call(c, "get_memory", {"chunk_ids": ["u2-a"]})).structured_content == {"result": []}
+        listed = (await call(c, "list_memories", {})).structured_content["memories"]
+        assert [m["chunk_id"] for m in listed] == ["u1-a"]
+        assert (await call(c, "delete_memory", {"chunk_ids": ["u2-a"]})).structured_content == {"deleted": 0}
+        clash = await call(c, "add_memory", {"memory": {"chunk_id": "u2-a", "text": "overwrite"}})
+        assert clash.is_error and "not available in this scope" in clash.content[0].text
+        assert "zebra" not in clash.content[0].text
+    assert memory.count() == 2
+
+
+async def test_global_search_serves_the_graph_of_the_scope(tmp_path):
+    pytest.importorskip("networkx")
+    from hybrid_memory.graph import GraphIndex
+
+    with HybridMemory(tmp_path / "m", embedder=HashingEmbedder(64)) as memory:
+        notes = ["Kafka lag on billing-service delays invoices from db-prod-3",
+                 "billing-service retries Kafka consumers when db-prod-3 is slow",
+                 "Kafka and billing-service alerts page the SRE team"]
+        memory.add([{"chunk_id": f"u1-{i}", "text": t, "user_id": "u1"} for i, t in enumerate(notes)])
+        memory.add([{"chunk_id": "u2-0", "text": "Kafka lag on search-service from es-prod-1", "user_id": "u2"}])
+        GraphIndex.build(memory.scoped(user_id="u1"))
+        async with client(build_server(memory, scope={"user_id": "u1"})) as c:
+            result = await call(c, "global_search", {"question": "how is Kafka lag on billing-service handled?"})
+            assert not result.is_error, result.content[0].text
+            hits = result.structured_content["hits"]
+            assert hits and all(cid.startswith("u1-") for h in hits for cid in h["chunk_ids"])
+        async with client(build_server(memory, scope={"user_id": "u2"})) as c:
+            result = await call(c, "global_search", {"question": "Kafka lag"})
+            assert result.is_error and "--scope user_id=u2" in result.content[0].text
+
+
+def test_cli_mcp_refuses_a_missing_memory_and_bad_scopes(tmp_path, capsys):
+    assert main(["mcp", "--memory", str(tmp_path / "none")]) == 2
+    assert "no memory at" in capsys.readouterr().err
+    HybridMemory(tmp_path / "m", embedder=HashingEmbedder(8)).close()
+    assert main(["mcp", "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "--scope", "owner=x"]) == 2
+    assert "scope" in capsys.readouterr().err
+    assert parse_scope(["user_id=u1", "tenant=acme"]).bound() == {"tenant": "acme", "user_id": "u1"}
+    assert parse_scope([]) is None
