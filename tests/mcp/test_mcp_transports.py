@@ -1,0 +1,67 @@
+"""The `hybrid-memory mcp` command end to end: a child process served over stdio, and over Streamable HTTP."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from mcp import Client, StdioServerParameters  # noqa: E402
+
+from hybrid_memory import HashingEmbedder, HybridMemory  # noqa: E402
+
+
+@pytest.fixture
+def folder(tmp_path):
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as memory:
+        memory.add([{"chunk_id": "a", "text": "ERR_CONN_RESET on db-prod-3", "user_id": "u1"},
+                    {"chunk_id": "b", "text": "ERR_CONN_RESET on db-prod-4", "user_id": "u2"}])
+    return tmp_path / "mem"
+
+
+def _command(folder, *extra):
+    return [sys.executable, "-m", "hybrid_memory.cli", "mcp", "--memory", str(folder), "--hashing-dim", "16", *extra]
+
+
+async def test_stdio_server_is_scoped_and_read_only(folder):
+    command = _command(folder, "--scope", "user_id=u2", "--read-only")
+    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+    async with Client(params) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert "add_memory" not in names and "search_memory" in names
+        result = await client.call_tool("search_memory", {"request": {"search_text": "ERR_CONN_RESET", "top_k": 5}})
+        assert [r["chunk_id"] for r in result.structured_content["results"]] == ["b"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_streamable_http_on_localhost(folder):
+    port = _free_port()
+    child = subprocess.Popen(_command(folder, "--http", "--port", str(port)), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, env=dict(os.environ))
+    try:
+        deadline = time.monotonic() + 60  # start-up (imports) on a loaded machine; readiness, not a speed test
+        while True:
+            assert child.poll() is None, child.stderr.read().decode()
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the server did not start listening"
+                time.sleep(0.2)
+        async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+            result = await client.call_tool("get_memory", {"chunk_ids": ["a", "b"]})
+            assert [m["chunk_id"] for m in result.structured_content["result"]] == ["a", "b"]
+    finally:
+        child.terminate()
+        child.wait(timeout=30)
