@@ -21,7 +21,7 @@ __all__ = ["ChangeSet"]
 class ChangeSet:
     """What changed in the store, in rowids (never reused: a new text version gets a new rowid).
 
-    Apply order: ``removed`` first, then ``added``, then ``metadata_updated``.
+    Apply order: ``removed`` first, then ``added``, then ``metadata_updated``, then ``system_updated``.
     """
 
     removed: Sequence[int] = ()
@@ -36,6 +36,12 @@ class ChangeSet:
     """Their metadata, one per new rowid."""
     metadata_updated: Sequence[tuple[int, Mapping[str, Any]]] = field(default_factory=tuple)
     """``(rowid, new metadata)`` for rows whose text (and so rowid and vectors) did not change."""
+    added_system: Sequence[Mapping[str, Any] | None] = ()
+    """The system fields (the store's SYSTEM_COLUMNS: scope, valid_from/valid_to, ...) of each added rowid, or
+    empty when none are known; the filter index indexes scope and validity times from them."""
+    system_updated: Sequence[tuple[int, Mapping[str, Any]]] = field(default_factory=tuple)
+    """``(rowid, {column: value})`` partial updates of system fields of kept rows (e.g. a superseded fact's
+    ``valid_to``); applied last."""
 
     def __post_init__(self) -> None:
         n = len(self.added_rowids)
@@ -43,6 +49,8 @@ class ChangeSet:
             raise ValueError(f"{n} added rowids with {len(self.added_texts)} texts and {len(self.added_metadata)} metadata")
         if n and (self.added_vectors is None or len(self.added_vectors) != n):
             raise ValueError(f"{n} added rowids need {n} vectors")
+        if len(self.added_system) not in (0, n):
+            raise ValueError(f"{n} added rowids with {len(self.added_system)} system field mappings")
 
     def __bool__(self) -> bool:
-        return bool(len(self.removed) or len(self.added_rowids) or len(self.metadata_updated))
+        return bool(len(self.removed) or len(self.added_rowids) or len(self.metadata_updated) or len(self.system_updated))

@@ -98,7 +98,7 @@ Node = tuple
 
 ``("all",)`` matches every chunk; ``("and", (n, ...))``, ``("or", (n, ...))``, ``("not", n)``;
 ``("eq", key, t)`` (``t`` a :func:`typed` value; null also matches a missing key);
-``("in", key, (t, ...))``; ``("cmp", key, op, t)`` with op one of ``"$gt" "$gte" "$lt" "$lte"`` and ``t`` a
+``("in", key, frozenset of t)``; ``("cmp", key, op, t)`` with op one of ``"$gt" "$gte" "$lt" "$lte"`` and ``t`` a
 number or a string; ``("exists", key, bool)``. ``key`` is ``(namespace, name)``: namespace ``"m"`` for user
 metadata, ``"s"`` for system fields (see :mod:`hybrid_memory.filter_index`)."""
 
@@ -312,11 +312,11 @@ def _field(name: Any, condition: Any, namespace: str) -> Node:
         elif op in ("$in", "$nin"):
             if not isinstance(value, (list, tuple)):
                 raise InvalidFilterError(f"{op} on {name!r} takes a list of values, got {value!r}")
-            values = tuple(sorted({_scalar(op, name, item) for item in value}, key=repr))
+            values = frozenset(_scalar(op, name, item) for item in value)  # order-free: one tree per set
             if not values:
                 node = _negate(_ALL)  # "any of nothing" matches nothing
             else:
-                node = ("eq", key, values[0]) if len(values) == 1 else ("in", key, values)
+                node = ("eq", key, next(iter(values))) if len(values) == 1 else ("in", key, values)
             tests.append(node if op == "$in" else _negate(node))
         elif op == "$exists":
             if not isinstance(value, bool):

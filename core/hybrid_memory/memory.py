@@ -44,6 +44,7 @@ from .changes import ChangeSet
 from .dedup import DedupPolicy, Match, WriteDecision, WriteResult, as_policy, find_exact, find_near
 from .dense import DENSE_KINDS, FaissIndex
 from .embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder, l2_normalize
+from .filter_index import FilterIndex, system_filter
 from .filters import check_metadata, validate_filter
 from .engines import DenseEngine, Query, RowSet, SparseEngine
 from .models import SCOPE_FIELDS, Chunk, SearchRequest, SearchResponse, SearchResult, StoredChunk, validation_message
@@ -168,6 +169,7 @@ class HybridMemory:
         self._seq = 0  # change-log position the indexes reflect
         self._data_version: int | None = None  # PRAGMA data_version when they were brought there
         self.last_sync: dict[str, Any] = {}
+        self._filters = FilterIndex()
         self._sync_indexes()
 
         self._searcher = HybridSearcher(
@@ -294,6 +296,7 @@ class HybridMemory:
 
     def _reconcile(self, store_ids: np.ndarray, loaded: Mapping[str, bool]) -> dict[str, dict[str, Any]]:
         """Bring every derived index to exactly ``store_ids`` (int64, ascending). One call per index."""
+        self._filters.rebuild(self._store.filter_rows())  # in memory only: one pass over the store's metadata
         return {
             "bm25": self._reconcile_sparse(store_ids, loaded.get("bm25", True)),
             "dense": self._reconcile_dense(store_ids, loaded.get("dense", True)),
@@ -623,6 +626,8 @@ class HybridMemory:
                     added_vectors=new_vectors,
                     added_metadata=[r.metadata for r in new_rows],
                     metadata_updated=[(rowid, metadata) for rowid, _, metadata in updates],
+                    added_system=[r.system for r in new_rows],
+                    system_updated=[*system_updates, *extra_updates],
                 ),
             )
         logger.debug("stored %d chunks (%d re-indexed, %d duplicates dropped)", len(items), len(changed), len(dropped))
@@ -700,6 +705,7 @@ class HybridMemory:
         """The one funnel by which every derived index follows the store (caller holds the write lock)."""
         if not changes:
             return
+        self._filters.apply(changes)
         self._sparse.remove(changes.removed)
         self._dense.remove(changes.removed)
         if len(changes.added_rowids):
@@ -919,12 +925,20 @@ class HybridMemory:
     ) -> tuple[SearchRequest, RowSet | None]:
         self._check_open()
         req = self.make_request(request, **fields)
-        bound = _bound(scope)
-        allowed = None
-        if req.metadata_filter or bound or req.as_of is not None:
-            # the scope and as_of are pre-filters like the metadata filter: resolved before any engine ranks
-            allowed = RowSet(self._store.filter_rowids(req.metadata_filter, bound, req.as_of), sorted_unique=True)
-        return req, allowed
+        return req, self._resolve_filter(req.metadata_filter, _bound(scope), req.as_of)
+
+    def _resolve_filter(
+        self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None = None,
+        as_of: float | None = None,
+    ) -> RowSet | None:
+        """The rowids a search may return: the metadata filter, the bound scope fields and the facts valid at
+        ``as_of`` (Unix seconds; ``valid_from <= as_of < valid_to``, an absent bound is open), all resolved from
+        the filter index (cached per filter until the next write). None when nothing restricts.
+
+        Raises:
+            InvalidFilterError: the metadata filter is malformed.
+        """
+        return self._filters.resolve(metadata_filter, system_filter(scope, as_of))
 
     def _recency(self, recency: RecencyPrior | bool | None) -> RecencyPrior | None:
         if recency is None or recency is True:

@@ -117,6 +117,10 @@ def scope_sql(scope: Mapping[str, str] | None, as_of: float | None) -> tuple[str
     return (" AND ".join(clauses) or "1"), params
 
 
+_FILTERED_SYSTEM = ("tenant", "user_id", "agent_id", "session_id", "valid_from", "valid_to")
+"""System columns the filter index keeps (hybrid_memory.filter_index.INDEXED_SYSTEM_FIELDS)."""
+
+
 def content_hash(text: str) -> str:
     """sha256 hex digest of the UTF-8 text."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -437,7 +441,7 @@ class SQLiteStore:
         added = sorted({r for r, kind in entries if kind == ADDED and r not in gone})
         new = set(added)
         updated = sorted({r for r, kind in entries if kind == METADATA and r not in gone and r not in new})
-        rows = self._select("rowid, text, vector, metadata", added + updated)
+        rows = self._select(f"rowid, text, vector, metadata, {', '.join(_FILTERED_SYSTEM)}", added + updated)
         added = [r for r in added if r in rows]  # rowids are never reused, so "not stored" means removed later
         vectors = None
         if added:
@@ -449,6 +453,9 @@ class SQLiteStore:
             added_vectors=vectors,
             added_metadata=[json.loads(rows[r][3]) for r in added],
             metadata_updated=[(r, json.loads(rows[r][3])) for r in updated if r in rows],
+            # scope and validity columns, for the filter index (a METADATA entry may be a system update)
+            added_system=[dict(zip(_FILTERED_SYSTEM, rows[r][4:])) for r in added],
+            system_updated=[(r, dict(zip(_FILTERED_SYSTEM, rows[r][4:]))) for r in updated if r in rows],
         )
 
     # -- reads --------------------------------------------------------------------------------------
@@ -508,6 +515,24 @@ class SQLiteStore:
             for i, rowid in enumerate(kept):
                 vectors[i] = np.frombuffer(found[rowid][2], dtype="<f4")
         return np.asarray(kept, dtype=np.int64), [found[r][1] for r in kept], vectors
+
+    def filter_rows(self, batch_size: int = 50_000) -> Iterator[tuple[int, str, dict[str, Any]]]:
+        """``(rowid, metadata JSON text, system fields)`` of every chunk, ascending rowid, read in batches: what
+        :meth:`FilterIndex.rebuild <hybrid_memory.filter_index.FilterIndex.rebuild>` takes. The system fields are
+        the scope and validity columns that are not NULL."""
+        names = _FILTERED_SYSTEM
+        last = -1
+        while True:
+            with self._lock:
+                rows = self._conn.execute(
+                    f"SELECT rowid, metadata, {', '.join(names)} FROM chunks WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                    (last, batch_size),
+                ).fetchall()
+            if not rows:
+                return
+            for rowid, metadata, *system in rows:
+                yield rowid, metadata, {n: v for n, v in zip(names, system) if v is not None}
+            last = rows[-1][0]
 
     def texts(self, rowids: Sequence[int]) -> list[str]:
         """Texts of the given rowids, in the given order. Raises KeyError for an unknown rowid."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidFilterError, InvalidRequestError
+from hybrid_memory.filter_index import FilterIndex
 
 ROWS = {
     "a": {"labels": ["db", "oncall"], "sev": 2, "env": "prod", "tags": ["café"], "v": [1.0], "n": 1.0,
@@ -103,7 +104,22 @@ def _ids_sql(memory, flt):
     return {c.chunk_id for c in memory._store.iter_chunks(flt)}
 
 
-PATHS = {"sql": _ids_sql}
+def _ids_index(memory, flt):
+    allowed = memory._resolve_filter(flt)
+    rowids = memory._store.rowids() if allowed is None else allowed.ids
+    return set(memory._store.chunk_ids_by_rowid(rowids.tolist()).values())
+
+
+def _ids_rebuilt_index(memory, flt):
+    """The index rebuilt from the store (as at open), not grown by ChangeSets."""
+    index = FilterIndex()
+    index.rebuild(memory._store.filter_rows())
+    allowed = index.resolve(flt)
+    rowids = memory._store.rowids() if allowed is None else allowed.ids
+    return set(memory._store.chunk_ids_by_rowid(rowids.tolist()).values())
+
+
+PATHS = {"sql": _ids_sql, "index": _ids_index, "rebuilt-index": _ids_rebuilt_index}
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))

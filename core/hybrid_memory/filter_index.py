@@ -1,0 +1,690 @@
+"""The metadata filter index: filters resolve from in-memory bitmaps kept in step with the store, not by a scan.
+
+Design (an inverted index of compressed bitmaps, as search engines keep for structured fields; the bitmaps are
+Roaring bitmaps, Lemire et al., "Roaring bitmaps: implementation of an optimized software library", 2018,
+through ``pyroaring``):
+
+* **terms**: one bitmap of rowids per ``(key, typed value)`` for strings, booleans, null and lists. A scalar
+  gives one term; a list gives a term for the whole list (``$eq [...]``) and one per element (MongoDB's element
+  matching);
+* **numbers**: per key, a sorted float64 array of its numbers (scalars and list elements) with their rowids,
+  split into about 128 blocks that each keep a bitmap of their rows. Equality, ``$in`` and ``$gt/$gte/$lt/$lte``
+  are a ``searchsorted`` to a position range, answered by the whole blocks inside it plus the two partial ends;
+  changes go to a small per-key delta (at most 2,048 entries) merged into the array when full. Integers beyond
+  2**53, which float64 does not hold exactly, sit on an exact side list. Numbers get no per-value bitmap, so a
+  near-unique number (a timestamp) costs 16 bytes a row, not a bitmap;
+* **exists**: per key, a bitmap of the rows that have it; a missing key is ``universe - exists``;
+* **universe**: the bitmap of live rowids, for ``$not``, ``$ne``, ``$nin``, missing keys;
+* **strings in order**: per key, its sorted distinct strings (``bisect``); a string range is the union of their
+  term bitmaps;
+* a **forward map** rowid -> the term ids it holds (CSR arrays after a rebuild, a dict for later changes), so
+  removing a row or replacing its metadata touches only its own terms.
+
+Every operator has exactly the semantics of :mod:`hybrid_memory.filters`, whose SQL compiler is the reference;
+both evaluate the same parsed tree (:func:`~hybrid_memory.filters.parse_filter`), and the tests compare the two on
+fixed cases and on randomized metadata, filters and change sequences.
+
+Resolved filters are cached per canonical tree as :class:`~hybrid_memory.engines.RowSet` (which caches its
+ids, dense mask and FAISS selector once built), so a repeated broad filter costs a dictionary lookup; every
+change bumps :attr:`FilterIndex.generation` and clears the cache.
+
+API (the memory uses exactly this)::
+
+    index = FilterIndex()
+    index.rebuild(rows)            # one pass: (rowid, metadata, system), metadata a mapping or its JSON text,
+                                   # system a mapping of system fields or None (SQLiteStore.filter_rows())
+    index.apply(changes)           # a ChangeSet: the ONLY way the memory updates it (HybridMemory._apply_changes)
+    index.add(rowids, metadatas, systems=None)       # a rowid already indexed is replaced as a whole
+    index.update(rowid, metadata=None, system=None)  # replaces the given namespace(s), keeps the other
+    index.update_system(rowid, partial)              # replaces only the system fields named in partial
+    index.remove(rowids)
+    index.resolve(metadata_filter, system_filter=None) -> RowSet | None   # None: nothing restricts
+    index.resolve_node(node) -> RowSet                                    # a parsed tree
+
+**System fields** (the memory's own per-chunk fields: :data:`INDEXED_SYSTEM_FIELDS`, the scope ``tenant``,
+``user_id``, ``agent_id``, ``session_id`` and the validity times ``valid_from``, ``valid_to`` in Unix seconds)
+live in their own key namespace (``"s"``; user metadata is ``"m"``), so they never collide with a user metadata
+key of the same name. They are indexed from ``add(..., systems=[...])``, ``update(rowid, system=...)``,
+``update_system``, the third element of each ``rebuild`` row, and from a ChangeSet's ``added_system`` (one
+mapping per added rowid) and ``system_updated`` (``(rowid, partial mapping)``). A None value is an absent field.
+A search filters them with ``resolve(metadata_filter, system_filter)``, the system filter in the same language
+(:func:`system_filter` builds it from a bound scope and ``as_of``, with the semantics of the store's
+``scope_sql``); the two filters are ANDed.
+
+Rowids must fit in 32 bits (Roaring bitmaps); larger ones are refused with InvalidRequestError. Thread-safe:
+one lock guards changes and resolution.
+"""
+
+from __future__ import annotations
+
+import array
+import bisect
+import json
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from pyroaring import BitMap
+
+from ._exceptions import InvalidRequestError
+from .engines import RowSet
+from .filters import BOOL, LIST, METADATA, NULL, NUMBER, OBJECT, SYSTEM, TEXT, Node, parse_filter, typed
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .changes import ChangeSet
+
+__all__ = ["INDEXED_SYSTEM_FIELDS", "FilterIndex", "system_filter"]
+
+logger = logging.getLogger(__name__)
+
+INDEXED_SYSTEM_FIELDS = ("tenant", "user_id", "agent_id", "session_id", "valid_from", "valid_to")
+"""The system fields the index keeps (the store's other system columns are not filtered on)."""
+_MAX_ROWID = 2**32 - 1
+_EXACT = 2**53
+"""Integers with a larger magnitude are not exact in float64: their tests run on an exact side list."""
+_CACHE_SIZE = 256
+"""Resolved filters kept per generation (least recently used dropped first)."""
+_DELTA_MAX = 2048
+"""Entries a number column's delta holds before it is merged into the sorted array (a query scans the delta)."""
+_BLOCKS = 128
+"""Blocks a number column is cut into; a range costs at most this many block unions plus two partial blocks."""
+
+
+def _system_part(system: Mapping[str, Any] | None) -> dict[str, Any]:
+    if not system:
+        return {}
+    return {name: system[name] for name in INDEXED_SYSTEM_FIELDS if system.get(name) is not None}
+
+
+def system_filter(scope: Mapping[str, str] | None, as_of: float | None) -> dict[str, Any] | None:
+    """The system-field filter of a search: each bound scope field equal, and the facts valid at ``as_of``
+    (Unix seconds): ``valid_from`` absent or ``<= as_of``, and ``valid_to`` absent or ``> as_of`` (the semantics
+    of the store's ``scope_sql``, the SQL reference). None when neither is given."""
+    parts: list[dict[str, Any]] = [{name: value} for name, value in (scope or {}).items()]
+    if as_of is not None:
+        parts.append({"$or": [{"valid_from": None}, {"valid_from": {"$lte": as_of}}]})
+        parts.append({"$or": [{"valid_to": None}, {"valid_to": {"$gt": as_of}}]})
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else {"$and": parts}
+
+
+def _as_bitmap(rows: np.ndarray) -> BitMap:
+    """BitMap of int rowids (any order, duplicates allowed). Roaring builds ~4x faster from sorted input:
+    many rows are sorted through a dense mask (O(max rowid)), few by np.sort (O(n log n))."""
+    if not len(rows):
+        return BitMap()
+    top = int(rows.max())
+    if len(rows) * 16 > top:
+        mask = np.zeros(top + 1, dtype=bool)
+        mask[rows] = True
+        ordered = np.flatnonzero(mask)
+    else:
+        ordered = np.sort(rows)
+    return BitMap(array.array("I", ordered.astype(np.uint32).tobytes()))
+
+
+def _decompose(value: Any) -> tuple[list[tuple], list[int | float]]:
+    """A value's term values (typed; strings, booleans, null, lists) and its numbers (scalars and list elements)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return [typed(value)], []
+    if isinstance(value, (int, float)):
+        return [], [value]
+    if isinstance(value, Mapping):
+        return [], []  # nested objects: stored, seen by $exists only
+    whole = typed(value)
+    terms, numbers = [whole], []
+    for element in whole[1]:
+        if element[0] == NUMBER:
+            numbers.append(element[1])
+        elif element[0] != OBJECT:
+            terms.append(element)
+    return list(dict.fromkeys(terms)), numbers
+
+
+class _Numbers:
+    """The numbers of one key (scalars and list elements) with their rows, exact for every stored value."""
+
+    __slots__ = ("big", "block_size", "blocks", "delta", "delta_entries", "rows", "stale", "values")
+
+    def __init__(self, values: np.ndarray, rows: np.ndarray, big: list[tuple[int, int]]) -> None:
+        order = np.argsort(values, kind="stable")
+        self.values = np.ascontiguousarray(values[order], dtype=np.float64)
+        self.rows = np.ascontiguousarray(rows[order], dtype=np.int64)
+        self.big = big
+        n = len(self.values)
+        self.block_size = max(1024, -(-n // _BLOCKS))
+        self.blocks = [_as_bitmap(self.rows[i : i + self.block_size]) for i in range(0, n, self.block_size)]
+        self.stale = BitMap()
+        """Rows whose entries in the sorted array or side list no longer hold (their value was replaced)."""
+        self.delta: dict[int, tuple] = {}
+        """rowid -> its numbers, for rows changed since the last merge."""
+        self.delta_entries = 0
+
+    @classmethod
+    def empty(cls) -> _Numbers:
+        return cls(np.zeros(0), np.zeros(0, dtype=np.int64), [])
+
+    def put(self, rowid: int, numbers: Sequence[int | float]) -> None:
+        self.delta[rowid] = tuple(numbers)
+        self.delta_entries += len(numbers)
+
+    def void(self, rowid: int) -> None:
+        """The row's numbers no longer hold (replaced or removed)."""
+        numbers = self.delta.pop(rowid, None)
+        if numbers is not None:
+            self.delta_entries -= len(numbers)
+        self.stale.add(rowid)  # its entries in the sorted array, if any, are void too
+
+    def merged(self, universe: BitMap) -> _Numbers:
+        """A new column: the live, non-stale entries of this one plus its delta."""
+        dead = self.stale
+        keep_v, keep_r = self.values, self.rows
+        if len(dead) and len(keep_r):
+            mask = np.zeros(int(max(keep_r.max(), dead.max())) + 1, dtype=bool)
+            mask[np.frombuffer(dead.to_array(), dtype=np.uint32)] = True
+            keep = ~mask[keep_r]
+            keep_v, keep_r = keep_v[keep], keep_r[keep]
+        big = [(v, r) for v, r in self.big if r not in dead]
+        extra_v, extra_r = [], []
+        for rowid, numbers in self.delta.items():
+            if rowid not in universe:
+                continue
+            for v in numbers:
+                if isinstance(v, int) and abs(v) > _EXACT:
+                    big.append((v, rowid))
+                else:
+                    extra_v.append(float(v))
+                    extra_r.append(rowid)
+        values = np.concatenate([keep_v, np.asarray(extra_v, dtype=np.float64)])
+        rows = np.concatenate([keep_r, np.asarray(extra_r, dtype=np.int64)])
+        return _Numbers(values, rows, big)
+
+    def _position(self, x: int | float, after: bool) -> int:
+        """First index whose value is > x (``after``) or >= x, exactly, although x may be an int that float64
+        rounds: one exact comparison of the rounded ``fx`` with ``x`` picks searchsorted's side."""
+        fx = float(x)
+        if fx == x:
+            side = "right" if after else "left"
+        else:
+            side = "left" if fx > x else "right"
+        return int(np.searchsorted(self.values, fx, side=side))
+
+    def _finish(self, out: BitMap, test: Any) -> BitMap:
+        if len(self.stale):
+            out -= self.stale
+        for v, rowid in self.big:
+            if rowid not in self.stale and test(v):
+                out.add(rowid)
+        for rowid, numbers in self.delta.items():
+            for v in numbers:
+                if test(v):
+                    out.add(rowid)
+                    break
+        return out
+
+    def select(self, op: str, x: int | float) -> BitMap:
+        """Rows with a number satisfying ``number op x``, op one of ``$gt $gte $lt $lte``."""
+        n = len(self.values)
+        if op in ("$gt", "$gte"):
+            lo, hi = self._position(x, after=op == "$gt"), n
+        else:
+            lo, hi = 0, self._position(x, after=op == "$lte")
+        test = _COMPARE[op]
+        return self._finish(self._range(lo, hi), lambda v: test(v, x))
+
+    def equal(self, xs: Sequence[int | float]) -> BitMap:
+        """Rows with a number equal to one of ``xs`` (int and float compare by value, exactly)."""
+        exact = [x for x in xs if float(x) == x]
+        lo = np.searchsorted(self.values, np.asarray(exact, dtype=np.float64), side="left")
+        hi = np.searchsorted(self.values, np.asarray(exact, dtype=np.float64), side="right")
+        # ints beyond 2**53 that float64 rounds equal no array entry exactly; the side list answers them
+        found = hi > lo
+        lo, hi = lo[found], hi[found]
+        lengths = hi - lo
+        total = int(lengths.sum())
+        if total == 0:
+            out = BitMap()
+        elif total <= 4 * self.block_size or len(lo) == 1 or total < len(lo) * self.block_size:
+            if len(lo) == 1:
+                out = self._range(int(lo[0]), int(hi[0]))
+            else:  # gather every position range at once: offsets trick, no Python loop
+                starts = np.zeros(len(lengths), dtype=np.int64)
+                np.cumsum(lengths[:-1], out=starts[1:])
+                positions = np.arange(total, dtype=np.int64) - np.repeat(starts - lo, lengths)
+                out = _as_bitmap(self.rows[positions])
+        else:
+            out = BitMap.union(*(self._range(int(a), int(b)) for a, b in zip(lo, hi)))
+        wanted = set(xs)
+        return self._finish(out, lambda v: v in wanted)
+
+    def _range(self, lo: int, hi: int) -> BitMap:
+        if lo >= hi:
+            return BitMap()
+        size = self.block_size
+        first, last = -(-lo // size), hi // size  # whole blocks [first, last)
+        if first >= last:
+            return _as_bitmap(self.rows[lo:hi])
+        parts = self.blocks[first:last]
+        parts.append(_as_bitmap(self.rows[lo : first * size]))
+        parts.append(_as_bitmap(self.rows[last * size : hi]))
+        return BitMap.union(*parts)
+
+
+_COMPARE = {
+    "$gt": lambda v, x: v > x,
+    "$gte": lambda v, x: v >= x,
+    "$lt": lambda v, x: v < x,
+    "$lte": lambda v, x: v <= x,
+}
+
+
+class FilterIndex:
+    """In-memory index of metadata (and system fields) by rowid; see the module docstring."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self.generation = 0
+        """Bumped by every change; resolved filters cached under an older generation are dropped."""
+        self._cache: OrderedDict[Node, RowSet] = OrderedDict()
+        self._clear()
+
+    def _clear(self) -> None:
+        self._universe = BitMap()
+        self._term_ids: dict[tuple, int] = {}
+        self._terms_by_id: list[tuple] = []
+        self._bitmaps: list[BitMap] = []
+        self._texts: dict[tuple, list[str]] = {}
+        self._numbers: dict[tuple, _Numbers] = {}
+        self._exists: dict[tuple, BitMap] = {}
+        self._csr_rows = np.zeros(0, dtype=np.int64)
+        self._csr_offsets = np.zeros(1, dtype=np.int64)
+        self._csr_terms = np.zeros(0, dtype=np.int32)
+        self._forward: dict[int, tuple[int, ...]] = {}
+
+    def __len__(self) -> int:
+        """Number of live rows."""
+        return len(self._universe)
+
+    def _new_term(self, term: tuple, *, keep_order: bool = True) -> int:
+        tid = len(self._terms_by_id)
+        self._term_ids[term] = tid
+        self._terms_by_id.append(term)
+        self._bitmaps.append(BitMap())
+        key, (kind, value) = term
+        if kind == TEXT and keep_order:
+            bisect.insort(self._texts.setdefault(key, []), value)
+        return tid
+
+    @staticmethod
+    def _check_rowid(rowid: int) -> int:
+        rowid = int(rowid)
+        if not 0 <= rowid <= _MAX_ROWID:
+            raise InvalidRequestError(f"rowid {rowid} is outside 0..2**32-1, which the filter index (Roaring) holds")
+        return rowid
+
+    # -- building -----------------------------------------------------------------------------------
+    def rebuild(self, rows: Iterable[tuple[int, Mapping[str, Any] | str, Mapping[str, Any] | None]]) -> None:
+        """Replace the whole index by ``rows`` in one pass: ``(rowid, metadata, system)``, ascending rowids,
+        metadata a mapping or its JSON text (as the store holds it), system a mapping or None.
+
+        Raises:
+            InvalidRequestError: rowids out of order or beyond 32 bits.
+        """
+        with self._lock:
+            self._clear()
+            members: list[array.array] = []
+            numbers: dict[tuple, tuple[array.array, array.array, list]] = {}
+            objects: dict[tuple, array.array] = {}
+            texts: dict[tuple, dict[str, int]] = {}
+            keys: dict[tuple[str, str], tuple] = {}
+            csr_rows, csr_offsets, csr_terms = array.array("q"), array.array("q", [0]), array.array("i")
+            term_ids, new_term = self._term_ids, self._new_term
+            last = -1
+            for rowid, metadata, system in rows:
+                if rowid <= last:
+                    raise InvalidRequestError("FilterIndex.rebuild needs rows in ascending rowid order, each once")
+                last = rowid
+                if isinstance(metadata, str):
+                    metadata = json.loads(metadata)
+                csr_rows.append(rowid)
+                parts = ((METADATA, metadata), (SYSTEM, _system_part(system))) if system else ((METADATA, metadata),)
+                for namespace, mapping in parts:
+                    for name, value in mapping.items():
+                        key = keys.get((namespace, name))
+                        if key is None:
+                            key = keys[(namespace, name)] = (namespace, name)
+                        kind = type(value)
+                        if kind is str:  # the common case, kept short: one dict lookup, two appends
+                            by_value = texts.get(key)
+                            if by_value is None:
+                                by_value = texts[key] = {}
+                            tid = by_value.get(value)
+                            if tid is None:
+                                tid = by_value[value] = new_term((key, (TEXT, value)), keep_order=False)
+                                members.append(array.array("I"))
+                            members[tid].append(rowid)
+                            csr_terms.append(tid)
+                            continue
+                        if kind is dict:
+                            objects.setdefault(key, array.array("I")).append(rowid)
+                            continue
+                        if kind is int or kind is float:
+                            term_values, nums = [], [value]
+                        elif kind is list and all(type(e) is str for e in value):  # tags, labels: no recursion
+                            elements = [(TEXT, e) for e in dict.fromkeys(value)]
+                            term_values, nums = [(LIST, tuple((TEXT, e) for e in value)), *elements], []
+                        else:
+                            term_values, nums = _decompose(value)
+                        for t in term_values:
+                            term = (key, t)
+                            tid = term_ids.get(term)
+                            if tid is None:
+                                tid = new_term(term, keep_order=False)
+                                members.append(array.array("I"))
+                                if t[0] == TEXT:
+                                    texts.setdefault(key, {})[t[1]] = tid
+                            members[tid].append(rowid)
+                            csr_terms.append(tid)
+                        if nums:
+                            column = numbers.get(key)
+                            if column is None:
+                                column = numbers[key] = (array.array("d"), array.array("q"), [])
+                            for v in nums:
+                                if type(v) is int and abs(v) > _EXACT:
+                                    column[2].append((v, rowid))
+                                else:
+                                    column[0].append(v)
+                                    column[1].append(rowid)
+                        elif not term_values:  # an empty mapping subclass or similar: present only
+                            objects.setdefault(key, array.array("I")).append(rowid)
+                csr_offsets.append(len(csr_terms))
+            if last > _MAX_ROWID:
+                raise InvalidRequestError(f"rowid {last} is outside 0..2**32-1, which the filter index (Roaring) holds")
+            self._bitmaps = [BitMap(m) for m in members]
+            del members
+            self._universe = _as_bitmap(np.frombuffer(csr_rows, dtype=np.int64))
+            for key, (values, rowids, big) in numbers.items():
+                self._numbers[key] = _Numbers(np.frombuffer(values, dtype=np.float64), np.frombuffer(rowids, dtype=np.int64), big)
+            by_key: dict[tuple, list[BitMap]] = {}
+            for tid, (key, _) in enumerate(self._terms_by_id):
+                by_key.setdefault(key, []).append(self._bitmaps[tid])
+            for key, column in self._numbers.items():
+                by_key.setdefault(key, []).extend([*column.blocks, BitMap(r for _, r in column.big)])
+            for key, rowids in objects.items():
+                by_key.setdefault(key, []).append(BitMap(rowids))
+            self._exists = {key: BitMap.union(*parts) if len(parts) > 1 else BitMap(parts[0]) for key, parts in by_key.items()}
+            self._texts = {key: sorted(by_value) for key, by_value in texts.items()}
+            self._csr_rows = np.frombuffer(csr_rows, dtype=np.int64).copy()
+            self._csr_offsets = np.frombuffer(csr_offsets, dtype=np.int64).copy()
+            self._csr_terms = np.frombuffer(csr_terms, dtype=np.int32).copy()
+            self._bump()
+            logger.debug("filter index: %d rows, %d terms, %d number keys", len(self._universe), len(self._bitmaps),
+                         len(self._numbers))
+
+    # -- changes ------------------------------------------------------------------------------------
+    def apply(self, changes: ChangeSet) -> None:
+        """Follow one ChangeSet: ``removed``, ``added_*`` (with ``added_system``), ``metadata_updated``, then
+        ``system_updated``. The memory calls this from ``_apply_changes`` and nowhere else."""
+        if not changes:
+            return
+        with self._lock:
+            self.remove(changes.removed)
+            if len(changes.added_rowids):
+                self.add(changes.added_rowids, changes.added_metadata, changes.added_system or None)
+            for rowid, metadata in changes.metadata_updated:
+                self.update(rowid, metadata=metadata)
+            for rowid, partial in changes.system_updated:
+                if any(name in partial for name in INDEXED_SYSTEM_FIELDS):
+                    self.update_system(rowid, partial)
+
+    def add(
+        self,
+        rowids: Sequence[int],
+        metadatas: Sequence[Mapping[str, Any]],
+        systems: Sequence[Mapping[str, Any] | None] | None = None,
+    ) -> None:
+        """Index new rows (a rowid already indexed is replaced as a whole). Raises InvalidRequestError for a
+        rowid beyond 32 bits."""
+        with self._lock:
+            for i, rowid in enumerate(rowids):
+                rowid = self._check_rowid(rowid)
+                if rowid in self._universe:
+                    self._drop_namespace(rowid, METADATA)
+                    self._drop_namespace(rowid, SYSTEM)
+                self._universe.add(rowid)
+                self._put(rowid, METADATA, metadatas[i])
+                if systems is not None and systems[i]:
+                    self._put(rowid, SYSTEM, _system_part(systems[i]))
+            self._bump()
+
+    def update(self, rowid: int, metadata: Mapping[str, Any] | None = None, system: Mapping[str, Any] | None = None) -> None:
+        """Replace a live row's metadata and/or system fields (None keeps that part); unknown rowids are ignored."""
+        with self._lock:
+            rowid = int(rowid)
+            if rowid not in self._universe:
+                return
+            for namespace, mapping in ((METADATA, metadata), (SYSTEM, system)):
+                if mapping is not None:
+                    self._drop_namespace(rowid, namespace)
+                    self._put(rowid, namespace, mapping if namespace == METADATA else _system_part(mapping))
+            self._bump()
+
+    def update_system(self, rowid: int, partial: Mapping[str, Any]) -> None:
+        """Replace only the system fields named in ``partial`` (a None value clears one); others stay."""
+        with self._lock:
+            rowid = int(rowid)
+            if rowid not in self._universe:
+                return
+            names = [name for name in partial if name in INDEXED_SYSTEM_FIELDS]
+            self._drop_keys(rowid, {(SYSTEM, name) for name in names})
+            self._put(rowid, SYSTEM, _system_part({name: partial[name] for name in names}))
+            self._bump()
+
+    def remove(self, rowids: Iterable[int]) -> None:
+        """Unindex rows; rowids not indexed are ignored."""
+        with self._lock:
+            for rowid in rowids:
+                rowid = int(rowid)
+                if rowid in self._universe:
+                    self._drop_namespace(rowid, METADATA)
+                    self._drop_namespace(rowid, SYSTEM)
+                    self._universe.discard(rowid)
+                    self._forward[rowid] = ()  # shadows any CSR entry; compaction drops it
+            self._bump()
+
+    def _put(self, rowid: int, namespace: str, mapping: Mapping[str, Any]) -> None:
+        """Index one namespace of a live row (whose entries of that namespace were dropped)."""
+        tids = list(self._forward_of(rowid))
+        for name, value in mapping.items():
+            key = (namespace, name)
+            exists = self._exists.get(key)
+            if exists is None:
+                exists = self._exists[key] = BitMap()
+            exists.add(rowid)
+            term_values, numbers = _decompose(value)
+            for t in term_values:
+                tid = self._term_ids.get((key, t))
+                if tid is None:
+                    tid = self._new_term((key, t))
+                self._bitmaps[tid].add(rowid)
+                tids.append(tid)
+            if numbers:
+                column = self._numbers.get(key)
+                if column is None:
+                    column = self._numbers[key] = _Numbers.empty()
+                column.put(rowid, numbers)
+                if column.delta_entries > _DELTA_MAX:
+                    self._numbers[key] = column.merged(self._universe)
+        self._forward[rowid] = tuple(tids)
+        if len(self._forward) > max(65536, len(self._csr_rows) // 4):
+            self._compact_forward()
+
+    def _drop_namespace(self, rowid: int, namespace: str) -> None:
+        self._drop_keys(rowid, None, namespace)
+
+    def _drop_keys(self, rowid: int, keys: set[tuple] | None, namespace: str | None = None) -> None:
+        """Take a row's entries for ``keys`` (or for every key of ``namespace``) out of every structure."""
+        def chosen(key: tuple) -> bool:
+            return key in keys if keys is not None else key[0] == namespace
+
+        kept = []
+        for tid in self._forward_of(rowid):
+            if chosen(self._terms_by_id[tid][0]):
+                self._bitmaps[tid].discard(rowid)
+            else:
+                kept.append(tid)
+        self._forward[rowid] = tuple(kept)
+        for key, exists in self._exists.items():
+            if chosen(key):
+                exists.discard(rowid)
+        for key, column in self._numbers.items():
+            if chosen(key):
+                column.void(rowid)
+
+    def _forward_of(self, rowid: int) -> tuple[int, ...]:
+        tids = self._forward.get(rowid)
+        if tids is not None:
+            return tids
+        i = int(np.searchsorted(self._csr_rows, rowid))
+        if i < len(self._csr_rows) and self._csr_rows[i] == rowid:
+            return tuple(self._csr_terms[self._csr_offsets[i] : self._csr_offsets[i + 1]].tolist())
+        return ()
+
+    def _compact_forward(self) -> None:
+        """Fold the forward dict into the CSR arrays (live rows only), keeping memory at 4 bytes a term."""
+        alive = np.frombuffer(self._universe.to_array(), dtype=np.uint32).astype(np.int64)
+        pending = np.fromiter(self._forward, dtype=np.int64, count=len(self._forward))
+        keep = np.isin(self._csr_rows, alive, assume_unique=True) & ~np.isin(self._csr_rows, pending)
+        lengths = np.diff(self._csr_offsets)
+        extra = array.array("i")
+        f_starts, f_lengths, live = [], [], []
+        base = len(self._csr_terms)
+        for rowid, tids in self._forward.items():
+            if rowid not in self._universe:
+                continue
+            live.append(rowid)
+            f_starts.append(base + len(extra))
+            f_lengths.append(len(tids))
+            extra.extend(tids)
+        rows = np.concatenate([self._csr_rows[keep], np.asarray(live, dtype=np.int64)])
+        starts = np.concatenate([self._csr_offsets[:-1][keep], np.asarray(f_starts, dtype=np.int64)])
+        seg = np.concatenate([lengths[keep], np.asarray(f_lengths, dtype=np.int64)])
+        terms = np.concatenate([self._csr_terms, np.frombuffer(extra, dtype=np.int32)])
+        order = np.argsort(rows, kind="stable")
+        rows, starts, seg = rows[order], starts[order], seg[order]
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(seg, out=offsets[1:])
+        gather = np.arange(offsets[-1], dtype=np.int64) - np.repeat(offsets[:-1] - starts, seg)
+        self._csr_rows, self._csr_offsets, self._csr_terms = rows, offsets, terms[gather]
+        self._forward = {}
+
+    def _bump(self) -> None:
+        self.generation += 1
+        self._cache.clear()
+
+    # -- resolution ---------------------------------------------------------------------------------
+    def resolve(
+        self, metadata_filter: Mapping[str, Any] | None, system_filter: Mapping[str, Any] | None = None
+    ) -> RowSet | None:
+        """The live rows matching both filters (one language; the system filter addresses system fields).
+
+        Returns:
+            A :class:`RowSet` (cached per canonical filter until the next change; never mutated), or None when
+            neither filter restricts anything (None or ``{}``).
+
+        Raises:
+            InvalidFilterError: a filter is malformed (see :func:`~hybrid_memory.filters.parse_filter`).
+        """
+        node = parse_filter(metadata_filter)
+        if system_filter:
+            system = parse_filter(system_filter, SYSTEM)
+            node = system if node == ("all",) else ("and", (node, system))
+        if node == ("all",):
+            return None
+        return self.resolve_node(node)
+
+    def resolve_node(self, node: Node) -> RowSet:
+        """The live rows matching a parsed filter tree, as a cached :class:`RowSet`."""
+        with self._lock:
+            cached = self._cache.get(node)
+            if cached is not None:
+                self._cache.move_to_end(node)
+                return cached
+            result = RowSet.from_bitmap(self._eval(node) & self._universe)
+            self._cache[node] = result
+            if len(self._cache) > _CACHE_SIZE:
+                self._cache.popitem(last=False)
+            return result
+
+    def _term(self, key: tuple, t: tuple) -> BitMap:
+        tid = self._term_ids.get((key, t))
+        return self._bitmaps[tid] if tid is not None else BitMap()
+
+    def _missing(self, key: tuple) -> BitMap:
+        exists = self._exists.get(key)
+        return self._universe - exists if exists is not None else self._universe
+
+    def _equal(self, key: tuple, values: Sequence[tuple]) -> BitMap:
+        numbers = [v for kind, v in values if kind == NUMBER]
+        parts = [self._term(key, t) for t in values if t[0] != NUMBER]
+        if numbers and key in self._numbers:
+            parts.append(self._numbers[key].equal(numbers))
+        if (NULL, None) in values:
+            parts.append(self._missing(key))
+        if not parts:
+            return BitMap()
+        return parts[0] if len(parts) == 1 else BitMap.union(*parts)
+
+    def _eval(self, node: Node) -> BitMap:
+        """Rows matching the node; may return an internal bitmap (callers never mutate the result)."""
+        kind = node[0]
+        if kind == "all":
+            return self._universe
+        if kind == "and":
+            parts = sorted((self._eval(child) for child in node[1]), key=len)
+            return BitMap.intersection(*parts)
+        if kind == "or":
+            return BitMap.union(*(self._eval(child) for child in node[1]))
+        if kind == "not":
+            return self._universe - self._eval(node[1])
+        key = node[1]
+        if kind == "exists":
+            return self._exists.get(key, BitMap()) if node[2] else self._missing(key)
+        if kind == "eq":
+            return self._equal(key, (node[2],))
+        if kind == "in":
+            return self._equal(key, node[2])
+        if kind == "cmp":
+            op, (value_kind, value) = node[2], node[3]
+            if value_kind == NUMBER:
+                column = self._numbers.get(key)
+                return column.select(op, value) if column is not None else BitMap()
+            return self._text_range(key, op, value)
+        raise AssertionError(f"unknown filter node {node!r}")  # pragma: no cover
+
+    def _text_range(self, key: tuple, op: str, value: str) -> BitMap:
+        texts = self._texts.get(key, [])
+        if op == "$gt":
+            chosen = texts[bisect.bisect_right(texts, value) :]
+        elif op == "$gte":
+            chosen = texts[bisect.bisect_left(texts, value) :]
+        elif op == "$lt":
+            chosen = texts[: bisect.bisect_left(texts, value)]
+        else:
+            chosen = texts[: bisect.bisect_right(texts, value)]
+        return BitMap.union(*(self._term(key, (TEXT, t)) for t in chosen)) if chosen else BitMap()
+
+    def stats(self) -> dict[str, int]:
+        """Counts for diagnostics: live rows, terms, keys with numbers, forward entries pending, generation."""
+        with self._lock:
+            return {
+                "rows": len(self._universe),
+                "terms": len(self._bitmaps),
+                "number_keys": len(self._numbers),
+                "forward_pending": len(self._forward),
+                "generation": self.generation,
+            }
