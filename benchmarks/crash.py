@@ -22,7 +22,7 @@ After each kill, a fresh process opens the memory and checks every acknowledged 
 it, it is rank 1 in a sparse-only search for its unique token, and it is in the dense-only top 10 for its
 own text; that process then exits without closing (``os._exit``), the unclean exit again. Then the
 memory is opened a second time, which must do no rebuild (the first reopen saved what it rebuilt).
-HashingEmbedder (64 dimensions). Prints a table and writes ``benchmarks/results/crash.json`` (or ``--json``).
+HashingEmbedder (256 dimensions). Prints a table and writes ``benchmarks/results/crash.json`` (or ``--json``).
 """
 
 from __future__ import annotations
@@ -44,13 +44,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as common  # noqa: E402
 
-DIM = 64
+DIM = 256
 KINDS = ("upsert", "cli", "close", "close-mid-save")
 
 
 def chunk_text(i: int) -> str:
-    """Chunk i's text: one token (``uniq<i>q``) no other chunk has, and words many share."""
-    return f"uniq{i}q note about service {i % 13} and the {['db', 'cache', 'queue'][i % 3]} layer"
+    """Chunk i's text: two tokens no other chunk has (``uniq<i>q`` and a scrambled one, so two chunks hash to
+    the same HashingEmbedder vector only if both collide), and words many share."""
+    return f"uniq{i}q note w{(i * 7919) % 100_003}z about service {i % 13} and the {['db', 'cache', 'queue'][i % 3]} layer"
 
 
 _WRITER = textwrap.dedent(

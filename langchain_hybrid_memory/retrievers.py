@@ -15,7 +15,7 @@ from typing import Any
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import AliasChoices, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, ConfigDict, Field, PrivateAttr, model_validator
 
 from hybrid_memory.models import make_chunk
 from hybrid_memory import (
@@ -142,7 +142,10 @@ class HybridMemoryRetriever(BaseRetriever):
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", populate_by_name=True)
 
     memory: HybridMemory | ScopedMemory
-    """The core memory searched (or a scoped view of it); the retriever does not close it."""
+    """The core memory searched (or a scoped view of it). A memory the retriever opened itself
+    (``from_documents``, ``from_texts``, ``from_path``) is closed by :meth:`close` / the ``with`` block; one
+    passed in stays the caller's."""
+    _owns_memory: bool = PrivateAttr(default=False)
     scope: dict[str, str] | None = None
     """Scope the retriever is bound to (``{"user_id": "u1"}``; fields tenant, user_id, agent_id, session_id):
     every search is restricted to it before ranking and every added document is stamped with it; per-call
@@ -220,6 +223,7 @@ class HybridMemoryRetriever(BaseRetriever):
         memory = HybridMemory(path, embedder=as_core_embedder(embedding))
         try:
             retriever = cls(memory=memory, **kwargs)
+            retriever._owns_memory = True
             retriever.add_documents(documents, ids=ids)
         except BaseException:
             memory.close()
@@ -260,7 +264,26 @@ class HybridMemoryRetriever(BaseRetriever):
         Raises:
             StoreFormatError: the folder was built with another embedder or format version.
         """
-        return cls(memory=HybridMemory.open(path, embedder=as_core_embedder(embedding)), **kwargs)
+        memory = HybridMemory.open(path, embedder=as_core_embedder(embedding))
+        try:
+            retriever = cls(memory=memory, **kwargs)
+        except BaseException:
+            memory.close()
+            raise
+        retriever._owns_memory = True
+        return retriever
+
+    def close(self) -> None:
+        """Close the memory if this retriever opened it (``from_documents``, ``from_texts``, ``from_path``):
+        its indexes are saved and the store released. A memory passed in is left to its owner. Idempotent."""
+        if self._owns_memory:
+            self.memory.close()
+
+    def __enter__(self) -> HybridMemoryRetriever:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def add_documents(self, documents: Iterable[Document], *, ids: Sequence[str] | None = None) -> list[str]:
         """Upsert documents into the memory; returns their chunk ids in input order.

@@ -139,6 +139,7 @@ class HybridMemoryRetriever(BaseRetriever):
         if not isinstance(memory, (HybridMemory, ScopedMemory)):
             raise TypeError(f"memory must be a hybrid_memory.HybridMemory, got {type(memory).__name__}")
         self.memory = memory
+        self._owns_memory = False  # True when from_documents / from_nodes / from_path opened it
         self.scope = dict(scope) if scope else None
         bound = as_scope(self.scope)
         self._target = memory.scoped(bound) if bound else memory
@@ -193,6 +194,7 @@ class HybridMemoryRetriever(BaseRetriever):
         memory = HybridMemory(path, embedder=as_core_embedder(embed_model))
         try:
             retriever = cls(memory, **kwargs)
+            retriever._owns_memory = True
             retriever.insert_nodes(nodes)
         except BaseException:
             memory.close()
@@ -210,7 +212,26 @@ class HybridMemoryRetriever(BaseRetriever):
         Raises:
             StoreFormatError: the folder was built with another embedder or format version.
         """
-        return cls(HybridMemory.open(path, embedder=as_core_embedder(embed_model)), **kwargs)
+        memory = HybridMemory.open(path, embedder=as_core_embedder(embed_model))
+        try:
+            retriever = cls(memory, **kwargs)
+        except BaseException:
+            memory.close()
+            raise
+        retriever._owns_memory = True
+        return retriever
+
+    def close(self) -> None:
+        """Close the memory if this retriever opened it (``from_documents``, ``from_nodes``, ``from_path``):
+        its indexes are saved and the store released. A memory passed in is left to its owner. Idempotent."""
+        if self._owns_memory:
+            self.memory.close()
+
+    def __enter__(self) -> HybridMemoryRetriever:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def insert_nodes(self, nodes: Iterable[BaseNode]) -> list[str]:
         """Upsert nodes (or ``Document``s) into the memory; returns their chunk ids in input order.

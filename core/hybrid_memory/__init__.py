@@ -27,14 +27,16 @@ from .dedup import DedupPolicy, WriteDecision, WriteResult
 from .embedders import CallableEmbedder, Embedder, HashingEmbedder, SentenceTransformerEmbedder
 from .fusion import FusedHit, reciprocal_rank_fusion
 from .memory import HybridMemory
-from .models import MAX_TOP_K, Chunk, HybridParams, SearchRequest, SearchResponse, SearchResult, StoredChunk
+from .models import MAX_SEARCH_TEXT_CHARS, MAX_TOP_K, MAX_WEIGHT, Chunk, HybridParams, SearchRequest, SearchResponse, SearchResult, StoredChunk
 from .scopes import Scope, ScopedMemory
 from .temporal import RecencyPrior
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "MAX_SEARCH_TEXT_CHARS",
     "MAX_TOP_K",
+    "MAX_WEIGHT",
     "CallableEmbedder",
     "Chunk",
     "DedupPolicy",

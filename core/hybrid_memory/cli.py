@@ -83,6 +83,8 @@ def _read_inputs(paths: Sequence[str], args: argparse.Namespace) -> Iterator[Chu
     extra = _parse_metadata(args.metadata)
     for raw in paths:
         path = Path(raw)
+        if not path.exists():
+            raise HybridMemoryError(f"{path}: no such file or folder (check the path; ingest reads .jsonl files and folders)")
         if path.is_dir():
             yield from read_text_folder(path, chunk_size=args.chunk_size, metadata=extra, id_prefix=args.id_prefix)
         elif path.suffix == ".jsonl":
@@ -92,17 +94,36 @@ def _read_inputs(paths: Sequence[str], args: argparse.Namespace) -> Iterator[Chu
             raise HybridMemoryError(f"{path}: give a BEIR-style .jsonl file or a folder of .md/.txt files")
 
 
-def _ingest(memory: Any, chunks: Iterable[Chunk], *, progress: bool) -> int:
+def _last_of_each_id(batch: list[Chunk]) -> tuple[list[Chunk], int]:
+    """The batch with each chunk_id once: at the place of its first occurrence, with the content of its last
+    (what upserting the lines one by one gives); and how many lines were replaced by a later one."""
+    last = {chunk.chunk_id: chunk for chunk in batch}
+    unique = [last[chunk_id] for chunk_id in dict.fromkeys(chunk.chunk_id for chunk in batch)]
+    return unique, len(batch) - len(unique)
+
+
+def _ingest(memory: Any, chunks: Iterable[Chunk], *, progress: bool) -> tuple[int, int]:
+    """Upsert ``chunks`` in batches of 256 inside ``memory.bulk()``.
+
+    The rule for a chunk_id given more than once (in one file, or in several): the last one wins, as if each
+    line were upserted in order, whether the repeats fall in one batch or in different ones. Returns
+    ``(lines read, repeated ids replaced by a later line)``."""
     from tqdm.auto import tqdm
 
-    total = 0
+    total = repeated = 0
+    seen: set[str] = set()
     with memory.bulk(), tqdm(desc="ingesting", unit="chunk", disable=not progress, file=sys.stderr) as bar:
         for batch in _batched(chunks, _BATCH):
-            _refuse_cross_folder_overwrite(memory, batch)
-            memory.upsert(batch)
+            unique, _ = _last_of_each_id(batch)
+            _refuse_cross_folder_overwrite(memory, unique)
+            memory.upsert(unique)
+            for chunk in batch:
+                if chunk.chunk_id in seen:
+                    repeated += 1
+                seen.add(chunk.chunk_id)
             total += len(batch)
             bar.update(len(batch))
-    return total
+    return total, repeated
 
 
 def _refuse_cross_folder_overwrite(memory: Any, batch: list[Chunk]) -> None:
@@ -120,24 +141,30 @@ def _refuse_cross_folder_overwrite(memory: Any, batch: list[Chunk]) -> None:
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
+    missing = [raw for raw in args.paths if not Path(raw).exists()]
+    if missing:  # before the memory is opened (and created)
+        raise HybridMemoryError(f"{missing[0]}: no such file or folder (check the path; ingest reads .jsonl files and folders)")
     with open_memory(args, must_exist=False) as memory:
         before = memory.count()
         try:
-            count = _ingest(memory, _read_inputs(args.paths, args), progress=not args.quiet)
+            count, repeated = _ingest(memory, _read_inputs(args.paths, args), progress=not args.quiet)
         except HybridMemoryError as exc:
             stored = memory.count() - before
             raise HybridMemoryError(
                 f"{exc} (the memory now holds {memory.count()} chunks, {stored} new from this run; ingest is an "
                 "upsert, so fix the input and run the same command again)"
             ) from exc
-        print(json.dumps({"ingested": count, "chunks": memory.count(), "memory": str(memory.path)}))
+        if repeated:
+            logger.warning("%d lines repeated an earlier chunk id; the last line of each id was kept", repeated)
+        print(json.dumps({"ingested": count, "repeated_ids": repeated, "chunks": memory.count(),
+                          "memory": str(memory.path)}))
     return 0
 
 
 def _request_from_args(args: argparse.Namespace) -> dict[str, Any]:
     request: dict[str, Any] = {}
     if args.request:
-        request = json.loads(Path(args.request).read_text(encoding="utf-8"))
+        request = _load_json(Path(args.request).read_text(encoding="utf-8"), args.request)
         if not isinstance(request, dict):
             raise HybridMemoryError(
                 f"{args.request} must hold one JSON object (query_id, search_text, top_k, ...), "
@@ -148,8 +175,14 @@ def _request_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if args.top_k is not None:
         request["top_k"] = args.top_k
     if args.filter:
-        request["metadata_filter"] = json.loads(args.filter)
-    params = dict(request.get("hybrid_params") or {})
+        request["metadata_filter"] = _load_json(args.filter, "--filter")
+    params = request.get("hybrid_params") or {}
+    if not isinstance(params, dict):
+        raise HybridMemoryError(
+            f"hybrid_params must be a JSON object such as {{\"dense_weight\": 0.6, \"sparse_weight\": 0.4, "
+            f"\"rrf_k_constant\": 60}}, got a JSON {type(params).__name__}"
+        )
+    params = dict(params)
     for name in ("dense_weight", "sparse_weight", "rrf_k_constant"):
         if getattr(args, name) is not None:
             params[name] = getattr(args, name)
@@ -158,6 +191,16 @@ def _request_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if "search_text" not in request:
         raise HybridMemoryError("give the search text, or --request FILE.json with a search_text")
     return request
+
+
+def _load_json(text: str, where: str) -> Any:
+    """json.loads with the errors a user can fix named: bad JSON, or nesting too deep for the parser."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise HybridMemoryError(f"{where}: invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from exc
+    except RecursionError as exc:
+        raise HybridMemoryError(f"{where}: JSON nested too deeply (thousands of levels); flatten it") from exc
 
 
 def _cmd_search(args: argparse.Namespace) -> int:

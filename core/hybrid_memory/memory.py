@@ -911,13 +911,23 @@ class HybridMemory:
         data.update(fields)
         if shortcuts:
             params = data.get("hybrid_params") or {}
-            params = params.model_dump() if hasattr(params, "model_dump") else dict(params)
+            if hasattr(params, "model_dump"):
+                params = params.model_dump()
+            if not isinstance(params, Mapping):
+                raise InvalidRequestError(
+                    f"hybrid_params must be an object with dense_weight, sparse_weight, rrf_k_constant, got "
+                    f"{type(params).__name__}"
+                )
             data["hybrid_params"] = {**params, **shortcuts}
         try:
             validated = SearchRequest.model_validate(data)
+            validate_filter(validated.metadata_filter)
         except ValidationError as exc:
             raise InvalidRequestError(validation_message(exc, "search request")) from exc
-        validate_filter(validated.metadata_filter)
+        except RecursionError as exc:  # a value nested thousands of levels deep, anywhere in the request
+            raise InvalidRequestError(
+                "search request nests too deeply (thousands of levels); flatten the filter or the values"
+            ) from exc
         return validated
 
     def _prepare(

@@ -10,6 +10,7 @@ Field names of :class:`SearchRequest` and :class:`SearchResponse` are the wire f
 from __future__ import annotations
 
 import math
+import reprlib
 import uuid
 from typing import Any
 
@@ -22,7 +23,9 @@ from .fusion import DEFAULT_RRF_K
 from .temporal import to_timestamp
 
 __all__ = [
+    "MAX_SEARCH_TEXT_CHARS",
     "MAX_TOP_K",
+    "MAX_WEIGHT",
     "SCOPE_FIELDS",
     "TIME_FIELDS",
     "Chunk",
@@ -33,12 +36,19 @@ __all__ = [
     "StoredChunk",
 ]
 
+_SHORT = reprlib.Repr()
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlevel = 80, 80, 4
+
+
 def validation_message(exc: ValidationError, what: str) -> str:
-    """One line naming each invalid field of a pydantic error: ``invalid chunk: text: ... (got '')``."""
+    """One line naming each invalid field of a pydantic error: ``invalid chunk: text: ... (got '')``.
+
+    The offending input is shown shortened (``reprlib``: 80 characters, 4 levels), so a 200,000-character
+    or 5,000-level-deep value gives a readable message instead of a huge one or a RecursionError."""
     parts = []
-    for error in exc.errors():
+    for error in exc.errors()[:10]:
         field = ".".join(str(p) for p in error["loc"]) or what
-        parts.append(f"{field}: {error['msg']} (got {error.get('input')!r})")
+        parts.append(f"{field}: {error['msg']} (got {_SHORT.repr(error.get('input'))})")
     return f"invalid {what}: " + "; ".join(parts)
 
 
@@ -54,6 +64,15 @@ def make_chunk(data: Chunk | Mapping[str, Any], what: str = "chunk") -> Chunk:
 
 MAX_TOP_K = 1000
 """Largest ``top_k`` a request may ask for. Deeper lists belong to offline evaluation, not to agents."""
+
+MAX_SEARCH_TEXT_CHARS = 10_000
+"""Longest ``search_text``, in characters (Unicode code points). all-MiniLM-L6-v2 reads only the first 256
+word pieces (about 1,000 characters of English), so a longer query changes only BM25, whose cost grows with
+the query's terms: a 50,000-word query took 100x a normal one. Cut long contexts to what the agent asks."""
+
+MAX_WEIGHT = 1e6
+"""Largest ``dense_weight`` / ``sparse_weight``. Only the ratio of the two weights matters to the ranking;
+the bound keeps the fused score finite (two weights of 1e308 with ``rrf_k_constant`` 0 summed to inf)."""
 
 
 def _encodable(value: str, field: str) -> str:
@@ -179,17 +198,17 @@ class HybridParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     dense_weight: float = Field(default=1.0, strict=True)
-    """Weight of the dense (FAISS) run, finite and >= 0; 0 turns the dense engine off."""
+    """Weight of the dense (FAISS) run, in [0, MAX_WEIGHT (1e6)]; 0 turns the dense engine off."""
     sparse_weight: float = Field(default=1.0, strict=True)
-    """Weight of the sparse (BM25) run, finite and >= 0; 0 turns the sparse engine off."""
+    """Weight of the sparse (BM25) run, in [0, MAX_WEIGHT (1e6)]; 0 turns the sparse engine off."""
     rrf_k_constant: float = Field(default=DEFAULT_RRF_K, strict=True)
     """RRF smoothing constant, >= 0 (60 in the paper). Not the number of results: that is top_k."""
 
     @field_validator("dense_weight", "sparse_weight")
     @classmethod
     def _finite_non_negative(cls, value: float) -> float:
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"must be a finite number >= 0, got {value}")
+        if not math.isfinite(value) or value < 0 or value > MAX_WEIGHT:
+            raise ValueError(f"must be a number in [0, {MAX_WEIGHT:g}] (only the ratio of the weights matters), got {value}")
         return value
 
     @field_validator("rrf_k_constant")
@@ -212,9 +231,9 @@ class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     query_id: str = Field(default_factory=lambda: f"q_{uuid.uuid4().hex[:12]}")
-    """Caller's id for the request, echoed in the response; generated when absent."""
-    search_text: str
-    """The query; must contain something other than white space."""
+    """Caller's id for the request, echoed in the response; generated when absent; valid Unicode."""
+    search_text: str = Field(max_length=MAX_SEARCH_TEXT_CHARS)
+    """The query: something other than white space, at most MAX_SEARCH_TEXT_CHARS (10,000) characters."""
     top_k: int = Field(default=5, ge=1, le=MAX_TOP_K, strict=True)
     """Number of fused results to return, 1..MAX_TOP_K (1000)."""
     hybrid_params: HybridParams = Field(default_factory=HybridParams)
@@ -230,6 +249,11 @@ class SearchRequest(BaseModel):
     @classmethod
     def _as_of_seconds(cls, value: Any) -> float | None:
         return to_timestamp(value, "as_of")
+
+    @field_validator("query_id")
+    @classmethod
+    def _query_id_encodable(cls, value: str) -> str:
+        return _encodable(value, "query_id")
 
     @field_validator("search_text")
     @classmethod

@@ -1,0 +1,77 @@
+"""Adapters close the memory they opened (with, close()), never one passed in; an unclosed one heals."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError
+
+pytest.importorskip("langchain_core")
+pytest.importorskip("llama_index.core")
+
+from langchain_core.documents import Document  # noqa: E402
+from llama_index.core.schema import TextNode  # noqa: E402
+
+from langchain_hybrid_memory import HybridMemoryRetriever as LangChainRetriever  # noqa: E402
+from llamaindex_hybrid_memory import HybridMemoryRetriever as LlamaRetriever  # noqa: E402
+
+
+def test_langchain_retriever_closes_the_memory_it_opened(tmp_path):
+    with LangChainRetriever.from_documents([Document(page_content="HTTP 504 billing", id="a")],
+                                           HashingEmbedder(16), path=tmp_path, k=1) as retriever:
+        assert [d.id for d in retriever.invoke("504")] == ["a"]
+    with pytest.raises(InvalidRequestError, match="closed"):
+        retriever.memory.search("504")
+    assert (tmp_path / "indexes.json").exists()  # closing saved the indexes
+    with LangChainRetriever.from_path(tmp_path, HashingEmbedder(16), k=1) as again:
+        assert [d.id for d in again.invoke("504")] == ["a"]
+    assert again.memory._closed
+
+
+def test_llamaindex_retriever_closes_the_memory_it_opened(tmp_path):
+    with LlamaRetriever.from_nodes([TextNode(text="HTTP 504 billing", id_="a")], HashingEmbedder(16),
+                                   path=tmp_path, similarity_top_k=1) as retriever:
+        assert [n.node.node_id for n in retriever.retrieve("504")] == ["a"]
+    assert retriever.memory._closed
+    retriever.close()  # idempotent
+    with LlamaRetriever.from_path(tmp_path, HashingEmbedder(16), similarity_top_k=1) as again:
+        assert [n.node.node_id for n in again.retrieve("504")] == ["a"]
+    assert again.memory._closed
+
+
+def test_a_memory_passed_in_stays_open():
+    with HybridMemory(embedder=HashingEmbedder(16)) as memory:
+        memory.add([{"chunk_id": "a", "text": "HTTP 504 billing"}])
+        with LangChainRetriever(memory=memory, k=1) as lc, LlamaRetriever(memory, similarity_top_k=1) as li:
+            assert lc.invoke("504")[0].id == li.retrieve("504")[0].node.node_id == "a"
+        assert memory.search("504", top_k=1).results[0].chunk_id == "a"
+
+
+def test_a_retriever_never_closed_is_healed_by_the_next_open_once(tmp_path):
+    code = textwrap.dedent(
+        """
+        import os, sys
+        from langchain_core.documents import Document
+        from hybrid_memory import HashingEmbedder
+        from langchain_hybrid_memory import HybridMemoryRetriever
+        docs = [Document(page_content=f"note {i} about service {i % 7}", id=f"n{i}") for i in range(700)]
+        HybridMemoryRetriever.from_documents(docs, HashingEmbedder(16), path=sys.argv[1])
+        os._exit(0)  # never closed
+        """
+    )
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, timeout=300,
+                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+    syncs = []
+    for _ in range(2):
+        memory = HybridMemory.open(tmp_path, embedder=HashingEmbedder(16))
+        syncs.append({name: report["rebuilt"] for name, report in memory.last_sync.items()})
+        assert memory.count() == 700
+        memory._closed = True  # as if this process died too: nothing saved at close
+        memory._executor.shutdown()
+        memory._store.close()
+    assert syncs == [{"bm25": True, "dense": True}, {"bm25": False, "dense": False}]
