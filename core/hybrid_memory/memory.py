@@ -715,6 +715,10 @@ class HybridMemory:
 
     def _maybe_compact(self) -> None:
         if self._bulk_depth:
+            # a bulk load merges the BM25 delta in the background whenever it reaches its memory bound, so a
+            # million-chunk load never holds a million documents of Python postings
+            if self._sparse.needs_compaction(bulk=True):
+                self._sparse.compact(self._store.texts, background=True)
             return
         if self._sparse.needs_compaction():
             self._sparse.compact(self._store.texts, background=self._background_compaction)
@@ -723,11 +727,14 @@ class HybridMemory:
 
     @contextlib.contextmanager
     def bulk(self) -> Iterator[HybridMemory]:
-        """Defer BM25 compaction to the end of the block, for loading many batches.
+        """Defer index maintenance to the end of the block, for loading many batches.
 
-        Inside the block every added chunk is searchable at once (from the BM25 delta segment), but the
-        main segment is rebuilt once at the end instead of after every batch that outgrows the delta.
-        Blocks nest; the outermost one compacts.
+        Inside the block every added chunk is searchable at once (from the BM25 delta segment and the exact
+        vector scan or the current IVF index). The BM25 main segment is rebuilt in the background only when
+        the delta reaches its memory bound (:meth:`BM25Index.needs_compaction` with ``bulk=True``; a
+        geometric schedule, so a load of n chunks rebuilds O(n log n + n² / 100k) documents in all), and
+        once more at the end; IVF training waits for the end of the block and runs in the background
+        (:meth:`flush` waits for it). Blocks nest; the outermost one compacts.
         """
         with self._write_lock:
             self._bulk_depth += 1
@@ -740,8 +747,8 @@ class HybridMemory:
                     if self._dense.needs_maintenance():
                         # IVF training runs beside the BM25 merge (FAISS releases the GIL)
                         self._dense.maintain(background=True)
-                    if self._sparse.needs_compaction():
-                        self._sparse.wait()
+                    self._sparse.wait()
+                    if self._sparse.needs_compaction() or self._sparse.delta_size >= self._sparse.compact_min:
                         self._sparse.compact(self._store.texts, show_progress=self.show_progress)
 
     def delete(self, chunk_ids: Iterable[str], *, scope: Scope | Mapping[str, Any] | None = None) -> int:

@@ -35,7 +35,7 @@ __all__ = ["BM25Index"]
 
 logger = logging.getLogger(__name__)
 
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2
 
 
 class BM25Index:
@@ -47,6 +47,8 @@ class BM25Index:
         b: length normalisation in [0, 1] (default 0.75, Robertson and Zaragoza 2009).
         compact_min: compaction never runs before the delta + removed documents reach this many.
         compact_ratio: ... or this fraction of the main segment, whichever is larger.
+        bulk_delta_max: during a bulk load, the delta is merged once it holds this many documents (default
+            100,000: ~0.5 GB of delta postings), see :meth:`needs_compaction`.
 
     Thread-safe: searches and writes take a lock; searches are read-only on numpy arrays.
     """
@@ -59,6 +61,7 @@ class BM25Index:
         b: float = 0.75,
         compact_min: int = 500,
         compact_ratio: float = 0.1,
+        bulk_delta_max: int = 100_000,
     ) -> None:
         if not (k1 >= 0 and math.isfinite(k1)):
             raise ValueError(f"k1 must be a finite number >= 0, got {k1}")
@@ -69,6 +72,7 @@ class BM25Index:
         self.b = float(b)
         self.compact_min = compact_min
         self.compact_ratio = compact_ratio
+        self.bulk_delta_max = bulk_delta_max
         self._lock = threading.RLock()
         self._vocab: dict[str, int] = {"": 0}  # token -> id; "" is bm25s's empty-document token
         self._tokens: dict[int, np.ndarray] = {}  # doc id -> int32 token ids, kept so compaction never re-tokenizes
@@ -124,22 +128,26 @@ class BM25Index:
             self._reset_delta()
             self._tokens = {int(i): self._encode(t) for i, t in zip(ids, tokens, strict=True)}
             snapshot = np.sort(ids)
-            corpus = [self._tokens[int(i)].tolist() for i in snapshot]
+            corpus = [self._tokens[int(i)] for i in snapshot]
             segment = self._make_segment(corpus, dict(self._vocab), show_progress)
             self._install(snapshot, corpus, segment)
 
-    def _make_segment(self, corpus: list[list[int]], vocab: dict[str, int], show_progress: bool):  # noqa: ANN202
-        """A bm25s index over token-id lists; pure (touches no state), so it can run without the lock."""
-        import bm25s
+    def _make_segment(self, corpus: list[np.ndarray], vocab: dict[str, int], show_progress: bool):  # noqa: ANN202
+        """A bm25s index over int32 token-id arrays; pure (touches no state), so it can run without the lock.
+
+        Built by :func:`~hybrid_memory.bm25_build.build_bm25s`: the matrix ``bm25s.BM25.index`` would build,
+        bit for bit, in numpy passes instead of a Python loop over documents (1M documents: seconds and one
+        token array instead of minutes and lists of Python ints). ``show_progress`` is accepted for the
+        callers' signature; the build has no per-document loop to report on.
+        """
+        from .bm25_build import build_bm25s
 
         if not corpus:
             return None
-        segment = bm25s.BM25(k1=self.k1, b=self.b, method="lucene")
         # vocab is a copy: later adds grow self._vocab, and bm25s's vocabulary must match its matrix
-        segment.index((corpus, vocab), show_progress=show_progress)
-        return segment
+        return build_bm25s(corpus, vocab, k1=self.k1, b=self.b)
 
-    def _install(self, snapshot: np.ndarray, corpus: list[list[int]], segment) -> None:  # noqa: ANN001
+    def _install(self, snapshot: np.ndarray, corpus: list[np.ndarray], segment) -> None:  # noqa: ANN001
         """Swap in a main segment built over ``snapshot`` (sorted ids); caller holds the lock.
 
         Documents removed since the snapshot are masked; documents added since stay in the delta; delta
@@ -168,12 +176,15 @@ class BM25Index:
             for doc_id, doc_tokens in zip(ids, tokens, strict=True):
                 doc_id = int(doc_id)
                 self._tokens[doc_id] = self._encode(doc_tokens)
-                tf = Counter(doc_tokens)
-                self._delta_tf[doc_id] = tf
-                self._delta_len[doc_id] = len(doc_tokens)
-                self._delta_total_len += len(doc_tokens)
-                for token, count in tf.items():
-                    self._postings.setdefault(token, {})[doc_id] = count
+                self._add_to_delta(doc_id, doc_tokens)
+
+    def _add_to_delta(self, doc_id: int, doc_tokens: list[str]) -> None:
+        tf = Counter(doc_tokens)
+        self._delta_tf[doc_id] = tf
+        self._delta_len[doc_id] = len(doc_tokens)
+        self._delta_total_len += len(doc_tokens)
+        for token, count in tf.items():
+            self._postings.setdefault(token, {})[doc_id] = count
 
     def remove(self, ids: Sequence[int]) -> None:
         """Remove documents (unknown ids are ignored)."""
@@ -199,8 +210,17 @@ class BM25Index:
                 del self._postings[token]
         return True
 
-    def needs_compaction(self) -> bool:
-        """True when the delta and removed documents outgrow ``max(compact_min, compact_ratio × main)``."""
+    def needs_compaction(self, *, bulk: bool = False) -> bool:
+        """True when the delta and removed documents outgrow ``max(compact_min, compact_ratio × main)``.
+
+        Args:
+            bulk: the policy for a bulk load, which bounds the delta's memory instead (its per-document
+                ``Counter`` and postings cost about 5 KB a document in CPython): True once the delta holds
+                ``max(compact_min, min(main size, bulk_delta_max))`` documents. The main segment so doubles
+                while it is small, then grows by ``bulk_delta_max`` per merge.
+        """
+        if bulk:
+            return len(self._delta_tf) >= max(self.compact_min, min(len(self._main_ids), self.bulk_delta_max))
         pending = len(self._delta_tf) + self._main_dead
         return pending >= max(self.compact_min, self.compact_ratio * len(self._main_ids))
 
@@ -251,7 +271,7 @@ class BM25Index:
                 missing = [i for i in snapshot.tolist() if i not in self._tokens]  # removed meanwhile
                 if missing:
                     snapshot = np.setdiff1d(snapshot, np.array(missing, dtype=np.int64))
-                corpus = [self._tokens[i].tolist() for i in snapshot.tolist()]
+                corpus = [self._tokens[i] for i in snapshot.tolist()]
                 vocab = dict(self._vocab)
                 logger.info("compacting BM25 index: %d documents (%d in delta)", len(snapshot), len(self._delta_tf))
             segment = self._make_segment(corpus, vocab, show_progress)
@@ -377,9 +397,14 @@ class BM25Index:
         return {"k1": self.k1, "b": self.b, "method": "lucene", "tokenizer": self.tokenizer.config()}
 
     def save(self, directory: Path) -> None:
-        """Write the main segment (bm25s npy + json, no pickle) and its id map to ``directory``.
+        """Write the index to ``directory``: the main segment (bm25s npy + json), its id map, the delta's ids and
+        the token cache, so a reopened index neither re-tokenizes the delta nor, at its next merge, the main
+        segment's documents.
 
-        The delta segment is not written: on load, the owner re-adds the documents the saved ids lack.
+        Files (``numpy.save`` / JSON, no pickle): ``bm25s/`` (bm25s's own save), ``ids.npy`` int64 and
+        ``alive.npy`` float32 (main segment), ``delta_ids.npy`` int64, ``tokens.npy`` int32 (every cached
+        document's token ids, one after another), ``token_doc_ids.npy`` int64 and ``token_lengths.npy`` int64
+        (which document, how many tokens), ``vocab.json`` (tokens in id order) and ``manifest.json``.
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -388,6 +413,16 @@ class BM25Index:
                 self._main.save(str(directory / "bm25s"), show_progress=False)
             np.save(directory / "ids.npy", self._main_ids, allow_pickle=False)
             np.save(directory / "alive.npy", self._main_alive, allow_pickle=False)
+            delta_ids = np.fromiter(self._delta_tf, dtype=np.int64, count=len(self._delta_tf))
+            np.save(directory / "delta_ids.npy", delta_ids, allow_pickle=False)
+            doc_ids = np.fromiter(self._tokens, dtype=np.int64, count=len(self._tokens))
+            arrays = list(self._tokens.values())
+            lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
+            np.save(directory / "token_doc_ids.npy", doc_ids, allow_pickle=False)
+            np.save(directory / "token_lengths.npy", lengths, allow_pickle=False)
+            np.save(directory / "tokens.npy", np.concatenate(arrays) if arrays else np.zeros(0, np.int32), allow_pickle=False)
+            del arrays
+            vocab = sorted(self._vocab, key=self._vocab.__getitem__)
             manifest = {
                 "format_version": _FORMAT_VERSION,
                 "config": self.config(),
@@ -395,12 +430,23 @@ class BM25Index:
                 "has_main": self._main is not None,
                 "n_docs": len(self._main_ids),
                 "ids_sum": int(self._main_ids.sum()),
+                "delta_docs": len(delta_ids),
+                "delta_ids_sum": int(delta_ids.sum()),
+                "token_docs": len(doc_ids),
+                "tokens": int(lengths.sum()),
+                "vocab_size": len(vocab),
             }
+        (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
         (directory / "manifest.json").write_text(json.dumps(manifest, indent=2))
 
     def load(self, directory: Path) -> bool:
-        """Load a saved main segment. Returns False (and keeps an empty index) if it is missing,
-        damaged or was built with other parameters; the caller then rebuilds it from the store."""
+        """Load a saved index (main segment, delta and token cache) without re-tokenizing anything.
+
+        Returns False (and keeps an empty index) if it is missing, damaged or was built with other
+        parameters; the caller then rebuilds it from the store. An index saved before the delta and token
+        cache were written (format 1) loads its main segment only: the caller re-adds the delta's documents
+        and the next merge re-tokenizes the main segment's texts.
+        """
         import bm25s
 
         directory = Path(directory)
@@ -409,7 +455,7 @@ class BM25Index:
             return False
         try:
             manifest = json.loads((directory / "manifest.json").read_text())
-            if manifest.get("format_version") != _FORMAT_VERSION or manifest.get("config") != json.loads(
+            if manifest.get("format_version") not in (1, _FORMAT_VERSION) or manifest.get("config") != json.loads(
                 json.dumps(self.config())
             ):
                 logger.info("saved BM25 index has other parameters; it will be rebuilt")
@@ -423,12 +469,16 @@ class BM25Index:
                 main = bm25s.BM25.load(str(directory / "bm25s"), show_progress=False, verbosity=0)
                 if int(main.scores["num_docs"]) != len(ids) or len(alive) != len(ids):
                     raise ValueError("id map and bm25s index disagree")
+            cache = None
+            if manifest["format_version"] >= 2:
+                cache = self._read_cache(directory, manifest, main)
         except Exception as exc:  # noqa: BLE001 - any damage means: rebuild from the store
             logger.warning("saved BM25 index at %s is unreadable (%s); it will be rebuilt", directory, exc)
             return False
         with self._lock:
             self._reset_main()
             self._reset_delta()
+            self._tokens = {}
             if main is not None:
                 self._main = main
                 self._main_ids = ids.astype(np.int64)
@@ -438,5 +488,35 @@ class BM25Index:
                 self._main_dead = int((self._main_alive == 0).sum())
                 self._vocab = dict(main.vocab_dict)
                 self._vocab.setdefault("", len(self._vocab))
-            self._tokens = {}
+            if cache is not None:
+                vocab, tokens, delta_ids = cache
+                self._vocab = {token: i for i, token in enumerate(vocab)}
+                self._tokens = tokens
+                for doc_id in delta_ids.tolist():
+                    self._add_to_delta(doc_id, [vocab[t] for t in tokens[doc_id].tolist()])
         return True
+
+    @staticmethod
+    def _read_cache(directory: Path, manifest: dict, main) -> tuple[list[str], dict[int, np.ndarray], np.ndarray]:  # noqa: ANN001
+        """The saved vocabulary, token cache and delta ids, checked against the manifest and the main segment."""
+        vocab = json.loads((directory / "vocab.json").read_text())
+        doc_ids = np.load(directory / "token_doc_ids.npy", allow_pickle=False)
+        lengths = np.load(directory / "token_lengths.npy", allow_pickle=False)
+        data = np.load(directory / "tokens.npy", allow_pickle=False)
+        delta_ids = np.load(directory / "delta_ids.npy", allow_pickle=False)
+        if (
+            len(vocab) != manifest["vocab_size"] or len(doc_ids) != manifest["token_docs"] or len(lengths) != len(doc_ids)
+            or int(lengths.sum()) != manifest["tokens"] or len(data) != manifest["tokens"]
+            or len(delta_ids) != manifest["delta_docs"] or int(delta_ids.sum()) != manifest["delta_ids_sum"]
+        ):
+            raise ValueError("token cache does not match the manifest (files from two saves)")
+        if len(data) and (int(data.min()) < 0 or int(data.max()) >= len(vocab)):
+            raise ValueError("token ids outside the vocabulary")
+        if main is not None and any(vocab[i] != t if i < len(vocab) else True for t, i in main.vocab_dict.items()):
+            raise ValueError("vocabulary disagrees with the bm25s index")
+        ends = np.cumsum(lengths).tolist()
+        starts = [0, *ends[:-1]]
+        tokens = {d: data[a:e] for d, a, e in zip(doc_ids.tolist(), starts, ends, strict=True)}  # views of one array
+        if not all(d in tokens for d in delta_ids.tolist()):
+            raise ValueError("a delta document has no cached tokens")
+        return vocab, tokens, delta_ids

@@ -123,15 +123,24 @@ def test_closed_memory_says_how_to_reopen(embedder):
         mem.search("x")
 
 
-def test_bulk_defers_compaction_and_keeps_everything_searchable(embedder):
+def test_bulk_defers_compaction_until_the_delta_reaches_its_memory_bound(embedder):
     with HybridMemory(embedder=embedder, compact_min=4, compact_ratio=0.0) as mem:
+        mem.add([{"chunk_id": f"a{j}", "text": f"first {j}"} for j in range(8)])
+        mem.flush()
+        assert (mem.stats()["bm25_delta_documents"], mem.stats()["bm25_documents"]) == (0, 8)
         with mem.bulk():
-            for i in range(3):
+            for i in range(2):
                 mem.add([{"chunk_id": f"b{i}-{j}", "text": f"batch {i} item {j} token{i}{j}"} for j in range(3)])
-                assert mem.stats()["bm25_delta_documents"] == 3 * (i + 1)  # no merge inside the block
-            assert sparse_ids(mem, "token21") == ["b2-1"]
+                # past the usual threshold (4), but under the bulk bound max(4, min(main size 8, 100k))
+                assert mem.stats()["bm25_delta_documents"] == 3 * (i + 1)
+            assert sparse_ids(mem, "token11") == ["b1-1"]
+            mem.add([{"chunk_id": f"b2-{j}", "text": f"batch 2 item {j} token2{j}"} for j in range(3)])
+            mem.flush()  # the delta reached 9 >= 8: merged in the background, inside the block
+            assert (mem.stats()["bm25_delta_documents"], mem.stats()["bm25_documents"]) == (0, 17)
+            mem.add([{"chunk_id": "b3-0", "text": "batch 3 token30"}])
+            assert sparse_ids(mem, "token30") == ["b3-0"]
         stats = mem.stats()
-        assert (stats["bm25_delta_documents"], stats["bm25_documents"]) == (0, 9)
+        assert (stats["bm25_delta_documents"], stats["bm25_documents"]) == (1, 18)  # 1 < compact_min: kept
         assert sparse_ids(mem, "token21") == ["b2-1"]
         mem.add([{"chunk_id": f"c{j}", "text": f"late {j}"} for j in range(4)])
         mem.flush()

@@ -97,7 +97,7 @@ def test_compaction_after_reload_tokenizes_only_what_it_lacks(tmp_path, monkeypa
         return [DOCS[int(i)] for i in ids]
 
     reloaded.compact(load_texts)
-    assert asked == [0, 2, 3]  # the delta documents' tokens were cached
+    assert asked == []  # the token cache was saved: the main segment's texts are not tokenized again
     tok = TechnicalTokenizer()
     live = [0, 2, 3, 4, 5]
     model = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
@@ -105,6 +105,23 @@ def test_compaction_after_reload_tokenizes_only_what_it_lacks(tmp_path, monkeypa
     for query in QUERIES:
         expected = {live[j]: float(s) for j, s in enumerate(model.get_scores(tok.tokenize(query) or [""])) if s > 0}
         assert dict(reloaded.search(query, k=10)) == pytest.approx(expected, rel=1e-5)
+
+
+def test_the_delta_is_saved_and_reloaded_without_tokenizing(tmp_path, monkeypatch):
+    index = BM25Index(compact_min=10_000)
+    index.build([0, 1, 2], DOCS[:3])
+    index.add([7, 8], DOCS[3:5])  # the delta, with tokens the main segment's vocabulary lacks
+    index.remove([1, 8])
+    expected = {query: index.search(query, k=10) for query in QUERIES}
+    index.save(tmp_path / "bm25")
+
+    reloaded = BM25Index(compact_min=10_000)
+    monkeypatch.setattr(reloaded.tokenizer, "tokenize_many", lambda texts: pytest.fail("re-tokenized on load"))
+    assert reloaded.load(tmp_path / "bm25")
+    assert reloaded.delta_size == 1 and reloaded.ids().tolist() == [0, 2, 7]
+    assert {query: reloaded.search(query, k=10) for query in QUERIES} == expected
+    assert sorted(reloaded._tokens) == [0, 2, 7]
+    assert np.array_equal(reloaded._tokens[7], index._tokens[7])
 
 
 def test_a_damaged_save_is_reported_as_not_loaded(tmp_path):
