@@ -217,14 +217,25 @@ class FaissIndex:
         self._alive_selector = None
 
     def _grow_slots(self, needed: int) -> None:
+        """Room for ``needed`` slots (caller holds the lock).
+
+        The matrix grows in place (``ndarray.resize``: ``realloc``, which glibc serves with ``mremap`` for
+        large blocks, so neither a copy nor a second matrix is held; reserved rows stay untouched pages, out
+        of RSS). That is safe because no view of the matrix outlives the lock. A matrix that does not own its
+        memory is copied instead.
+        """
         if needed <= len(self._vectors):
             return
-        size = max(needed, int(len(self._vectors) * 1.5) + 1024)
-        vectors = np.empty((size, self.dim), dtype=np.float32)
-        vectors[: self._n_slots] = self._vectors[: self._n_slots]
+        size = needed + max(65_536, needed // 8)
+        try:
+            self._vectors.resize((size, self.dim), refcheck=False)
+        except ValueError:  # not its own memory (e.g. a view): copy
+            vectors = np.empty((size, self.dim), dtype=np.float32)
+            vectors[: self._n_slots] = self._vectors[: self._n_slots]
+            self._vectors = vectors
         slot_ids = np.full(size, -1, dtype=np.int64)
         slot_ids[: self._n_slots] = self._slot_ids[: self._n_slots]
-        self._vectors, self._slot_ids = vectors, slot_ids
+        self._slot_ids = slot_ids
 
     def _selector_alive(self) -> Any:
         import faiss
@@ -362,25 +373,27 @@ class FaissIndex:
                 self._added_during_build = []
                 live = np.flatnonzero(self._slot_ids[: self._n_slots] >= 0)
                 snapshot_ids = self._slot_ids[live].copy()
-                vectors = self._vectors  # rows of live slots are not rewritten while they are live
-            n = len(live)
-            nlist = default_nlist(n)
+                n = len(live)
+                nlist = default_nlist(n)
+                rng = np.random.default_rng(0)
+                sample = np.sort(rng.choice(n, size=min(n, 64 * nlist), replace=False))
+                # the matrix is read under the lock only (it may be resized in place meanwhile): copies
+                training = self._vectors[live[sample]]
             if self.omp_threads is not None:
                 faiss.omp_set_num_threads(self.omp_threads)
-            rng = np.random.default_rng(0)
-            sample = np.sort(rng.choice(n, size=min(n, 64 * nlist), replace=False))
             logger.info("training FAISS IVF index: %d vectors, nlist %d, %d training points", n, nlist, len(sample))
             quantizer = faiss.IndexFlatIP(self.dim)
             index = faiss.IndexIVFScalarQuantizer(
                 quantizer, self.dim, nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
             )
             index.cp.seed = 1234
-            index.train(np.ascontiguousarray(vectors[live[sample]]))
+            index.train(training)
+            del training
             for start in range(0, n, 65536):
                 part = live[start : start + 65536]
                 with self._lock:
-                    block = vectors[part].copy()
-                    # a slot freed and reused meanwhile holds another vector now; it is indexed under its old id,
+                    block = self._vectors[part]
+                # a slot freed and reused meanwhile holds another vector now; it is indexed under its old id,
                 # a tombstone by now (compacted at the swap), and the new id comes in with the later adds
                 index.add_with_ids(block, snapshot_ids[start : start + 65536])
                 del block
