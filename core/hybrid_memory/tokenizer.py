@@ -79,31 +79,46 @@ class TechnicalTokenizer:
     def tokenize(self, text: str) -> list[str]:
         """Tokens of one text, in order of appearance (a token may repeat: BM25 counts it)."""
         out: list[str] = []
+        memo = getattr(self._local, "memo", None)
+        if memo is None:
+            memo = self._local.memo = {}
         for raw in _TOKEN_RE.findall(unicodedata.normalize("NFKC", text)):
-            if _CJK_RE.match(raw):
-                if len(raw) == 1:
-                    out.append(raw)
+            # the tokens of a run depend on the run alone: words repeat (Zipf), so each is analysed once
+            tokens = memo.get(raw)
+            if tokens is None:
+                tokens = memo[raw] = tuple(self._run_tokens(raw))
+                if len(memo) > 200_000:
+                    memo.clear()
+            out.extend(tokens)
+        return out
+
+    def _run_tokens(self, raw: str) -> list[str]:
+        """Tokens of one run of word characters (see the module docstring)."""
+        out: list[str] = []
+        if _CJK_RE.match(raw):
+            if len(raw) == 1:
+                out.append(raw)
+            else:
+                out.extend(raw[i : i + 2] for i in range(len(raw) - 1))
+            return out
+        pieces = _JOINERS_RE.split(raw)
+        camel = _CASE_CHANGE_RE.search(raw) is not None
+        if len(pieces) == 1 and not camel:
+            if raw.isalpha():
+                self._plain(raw, out)
+            else:
+                out.append(raw.casefold())  # letters and digits: E1243, 504, v2
+            return out
+        out.append(raw.casefold())
+        for piece in pieces:
+            parts = _CAMEL_RE.findall(piece) if _CASE_CHANGE_RE.search(piece) else [piece]
+            if len(parts) > 1 and len(pieces) > 1:
+                out.append(piece.casefold())
+            for part in parts:
+                if part.isalpha():
+                    self._plain(part, out)
                 else:
-                    out.extend(raw[i : i + 2] for i in range(len(raw) - 1))
-                continue
-            pieces = _JOINERS_RE.split(raw)
-            camel = _CASE_CHANGE_RE.search(raw) is not None
-            if len(pieces) == 1 and not camel:
-                if raw.isalpha():
-                    self._plain(raw, out)
-                else:
-                    out.append(raw.casefold())  # letters and digits: E1243, 504, v2
-                continue
-            out.append(raw.casefold())
-            for piece in pieces:
-                parts = _CAMEL_RE.findall(piece) if _CASE_CHANGE_RE.search(piece) else [piece]
-                if len(parts) > 1 and len(pieces) > 1:
-                    out.append(piece.casefold())
-                for part in parts:
-                    if part.isalpha():
-                        self._plain(part, out)
-                    else:
-                        out.append(part.casefold())
+                    out.append(part.casefold())
         return out
 
     def tokenize_many(self, texts: Iterable[str]) -> list[list[str]]:
