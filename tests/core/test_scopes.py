@@ -146,3 +146,42 @@ def test_precomputed_vectors_work_through_a_view(memory):
                                       vectors=vectors)
     hits = memory.scoped(agent_id="bot").search("one", query_vector=vectors[1], sparse_weight=0).results
     assert [r.chunk_id for r in hits] == ["v2", "v1"]
+
+
+def test_scope_and_as_of_resolve_from_the_filter_index_without_sql(memory, monkeypatch):
+    """At scale the pre-filters must not scan: a scoped, as_of search never asks the store to filter rows."""
+    memory.add([{"chunk_id": "a", "text": "kafka lag", "user_id": "u1", "valid_from": 100.0},
+                {"chunk_id": "b", "text": "kafka lag", "user_id": "u2", "valid_from": 100.0},
+                {"chunk_id": "c", "text": "kafka lag", "user_id": "u1", "valid_from": 300.0}])
+
+    def no_scan(*args, **kwargs):
+        raise AssertionError("the store was asked to filter rows")
+
+    monkeypatch.setattr(memory._store, "filter_rowids", no_scan)
+    view = memory.scoped(user_id="u1")
+    assert [r.chunk_id for r in view.search("kafka", as_of=200.0, top_k=5).results] == ["a"]
+    assert sorted(r.chunk_id for r in view.search("kafka", top_k=5).results) == ["a", "c"]
+
+
+def test_changing_a_scope_without_changing_the_text_moves_the_chunk(memory):
+    memory.add([{"chunk_id": "a", "text": "kafka lag", "user_id": "u1"}])
+    assert [r.chunk_id for r in memory.scoped(user_id="u1").search("kafka").results] == ["a"]
+    memory.upsert([{"chunk_id": "a", "text": "kafka lag", "user_id": "u2"}])  # the admin moves it
+    assert memory.scoped(user_id="u1").search("kafka").results == []
+    assert [r.chunk_id for r in memory.scoped(user_id="u2").search("kafka").results] == ["a"]
+
+
+def test_another_process_sees_scopes_and_superseded_facts(tmp_path):
+    """A second open of the folder (as another process would) follows scope stamps and validity closes."""
+    path = tmp_path / "m"
+    with HybridMemory(path, embedder=HashingEmbedder(32)) as writer, \
+            HybridMemory.open(path, embedder=HashingEmbedder(32)) as reader:
+        writer.scoped(user_id="u1").add([{"chunk_id": "n1", "text": "Dana works on project Apollo",
+                                          "valid_from": 1000.0}])
+        assert [r.chunk_id for r in reader.scoped(user_id="u1").search("Dana project").results] == ["n1"]
+        assert reader.scoped(user_id="u2").search("Dana project").results == []
+        writer.scoped(user_id="u1").supersede(["n1"], {"chunk_id": "n2", "text": "Dana moved to project Zeus",
+                                                       "valid_from": 2000.0})
+        view = reader.scoped(user_id="u1")
+        assert [r.chunk_id for r in view.search("Dana project", as_of=1500.0).results] == ["n1"]
+        assert [r.chunk_id for r in view.search("Dana project", as_of=2500.0).results] == ["n2"]
