@@ -190,6 +190,5 @@ def test_index_files_record_the_change_log_position_they_hold(tmp_path):
     state = json.loads((tmp_path / "indexes.json").read_text())
     assert state["seq"] == seq == 3
     with _open(tmp_path) as memory:
-        # the BM25 delta segment is not saved (re-added from the store), the vectors are
-        assert memory.last_sync == {"bm25": {"rebuilt": False, "added": 3, "removed": 0},
+        assert memory.last_sync == {"bm25": {"rebuilt": False, "added": 0, "removed": 0},
                                     "dense": {"rebuilt": False, "added": 0, "removed": 0}}
