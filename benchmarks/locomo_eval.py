@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> dict:
                 query_vector=vector, recency=recency,
             )
             run[q["_id"]] = common.run_from_results(response.results)
-            method_ran[name] = getattr(response, "method", None) or "rrf"
+            method_ran[name] = getattr(response, "fusion", None) or "rrf"  # responses name it once fusion has methods
         runs[name] = run
 
     by_category = {cat: [q["_id"] for q in queries if q["set"] == cat] for cat in CATEGORIES}

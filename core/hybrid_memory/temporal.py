@@ -66,13 +66,16 @@ def to_timestamp(value: Any, field: str = "time") -> float | None:
 class RecencyPrior:
     """An additive, bounded preference for recent facts, applied after fusion (off unless given).
 
-    ``final(d) = fused(d) + weight · top · 2^(−age(d) / half_life)``, where ``top`` is the best fused score of
-    the candidate list and ``age(d) = max(0, t_ref − t(d))``: ``t(d)`` is the chunk's ``valid_from`` (event
-    time), else its ``created_at``; ``t_ref`` is the request's ``as_of``, else the current time.
+    ``final(d) = fused(d) + weight · scale · 2^(−age(d) / half_life)``, where ``scale`` is the best fused score
+    of the candidate list (``top − min(bottom, 0)`` when a fusion method gives negative scores, such as
+    z-scores: the spread of the list, so the bonus never turns negative) and ``age(d) = max(0, t_ref − t(d))``:
+    ``t(d)`` is the chunk's ``valid_from`` (event time), else its ``created_at``; ``t_ref`` is the request's
+    ``as_of``, else the current time.
 
-    The prior adds at most ``weight × top``, so at most ``weight / (1 + weight)`` of any final score (4.8 % at
-    the default 0.05), and it only reorders chunks whose fused scores differ by less than ``weight × top``. It
-    composes with any fusion method because it is relative to the fused scores' own scale. The result still
+    The prior adds at most ``weight × scale``: for fusions with non-negative scores (RRF, the default) at most
+    ``weight / (1 + weight)`` of any final score (4.8 % at the default 0.05), and it only reorders chunks whose
+    fused scores differ by less than ``weight × scale``. It composes with any fusion method because it is
+    relative to the fused scores' own scale. The result still
     carries the fusion's ``rrf_score``; the order is the final score's. With RRF (k = 60), where rank 1 and
     rank 5 of both lists differ by 6 %, the default lets a fresh fact climb a few places among near-ties and
     never further.
@@ -93,9 +96,10 @@ class RecencyPrior:
                 or not math.isfinite(self.half_life_days) or self.half_life_days <= 0):
             raise ValueError(f"RecencyPrior.half_life_days must be a finite number > 0, got {self.half_life_days!r}")
 
-    def bonus(self, top: float, age_seconds: float) -> float:
-        """The additive bonus for one chunk: ``weight · top · 2^(−age/half_life)``; age in seconds (clamped at 0)."""
-        return self.weight * top * 2.0 ** (-max(0.0, age_seconds) / (self.half_life_days * _DAY))
+    def bonus(self, scale: float, age_seconds: float) -> float:
+        """The additive bonus for one chunk: ``weight · scale · 2^(−age/half_life)``; age in seconds (clamped
+        at 0), ``scale`` >= 0 in the fused scores' unit."""
+        return self.weight * scale * 2.0 ** (-max(0.0, age_seconds) / (self.half_life_days * _DAY))
 
 
 def apply_recency_prior(
@@ -115,9 +119,10 @@ def apply_recency_prior(
     """
     if not hits:
         return []
-    top = max(float(h.score) for h in hits)
+    scores = [float(h.score) for h in hits]
+    scale = max(scores) - min(min(scores), 0.0)
     rescored = [
-        replace(h, score=float(h.score) + (prior.bonus(top, now - times[h.key]) if h.key in times else 0.0))
+        replace(h, score=float(h.score) + (prior.bonus(scale, now - times[h.key]) if h.key in times else 0.0))
         for h in hits
     ]
     rescored.sort(key=lambda h: (-h.score, h.key))

@@ -132,3 +132,24 @@ def test_recency_prior_arguments_are_checked(memory):
     with pytest.raises(InvalidRequestError, match="recency"):
         memory.search("x", recency="yes")
     assert RecencyPrior().bonus(0.5, 30 * DAY) == pytest.approx(0.05 * 0.5 * 0.5)
+
+
+def test_recency_prior_with_negative_fused_scores_uses_the_spread():
+    """z-score fusions give negative scores: the scale is the list's spread, so the bonus stays >= 0."""
+    from dataclasses import dataclass
+
+    from hybrid_memory.temporal import apply_recency_prior
+
+    @dataclass(frozen=True)
+    class Hit:
+        key: str
+        score: float
+
+    hits = [Hit("old", -0.5), Hit("new", -0.56), Hit("other", -2.0)]
+    now = 100 * DAY
+    out = apply_recency_prior(hits, {"old": now - 90 * DAY, "new": now}, RecencyPrior(weight=0.05), now=now, top_k=3)
+    # scale = -0.5 - (-2.0) = 1.5; new: -0.56 + 0.05 * 1.5 = -0.485; old: -0.5 + 0.075 * 2^-3 = -0.490625
+    assert [h.key for h in out] == ["new", "old", "other"]
+    assert out[0].score == pytest.approx(-0.485)
+    assert out[1].score == pytest.approx(-0.490625)
+    assert out[2].score == -2.0
