@@ -661,7 +661,10 @@ class SQLiteStore:
                 batch = unique[start : start + 500]
                 marks = ",".join("?" * len(batch))
                 for digest, chunk_id in self._conn.execute(
-                    f"SELECT content_hash, chunk_id FROM chunks WHERE content_hash IN ({marks}) AND {scope_where}"
+                    # INDEXED BY: with NULL scope fields the planner picks a scope index and scans every row
+                    # (IS NULL matches them all), which made each add O(stored chunks)
+                    f"SELECT content_hash, chunk_id FROM chunks INDEXED BY chunks_content_hash WHERE content_hash IN ({marks})"
+                    f" AND {scope_where}"
                     " ORDER BY rowid DESC",
                     [*batch, *scope_params],
                 ):
