@@ -300,9 +300,17 @@ def phase_search(n: int, directory: Path, n_queries: int, n_writes: int, out: Pa
     for q in range(5):  # warm-up
         search(q, None)
     latency, recall, filter_share = {}, {}, {}
+    def uncached(fn):  # noqa: ANN001, ANN202 - the filter index's cache of resolved filters emptied first
+        def run(q: int) -> None:
+            memory._filters._cache.clear()
+            fn(q)
+
+        return run
+
     for name, f in FILTERS.items():
         row = {}
         hits = []
+        _timed(lambda q, f=f: search(q, f), n_queries)  # warm-up: the store pages of these results, the filter cache
 
         def dense_and_recall(q: int, f=f, name=name, hits=hits) -> None:  # noqa: ANN001
             got = [r.chunk_id for r in search(q, f, sparse_weight=0.0).results]
@@ -315,9 +323,14 @@ def phase_search(n: int, directory: Path, n_queries: int, n_writes: int, out: Pa
         for engine, weights in (("sparse", {"dense_weight": 0.0}), ("hybrid", {})):
             row[engine] = common.latency_summary(_timed(lambda q, f=f, w=weights: search(q, f, **w), n_queries))
         if f is not None:
-            prep = _timed(lambda q, f=f: memory._prepare(qtexts[q], {"top_k": 10, "metadata_filter": f}), n_queries)
-            row["filter"] = common.latency_summary(prep)
+            prepare = lambda q, f=f: memory._prepare(qtexts[q], {"top_k": 10, "metadata_filter": f})  # noqa: E731
+            row["filter"] = common.latency_summary(_timed(prepare, n_queries))
             filter_share[name] = round(row["filter"]["p50_ms"] / row["hybrid"]["p50_ms"], 3)
+            # a filter not seen before: resolved from the index, and its bitmap/selector forms built, per query
+            row["filter_uncached"] = common.latency_summary(_timed(uncached(prepare), n_queries))
+            row["hybrid_uncached"] = common.latency_summary(_timed(uncached(lambda q, f=f: search(q, f)), n_queries))
+            result.setdefault("filter_share_uncached", {})[name] = round(
+                row["filter_uncached"]["p50_ms"] / row["hybrid_uncached"]["p50_ms"], 3)
         latency[name] = row
         print(f"  {name}: hybrid p50 {row['hybrid']['p50_ms']} ms, recall@10 {recall[name]}", flush=True)
     result.update(latency=latency, recall_at_10=recall, filter_share_of_hybrid_p50=filter_share)
@@ -409,9 +422,13 @@ def report(n: int, build: dict, search: dict) -> dict:
         rows.append([name, build["filter_counts"][name], row["sparse"]["p50_ms"], row["sparse"]["p95_ms"],
                      row["dense"]["p50_ms"], row["dense"]["p95_ms"], row["hybrid"]["p50_ms"], row["hybrid"]["p95_ms"],
                      row.get("filter", {}).get("p50_ms", "-"), search["filter_share_of_hybrid_p50"].get(name, "-"),
-                     search["recall_at_10"][name]])
+                     row.get("hybrid_uncached", {}).get("p50_ms", "-"), row.get("filter_uncached", {}).get("p50_ms", "-"),
+                     search.get("filter_share_uncached", {}).get(name, "-"), search["recall_at_10"][name]])
     print(common.format_table(rows, ["filter", "matches", "sparse p50", "sparse p95", "dense p50", "dense p95",
-                                     "hybrid p50", "hybrid p95", "filter p50", "filter share", "dense recall@10"]))
+                                     "hybrid p50", "hybrid p95", "filter p50", "filter share",
+                                     "hybrid p50 new filter", "filter p50 new filter", "share new filter",
+                                     "dense recall@10"]))
+    print("(ms; 'new filter': the filter index's cache of resolved filters emptied before every query)")
     load = [["bulk load (s, generation excluded)", build["bulk_load_seconds"]],
             ["  of which add() calls (s)", build["bulk_add_seconds_without_generation"]],
             ["persist on close (s)", build["persist_seconds"]],
@@ -441,8 +458,11 @@ def report(n: int, build: dict, search: dict) -> dict:
     verdicts["reopen <= 30 s"] = search["reopen_seconds"] <= TARGETS["reopen_s"]
     if n >= 1_000_000:
         verdicts["hybrid p50 <= 50 ms, every filter"] = max(hybrid) <= TARGETS["hybrid_p50_ms_1m"]
-        verdicts["filter resolution p50 <= 5 ms (eq, $in)"] = all(
-            lat[k]["filter"]["p50_ms"] <= TARGETS["filter_ms_1m"] for k in ("50% env eq", "10% tenant $in", "1% tenant eq"))
+        verdicts["filter resolution p50 <= 5 ms (eq, $in), uncached"] = all(
+            lat[k].get("filter_uncached", lat[k]["filter"])["p50_ms"] <= TARGETS["filter_ms_1m"]
+            for k in ("50% env eq", "10% tenant $in", "1% tenant eq"))
+        verdicts["hybrid p50 <= 50 ms, every filter uncached"] = all(
+            lat[k].get("hybrid_uncached", lat[k]["hybrid"])["p50_ms"] <= TARGETS["hybrid_p50_ms_1m"] for k in list(FILTERS)[1:])
         verdicts["upsert-to-searchable p50 <= 20 ms"] = w["upsert_to_searchable"]["p50_ms"] <= TARGETS["upsert_p50_ms"]
     else:
         ratios = {name: round(lat[name]["hybrid"]["p50_ms"] / max(lat[name]["sparse"]["p50_ms"], lat[name]["dense"]["p50_ms"]), 3)
@@ -463,9 +483,14 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None, help="memory folder (default: a temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the memory folder")
     parser.add_argument("--phase", choices=["build", "search"], default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--report", type=Path, default=None, help="print the tables of a results JSON and exit")
     parser.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     common.ensure_core_importable()
+    if args.report is not None:
+        payload = json.loads(args.report.read_text())
+        report(payload["n"], payload["build"], payload["search"])
+        return
     if args.phase == "build":
         phase_build(args.n, args.dir, args.queries, args.out)
         return

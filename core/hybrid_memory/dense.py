@@ -45,7 +45,7 @@ import numpy as np
 from ._exceptions import DimensionMismatchError, InvalidRequestError
 from .engines import RowSet, as_rowset
 
-__all__ = ["ANN_MIN", "DENSE_KINDS", "EXACT_MAX", "FaissIndex"]
+__all__ = ["ANN_MIN", "DENSE_KINDS", "EXACT_FRACTION", "EXACT_MIN", "FaissIndex"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,11 +60,14 @@ ANN_MIN = 20_000
 millisecond or two (384-d float32 on this project's 2-core reference machine; ``benchmarks/scale.py``) and
 IVF training would cost more than it saves."""
 
-EXACT_MAX = 4_096
-"""A filtered search whose allowed set holds at most this many ids scans those rows exactly instead of
-probing IVF lists: the measured crossover on the reference machine, where gathering and scoring 4k
-384-d rows (~2 ms) costs about as much as an IVF search that probes every list through the filter's
-bitmap (``benchmarks/scale.py``)."""
+EXACT_MIN = 1_024
+EXACT_FRACTION = 1 / 128
+"""A filtered search whose allowed set holds at most ``max(EXACT_MIN, EXACT_FRACTION × live vectors)`` ids
+scans those rows exactly instead of probing IVF lists. Gathering and scoring a 384-d row costs about 1 µs
+(memory bound), while a narrow filter makes the IVF probe every list and test each stored id against the
+filter's bitmap, a cost that grows with the index, not with the filter; the crossover measured by
+``benchmarks/scale.py`` on the 2-core reference machine (100k vectors: 1k allowed rows exact 0.27 ms vs IVF
+0.8 ms, 10k rows exact 10.6 ms vs IVF 2.2 ms) is near ``n / 128``."""
 
 _MIN_TRAIN_PER_LIST = 39
 """FAISS warns below 39 training points per centroid (``faiss/Clustering.cpp``); no training below that."""
@@ -93,7 +96,8 @@ class FaissIndex:
             ``benchmarks/scale.py``: one thread is faster for single queries, and the sparse engine runs in
             the other core meanwhile). OpenMP's count is per thread, so it is set in every thread that searches.
         ann_min: live vectors from which ``kind="auto"`` builds the IVF index (default :data:`ANN_MIN`).
-        exact_max: filtered searches with at most this many allowed ids are exact (default :data:`EXACT_MAX`).
+        exact_max: filtered searches with at most this many allowed ids are exact; None (default):
+            ``max(EXACT_MIN, EXACT_FRACTION × live vectors)`` (see :data:`EXACT_FRACTION`).
         nprobe: IVF lists probed by an unfiltered search; None: ``max(32, nlist // 16)`` (recall@10 >= 0.97
             against exact search on the clustered vectors of ``benchmarks/scale.py``). Filtered searches
             probe more (``nprobe / fraction allowed``, at most ``nlist``).
@@ -116,7 +120,7 @@ class FaissIndex:
         kind: str = "auto",
         omp_threads: int | None = 1,
         ann_min: int = ANN_MIN,
-        exact_max: int = EXACT_MAX,
+        exact_max: int | None = None,
         nprobe: int | None = None,
         rerank: int = 4,
         retrain_growth: float = 4.0,
@@ -126,7 +130,7 @@ class FaissIndex:
             raise ValueError(f"dim must be >= 1, got {dim}")
         if kind not in DENSE_KINDS:
             raise InvalidRequestError(f"dense index kind must be one of {DENSE_KINDS}, got {kind!r}")
-        if ann_min < 1 or exact_max < 0 or rerank < 1 or retrain_growth <= 1 or (nprobe is not None and nprobe < 1):
+        if ann_min < 1 or (exact_max is not None and exact_max < 0) or rerank < 1 or retrain_growth <= 1 or (nprobe is not None and nprobe < 1):
             raise ValueError("ann_min >= 1, exact_max >= 0, rerank >= 1, retrain_growth > 1 and nprobe >= 1 are required")
         self.dim = dim
         self.kind = kind
@@ -447,6 +451,11 @@ class FaissIndex:
         base = self.nprobe if self.nprobe is not None else max(32, nlist // 16)
         return int(min(nlist, math.ceil(base / max(fraction, 1e-9))))
 
+    def _exact_max(self) -> int:
+        if self.exact_max is not None:
+            return self.exact_max
+        return max(EXACT_MIN, int(EXACT_FRACTION * self._n_alive))
+
     @staticmethod
     def _top(ids: np.ndarray, scores: np.ndarray, k: int) -> list[tuple[int, float]]:
         """Top ``k`` by score descending then id ascending (ties at the cut broken by id)."""
@@ -461,7 +470,7 @@ class FaissIndex:
     def search(self, query: np.ndarray, k: int, allowed: RowSet | np.ndarray | None = None) -> list[tuple[int, float]]:
         """Top ``k`` ids by inner product with the query, among ``allowed``.
 
-        Exact when no IVF is in service or the allowed set holds at most ``exact_max`` ids; otherwise the IVF
+        Exact when no IVF is in service or the allowed set is small (``exact_max``); otherwise the IVF
         proposes ``rerank × k`` candidates (skipping excluded and removed ids while it scans) and they are
         re-scored exactly from the float32 vectors.
 
@@ -487,7 +496,7 @@ class FaissIndex:
         with self._lock:
             if self._n_alive == 0 or (allowed is not None and len(allowed) == 0):
                 return []
-            if self._ivf is None or (allowed is not None and len(allowed) <= self.exact_max):
+            if self._ivf is None or (allowed is not None and len(allowed) <= self._exact_max()):
                 return self._search_exact(query[0], k, allowed)
             fraction = 1.0 if allowed is None else min(1.0, len(allowed) / self._n_alive)
             if allowed is not None:
