@@ -17,8 +17,9 @@ Measured, per filter shape (p50 / p95 over ``--repeats`` calls, ms):
 * ``cached``: a repeated filter with no write in between (a dictionary lookup);
 * ``sql``: ``SQLiteStore.filter_rowids`` (the SQL reference, a json_each scan of every row), ``--sql-repeats``.
 
-Also: the index build time from the store (one SQL pass, as at open), the resident memory it adds, and the
-median cost of applying a single-chunk ChangeSet (add, metadata update, delete). Target (issue 8): resolution
+Also: the index build time from the store (one SQL pass, as when no saved index is usable), the resident
+memory it adds, the time to save it and to load it (what an open pays), its size on disk, and the median
+cost of applying a single-chunk ChangeSet (add, metadata update, delete). Target (issue 8): resolution
 <= 5 ms at 1M chunks for equality and ``$in`` filters. Prints a table and writes
 ``benchmarks/results/filter_index_<n>.json``.
 """
@@ -29,6 +30,7 @@ import argparse
 import gc
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -122,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     metadatas = make_metadata(args.n)
     store = fill_store(metadatas)
-    load_s = time.perf_counter() - t0
+    fill_s = time.perf_counter() - t0
     ts_cut = float(np.quantile([m["ts"] for m in metadatas], 0.9))
     del metadatas
     gc.collect()
@@ -134,6 +136,16 @@ def main(argv: list[str] | None = None) -> int:
     build_s = time.perf_counter() - t0
     gc.collect()
     index_mb = rss_mb() - before
+    with tempfile.TemporaryDirectory() as folder:
+        t0 = time.perf_counter()
+        index.save(Path(folder) / "filters", seq=0)
+        save_s = time.perf_counter() - t0
+        disk_mb = sum(f.stat().st_size for f in (Path(folder) / "filters").iterdir()) / 2**20
+        loaded = FilterIndex()
+        t0 = time.perf_counter()
+        loaded.load(Path(folder) / "filters")
+        load_s = time.perf_counter() - t0
+        del loaded
 
     rows, payload_rows = [], []
     for name, flt in filters(args.n, ts_cut).items():
@@ -190,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nfilter resolution at n = {args.n:,} (ms; index uncached = cache cleared before each call)\n")
     print(common.format_table(rows, headers))
     print(f"\nindex build from the store (one SQL pass): {build_s:.2f} s, +{index_mb:.0f} MB RSS "
-          f"(store filled in {load_s:.1f} s); {index.stats()['terms']:,} terms")
+          f"(store filled in {fill_s:.1f} s); {index.stats()['terms']:,} terms")
+    print(f"saved index: {disk_mb:.0f} MB on disk, save {save_s:.2f} s, load at open {load_s:.2f} s")
     print("single-chunk ChangeSet apply, p50 / p95 ms: " + ", ".join(
         f"{k} {v['p50_ms']:.3f} / {v['p95_ms']:.3f}" for k, v in changes.items()))
     eq_in = [r for r in payload_rows if r["filter"].startswith(("eq ", "$in "))]
@@ -200,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{'met' if met else 'MISSED'}")
     path = common.write_results(f"filter_index_{args.n}", {
         "n": args.n, "repeats": args.repeats, "sql_repeats": args.sql_repeats, "build_s": round(build_s, 3),
-        "index_rss_mb": round(index_mb, 1), "store_fill_s": round(load_s, 2), "index_stats": index.stats(),
+        "index_rss_mb": round(index_mb, 1), "store_fill_s": round(fill_s, 2), "save_s": round(save_s, 3), "load_s": round(load_s, 3),
+        "disk_mb": round(disk_mb, 1), "index_stats": index.stats(),
         "filters": payload_rows, "changes": changes,
         "target": {"eq_in_p50_ms_max": TARGET_MS, "worst_eq_in_p50_ms": worst, "met": met},
         "median_speedup_vs_sql": statistics.median(r["sql"]["p50_ms"] / max(r["index"]["p50_ms"], 1e-6)

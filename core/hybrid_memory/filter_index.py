@@ -11,8 +11,9 @@ through ``pyroaring``):
   split into about 128 blocks that each keep a bitmap of their rows. Equality, ``$in`` and ``$gt/$gte/$lt/$lte``
   are a ``searchsorted`` to a position range, answered by the whole blocks inside it plus the two partial ends;
   changes go to a small per-key delta (at most 2,048 entries) merged into the array when full. Integers beyond
-  2**53, which float64 does not hold exactly, sit on an exact side list. Numbers get no per-value bitmap, so a
-  near-unique number (a timestamp) costs 16 bytes a row, not a bitmap;
+  2**53, which float64 does not hold exactly, sit on an exact side list. A key with few distinct numbers (at most
+  16,384, at least 8 rows each on average: a severity, a shard) also keeps a bitmap per value, so ``$in`` is a
+  union of bitmaps; a near-unique number (a timestamp) costs 16 bytes a row, not a bitmap;
 * **exists**: per key, a bitmap of the rows that have it; a missing key is ``universe - exists``;
 * **universe**: the bitmap of live rowids, for ``$not``, ``$ne``, ``$nin``, missing keys;
 * **strings in order**: per key, its sorted distinct strings (``bisect``); a string range is the union of their
@@ -24,6 +25,11 @@ Every operator has exactly the semantics of :mod:`hybrid_memory.filters`, whose 
 both evaluate the same parsed tree (:func:`~hybrid_memory.filters.parse_filter`), and the tests compare the two on
 fixed cases and on randomized metadata, filters and change sequences.
 
+**Saved** with the other derived indexes (``filters/``: ``meta.json`` and ``arrays.npz``, Roaring's portable
+bitmap format and plain arrays, no pickle) together with the change-log position it reflects; an open loads it
+and replays the log from that position (in-place metadata updates keep their rowid, so a rowid diff alone would
+miss them), and rebuilds it from the store in one pass when it is missing, damaged, or older than the log keeps.
+
 Resolved filters are cached per canonical tree as :class:`~hybrid_memory.engines.RowSet` (which caches its
 ids, dense mask and FAISS selector once built), so a repeated broad filter costs a dictionary lookup; every
 change bumps :attr:`FilterIndex.generation` and clears the cache.
@@ -31,6 +37,8 @@ change bumps :attr:`FilterIndex.generation` and clears the cache.
 API (the memory uses exactly this)::
 
     index = FilterIndex()
+    seq = index.load(folder)       # the change-log position it was saved at, or None (then rebuild)
+    index.save(folder, seq)
     index.rebuild(rows)            # one pass: (rowid, metadata, system), metadata a mapping or its JSON text,
                                    # system a mapping of system fields or None (SQLiteStore.filter_rows())
     index.apply(changes)           # a ChangeSet: the ONLY way the memory updates it (HybridMemory._apply_changes)
@@ -61,9 +69,11 @@ import array
 import bisect
 import json
 import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -71,7 +81,7 @@ from pyroaring import BitMap
 
 from ._exceptions import InvalidRequestError
 from .engines import RowSet
-from .filters import BOOL, LIST, METADATA, NULL, NUMBER, OBJECT, SYSTEM, TEXT, Node, parse_filter, typed
+from .filters import BOOL, LIST, METADATA, NULL, NUMBER, OBJECT, SYSTEM, TEXT, Node, parse_filter, typed, untyped
 
 if TYPE_CHECKING:  # pragma: no cover
     from .changes import ChangeSet
@@ -89,8 +99,12 @@ _CACHE_SIZE = 256
 """Resolved filters kept per generation (least recently used dropped first)."""
 _DELTA_MAX = 2048
 """Entries a number column's delta holds before it is merged into the sorted array (a query scans the delta)."""
+_BY_VALUE_MAX = 16384
+"""Most distinct values a number column keeps a bitmap for each (and at least 8 rows a value on average)."""
 _BLOCKS = 128
 """Blocks a number column is cut into; a range costs at most this many block unions plus two partial blocks."""
+FORMAT_VERSION = 1
+"""Version of the saved layout (``filters/meta.json``, ``filters/arrays.npz``); another version is rebuilt."""
 
 
 def _system_part(system: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -118,7 +132,7 @@ def _as_bitmap(rows: np.ndarray) -> BitMap:
     if not len(rows):
         return BitMap()
     top = int(rows.max())
-    if len(rows) * 16 > top:
+    if len(rows) * 4 > top:
         mask = np.zeros(top + 1, dtype=bool)
         mask[rows] = True
         ordered = np.flatnonzero(mask)
@@ -148,7 +162,7 @@ def _decompose(value: Any) -> tuple[list[tuple], list[int | float]]:
 class _Numbers:
     """The numbers of one key (scalars and list elements) with their rows, exact for every stored value."""
 
-    __slots__ = ("big", "block_size", "blocks", "delta", "delta_entries", "rows", "stale", "values")
+    __slots__ = ("big", "block_size", "blocks", "by_value", "delta", "delta_entries", "rows", "stale", "values")
 
     def __init__(self, values: np.ndarray, rows: np.ndarray, big: list[tuple[int, int]]) -> None:
         order = np.argsort(values, kind="stable")
@@ -158,6 +172,13 @@ class _Numbers:
         n = len(self.values)
         self.block_size = max(1024, -(-n // _BLOCKS))
         self.blocks = [_as_bitmap(self.rows[i : i + self.block_size]) for i in range(0, n, self.block_size)]
+        self.by_value: dict[float, BitMap] | None = None
+        """A bitmap per distinct value when the key has few (sev, shard: not a timestamp), for fast $in."""
+        if n:
+            starts = np.flatnonzero(np.diff(self.values)) + 1
+            if len(starts) + 1 <= _BY_VALUE_MAX and n >= 8 * (len(starts) + 1):
+                bounds = [0, *starts.tolist(), n]
+                self.by_value = {float(self.values[a]): _as_bitmap(self.rows[a:b]) for a, b in zip(bounds, bounds[1:])}
         self.stale = BitMap()
         """Rows whose entries in the sorted array or side list no longer hold (their value was replaced)."""
         self.delta: dict[int, tuple] = {}
@@ -239,6 +260,11 @@ class _Numbers:
     def equal(self, xs: Sequence[int | float]) -> BitMap:
         """Rows with a number equal to one of ``xs`` (int and float compare by value, exactly)."""
         exact = [x for x in xs if float(x) == x]
+        wanted = set(xs)
+        if self.by_value is not None:
+            parts = [self.by_value[float(x)] for x in exact if float(x) in self.by_value]
+            out = BitMap.union(*parts) if len(parts) > 1 else (BitMap(parts[0]) if parts else BitMap())
+            return self._finish(out, lambda v: v in wanted)
         lo = np.searchsorted(self.values, np.asarray(exact, dtype=np.float64), side="left")
         hi = np.searchsorted(self.values, np.asarray(exact, dtype=np.float64), side="right")
         # ints beyond 2**53 that float64 rounds equal no array entry exactly; the side list answers them
@@ -424,6 +450,110 @@ class FilterIndex:
             self._bump()
             logger.debug("filter index: %d rows, %d terms, %d number keys", len(self._universe), len(self._bitmaps),
                          len(self._numbers))
+
+    def add_rows(self, rows: Iterable[tuple[int, Mapping[str, Any] | str, Mapping[str, Any] | None]]) -> None:
+        """Index rows given as :meth:`rebuild` takes them (metadata may be JSON text), without clearing."""
+        with self._lock:
+            for rowid, metadata, system in rows:
+                self.add([rowid], [json.loads(metadata) if isinstance(metadata, str) else metadata], [system])
+
+    def rowids(self) -> np.ndarray:
+        """The live rowids, int64 (n,), ascending."""
+        with self._lock:
+            return np.frombuffer(self._universe.to_array(), dtype=np.uint32).astype(np.int64)
+
+    # -- saving ---------------------------------------------------------------------------------------
+    def save(self, directory: str | Path, seq: int) -> None:
+        """Write the index into ``directory`` (created): ``meta.json`` (format, ``seq``, terms and keys as JSON)
+        and ``arrays.npz`` (Roaring's portable serialisation of every bitmap, the number columns and the
+        forward map as plain arrays; no pickle). ``seq`` is the store's change-log position the index reflects;
+        :meth:`load` returns it, so the caller replays only later changes."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            for key, column in list(self._numbers.items()):
+                if column.delta or len(column.stale):
+                    self._numbers[key] = column.merged(self._universe)
+            if self._forward:
+                self._compact_forward()
+            blobs = [b.serialize() for b in self._bitmaps]
+            exists_keys = list(self._exists)
+            exists_blobs = [self._exists[k].serialize() for k in exists_keys]
+            number_keys = list(self._numbers)
+            columns = [self._numbers[k] for k in number_keys]
+            meta = {
+                "format": FORMAT_VERSION,
+                "seq": int(seq),
+                "rows": len(self._universe),
+                "terms": [[ns, name, t[0], untyped(t)] for (ns, name), t in self._terms_by_id],
+                "exists_keys": [list(k) for k in exists_keys],
+                "number_keys": [list(k) for k in number_keys],
+                "big": [[[v, r] for v, r in c.big] for c in columns],
+            }
+            arrays = {
+                "term_blobs": np.frombuffer(b"".join(blobs), dtype=np.uint8),
+                "term_offsets": np.cumsum([0, *map(len, blobs)], dtype=np.int64),
+                "exists_blobs": np.frombuffer(b"".join(exists_blobs), dtype=np.uint8),
+                "exists_offsets": np.cumsum([0, *map(len, exists_blobs)], dtype=np.int64),
+                "universe": np.frombuffer(self._universe.serialize(), dtype=np.uint8),
+                "num_values": np.concatenate([c.values for c in columns]) if columns else np.zeros(0),
+                "num_rows": np.concatenate([c.rows for c in columns]) if columns else np.zeros(0, np.int64),
+                "num_offsets": np.cumsum([0, *(len(c.values) for c in columns)], dtype=np.int64),
+                "csr_rows": self._csr_rows,
+                "csr_offsets": self._csr_offsets,
+                "csr_terms": self._csr_terms,
+            }
+        np.savez(directory / "arrays.npz", **arrays)
+        with open(directory / "meta.json", "w", encoding="utf-8") as fh:
+            json.dump(meta, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def load(self, directory: str | Path) -> int | None:
+        """Replace the index by the one saved in ``directory``. Returns its change-log position, or None (the
+        index left empty) when nothing usable is there: missing, damaged, or another format version."""
+        directory = Path(directory)
+        try:
+            meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
+            if meta.get("format") != FORMAT_VERSION:
+                return None
+            with np.load(directory / "arrays.npz", allow_pickle=False) as npz:
+                arrays = {name: npz[name] for name in npz.files}
+            with self._lock:
+                self._clear()
+                blob, offsets = arrays["term_blobs"].tobytes(), arrays["term_offsets"]
+                for tid, (ns, name, kind, value) in enumerate(meta["terms"]):
+                    term = ((ns, name), typed(value) if kind == LIST else (kind, value))
+                    self._term_ids[term] = tid
+                    self._terms_by_id.append(term)
+                    self._bitmaps.append(BitMap.deserialize(blob[offsets[tid] : offsets[tid + 1]]))
+                    if kind == TEXT:
+                        self._texts.setdefault((ns, name), []).append(value)
+                for texts in self._texts.values():
+                    texts.sort()
+                blob, offsets = arrays["exists_blobs"].tobytes(), arrays["exists_offsets"]
+                for i, (ns, name) in enumerate(meta["exists_keys"]):
+                    self._exists[(ns, name)] = BitMap.deserialize(blob[offsets[i] : offsets[i + 1]])
+                values, rows, offsets = arrays["num_values"], arrays["num_rows"], arrays["num_offsets"]
+                for i, (ns, name) in enumerate(meta["number_keys"]):
+                    big = [(int(v) if isinstance(v, int) else v, int(r)) for v, r in meta["big"][i]]
+                    self._numbers[(ns, name)] = _Numbers(values[offsets[i] : offsets[i + 1]],
+                                                         rows[offsets[i] : offsets[i + 1]], big)
+                self._universe = BitMap.deserialize(arrays["universe"].tobytes())
+                self._csr_rows = arrays["csr_rows"].astype(np.int64)
+                self._csr_offsets = arrays["csr_offsets"].astype(np.int64)
+                self._csr_terms = arrays["csr_terms"].astype(np.int32)
+                if len(self._universe) != meta["rows"] or len(self._csr_offsets) != len(self._csr_rows) + 1:
+                    raise ValueError("row counts disagree")
+                self._bump()
+            return int(meta["seq"])
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+            if (directory / "meta.json").exists():
+                logger.warning("filter index in %s is unreadable (%s); rebuilding it from the store", directory, exc)
+            with self._lock:
+                self._clear()
+                self._bump()
+            return None
 
     # -- changes ------------------------------------------------------------------------------------
     def apply(self, changes: ChangeSet) -> None:

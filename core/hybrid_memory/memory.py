@@ -170,6 +170,7 @@ class HybridMemory:
         self._data_version: int | None = None  # PRAGMA data_version when they were brought there
         self.last_sync: dict[str, Any] = {}
         self._filters = FilterIndex()
+        self._filters_rebuilt = False
         self._sync_indexes()
 
         self._searcher = HybridSearcher(
@@ -288,19 +289,37 @@ class HybridMemory:
             with self._index_files():
                 loaded["bm25"] = self._sparse.load(self.path / "bm25")
                 loaded["dense"] = self._dense.load(self.path / "dense")
+                loaded["filters_seq"] = self._filters.load(self.path / "filters")
         self.last_sync = self._reconcile(store_ids, loaded)
-        rebuilt = any(report["rebuilt"] for report in self.last_sync.values())
+        rebuilt = any(report["rebuilt"] for report in self.last_sync.values()) or self._filters_rebuilt
         self._dirty = any(report["rebuilt"] or report["added"] or report["removed"] for report in self.last_sync.values())
         if rebuilt and self.path is not None and len(store_ids):
             self._save_indexes()
 
     def _reconcile(self, store_ids: np.ndarray, loaded: Mapping[str, bool]) -> dict[str, dict[str, Any]]:
         """Bring every derived index to exactly ``store_ids`` (int64, ascending). One call per index."""
-        self._filters.rebuild(self._store.filter_rows())  # in memory only: one pass over the store's metadata
+        self._filters_rebuilt = self._reconcile_filters(store_ids, loaded.get("filters_seq"))
         return {
             "bm25": self._reconcile_sparse(store_ids, loaded.get("bm25", True)),
             "dense": self._reconcile_dense(store_ids, loaded.get("dense", True)),
         }
+
+    def _reconcile_filters(self, store_ids: np.ndarray, saved_seq: int | None) -> bool:
+        """The filter index loaded at change-log position ``saved_seq``: replay the log from there (in-place
+        metadata updates leave rowids alone, so a rowid diff alone would miss them), then diff rowids with the
+        snapshot. Rebuilt from the store in one pass when nothing was loaded or the log no longer reaches back
+        (or the store is behind the files, e.g. restored from a backup). Returns True when rebuilt."""
+        changes, last = (None, -1) if saved_seq is None else self._store.changes_since(saved_seq)
+        if changes is None or saved_seq > last:
+            self._filters.rebuild(self._store.filter_rows())
+            return bool(len(store_ids))
+        self._filters.apply(changes)
+        live = self._filters.rowids()
+        self._filters.remove(np.setdiff1d(live, store_ids))
+        missing = np.setdiff1d(store_ids, live)
+        if len(missing):
+            self._filters.add_rows(self._store.filter_rows(rowids=missing))
+        return False
 
     def _reconcile_sparse(self, store_ids: np.ndarray, loaded: bool) -> dict[str, Any]:
         live = self._sparse.ids()
@@ -1146,6 +1165,7 @@ class HybridMemory:
             else:
                 self._save_dir_atomically("bm25", self._sparse.save)
                 self._save_dir_atomically("dense", self._dense.save)
+                self._save_dir_atomically("filters", lambda folder: self._filters.save(folder, self._seq))
                 (self.path / "dense.faiss").unlink(missing_ok=True)  # the flat index of earlier versions
                 self._write_saved_state({"seq": self._seq, "saved_at": time.time(), "pid": os.getpid()})
             self._dirty = False
@@ -1164,7 +1184,8 @@ class HybridMemory:
 
     def _remove_stale_temporaries(self) -> None:
         """Leftovers of a save that was killed (caller holds the file lock, so no save is running)."""
-        for stale in [*self.path.glob(".bm25-*"), *self.path.glob(".dense-*"), *self.path.glob(".indexes-*"),
+        for stale in [*self.path.glob(".bm25-*"), *self.path.glob(".dense-*"), *self.path.glob(".filters-*"),
+                      *self.path.glob(".indexes-*"),
                       *(self.path / f"{name}.{kind}" for name in ("bm25", "dense") for kind in ("tmp", "old"))]:
             if stale.is_dir():
                 shutil.rmtree(stale, ignore_errors=True)

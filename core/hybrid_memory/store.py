@@ -516,18 +516,30 @@ class SQLiteStore:
                 vectors[i] = np.frombuffer(found[rowid][2], dtype="<f4")
         return np.asarray(kept, dtype=np.int64), [found[r][1] for r in kept], vectors
 
-    def filter_rows(self, batch_size: int = 50_000) -> Iterator[tuple[int, str, dict[str, Any]]]:
-        """``(rowid, metadata JSON text, system fields)`` of every chunk, ascending rowid, read in batches: what
-        :meth:`FilterIndex.rebuild <hybrid_memory.filter_index.FilterIndex.rebuild>` takes. The system fields are
-        the scope and validity columns that are not NULL."""
+    def filter_rows(
+        self, batch_size: int = 50_000, rowids: Sequence[int] | None = None
+    ) -> Iterator[tuple[int, str, dict[str, Any]]]:
+        """``(rowid, metadata JSON text, system fields)`` of every chunk (or of the given ``rowids`` that are
+        stored), ascending rowid, read in batches: what :meth:`FilterIndex.rebuild
+        <hybrid_memory.filter_index.FilterIndex.rebuild>` takes. The system fields are the scope and validity
+        columns that are not NULL."""
         names = _FILTERED_SYSTEM
+        select = f"SELECT rowid, metadata, {', '.join(names)} FROM chunks"
+        if rowids is not None:
+            wanted = sorted({int(r) for r in rowids})
+            for start in range(0, len(wanted), 500):
+                batch = wanted[start : start + 500]
+                with self._lock:
+                    rows = self._conn.execute(
+                        f"{select} WHERE rowid IN ({','.join('?' * len(batch))}) ORDER BY rowid", batch
+                    ).fetchall()
+                for rowid, metadata, *system in rows:
+                    yield rowid, metadata, {n: v for n, v in zip(names, system) if v is not None}
+            return
         last = -1
         while True:
             with self._lock:
-                rows = self._conn.execute(
-                    f"SELECT rowid, metadata, {', '.join(names)} FROM chunks WHERE rowid > ? ORDER BY rowid LIMIT ?",
-                    (last, batch_size),
-                ).fetchall()
+                rows = self._conn.execute(f"{select} WHERE rowid > ? ORDER BY rowid LIMIT ?", (last, batch_size)).fetchall()
             if not rows:
                 return
             for rowid, metadata, *system in rows:

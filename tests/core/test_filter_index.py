@@ -100,11 +100,12 @@ def test_numeric_ranges_stay_exact_across_delta_merges():
     rng = np.random.default_rng(7)
     values = [int(v) for v in rng.integers(-50, 50, 3000)] + [float(v) for v in rng.normal(0, 20, 3000)]
     values += [2**53 + 1, 2**62, -(2**63), 2**53, float(2**53)]
-    store, rowids = _store_with([{"n": v, "t": f"x{i % 5}"} if i % 7 else {"n": [v, v + 1], "t": ["x1", "y"]}
-                                 for i, v in enumerate(values)])
+    store, rowids = _store_with([{"n": v, "t": f"x{i % 5}", "sev": i % 5} if i % 7 else
+                                 {"n": [v, v + 1], "t": ["x1", "y"], "sev": [0, 4.0]} for i, v in enumerate(values)])
     index = FilterIndex()
     index.rebuild(store.filter_rows())
-    more = [{"n": float(v)} for v in rng.normal(0, 30, 5000)]
+    assert index._numbers[("m", "sev")].by_value is not None  # few distinct values: a bitmap per value
+    more = [{"n": float(v), "sev": int(v) % 3} for v in rng.normal(0, 30, 5000)]
     new_rowids = store.write([NewRow(f"m{i}", "t", "", m, VECTOR) for i, m in enumerate(more)]).rowids
     index.add(new_rowids, more)
     index._compact_forward()  # the forward dict folded into the CSR arrays mid-way (normally past 65,536 rows)
@@ -117,7 +118,8 @@ def test_numeric_ranges_stay_exact_across_delta_merges():
     index._compact_forward()
     assert index.stats()["forward_pending"] == 0
     assert index.stats()["rows"] == store.count() == len(values) + 5000 - 1000
-    for flt in ({"t": "x1"}, {"t": {"$ne": "y"}}, {"n": {"$in": [0, 3, 17, 2**53 + 1]}}, {"n": 5, "t": "x0"}):
+    for flt in ({"sev": 2}, {"sev": {"$in": [1, 3.0, 2**53 + 1]}}, {"sev": {"$nin": [0]}}, {"sev": {"$gte": 3}},
+                {"t": "x1"}, {"t": {"$ne": "y"}}, {"n": {"$in": [0, 3, 17, 2**53 + 1]}}, {"n": 5, "t": "x0"}):
         assert index.resolve(flt).ids.tolist() == store.filter_rowids(flt).tolist(), flt
     for op in ("$gt", "$gte", "$lt", "$lte"):
         for x in (-100, -10.5, 0, 0.0, 3, 17.25, 2**53, 2**53 + 1, 2**62, 2**63 - 1, -(2**63)):
@@ -231,3 +233,56 @@ def test_another_process_writes_reach_the_filter_index(tmp_path):
             writer.delete(["b"])
             assert ids(metadata_filter={"labels": "web"}) == ["a"]
             assert ids(scope={"tenant": "acme"}) == []
+
+
+def _ids(memory, flt, **fields):
+    return sorted(r.chunk_id for r in memory.search("disk", top_k=20, metadata_filter=flt, **fields).results)
+
+
+def test_saved_index_is_loaded_and_replays_the_log(tmp_path):
+    """Saved with the other indexes; an open loads it (no rebuild) and replays the change log from its
+    position, so in-place metadata updates and deletes made after the save are not missed."""
+    from hybrid_memory import HashingEmbedder, HybridMemory
+
+    chunks = [{"chunk_id": f"c{i}", "text": f"disk note {i}", "metadata": {"env": "prod", "n": i, "tags": ["a", "é"]},
+               "tenant": "acme" if i % 2 else "other"} for i in range(6)]
+    writer = HybridMemory(tmp_path / "m", embedder=HashingEmbedder(dim=16))
+    writer.add(chunks)
+    writer.persist()
+    assert (tmp_path / "m" / "filters" / "meta.json").exists()
+    writer.upsert([{"chunk_id": "c1", "text": "disk note 1", "metadata": {"env": "dev", "n": 1.5}, "tenant": "acme"}])
+    writer.delete(["c2"])
+    try:
+        with HybridMemory(tmp_path / "m", embedder=HashingEmbedder(dim=16)) as reader:  # files older than store
+            assert reader._filters_rebuilt is False
+            assert _ids(reader, {"env": "dev"}) == ["c1"]
+            assert _ids(reader, {"env": "prod"}) == ["c0", "c3", "c4", "c5"]
+            assert _ids(reader, {"n": {"$gt": 1}}) == ["c1", "c3", "c4", "c5"]
+            assert _ids(reader, {"tags": "é"}, scope={"tenant": "acme"}) == ["c3", "c5"]
+    finally:
+        writer.close()
+    with HybridMemory(tmp_path / "m", embedder=HashingEmbedder(dim=16)) as again:
+        assert again._filters_rebuilt is False and _ids(again, {"env": "dev"}) == ["c1"]
+    (tmp_path / "m" / "filters" / "arrays.npz").write_bytes(b"damaged")
+    with HybridMemory(tmp_path / "m", embedder=HashingEmbedder(dim=16)) as healed:
+        assert healed._filters_rebuilt is True
+        assert _ids(healed, {"tags": {"$in": ["a"]}}) == ["c0", "c3", "c4", "c5"]
+    with HybridMemory(tmp_path / "m", embedder=HashingEmbedder(dim=16)) as once:
+        assert once._filters_rebuilt is False  # healed once, saved, loaded since
+
+
+def test_save_and_load_round_trip_every_structure(tmp_path):
+    index = FilterIndex()
+    index.add([1, 2, 3, 4], [{"s": "x", "n": 2**60 + 1, "l": [1.0, "a", [True]], "o": {"k": 1}},
+                             {"s": "y", "n": -0.5, "l": []}, {"n": 3}, {"z": None}],
+              [{"tenant": "t", "valid_from": 5.0}, None, None, {"user_id": "u"}])
+    index.update(3, metadata={"n": 4})
+    index.save(tmp_path / "f", seq=17)
+    loaded = FilterIndex()
+    assert loaded.load(tmp_path / "f") == 17
+    for flt, system in [({"s": {"$gte": "x"}}, None), ({"n": 2**60 + 1}, None), ({"n": {"$lt": 3.5}}, None),
+                        ({"l": {"$eq": [1, "a", [True]]}}, None), ({"l": {"$eq": []}}, None),
+                        ({"o": {"$exists": True}}, None), ({"z": None}, None), ({"n": 4}, None),
+                        (None, {"tenant": "t", "valid_from": {"$lte": 5}}), (None, {"user_id": {"$exists": True}})]:
+        assert loaded.resolve(flt, system).ids.tolist() == index.resolve(flt, system).ids.tolist(), (flt, system)
+    assert FilterIndex().load(tmp_path / "missing") is None
