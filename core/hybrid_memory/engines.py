@@ -201,20 +201,30 @@ class Engine(Protocol):
 
 
 class SparseEngine:
-    """The BM25 engine: :class:`~hybrid_memory.sparse.BM25Index` behind the :class:`Engine` protocol."""
+    """The BM25 engine: :class:`~hybrid_memory.sparse.BM25Index` behind the :class:`Engine` protocol.
+
+    The score arrays a search computes are kept in :attr:`Query.cache`, so :meth:`score` for the dense
+    engine's candidates right after is a gather, not a second BM25 pass.
+    """
 
     name = "sparse"
+    lower_bound = 0.0
+    """Theoretical minimum raw score (BM25 scores are >= 0), for theoretical min-max normalisation."""
 
     def __init__(self, index: BM25Index) -> None:
         self.index = index
 
     def search(self, query: Query, k: int, allowed: RowSet | None) -> list[Hit]:
         """See :meth:`Engine.search`; scores are bm25s Lucene BM25 scores."""
-        return self.index.search(query.text, k, allowed)
+        return self.index.search(query.text, k, allowed, cache=query.cache)
 
     def score(self, query: Query, ids: np.ndarray) -> np.ndarray:
         """See :meth:`Engine.score`."""
-        return self.index.score(query.text, ids)
+        return self.index.score(query.text, ids, cache=query.cache)
+
+    def identifier_matches(self, query: Query, ids: np.ndarray, max_df: int, min_share: float = 0.0) -> np.ndarray:
+        """int64 (len(ids),): rare identifiers of the query each id holds (see ``BM25Index.identifier_matches``)."""
+        return self.index.identifier_matches(query.text, ids, max_df, min_share)
 
 
 class DenseEngine:
@@ -226,6 +236,8 @@ class DenseEngine:
     """
 
     name = "dense"
+    lower_bound = -1.0
+    """Theoretical minimum raw score (the cosine of unit vectors is >= -1)."""
 
     def __init__(self, index: FaissIndex, embedder: Embedder) -> None:
         self.index = index
@@ -250,5 +262,5 @@ class DenseEngine:
         return self.index.search(vector, k, allowed)
 
     def score(self, query: Query, ids: np.ndarray) -> np.ndarray:
-        """See :meth:`Engine.score`."""
+        """See :meth:`Engine.score`: inner products with the stored vectors of ``ids``."""
         return self.index.score(self.query_vector(query), ids)

@@ -62,7 +62,7 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 """Version of the memory directory layout, saved in manifest.json and checked on open."""
 
-_SHORTCUTS = ("dense_weight", "sparse_weight", "rrf_k_constant")
+_SHORTCUTS = ("dense_weight", "sparse_weight", "rrf_k_constant", "fusion")
 
 _INDEX_LOCK_TIMEOUT = 600.0
 """Seconds a save or load of the derived index files waits for another process's save (then StoreBusyError)."""
@@ -1004,6 +1004,7 @@ class HybridMemory:
             "weights": {"sparse": params.sparse_weight, "dense": params.dense_weight},
             "allowed": allowed,
             "rrf_k": params.rrf_k_constant,
+            "fusion": params.fusion,
         }
 
     def _response(self, req: SearchRequest, result: HybridResult) -> SearchResponse:
@@ -1025,13 +1026,20 @@ class HybridMemory:
                     text=row.text,
                     source=row.source,
                     metadata=row.metadata,
+                    score=None if result.method == "rrf" and hit.score == hit.rrf_score else hit.score,
                     sparse_rank=hit.ranks.get("sparse"),
                     sparse_score=hit.raw_scores.get("sparse"),
                     dense_rank=hit.ranks.get("dense"),
                     dense_score=hit.raw_scores.get("dense"),
                 )
             )
-        return SearchResponse(query_id=req.query_id, total_retrieved=len(results), results=results)
+        return SearchResponse(
+            query_id=req.query_id,
+            total_retrieved=len(results),
+            results=results,
+            fusion=result.method,
+            effective_weights=result.weights,
+        )
 
     def search(
         self,

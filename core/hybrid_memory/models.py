@@ -5,6 +5,12 @@ Field names of :class:`SearchRequest` and :class:`SearchResponse` are the wire f
     {"query_id": "mem_req_99214", "search_text": "HTTP 504 ...", "top_k": 5,
      "hybrid_params": {"dense_weight": 0.6, "sparse_weight": 0.4, "rrf_k_constant": 60},
      "metadata_filter": {"environment": "production"}}
+
+``hybrid_params.fusion`` (optional) names the fusion method; the default, ``"adaptive"``, ranks by a
+query-adaptive convex combination of normalised scores with an exact-identifier guard, and ``"rrf"`` is
+plain weighted Reciprocal Rank Fusion. Every result carries ``rrf_score`` whatever the method, and ``score``,
+the value the list is ordered by, when the method is not RRF; the response names the method that ran
+(``fusion``) and the per-engine weights it used (``effective_weights``).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ._exceptions import InvalidRequestError
-from .fusion import DEFAULT_RRF_K
+from .fusion import DEFAULT_FUSION, DEFAULT_RRF_K, FUSION_METHODS
 from .temporal import to_timestamp
 
 __all__ = [
@@ -193,16 +199,38 @@ class StoredChunk(Chunk):
 
 
 class HybridParams(BaseModel):
-    """Weights and constant of weighted Reciprocal Rank Fusion (Cormack et al., 2009)."""
+    """How the two engines' candidates are fused: the fusion method, the engine weights and the RRF constant.
+
+    With ``fusion="rrf"`` the weights are those of weighted Reciprocal Rank Fusion (Cormack et al. 2009)::
+
+        rrf_score(d) = sparse_weight / (rrf_k_constant + sparse_rank(d)) + dense_weight / (rrf_k_constant + dense_rank(d))
+
+    With the default ``fusion="adaptive"`` they are *priors*: an engine's weight for a query is its prior
+    times its confidence on that query, so a larger weight still favours that engine, equal weights trust
+    both alike, and only the ratio of the two matters. Whatever the method, a weight of 0 skips that engine.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     dense_weight: float = Field(default=1.0, strict=True)
-    """Weight of the dense (FAISS) run, in [0, MAX_WEIGHT (1e6)]; 0 turns the dense engine off."""
+    """Weight of the dense (FAISS) engine, in [0, MAX_WEIGHT (1e6)]; 0 turns the dense engine off. An RRF run
+    weight for ``fusion="rrf"``, a prior for the score-based methods (see the class docstring)."""
     sparse_weight: float = Field(default=1.0, strict=True)
-    """Weight of the sparse (BM25) run, in [0, MAX_WEIGHT (1e6)]; 0 turns the sparse engine off."""
+    """Weight of the sparse (BM25) engine, in [0, MAX_WEIGHT (1e6)]; 0 turns the sparse engine off."""
     rrf_k_constant: float = Field(default=DEFAULT_RRF_K, strict=True)
-    """RRF smoothing constant, >= 0 (60 in the paper). Not the number of results: that is top_k."""
+    """RRF smoothing constant, >= 0 (60 in the paper). Not the number of results: that is top_k. Used for
+    ``rrf_score`` (every result has one) and for ordering when ``fusion="rrf"``."""
+    fusion: str = DEFAULT_FUSION
+    """Fusion method, one of ``hybrid_memory.fusion.FUSION_METHODS``: ``"adaptive"`` (default),
+    ``"rrf"`` (exactly weighted RRF: 1-based ranks, ties by chunk_id), ``"rrf_guard"``, ``"dbsf"``,
+    ``"tm2c2"``, ``"zscore"``, ``"confidence"``."""
+
+    @field_validator("fusion")
+    @classmethod
+    def _known_fusion(cls, value: str) -> str:
+        if value not in FUSION_METHODS:
+            raise ValueError(f"unknown fusion method {value!r}; choose one of {sorted(FUSION_METHODS)}")
+        return value
 
     @field_validator("dense_weight", "sparse_weight")
     @classmethod
@@ -237,7 +265,7 @@ class SearchRequest(BaseModel):
     top_k: int = Field(default=5, ge=1, le=MAX_TOP_K, strict=True)
     """Number of fused results to return, 1..MAX_TOP_K (1000)."""
     hybrid_params: HybridParams = Field(default_factory=HybridParams)
-    """Fusion weights and RRF constant."""
+    """Fusion method, engine weights and RRF constant."""
     metadata_filter: dict[str, Any] | None = None
     """Filter applied inside both engines before fusion (see hybrid_memory.filters); None matches all."""
     as_of: float | None = None
@@ -269,11 +297,15 @@ class SearchResult(BaseModel):
     chunk_id: str
     """Id of the chunk."""
     rrf_score: float
-    """Weighted RRF score: Σ weight / (rrf_k_constant + rank)."""
+    """Weighted RRF score Σ weight / (rrf_k_constant + rank) with the request's weights, whatever the fusion
+    method (0 for a chunk an engine of weight 0 alone returned)."""
     text: str
     """The chunk's text."""
     source: str
     """The chunk's source."""
+    score: float | None = None
+    """The fused score the results are ordered by, when the method is not ``"rrf"`` (for RRF the order is
+    ``rrf_score``'s and this is None). Comparable within one response only."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """The chunk's metadata."""
     sparse_rank: int | None = None
@@ -294,7 +326,13 @@ class SearchResponse(BaseModel):
     total_retrieved: int
     """Number of results; always equal to len(results)."""
     results: list[SearchResult]
-    """Results by rrf_score descending, ties by chunk_id ascending."""
+    """Results best first: by ``score`` descending (``rrf_score`` for ``fusion="rrf"``), ties by chunk_id."""
+    fusion: str = DEFAULT_FUSION
+    """The fusion method that ranked the results."""
+    effective_weights: dict[str, float] = Field(default_factory=dict)
+    """Weight each engine had in this query's fusion, ``{"dense": ..., "sparse": ...}``: the request weights
+    for RRF; for the score-based methods the convex weights (summing to 1) after per-query adaptation; 0 for
+    an engine that was not run."""
 
     @model_validator(mode="after")
     def _count_matches(self) -> SearchResponse:

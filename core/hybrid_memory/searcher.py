@@ -4,6 +4,12 @@ Query text (plus an optional precomputed vector) goes in, fused hits come out. T
 store: document ids are int64 engine ids, and a ``keys`` callback maps them to the string keys that fusion
 uses for identity and tie-breaks (chunk ids for :class:`~hybrid_memory.memory.HybridMemory`, report ids for
 the graph layer). Composition as in pyserini's ``HybridSearcher(dense, sparse)``.
+
+A search is two steps, both public so an evaluation can apply every fusion method to the same candidates
+exactly as the library does: :meth:`HybridSearcher.candidates` (run the engines, cut each list at the
+depth with ties broken by key, add exact cross-scores and rare-identifier matches when the method needs
+them) and :meth:`HybridSearcher.fuse` (apply a method of :data:`~hybrid_memory.fusion.FUSION_METHODS`, order
+by score then key, cut to ``top_k``).
 """
 
 from __future__ import annotations
@@ -13,10 +19,12 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
-from .engines import Engine, Hit, Query, RowSet
-from .fusion import DEFAULT_RRF_K, reciprocal_rank_fusion
+import numpy as np
 
-__all__ = ["EngineRun", "HybridHit", "HybridResult", "HybridSearcher"]
+from .engines import Engine, Hit, Query, RowSet
+from .fusion import DEFAULT_FUSION, DEFAULT_RRF_K, FUSION_METHODS, FusionInput, rank_by_score, reciprocal_rank_fusion
+
+__all__ = ["Candidates", "EngineRun", "HybridHit", "HybridResult", "HybridSearcher"]
 
 KeyLookup = Callable[[Sequence[int]], Mapping[int, str]]
 """``ids -> {id: key}`` for the ids that still exist (a document deleted meanwhile is left out)."""
@@ -41,9 +49,9 @@ class HybridHit:
     doc_id: int
     """The engine id (a store rowid)."""
     score: float
-    """The fused score the list is ordered by."""
+    """The score the fused list is ordered by (descending, ties by key): the method's fused score."""
     rrf_score: float
-    """Weighted RRF score Σ w_e / (rrf_k + rank_e) of the hit (equals ``score`` when the method is RRF)."""
+    """Weighted RRF score Σ w_e / (rrf_k + rank_e) with the request weights (equals ``score`` for RRF)."""
     ranks: dict[str, int] = field(default_factory=dict)
     """Engine name -> 1-based rank in that engine's candidates (absent engines left out)."""
     raw_scores: dict[str, float] = field(default_factory=dict)
@@ -64,6 +72,20 @@ class HybridResult:
     """Each engine's candidates, for inspection and evaluation."""
 
 
+@dataclass(frozen=True)
+class Candidates:
+    """One query's candidates as :meth:`HybridSearcher.candidates` gathers them."""
+
+    input: FusionInput
+    """What every fusion method reads."""
+    runs: dict[str, EngineRun]
+    """Each engine's candidate list (cut at the depth)."""
+    id_of: dict[str, int]
+    """key -> engine id."""
+    priors: dict[str, float]
+    """Request weight of every engine of the searcher (0: not run)."""
+
+
 class HybridSearcher:
     """Run several :class:`~hybrid_memory.engines.Engine` s concurrently, then fuse their candidate runs.
 
@@ -72,18 +94,59 @@ class HybridSearcher:
         keys: maps engine ids to string keys; ids it leaves out are dropped (deleted meanwhile).
         executor: runs the engines of :meth:`search` in parallel (None: one after the other in the caller's
             thread). :meth:`asearch` uses ``asyncio.to_thread`` instead.
+        identifier_max_df: an identifier of the query is *rare* when at most this many documents hold it
+            (None: ``top_k`` of the search, so every chunk naming it fits in the answer). Read by the
+            exact-identifier guard of the default fusion.
+        identifier_min_share: the guard acts only when the rare identifiers are at least this share of the
+            query's content words (default 0.25: an identifier plus at most three words), so an identifier
+            that is a detail of a long question does not override both engines.
 
     Thread-safe when the engines are.
     """
 
-    def __init__(self, engines: Mapping[str, Engine], keys: KeyLookup, *, executor: Executor | None = None) -> None:
+    def __init__(
+        self,
+        engines: Mapping[str, Engine],
+        keys: KeyLookup,
+        *,
+        executor: Executor | None = None,
+        identifier_max_df: int | None = None,
+        identifier_min_share: float = 0.25,
+    ) -> None:
         self.engines = dict(engines)
         self.keys = keys
         self.executor = executor
+        self.identifier_max_df = identifier_max_df
+        self.identifier_min_share = identifier_min_share
 
     # -- running the engines ------------------------------------------------------------------------
     def _active(self, weights: Mapping[str, float]) -> list[str]:
         return [name for name in self.engines if weights.get(name, 1.0) > 0]
+
+    @staticmethod
+    def _run(engine: Engine, query: Query, depth: int, allowed: RowSet | None) -> list[Hit]:
+        """The engine's hits down to ``depth``, plus every hit tied with the one at ``depth``.
+
+        Engines order equal scores by engine id (insertion history), so a list cut at ``depth`` could drop a
+        tied document whose key sorts first. Asking one more than ``depth`` shows whether the cut falls
+        inside a tie; if so the search is repeated deeper until the tie ends (rare: only exact ties).
+        """
+        k = depth + 1
+        while True:
+            hits = engine.search(query, k, allowed)
+            if len(hits) < k or hits[-1][1] != hits[depth - 1][1]:
+                return hits
+            k *= 2
+
+    def _gather(self, query: Query, depth: int, active: list[str], allowed: RowSet | None) -> dict[str, list[Hit]]:
+        if allowed is not None and len(allowed) == 0:
+            return {}
+        if self.executor is None or len(active) < 2:
+            return {name: self._run(self.engines[name], query, depth, allowed) for name in active}
+        futures = {
+            name: self.executor.submit(self._run, self.engines[name], query, depth, allowed) for name in active
+        }
+        return {name: future.result() for name, future in futures.items()}
 
     def search(
         self,
@@ -94,26 +157,27 @@ class HybridSearcher:
         weights: Mapping[str, float],
         allowed: RowSet | None = None,
         rrf_k: float = DEFAULT_RRF_K,
+        fusion: str = DEFAULT_FUSION,
     ) -> HybridResult:
         """Fused top ``top_k`` for ``query``.
 
         Args:
             query: text and optional precomputed vector.
             top_k: fused hits wanted, >= 1.
-            depth: candidates each engine returns, >= ``top_k``.
+            depth: candidates each engine contributes, >= ``top_k`` (ties at the cut broken by key).
             weights: engine name -> weight >= 0; an engine of weight 0 is not run. Missing names weigh 1.
+                RRF uses them as run weights; the score-based methods as priors (see ``FUSION_METHODS``).
             allowed: ids results must belong to (None: all); applied inside every engine before ranking.
-            rrf_k: RRF constant (Cormack et al. 2009), >= 0.
+            rrf_k: RRF constant (Cormack et al. 2009), >= 0; also gives every hit's ``rrf_score``.
+            fusion: a name of :data:`~hybrid_memory.fusion.FUSION_METHODS`.
+
+        Raises:
+            KeyError: ``fusion`` names no method.
         """
-        active = self._active(weights)
-        if allowed is not None and len(allowed) == 0:
-            return self._fuse(query, {}, weights, top_k, rrf_k)
-        if self.executor is None or len(active) < 2:
-            hits = {name: self.engines[name].search(query, depth, allowed) for name in active}
-        else:
-            futures = {name: self.executor.submit(self.engines[name].search, query, depth, allowed) for name in active}
-            hits = {name: future.result() for name, future in futures.items()}
-        return self._fuse(query, hits, weights, top_k, rrf_k)
+        method = FUSION_METHODS[fusion]
+        hits = self._gather(query, depth, self._active(weights), allowed)
+        candidates = self._candidates(query, hits, depth, weights, rrf_k, method.name, top_k)
+        return self.fuse(candidates, method.name, top_k)
 
     async def asearch(
         self,
@@ -124,53 +188,123 @@ class HybridSearcher:
         weights: Mapping[str, float],
         allowed: RowSet | None = None,
         rrf_k: float = DEFAULT_RRF_K,
+        fusion: str = DEFAULT_FUSION,
     ) -> HybridResult:
         """:meth:`search` for asyncio: each engine runs in a worker thread under ``asyncio.gather``."""
+        method = FUSION_METHODS[fusion]
         active = self._active(weights)
-        if allowed is not None and len(allowed) == 0:
-            return self._fuse(query, {}, weights, top_k, rrf_k)
-        results = await asyncio.gather(
-            *(asyncio.to_thread(self.engines[name].search, query, depth, allowed) for name in active)
+        hits: dict[str, list[Hit]] = {}
+        if not (allowed is not None and len(allowed) == 0):
+            results = await asyncio.gather(
+                *(asyncio.to_thread(self._run, self.engines[name], query, depth, allowed) for name in active)
+            )
+            hits = dict(zip(active, results, strict=True))
+        candidates = await asyncio.to_thread(
+            self._candidates, query, hits, depth, weights, rrf_k, method.name, top_k
         )
-        hits = dict(zip(active, results, strict=True))
-        return await asyncio.to_thread(self._fuse, query, hits, weights, top_k, rrf_k)
+        return self.fuse(candidates, method.name, top_k)
 
-    # -- fusion -------------------------------------------------------------------------------------
-    def _runs(self, hits: Mapping[str, list[Hit]]) -> tuple[dict[str, EngineRun], dict[str, int]]:
+    def candidates(
+        self,
+        query: Query,
+        *,
+        top_k: int,
+        depth: int,
+        weights: Mapping[str, float],
+        allowed: RowSet | None = None,
+        rrf_k: float = DEFAULT_RRF_K,
+        fusion: str = DEFAULT_FUSION,
+    ) -> Candidates:
+        """Run the engines and gather what ``fusion`` needs (cross-scores and identifier matches are
+        gathered when any method could need them: pass ``fusion="adaptive"`` to get both)."""
+        method = FUSION_METHODS[fusion]
+        hits = self._gather(query, depth, self._active(weights), allowed)
+        return self._candidates(query, hits, depth, weights, rrf_k, method.name, top_k)
+
+    # -- candidates and fusion ----------------------------------------------------------------------
+    def _candidates(
+        self,
+        query: Query,
+        hits: Mapping[str, list[Hit]],
+        depth: int,
+        weights: Mapping[str, float],
+        rrf_k: float,
+        fusion: str,
+        top_k: int,
+    ) -> Candidates:
+        method = FUSION_METHODS[fusion]
         ids = sorted({doc_id for engine_hits in hits.values() for doc_id, _ in engine_hits})
         keys = self.keys(ids)
+        id_of = {key: doc_id for doc_id, key in keys.items()}
         runs: dict[str, EngineRun] = {}
         for name, engine_hits in hits.items():
             scores = {keys[i]: float(s) for i, s in engine_hits if i in keys}
             # equal raw scores rank by key, so the order never depends on insertion history
-            runs[name] = EngineRun(sorted(scores, key=lambda key, s=scores: (-s[key], key)), scores)
-        return runs, {key: doc_id for doc_id, key in keys.items()}
+            ordered = sorted(scores, key=lambda key, s=scores: (-s[key], key))[:depth]
+            runs[name] = EngineRun(ordered, {key: scores[key] for key in ordered})
+        union = sorted({key for run in runs.values() for key in run.keys})
+        all_scores: dict[str, dict[str, float]] = {name: dict(run.scores) for name, run in runs.items()}
+        if method.cross_scores and sum(1 for run in runs.values() if run.keys) > 1:
+            for name, run in runs.items():
+                if not run.keys:
+                    continue
+                missing = [key for key in union if key not in run.scores]
+                if missing:
+                    exact = self.engines[name].score(query, np.array([id_of[k] for k in missing], dtype=np.int64))
+                    all_scores[name].update({k: float(v) for k, v in zip(missing, exact, strict=True) if np.isfinite(v)})
+        matches: dict[str, int] = {}
+        if method.identifiers:
+            for name in runs:
+                finder = getattr(self.engines[name], "identifier_matches", None)
+                if finder is not None and union:
+                    max_df = self.identifier_max_df if self.identifier_max_df is not None else top_k
+                    union_ids = np.array([id_of[k] for k in union], dtype=np.int64)
+                    counts = finder(query, union_ids, max_df, self.identifier_min_share)
+                    for key, count in zip(union, counts.tolist(), strict=True):
+                        if count:
+                            matches[key] = max(matches.get(key, 0), int(count))
+        priors = {name: float(weights.get(name, 1.0)) for name in self.engines}
+        lower_bounds = {
+            name: float(getattr(self.engines[name], "lower_bound", min(run.scores.values(), default=0.0)))
+            for name, run in runs.items() if run.keys
+        }
+        found = [name for name, run in runs.items() if run.keys]  # an engine that found nothing has no say
+        inp = FusionInput(
+            runs={name: runs[name].keys for name in found},
+            scores={name: all_scores[name] for name in found},
+            priors={name: priors[name] for name in found},
+            lower_bounds=lower_bounds,
+            rrf_k=float(rrf_k),
+            identifier_matches=matches,
+        )
+        return Candidates(inp, runs, id_of, priors)
 
-    def _fuse(
-        self,
-        query: Query,
-        hits: Mapping[str, list[Hit]],
-        weights: Mapping[str, float],
-        top_k: int,
-        rrf_k: float,
-    ) -> HybridResult:
-        runs, id_of = self._runs(hits)
-        effective = {name: float(weights.get(name, 1.0)) if name in runs else 0.0 for name in self.engines}
-        fused = reciprocal_rank_fusion(
-            {name: run.keys for name, run in runs.items()},
-            {name: effective[name] for name in runs},
-            rrf_k=rrf_k,
-            top_k=top_k,
-        ) if runs else []
-        out = [
+    def fuse(self, candidates: Candidates, fusion: str, top_k: int) -> HybridResult:
+        """Apply the method ``fusion`` to gathered candidates: the top ``top_k`` by score, ties by key.
+
+        Every hit also carries its weighted RRF score with the request weights and ``rrf_k``.
+
+        Raises:
+            KeyError: ``fusion`` names no method.
+        """
+        method = FUSION_METHODS[fusion]
+        inp, runs = candidates.input, candidates.runs
+        effective = dict.fromkeys(self.engines, 0.0)
+        if not inp.runs:
+            return HybridResult(hits=[], method=method.name, weights=effective, runs=runs)
+        outcome = method.fuse(inp)
+        effective.update({name: float(w) for name, w in outcome.weights.items()})
+        rrf_weights = {name: candidates.priors[name] for name in inp.runs}
+        rrf = {h.doc_id: h for h in reciprocal_rank_fusion(inp.runs, rrf_weights, rrf_k=inp.rrf_k)}
+        hits = [
             HybridHit(
-                key=hit.doc_id,
-                doc_id=id_of[hit.doc_id],
-                score=hit.score,
-                rrf_score=hit.score,
-                ranks=dict(hit.ranks),
-                raw_scores={name: run.scores[hit.doc_id] for name, run in runs.items() if hit.doc_id in run.scores},
+                key=key,
+                doc_id=candidates.id_of[key],
+                score=score,
+                rrf_score=rrf[key].score if key in rrf else 0.0,
+                ranks=dict(rrf[key].ranks) if key in rrf else {},
+                raw_scores={name: run.scores[key] for name, run in runs.items() if key in run.scores},
             )
-            for hit in fused
+            for key, score in rank_by_score(outcome.scores, top_k)
         ]
-        return HybridResult(hits=out, method="rrf", weights=effective, runs=runs)
+        return HybridResult(hits=hits, method=method.name, weights=effective, runs=runs)

@@ -3,16 +3,20 @@
 bm25s (Lù 2024, "BM25S: Orders of magnitude faster lexical search via eager sparse scoring") precomputes
 every (document, term) score, so it cannot take one more document without a rebuild. Agents add memories
 one at a time, so new documents go to an in-memory *delta* segment, scored at query time with the same
-Lucene BM25 formula (Kamphuis et al., ECIR 2020) and the collection statistics of main + delta::
+Lucene BM25 formula (Kamphuis et al., ECIR 2020)::
 
     idf(t)      = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
     score(d, q) = Σ_{t in q} idf(t) · tf(t, d) / (tf(t, d) + k1 · (1 - b + b · |d| / avgdl))
 
-Removed documents are masked out of the main segment (bm25s ``weight_mask``). When the delta plus the
+Both segments are scored with one set of statistics: N and df(t) count main + delta documents, and avgdl is
+the main segment's (the delta's own while there is no main segment). bm25s stores idf_main(t) · tfc(t, d), so
+the main segment's per-term scores are rescaled by idf(t) / idf_main(t) at query time; a chunk therefore
+scores the same whether it sits in the main segment or arrived a second ago. Removed documents are masked out
+of the main segment and still count in N and df until the next merge, as in Lucene. When the delta plus the
 removed documents exceed ``max(compact_min, compact_ratio × main size)``, everything is rebuilt into a
-new main segment (compaction, as in Lucene's segment merges), so scores stay those of a full rebuild up to
-the drift of the main segment's statistics since its build. Rows that bm25s pads results with (score 0)
-never leave this module.
+new main segment (compaction, as in Lucene's segment merges), which brings avgdl and the removed documents up
+to date: until then scores equal a full rebuild's up to the drift of avgdl. Rows that bm25s pads results with
+(score 0) never leave this module.
 """
 
 from __future__ import annotations
@@ -78,11 +82,13 @@ class BM25Index:
         self._tokens: dict[int, np.ndarray] = {}  # doc id -> int32 token ids, kept so compaction never re-tokenizes
         self._compacting = False
         self._thread: threading.Thread | None = None
+        self._generation = 0  # bumped by every change, so per-query score caches know when they are stale
         self._reset_main()
         self._reset_delta()
 
     # -- state --------------------------------------------------------------------------------------
     def _reset_main(self) -> None:
+        self._generation += 1
         self._main = None  # bm25s.BM25 | None
         self._main_ids = np.zeros(0, dtype=np.int64)
         self._main_alive = np.zeros(0, dtype=np.float32)
@@ -91,6 +97,7 @@ class BM25Index:
         self._main_dead = 0
 
     def _reset_delta(self) -> None:
+        self._generation += 1
         self._delta_tf: dict[int, Counter] = {}
         self._delta_len: dict[int, int] = {}
         self._postings: dict[str, dict[int, int]] = {}
@@ -173,6 +180,7 @@ class BM25Index:
         """Add documents to the delta segment (ids must be new)."""
         tokens = self.tokenizer.tokenize_many(texts)
         with self._lock:
+            self._generation += 1
             for doc_id, doc_tokens in zip(ids, tokens, strict=True):
                 doc_id = int(doc_id)
                 self._tokens[doc_id] = self._encode(doc_tokens)
@@ -189,6 +197,7 @@ class BM25Index:
     def remove(self, ids: Sequence[int]) -> None:
         """Remove documents (unknown ids are ignored)."""
         with self._lock:
+            self._generation += 1
             for doc_id in (int(i) for i in ids):
                 self._tokens.pop(doc_id, None)
                 if self._drop_from_delta(doc_id):
@@ -290,42 +299,107 @@ class BM25Index:
             thread.join()
 
     # -- search -------------------------------------------------------------------------------------
-    def search(self, query: str, k: int, allowed: RowSet | np.ndarray | None = None) -> list[tuple[int, float]]:
+    def _idf(self, n_docs: int, df: int) -> float:
+        """Lucene idf (Kamphuis et al. 2020; bm25s ``_score_idf_lucene``): ln(1 + (N - df + 0.5) / (df + 0.5))."""
+        return math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
+
+    def _state(self, tokens: list[str], cache: dict | None) -> tuple[np.ndarray | None, dict[int, float]]:
+        """Scores of every document for ``tokens`` at the global statistics; caller holds the lock.
+
+        Returns (main, delta): float64 (len(main ids),) or None when no token is in the main segment, and
+        {delta doc id: score > 0}. Kept in ``cache`` (a :class:`~hybrid_memory.engines.Query`'s cache), so
+        :meth:`score` right after :meth:`search` costs a gather, as long as no write came in between.
+        """
+        key = (self._generation, tuple(tokens))
+        if cache is not None:
+            hit = cache.get("bm25")
+            if hit is not None and hit[0] == key:
+                return hit[1], hit[2]
+        main = self._score_main(tokens)
+        delta = self._score_delta(tokens) if self._delta_tf else {}
+        if cache is not None:
+            cache["bm25"] = (key, main, delta)
+        return main, delta
+
+    def _score_main(self, tokens: list[str]) -> np.ndarray | None:
+        """BM25 of every main-segment document, rescaled to the statistics of main + delta.
+
+        bm25s stores, for each (term t, document d), idf_main(t) x tfc(t, d) (Lucene BM25 factors that way;
+        Kamphuis et al. 2020), with idf_main over the main segment alone. A term's column (bm25s's CSC score
+        matrix) is multiplied by idf(t) / idf_main(t), idf over all N = main + delta documents and
+        df = df_main + df_delta, so a main document scores what it would score next to the delta documents,
+        which are scored with the same idf and the same length normalisation (the main segment's avgdl).
+        A query token repeated counts once per occurrence, as in bm25s. Caller holds the lock.
+        """
+        main = self._main
+        if main is None or not tokens:
+            return None
+        vocab = main.vocab_dict
+        n_main = len(self._main_ids)
+        n_all = n_main + len(self._delta_tf)
+        data, indices, indptr = main.scores["data"], main.scores["indices"], main.scores["indptr"]
+        parts_idx, parts_val = [], []
+        for token in tokens:
+            token_id = vocab.get(token)
+            if token_id is None:
+                continue
+            begin, end = int(indptr[token_id]), int(indptr[token_id + 1])
+            if begin == end:
+                continue
+            df_main = end - begin
+            df = df_main + len(self._postings.get(token, ()))
+            weight = self._idf(n_all, df) / self._idf(n_main, df_main)
+            parts_idx.append(indices[begin:end])
+            parts_val.append(data[begin:end].astype(np.float64) * weight)
+        if not parts_idx:
+            return None
+        scores = np.bincount(np.concatenate(parts_idx), weights=np.concatenate(parts_val), minlength=n_main)
+        # float32 like bm25s's own scores and the delta's, so equal documents compare equal across segments
+        return scores.astype(np.float32).astype(np.float64)
+
+    def search(
+        self, query: str, k: int, allowed: RowSet | np.ndarray | None = None, *, cache: dict | None = None
+    ) -> list[tuple[int, float]]:
         """Top ``k`` documents for the query among ``allowed`` ids (None: all).
 
         Args:
             query: query text (tokenized like the documents).
             k: number of results wanted, >= 1.
             allowed: the ids results must belong to (the resolved metadata filter, a RowSet or int64 ids); None for all.
+            cache: a per-query dict (``Query.cache``) keeping the score arrays for a later :meth:`score`.
 
         Returns:
             ``(id, score)`` pairs, score > 0 only, by score descending then id ascending; fewer than k
-            when fewer documents share a term with the query.
+            when fewer documents share a term with the query. Main and delta documents are scored with one
+            set of statistics (see :meth:`_score_main`).
         """
         allowed = as_rowset(allowed)
         tokens = self.tokenizer.tokenize(query)
         if not tokens or k < 1:
             return []
         with self._lock:
+            main, delta = self._state(tokens, cache)
             parts_ids, parts_scores = [], []
-            main, main_ids = self._main, self._main_ids
             if main is not None:
-                token_ids = main.get_tokens_ids(tokens)
-                if token_ids:
-                    mask = self._main_alive
-                    if allowed is not None:
-                        mask = mask * allowed.contains(main_ids).astype(np.float32)
-                    scores = main.get_scores_from_ids(token_ids, weight_mask=mask)
-                    hit = np.flatnonzero(scores > 0)
-                    if len(hit) > k:
-                        hit = hit[np.argpartition(-scores[hit], k - 1)[:k]]
-                        # argpartition may cut a tie at the k-th score arbitrarily: keep every tie
-                        kth = scores[hit].min()
-                        hit = np.flatnonzero(scores >= kth)
-                    parts_ids.append(main_ids[hit])
-                    parts_scores.append(scores[hit].astype(np.float64))
-            if self._delta_tf:
-                delta_ids, delta_scores = self._score_delta(tokens, allowed)
+                hit = np.flatnonzero(main > 0)
+                hit = hit[self._main_alive[hit] > 0]
+                ids = self._main_ids[hit]
+                if allowed is not None:
+                    keep = allowed.contains(ids)
+                    hit, ids = hit[keep], ids[keep]
+                if len(hit) > k:
+                    # the k-th best score, then every document scoring at least that (ties at the cut kept)
+                    kth = np.partition(main[hit], len(hit) - k)[len(hit) - k]
+                    keep = main[hit] >= kth
+                    hit, ids = hit[keep], ids[keep]
+                parts_ids.append(ids)
+                parts_scores.append(main[hit])
+            if delta:
+                delta_ids = np.fromiter(delta, dtype=np.int64, count=len(delta))
+                delta_scores = np.fromiter(delta.values(), dtype=np.float64, count=len(delta))
+                if allowed is not None:
+                    keep = allowed.contains(delta_ids)
+                    delta_ids, delta_scores = delta_ids[keep], delta_scores[keep]
                 parts_ids.append(delta_ids)
                 parts_scores.append(delta_scores)
         if not parts_ids:
@@ -335,61 +409,99 @@ class BM25Index:
         order = np.lexsort((ids, -scores))[:k]
         return [(int(ids[i]), float(scores[i])) for i in order]
 
-    def score(self, query: str, ids: np.ndarray) -> np.ndarray:
+    def score(self, query: str, ids: np.ndarray, *, cache: dict | None = None) -> np.ndarray:
         """Exact BM25 scores of the int64 ``ids`` for ``query``, float64 (len(ids),), on :meth:`search`'s scale.
 
         Ids that are not live (never added, or removed) score ``nan``; a live document without any query
-        term scores 0.
+        term scores 0. With the ``cache`` a :meth:`search` of the same query filled, this is a gather.
         """
         ids = np.asarray(ids, dtype=np.int64)
         out = np.full(len(ids), np.nan)
         tokens = self.tokenizer.tokenize(query)
         with self._lock:
+            main, delta = self._state(tokens, cache)
             main_ids = self._main_ids
             if len(main_ids) and len(ids):
                 pos = np.minimum(np.searchsorted(main_ids, ids), len(main_ids) - 1)
                 in_main = (main_ids[pos] == ids) & (self._main_alive[pos] > 0)
-                if in_main.any():
-                    out[in_main] = 0.0
-                    token_ids = self._main.get_tokens_ids(tokens) if tokens else []
-                    if token_ids:
-                        scores = self._main.get_scores_from_ids(token_ids)
-                        out[in_main] = scores[pos[in_main]].astype(np.float64)
-            in_delta = np.array([int(i) in self._delta_tf for i in ids], dtype=bool)
-            if in_delta.any():
-                out[in_delta] = 0.0
-                if tokens:
-                    delta_ids, delta_scores = self._score_delta(tokens, None)
-                    found = dict(zip(delta_ids.tolist(), delta_scores.tolist(), strict=True))
-                    for j in np.flatnonzero(in_delta):
-                        out[j] = found.get(int(ids[j]), 0.0)
+                out[in_main] = 0.0 if main is None else main[pos[in_main]]
+            for j, doc_id in enumerate(ids.tolist()):
+                if doc_id in self._delta_tf:
+                    out[j] = delta.get(doc_id, 0.0)
         return out
 
-    def _score_delta(self, tokens: list[str], allowed: RowSet | None) -> tuple[np.ndarray, np.ndarray]:
-        n_docs = len(self._main_ids) + len(self._delta_tf)
-        avgdl = (self._main_total_len + self._delta_total_len) / max(n_docs, 1)
+    def identifier_matches(self, query: str, ids: np.ndarray, max_df: int, min_share: float = 0.0) -> np.ndarray:
+        """How many of the query's rare identifiers each of the int64 ``ids`` contains, int64 (len(ids),).
+
+        A rare identifier is a whole-identifier token of the query (:meth:`TechnicalTokenizer.identifiers`:
+        a joiner, a case change or a digit) held by 1 to ``max_df`` documents of the index (main + delta).
+        When the rare identifiers are fewer than ``min_share`` of the query's content words
+        (:meth:`TechnicalTokenizer.content_runs`), the identifier is a detail of a longer question rather than
+        what the query looks up, and every count is 0. Reading a term's documents costs its document
+        frequency, so this is cheap exactly for rare terms.
+        """
+        ids = np.asarray(ids, dtype=np.int64)
+        out = np.zeros(len(ids), dtype=np.int64)
+        tokens = self.tokenizer.identifiers(query)
+        if not tokens or not len(ids):
+            return out
+        rare = 0
+        with self._lock:
+            main = self._main
+            for token in tokens:
+                holders: list[np.ndarray] = []
+                df = 0
+                if main is not None and (token_id := main.vocab_dict.get(token)) is not None:
+                    begin, end = int(main.scores["indptr"][token_id]), int(main.scores["indptr"][token_id + 1])
+                    df += end - begin
+                    if df <= max_df:
+                        rows = np.asarray(main.scores["indices"][begin:end], dtype=np.int64)
+                        holders.append(self._main_ids[rows[self._main_alive[rows] > 0]])
+                posting = self._postings.get(token)
+                if posting:
+                    df += len(posting)
+                    holders.append(np.fromiter(posting, dtype=np.int64, count=len(posting)))
+                if 0 < df <= max_df:
+                    rare += 1
+                    out += np.isin(ids, np.concatenate(holders)) if holders else 0
+        if rare < min_share * self.tokenizer.content_runs(query):
+            out[:] = 0
+        return out
+
+    def _score_delta(self, tokens: list[str]) -> dict[int, float]:
+        """{delta doc id: BM25 score > 0} with the statistics :meth:`_score_main` uses: idf over main + delta,
+        length normalisation by the main segment's avgdl when there is one (else the delta's own).
+
+        For a term the main segment holds, the term's score is computed the way a main document gets it --
+        bm25s's float32 ``idf_main(t) x tfc(t, d)``, then times ``idf(t) / idf_main(t)`` -- so a chunk scores
+        exactly (to the bit) the same in either segment and equal chunks tie, whatever segment they sit in.
+        """
+        n_main = len(self._main_ids)
+        n_docs = n_main + len(self._delta_tf)
+        if n_main:
+            avgdl = self._main_total_len / n_main
+        else:
+            avgdl = self._delta_total_len / max(len(self._delta_tf), 1)
+        avgdl = avgdl if avgdl > 0 else 1.0
         vocab = self._main.vocab_dict if self._main is not None else {}
+        k1, b = self.k1, self.b
         scores: dict[int, float] = {}
         for token in tokens:
             posting = self._postings.get(token)
             if not posting:
                 continue
-            df = len(posting)
             token_id = vocab.get(token)
-            if token_id is not None:
-                df += int(self._main_df[token_id])
-            idf = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
+            df_main = int(self._main_df[token_id]) if token_id is not None else 0
+            idf = self._idf(n_docs, df_main + len(posting))
+            idf_main32 = float(np.float32(self._idf(n_main, df_main))) if df_main else 0.0
+            weight = idf / self._idf(n_main, df_main) if df_main else 0.0
             for doc_id, tf in posting.items():
-                norm = self.k1 * (1 - self.b + self.b * self._delta_len[doc_id] / avgdl)
-                scores[doc_id] = scores.get(doc_id, 0.0) + idf * tf / (tf + norm)
-        ids = np.fromiter(scores, dtype=np.int64, count=len(scores))
+                # bm25s's order of operations (scoring._score_tfc_robertson), in float64
+                tfc = tf / (k1 * ((1 - b) + b * self._delta_len[doc_id] / avgdl) + tf)
+                value = float(np.float32(idf_main32 * tfc)) * weight if df_main else idf * tfc
+                scores[doc_id] = scores.get(doc_id, 0.0) + value
         # float32 like bm25s's precomputed scores, so main and delta scores compare on one scale
-        values = np.fromiter(scores.values(), dtype=np.float64, count=len(scores)).astype(np.float32).astype(np.float64)
-        if allowed is not None and len(ids):
-            keep = allowed.contains(ids)
-            ids, values = ids[keep], values[keep]
-        keep = values > 0
-        return ids[keep], values[keep]
+        return {d: float(np.float32(v)) for d, v in scores.items() if v > 0}
 
     # -- persistence --------------------------------------------------------------------------------
     def config(self) -> dict[str, object]:

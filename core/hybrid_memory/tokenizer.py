@@ -121,6 +121,25 @@ class TechnicalTokenizer:
                     out.append(part.casefold())
         return out
 
+    def identifiers(self, text: str) -> list[str]:
+        """The whole-identifier tokens of ``text``, distinct, in order of appearance.
+
+        An identifier is a run with a joiner (``ERR_CONN_RESET``, ``v2.3.1``, ``billing-service``), a case
+        change (``getUserById``) or a digit (``E1243``, ``504``); its token is the whole run case-folded,
+        exactly the token :meth:`tokenize` emits for it. Plain words and CJK text are not identifiers.
+        """
+        out: dict[str, None] = {}
+        for raw in _TOKEN_RE.findall(unicodedata.normalize("NFKC", text)):
+            if _CJK_RE.match(raw) or raw.isalpha() and not _CASE_CHANGE_RE.search(raw):
+                continue
+            out.setdefault(raw.casefold())
+        return list(out)
+
+    def content_runs(self, text: str) -> int:
+        """How many runs of ``text`` (words, identifiers, CJK runs) give at least one token: the query's
+        content words, stop words left out. ``"ERR_CONN_RESET during the deploy"`` has 2."""
+        return sum(1 for raw in _TOKEN_RE.findall(unicodedata.normalize("NFKC", text)) if self.tokenize(raw))
+
     def tokenize_many(self, texts: Iterable[str]) -> list[list[str]]:
         """Tokens of each text, in input order."""
         return [self.tokenize(text) for text in texts]

@@ -1,10 +1,26 @@
-"""Weighted RRF: hand-computed scores, 1-based ranks, id identity, tie-breaking, purity."""
+"""Fusion functions: hand-computed scores for weighted RRF, DBSF, TM2C2, z-score fusion, confidence weights and
+the identifier guard; 1-based ranks, id identity, tie-breaking, purity; every named method on one input."""
 
 import math
 
 import pytest
 
 from hybrid_memory import InvalidRequestError, reciprocal_rank_fusion
+from hybrid_memory.fusion import (
+    DEFAULT_FUSION,
+    FUSION_METHODS,
+    FusionInput,
+    apply_identifier_guard,
+    confidence_weights,
+    dbsf,
+    distribution_normalize,
+    fuse,
+    rank_by_score,
+    theoretical_min_max,
+    tm2c2,
+    top_outlier,
+    zscore_fusion,
+)
 
 
 def test_rank_one_and_rank_three_give_the_documented_score():
@@ -48,9 +64,26 @@ def test_repeated_id_counts_once_at_its_best_rank():
 
 
 def test_identity_is_the_id_not_the_text():
-    # two different ids are two documents even if an adapter would see equal texts
-    fused = reciprocal_rank_fusion({"sparse": ["id-1"], "dense": ["id-2"]})
-    assert sorted(h.doc_id for h in fused) == ["id-1", "id-2"]
+    # the same id in two runs is one document with two ranks; two ids are two documents
+    same = reciprocal_rank_fusion({"sparse": ["id-1"], "dense": ["id-1"]}, rrf_k=60)
+    assert [(h.doc_id, h.ranks) for h in same] == [("id-1", {"sparse": 1, "dense": 1})]
+    assert same[0].score == pytest.approx(2 / 61)
+    apart = reciprocal_rank_fusion({"sparse": ["id-1"], "dense": ["id-2"]}, rrf_k=60)
+    assert [(h.doc_id, h.score) for h in apart] == [("id-1", pytest.approx(1 / 61)), ("id-2", pytest.approx(1 / 61))]
+
+
+def test_identical_texts_under_two_ids_stay_two_results():
+    from hybrid_memory import HashingEmbedder, HybridMemory
+
+    with HybridMemory(embedder=HashingEmbedder(32)) as memory:
+        memory.add([{"chunk_id": "twin-b", "text": "disk full on db-prod-3"},
+                    {"chunk_id": "twin-a", "text": "disk full on db-prod-3"},
+                    {"chunk_id": "other", "text": "certificate expired"}])
+        for fusion in ("rrf", "adaptive"):
+            results = memory.search("disk full db-prod-3", top_k=3, fusion=fusion).results
+            assert [r.chunk_id for r in results] == ["twin-a", "twin-b", "other"]
+            assert [(r.sparse_rank, r.dense_rank) for r in results[:2]] == [(1, 1), (2, 2)]
+            assert results[0].sparse_score == results[1].sparse_score and results[2].sparse_rank is None
 
 
 def test_zero_weight_run_contributes_nothing_but_ranks_are_kept():
@@ -85,3 +118,122 @@ def test_empty_runs_fuse_to_nothing():
 def test_bad_parameters_are_clear_errors(weights, rrf_k, top_k, message):
     with pytest.raises(InvalidRequestError, match=message):
         reciprocal_rank_fusion({"sparse": ["a"], "dense": ["b"]}, weights, rrf_k=rrf_k, top_k=top_k)
+
+
+# -- score-based methods -----------------------------------------------------------------------------
+
+def test_rank_by_score_orders_by_score_then_key():
+    assert rank_by_score({"b": 1.0, "a": 1.0, "c": 2.0}) == [("c", 2.0), ("a", 1.0), ("b", 1.0)]
+    assert rank_by_score({"b": 1.0, "a": 1.0, "c": 2.0}, top_k=2) == [("c", 2.0), ("a", 1.0)]
+
+
+def test_theoretical_min_max_uses_the_bound_not_the_observed_minimum():
+    assert theoretical_min_max({"a": 3.0, "b": 1.0}, 0.0) == pytest.approx({"a": 1.0, "b": 1 / 3})
+    # cosines: (s + 1) / (max + 1)
+    assert theoretical_min_max({"a": 0.5, "b": 0.0}, -1.0) == pytest.approx({"a": 1.0, "b": 1 / 1.5})
+    # a flat list stays flat (min-max over observed scores would stretch 0.50 / 0.49 to 1 / 0)
+    flat = theoretical_min_max({"a": 0.50, "b": 0.49}, -1.0)
+    assert flat["b"] == pytest.approx(1.49 / 1.5)
+    assert theoretical_min_max({"a": 0.0}, 0.0) == {"a": 0.0}
+
+
+def test_tm2c2_is_the_convex_combination():
+    scores = {"sparse": {"a": 3.0, "b": 1.0}, "dense": {"a": 0.0, "b": 0.5}}
+    bounds = {"sparse": 0.0, "dense": -1.0}
+    equal = tm2c2(scores, {"sparse": 1.0, "dense": 1.0}, bounds)
+    assert equal == pytest.approx({"a": 0.5 * 1.0 + 0.5 * (1 / 1.5), "b": 0.5 * (1 / 3) + 0.5 * 1.0})
+    weighted = tm2c2(scores, {"sparse": 0.4, "dense": 0.6}, bounds)
+    assert weighted == pytest.approx({"a": 0.4 + 0.6 / 1.5, "b": 0.4 / 3 + 0.6})
+    # a key only one engine scored gets 0 from the other
+    assert tm2c2({"sparse": {"a": 2.0}, "dense": {"b": 0.0}}, {"sparse": 1, "dense": 1}, bounds) == pytest.approx(
+        {"a": 0.5, "b": 0.5})
+    with pytest.raises(ValueError, match="weight"):
+        tm2c2(scores, {"sparse": 0.0, "dense": 0.0}, bounds)
+
+
+def test_distribution_normalize_is_mean_plus_minus_three_sigma():
+    # mean 2, sample std 1: phi = (s - (2 - 3)) / 6
+    assert distribution_normalize({"a": 1.0, "b": 2.0, "c": 3.0}) == pytest.approx({"a": 2 / 6, "b": 3 / 6, "c": 4 / 6})
+    assert distribution_normalize({"a": 1.0}) == {"a": 0.5}
+    assert distribution_normalize({"a": 9.0}, reference=[1.0, 2.0, 3.0]) == pytest.approx({"a": 10 / 6})
+    assert distribution_normalize({"a": 9.0}, reference=[1.0, 2.0, 3.0], clip=True) == {"a": 1.0}
+
+
+def test_dbsf_adds_normalised_scores():
+    scores = {"sparse": {"a": 1.0, "b": 2.0, "c": 3.0}, "dense": {"c": 0.2, "d": 0.4}}
+    low, span = 0.3 - 3 * 0.02**0.5, 6 * 0.02**0.5  # dense: mean 0.3, sample std sqrt(0.02)
+    fused = dbsf(scores, {"sparse": 1.0, "dense": 1.0})
+    assert fused == pytest.approx({"a": 2 / 6, "b": 3 / 6, "c": 4 / 6 + (0.2 - low) / span, "d": (0.4 - low) / span})
+    assert [k for k, _ in rank_by_score(fused)] == ["c", "d", "b", "a"]
+
+
+def test_zscore_fusion_standardises_each_engine_over_the_candidates():
+    scores = {"sparse": {"a": 4.0, "b": 2.0, "c": 0.0}, "dense": {"a": 0.1, "b": 0.3, "c": 0.2}}
+    # sparse: mean 2, population std sqrt(8/3); dense: mean 0.2, std sqrt(0.02/3)
+    zs, zd = (8 / 3) ** 0.5, (0.02 / 3) ** 0.5
+    fused = zscore_fusion(scores, {"sparse": 1.0, "dense": 1.0})
+    assert fused == pytest.approx({"a": 0.5 * (2 / zs) + 0.5 * (-0.1 / zd), "b": 0.5 * 0.1 / zd, "c": 0.5 * (-2 / zs)})
+    assert [k for k, _ in rank_by_score(fused)] == ["b", "a", "c"]
+    heavy_sparse = zscore_fusion(scores, {"sparse": 3.0, "dense": 1.0})
+    assert [k for k, _ in rank_by_score(heavy_sparse)] == ["a", "b", "c"]
+    assert zscore_fusion({"sparse": {"a": 1.0, "b": 1.0}}, {"sparse": 1.0}) == {"a": 0.0, "b": 0.0}
+
+
+def test_top_outlier_and_confidence_weights():
+    assert top_outlier([4.0, 3.0, 2.0, 1.0]) == pytest.approx(2 / (2 / 3) ** 0.5)
+    assert top_outlier([5.0, 1.0, 1.0]) == 10.0  # flat tail: capped
+    assert top_outlier([5.0, 1.0]) == 0.0  # too short to judge
+    weights = confidence_weights({"sparse": [4.0, 3.0, 2.0, 1.0], "dense": []}, {"sparse": 0.4, "dense": 0.6})
+    assert weights == pytest.approx({"sparse": 0.4 * (1 + 2 / (2 / 3) ** 0.5), "dense": 0.0})
+    assert confidence_weights({"sparse": [4.0, 3.0, 2.0, 1.0]}, {"sparse": 0.0}) == {"sparse": 0.0}
+
+
+def test_identifier_guard_puts_holders_first_and_keeps_order_inside_groups():
+    guarded = apply_identifier_guard({"a": 0.9, "b": 0.5, "c": 0.2, "d": -0.3}, {"c": 1, "d": 2})
+    # min -0.3, max 0.9: second term (f + 0.3) / 2.4
+    assert guarded == pytest.approx({"a": 1.2 / 2.4, "b": 0.8 / 2.4, "c": 1 + 0.5 / 2.4, "d": 2.0})
+    assert [k for k, _ in rank_by_score(guarded)] == ["d", "c", "a", "b"]
+    assert apply_identifier_guard({"a": 1.0, "b": 2.0}, {}) == {"a": 1.0, "b": 2.0}
+
+
+def _input(**overrides):
+    data = {
+        "runs": {"sparse": ["a", "b", "c"], "dense": ["c", "d", "a"]},
+        "scores": {"sparse": {"a": 6.0, "b": 3.0, "c": 1.0, "d": 0.0},
+                   "dense": {"c": 0.8, "d": 0.6, "a": 0.5, "b": 0.1}},
+        "priors": {"sparse": 1.0, "dense": 1.0},
+        "lower_bounds": {"sparse": 0.0, "dense": -1.0},
+        "rrf_k": 60.0,
+        "identifier_matches": {},
+    }
+    data.update(overrides)
+    return FusionInput(**data)
+
+
+def test_every_named_method_on_one_input():
+    inp = _input()
+    order = {name: [k for k, _ in rank_by_score(fuse(name, inp).scores)] for name in FUSION_METHODS}
+    # rrf: a = 1/61 + 1/63, c = 1/63 + 1/61 tie -> a first by key; then d (1/62) and b (1/62) -> b, d
+    assert order["rrf"] == ["a", "c", "b", "d"]
+    assert fuse("rrf", inp).scores["a"] == pytest.approx(1 / 61 + 1 / 63)
+    # tm2c2: a = .5 * 6/6 + .5 * 1.5/1.8, c = .5 * 1/6 + .5 * 1
+    assert fuse("tm2c2", inp).scores == pytest.approx({
+        "a": 0.5 + 0.5 * 1.5 / 1.8, "b": 0.25 + 0.5 * 1.1 / 1.8, "c": 0.5 / 6 + 0.5, "d": 0.5 * 1.6 / 1.8})
+    assert order["tm2c2"] == ["a", "c", "b", "d"]
+    assert fuse("tm2c2", inp).weights == {"sparse": 0.5, "dense": 0.5}
+    assert order["zscore"] == order["adaptive"] == ["a", "c", "d", "b"]
+    assert DEFAULT_FUSION == "adaptive"
+    # the guard moves the holder of a rare identifier up whatever the engines say
+    guarded = _input(identifier_matches={"b": 1})
+    assert [k for k, _ in rank_by_score(fuse("adaptive", guarded).scores)] == ["b", "a", "c", "d"]
+    assert [k for k, _ in rank_by_score(fuse("rrf_guard", guarded).scores)] == ["b", "a", "c", "d"]
+
+
+def test_a_weight_of_zero_leaves_an_engine_out_of_every_method():
+    inp = _input(priors={"sparse": 1.0, "dense": 0.0})
+    for name in FUSION_METHODS:
+        outcome = fuse(name, inp)
+        assert outcome.weights.get("dense", 0.0) == 0.0, name
+        # only the sparse engine's opinion counts: its own order among its candidates
+        ranked = [k for k, _ in rank_by_score(outcome.scores)]
+        assert [k for k in ranked if k in ("a", "b", "c")] == ["a", "b", "c"], name

@@ -10,7 +10,10 @@ from hybrid_memory import HashingEmbedder, HybridMemory, InvalidFilterError, Inv
 
 
 def test_rrf_scores_are_the_weighted_formula(memory):
-    response = memory.search("HTTP 504 connection pool", top_k=6, dense_weight=0.6, sparse_weight=0.4)
+    response = memory.search("HTTP 504 connection pool", top_k=6, dense_weight=0.6, sparse_weight=0.4, fusion="rrf")
+    assert response.fusion == "rrf"
+    assert response.effective_weights == {"sparse": 0.4, "dense": 0.6}
+    assert all(r.score is None for r in response.results)  # the order is rrf_score's
     assert response.total_retrieved == len(response.results) == 6
     for r in response.results:
         expected = (0.4 / (60 + r.sparse_rank) if r.sparse_rank else 0) + (0.6 / (60 + r.dense_rank) if r.dense_rank else 0)
@@ -36,7 +39,9 @@ def test_the_reference_request_shape(memory):
     top = response.results[0]
     assert (top.sparse_rank, top.dense_rank) == (1, 1)
     assert top.rrf_score == pytest.approx(0.4 / 61 + 0.6 / 61)
-    assert set(response.model_dump()) == {"query_id", "total_retrieved", "results"}
+    assert set(response.model_dump()) == {"query_id", "total_retrieved", "results", "fusion", "effective_weights"}
+    assert response.fusion == "adaptive"
+    assert top.score is not None
     assert {"chunk_id", "rrf_score", "text", "source"} <= set(response.model_dump()["results"][0])
 
 

@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ._exceptions import InvalidRequestError
+from .._exceptions import InvalidRequestError
 
 __all__ = ["DEFAULT_RRF_K", "FusedHit", "reciprocal_rank_fusion"]
 

@@ -1,0 +1,189 @@
+"""The named fusion methods a request can ask for (``hybrid_params.fusion``), over one :class:`FusionInput`.
+
+Each method is a pure function ``FusionInput -> FusionOutcome``: a score for every candidate (the list is
+ordered by it, ties by key) and the effective weight of every engine. The hybrid searcher builds the input
+(each engine's candidate list, exact cross-scores, rare-identifier matches) once per query, so an offline
+evaluation can apply every method to the same input, exactly as the library does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .adaptive import apply_identifier_guard, confidence_weights
+from .rrf import reciprocal_rank_fusion
+from .scores import dbsf, tm2c2, zscore_fusion
+
+__all__ = [
+    "DEFAULT_FUSION",
+    "FUSION_METHODS",
+    "FusionInput",
+    "FusionMethod",
+    "FusionOutcome",
+    "fuse",
+]
+
+
+@dataclass(frozen=True)
+class FusionInput:
+    """Everything a fusion method may use for one query.
+
+    Attributes:
+        runs: engine -> candidate keys, best first (ties in raw score by key), at most the search depth.
+        scores: engine -> key -> exact raw score of that engine, for its own candidates and, when the method
+            asked for them, for the other engines' candidates too (cross-scores). A key absent from
+            ``scores[e]`` has no score from engine ``e`` (not computed, or the engine does not hold it).
+        priors: engine -> request weight > 0, for the engines that ran.
+        lower_bounds: engine -> theoretical minimum raw score (BM25 0, cosine -1).
+        rrf_k: the RRF constant of the request.
+        identifier_matches: key -> number of rare identifiers of the query that candidate contains
+            (filled when the method asked for it; see :func:`~hybrid_memory.fusion.adaptive.apply_identifier_guard`).
+    """
+
+    runs: Mapping[str, Sequence[str]]
+    scores: Mapping[str, Mapping[str, float]]
+    priors: Mapping[str, float]
+    lower_bounds: Mapping[str, float] = field(default_factory=dict)
+    rrf_k: float = 60.0
+    identifier_matches: Mapping[str, int] = field(default_factory=dict)
+
+    def keys(self) -> list[str]:
+        """Every candidate key of any run, sorted."""
+        return sorted({key for run in self.runs.values() for key in run})
+
+    def own_scores(self, name: str) -> dict[str, float]:
+        """key -> raw score of engine ``name`` for its own candidates only."""
+        scores = self.scores.get(name, {})
+        return {key: scores[key] for key in self.runs.get(name, ()) if key in scores}
+
+    def list_scores(self, name: str) -> list[float]:
+        """Raw scores of engine ``name``'s candidate list, best first."""
+        scores = self.scores.get(name, {})
+        return [scores[key] for key in self.runs.get(name, ()) if key in scores]
+
+    def tops(self) -> dict[str, float]:
+        """engine -> best raw score of its own list (engines with an empty list left out)."""
+        return {name: max(values) for name in self.runs if (values := self.list_scores(name))}
+
+
+@dataclass(frozen=True)
+class FusionOutcome:
+    """What a fusion method returns."""
+
+    scores: dict[str, float]
+    """key -> the score the fused list is ordered by (descending, ties by key)."""
+    weights: dict[str, float]
+    """engine -> effective weight the method gave it for this query."""
+
+
+@dataclass(frozen=True)
+class FusionMethod:
+    """A named method and what it needs from the searcher."""
+
+    name: str
+    fuse: Callable[[FusionInput], FusionOutcome]
+    cross_scores: bool
+    """Needs the exact score of every candidate in every engine."""
+    identifiers: bool
+    """Needs the rare-identifier matches of the candidates."""
+    summary: str
+
+
+def _active(inp: FusionInput) -> dict[str, float]:
+    return {name: float(inp.priors.get(name, 1.0)) for name in inp.runs if inp.priors.get(name, 1.0) > 0}
+
+
+def fuse_rrf(inp: FusionInput) -> FusionOutcome:
+    """Weighted RRF (Cormack et al. 2009): ``sum_e w_e / (rrf_k + rank_e(d))`` with the request weights."""
+    weights = _active(inp)
+    runs = {name: inp.runs[name] for name in weights}
+    hits = reciprocal_rank_fusion(runs, weights, rrf_k=inp.rrf_k) if weights else []
+    return FusionOutcome({h.doc_id: h.score for h in hits}, weights)
+
+
+def fuse_dbsf(inp: FusionInput) -> FusionOutcome:
+    """DBSF as Qdrant (each engine's own list, mean +- 3 sigma), each term times the request weight."""
+    weights = _active(inp)
+    own = {name: inp.own_scores(name) for name in weights}
+    return FusionOutcome(dbsf(own, weights), weights)
+
+
+def fuse_tm2c2(inp: FusionInput) -> FusionOutcome:
+    """TM2C2 (Bruch et al. 2023) over exact scores of every candidate, alpha_e = w_e / sum w (request weights)."""
+    weights = _active(inp)
+    scores = tm2c2({n: inp.scores.get(n, {}) for n in weights}, weights, inp.lower_bounds, inp.tops())
+    total = sum(weights.values())
+    return FusionOutcome(scores, {n: w / total for n, w in weights.items()})
+
+
+def _unit(scores: dict[str, float]) -> dict[str, float]:
+    """Min-max over the candidates to [0, 1], order unchanged (all equal: all 1), so the best candidate scores 1
+    and post-fusion steps that scale by the top score (the recency prior) see a positive scale."""
+    if not scores:
+        return scores
+    low, high = min(scores.values()), max(scores.values())
+    span = high - low
+    return {k: (v - low) / span if span > 0 else 1.0 for k, v in scores.items()}
+
+
+def fuse_zscore(inp: FusionInput) -> FusionOutcome:
+    """CombSUM of z-scores over all candidates with exact scores, alpha_e = w_e / sum w (request weights);
+    reported rescaled to [0, 1] over the candidates (best 1), which changes no order."""
+    weights = _active(inp)
+    total = sum(weights.values())
+    scores = zscore_fusion({n: inp.scores.get(n, {}) for n in weights}, weights)
+    return FusionOutcome(_unit(scores), {n: w / total for n, w in weights.items()})
+
+
+def _confident_alphas(inp: FusionInput) -> dict[str, float]:
+    weights = confidence_weights({n: inp.list_scores(n) for n in _active(inp)}, inp.priors)
+    total = sum(weights.values())
+    if not total > 0:
+        weights = _active(inp)
+        total = sum(weights.values())
+    return {n: w / total for n, w in weights.items() if w > 0}
+
+
+def fuse_confidence(inp: FusionInput) -> FusionOutcome:
+    """z-score fusion with per-query weights: prior x (1 + top-hit z-score of the engine's list), made convex."""
+    alphas = _confident_alphas(inp)
+    scores = zscore_fusion({n: inp.scores.get(n, {}) for n in alphas}, alphas)
+    return FusionOutcome(_unit(scores), alphas)
+
+
+def fuse_guarded_rrf(inp: FusionInput) -> FusionOutcome:
+    """Weighted RRF, then the exact-identifier guard (candidates holding a rare query identifier first)."""
+    outcome = fuse_rrf(inp)
+    return FusionOutcome(apply_identifier_guard(outcome.scores, inp.identifier_matches), outcome.weights)
+
+
+def fuse_adaptive(inp: FusionInput) -> FusionOutcome:
+    """The default: z-score fusion over exact scores (scales set per query by the candidates' own score
+    distributions), then the exact-identifier guard when the query looks up a rare identifier; reported
+    rescaled to [0, 1] over the candidates (best 1)."""
+    outcome = fuse_zscore(inp)
+    return FusionOutcome(_unit(apply_identifier_guard(outcome.scores, inp.identifier_matches)), outcome.weights)
+
+
+FUSION_METHODS: dict[str, FusionMethod] = {
+    m.name: m
+    for m in (
+        FusionMethod("rrf", fuse_rrf, False, False, "weighted Reciprocal Rank Fusion (Cormack et al. 2009)"),
+        FusionMethod("rrf_guard", fuse_guarded_rrf, False, True, "weighted RRF plus the exact-identifier guard"),
+        FusionMethod("dbsf", fuse_dbsf, False, False, "distribution-based score fusion, mean +- 3 sigma (Qdrant)"),
+        FusionMethod("tm2c2", fuse_tm2c2, True, False, "convex combination of theoretical min-max scores (Bruch et al. 2023)"),
+        FusionMethod("zscore", fuse_zscore, True, False, "CombSUM of z-scores over exact scores (Montague and Aslam 2001)"),
+        FusionMethod("confidence", fuse_confidence, True, False, "z-score fusion with per-query confidence weights"),
+        FusionMethod("adaptive", fuse_adaptive, True, True, "z-score fusion over exact scores plus the exact-identifier guard"),
+    )
+}
+"""Every method a request may name in ``hybrid_params.fusion``."""
+
+DEFAULT_FUSION = "adaptive"
+"""The method used when a request names none."""
+
+
+def fuse(method: str, inp: FusionInput) -> FusionOutcome:
+    """Apply the named method. Raises KeyError for an unknown name (requests are validated before)."""
+    return FUSION_METHODS[method].fuse(inp)

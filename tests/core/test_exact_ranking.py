@@ -1,0 +1,138 @@
+"""Exact ranking at every cut: ties at an engine's candidate cut, one set of BM25 statistics for the main and
+delta segments (compared with a full rebuild), exact cross-scores, and an all-zero query vector."""
+
+import bm25s
+import numpy as np
+import pytest
+
+from hybrid_memory import HashingEmbedder, HybridMemory
+from hybrid_memory.engines import Query
+from hybrid_memory.sparse import BM25Index
+from hybrid_memory.tokenizer import TechnicalTokenizer
+
+
+@pytest.mark.parametrize("fusion", ["rrf", "adaptive", "zscore", "tm2c2", "dbsf"])
+def test_equal_notes_rank_by_chunk_id_at_every_top_k(fusion):
+    # four identical notes added in the order d, c, b, a; one more chunk so the engines have a cut to make
+    with HybridMemory(embedder=HashingEmbedder(64)) as memory:
+        memory.add([{"chunk_id": c, "text": "worker pool drained after deploy"} for c in "dcba"])
+        memory.add([{"chunk_id": "z-other", "text": "certificate rotation schedule"}])
+        for top_k in (1, 2, 3, 4):
+            results = memory.search("worker pool drained", top_k=top_k, fusion=fusion).results
+            assert [r.chunk_id for r in results] == ["a", "b", "c", "d"][:top_k], (fusion, top_k)
+
+
+def test_ties_at_the_cut_are_kept_in_the_mixed_main_and_delta_state():
+    # two copies in the main segment, two in the delta: they tie to the bit, so the key decides at every cut
+    memory = HybridMemory(embedder=HashingEmbedder(64), compact_min=2, compact_ratio=0.0, background_compaction=False)
+    with memory:
+        memory.add([{"chunk_id": "filler-1", "text": "certificate rotation schedule"},
+                    {"chunk_id": "d", "text": "worker pool drained after deploy"},
+                    {"chunk_id": "c", "text": "worker pool drained after deploy"}])
+        assert memory.stats()["bm25_delta_documents"] == 0  # compacted into the main segment
+        memory.add([{"chunk_id": "b", "text": "worker pool drained after deploy"}])
+        memory._sparse.compact_min = 10_000  # keep the next one in the delta
+        memory.add([{"chunk_id": "a", "text": "worker pool drained after deploy"}])
+        assert memory.stats()["bm25_delta_documents"] == 2
+        hits = memory._sparse.search("worker pool drained", k=10)
+        assert len({score for _, score in hits}) == 1  # main and delta copies score exactly alike
+        for fusion in ("rrf", "adaptive"):
+            assert [r.chunk_id for r in memory.search("worker pool drained", top_k=1, fusion=fusion).results] == ["a"]
+            assert [r.chunk_id for r in memory.search("worker pool drained", top_k=3, fusion=fusion).results] == [
+                "a", "b", "c"]
+
+
+MAIN = [  # four tokens each once tokenized, so avgdl is 4 in every state below
+    "disk quota exceeded tenant", "gateway latency budget spent", "replica lag alarm fired",
+    "tenant E4012 rejected upload", "cache eviction storm observed", "tenant E4012 quota report",
+]
+BURST = [  # new chunks sharing the same new error code, also four tokens each
+    "upload E4012 rejected again", "tenant E4012 rejected upload", "E4012 seen during upload", "E4012 retry upload failed",
+]
+QUERIES = ["E4012 upload", "tenant quota", "rejected upload tenant E4012", "replica lag", "nothing here"]
+
+
+def _full_rebuild(texts, query):
+    tok = TechnicalTokenizer()
+    model = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
+    model.index(tok.tokenize_many(texts), show_progress=False)
+    return model.get_scores(tok.tokenize(query) or [""])
+
+
+def test_every_text_has_four_tokens_so_avgdl_never_moves():
+    tok = TechnicalTokenizer()
+    assert [len(tok.tokenize(t)) for t in MAIN + BURST] == [4] * (len(MAIN) + len(BURST))
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_main_plus_delta_scores_equal_a_full_rebuild(query):
+    index = BM25Index(compact_min=10_000)
+    index.build(list(range(len(MAIN))), MAIN)
+    index.add(list(range(100, 100 + len(BURST))), BURST)
+    assert index.delta_size == len(BURST)
+    texts = MAIN + BURST
+    ids = list(range(len(MAIN))) + list(range(100, 100 + len(BURST)))
+    expected = {i: float(s) for i, s in zip(ids, _full_rebuild(texts, query), strict=True) if s > 0}
+    got = dict(index.search(query, k=20))
+    assert got == pytest.approx(expected, rel=1e-6)
+    # score() agrees with search() and with the rebuild, for every document
+    exact = index.score(query, np.array(ids))
+    assert exact == pytest.approx([expected.get(i, 0.0) for i in ids], rel=1e-6)
+
+
+def test_a_burst_of_new_chunks_scores_like_equal_older_chunks():
+    index = BM25Index(compact_min=10_000)
+    index.build(list(range(len(MAIN))), MAIN)
+    index.add(list(range(100, 100 + len(BURST))), BURST)
+    scores = dict(index.search("tenant E4012 rejected upload", k=20))
+    # MAIN[3] (old, main segment) and BURST[1] (new, delta) are the same text: the same score, to the bit
+    assert scores[3] == scores[101]
+    # and the old chunk scores what a full rebuild gives it (before the fix it kept its main-only idf)
+    assert scores[3] == pytest.approx(float(_full_rebuild(MAIN + BURST, "tenant E4012 rejected upload")[3]), rel=1e-6)
+
+
+def test_score_reuses_the_arrays_search_computed(monkeypatch):
+    index = BM25Index(compact_min=10_000)
+    index.build(list(range(len(MAIN))), MAIN)
+    index.add([100], [BURST[0]])
+    calls = []
+    real = index._score_main
+    monkeypatch.setattr(index, "_score_main", lambda tokens: calls.append(1) or real(tokens))
+    cache: dict = {}
+    hits = index.search("E4012 upload", k=2, cache=cache)
+    exact = index.score("E4012 upload", np.array([i for i, _ in hits] + [0, 999]), cache=cache)
+    assert len(calls) == 1
+    assert exact[: len(hits)].tolist() == [s for _, s in hits]
+    assert exact[len(hits)] == 0.0 and np.isnan(exact[-1])  # no query term; not in the index
+    index.add([101], [BURST[1]])  # a write makes the cached arrays stale
+    index.score("E4012 upload", np.array([0]), cache=cache)
+    assert len(calls) == 2
+
+
+def test_cross_scores_are_the_engines_exact_scores():
+    with HybridMemory(embedder=HashingEmbedder(64)) as memory:
+        memory.add([{"chunk_id": f"m{i}", "text": t} for i, t in enumerate(MAIN + BURST)])
+        searcher = memory._searcher
+        query = Query("E4012 upload rejected")
+        cand = searcher.candidates(query, top_k=2, depth=3, weights={"sparse": 1.0, "dense": 1.0}, fusion="adaptive")
+        union = set(cand.runs["sparse"].keys) | set(cand.runs["dense"].keys)
+        ids = np.array([cand.id_of[k] for k in sorted(union)])
+        bm25 = memory._sparse.score(query.text, ids)
+        vectors = memory._store.vectors(ids, 64)
+        cosine = vectors @ query.vector
+        for j, key in enumerate(sorted(union)):
+            assert cand.input.scores["sparse"][key] == pytest.approx(bm25[j])
+            assert cand.input.scores["dense"][key] == pytest.approx(float(cosine[j]), abs=1e-6)
+
+
+def test_an_all_zero_query_vector_skips_the_dense_engine(monkeypatch):
+    with HybridMemory(embedder=HashingEmbedder(64)) as memory:
+        memory.add([{"chunk_id": f"m{i}", "text": t} for i, t in enumerate(MAIN)])
+        monkeypatch.setattr(memory._dense, "search", lambda *a, **k: pytest.fail("FAISS searched a zero vector"))
+        for fusion in ("rrf", "adaptive"):
+            response = memory.search("tenant quota", top_k=3, fusion=fusion, query_vector=np.zeros(64))
+            assert [r.chunk_id for r in response.results] == ["m0", "m5", "m3"]
+            assert all(r.dense_rank is None and r.dense_score is None for r in response.results)
+            assert response.effective_weights["dense"] == 0.0
+        # a stop-word-only query embeds to zeros with the hashing embedder: nothing at all, not padding
+        assert memory.search("the of and", top_k=3).results == []
