@@ -1,0 +1,265 @@
+"""Fusion methods side by side: sparse alone, dense alone, plain RRF, every candidate method and the default.
+
+Usage::
+
+    HYBRID_MEMORY_BENCH_CACHE=/work/bench-cache python benchmarks/fusion_eval.py            # all four sets
+    python benchmarks/fusion_eval.py --datasets techdocs locomo5 --offline                  # fast iteration
+
+Sets (``_fusion_data.py``): SciFact (300 test queries), HotpotQA-100, LoCoMo-5 (each query filtered to its
+conversation by its ``metadata_filter``) and TechDocs (``techdocs.py``: 600 queries over the standard library's
+source in four classes). Every row uses the same cached all-MiniLM-L6-v2 document and query vectors (query
+vectors are passed as ``query_vector``, so no row embeds anything and latency is retrieval plus fusion).
+
+Setting: one in-memory ``HybridMemory`` per set, loaded in bulk (one BM25 main segment), ``top_k`` 10 and
+``candidate_multiplier`` 2, so each engine returns 20 candidates and the fused list keeps 10.
+
+Rows: ``sparse`` (dense_weight 0), ``dense`` (sparse_weight 0), ``rrf`` at 1/1 and at the reference design's
+dense 0.6 / sparse 0.4, RRF at k = 10, every other method of ``hybrid_memory.fusion.FUSION_METHODS`` at 1/1, and
+the default method at 1/1 and at 0.6/0.4. Columns: nDCG@10 overall and per query class, recall@10 (ranx), p50
+latency of ``HybridMemory.search`` in ms (all rows interleaved query by query after a warm-up), and the
+fusion share: p50 of the row over p50 of plain RRF at 1/1 in the same run.
+
+Two modes:
+
+* default: every row through the public API, ``memory.search(request, query_vector=...)`` with
+  ``hybrid_params.fusion`` set; this is what the tables and ``benchmarks/results/fusion_eval.json`` report;
+* ``--offline``: each query's candidates (both lists, exact cross-scores, identifier matches) are gathered
+  once with ``HybridSearcher.candidates`` and every method is applied to them with ``HybridSearcher.fuse``,
+  the code path ``search`` itself runs; no latency. For iterating on methods.
+
+Targets for the default (issue 7) are checked at the end and printed as met / missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as common  # noqa: E402
+import _fusion_data as fdata  # noqa: E402
+
+TOP_K = 10
+MULTIPLIER = 2
+WARMUP = 5
+REFERENCE_WEIGHTS = {"dense_weight": 0.6, "sparse_weight": 0.4}
+
+
+def rows() -> list[tuple[str, dict[str, Any]]]:
+    """(row label, hybrid_params) of every row, in table order."""
+    from hybrid_memory.fusion import DEFAULT_FUSION, FUSION_METHODS
+
+    out: list[tuple[str, dict[str, Any]]] = [
+        ("sparse alone", {"dense_weight": 0.0, "sparse_weight": 1.0, "fusion": "rrf"}),
+        ("dense alone", {"dense_weight": 1.0, "sparse_weight": 0.0, "fusion": "rrf"}),
+        ("rrf 1/1", {"fusion": "rrf"}),
+        ("rrf 0.6/0.4", {"fusion": "rrf", **REFERENCE_WEIGHTS}),
+        ("rrf k=10 1/1", {"fusion": "rrf", "rrf_k_constant": 10}),
+    ]
+    for name in FUSION_METHODS:
+        if name not in ("rrf", DEFAULT_FUSION):
+            out.append((f"{name} 1/1", {"fusion": name}))
+    out.append((f"DEFAULT {DEFAULT_FUSION} 1/1", {"fusion": DEFAULT_FUSION}))
+    out.append((f"DEFAULT {DEFAULT_FUSION} 0.6/0.4", {"fusion": DEFAULT_FUSION, **REFERENCE_WEIGHTS}))
+    return out
+
+
+def build_memory(data: fdata.EvalSet) -> Any:
+    """An in-memory HybridMemory holding the set's chunks with their cached vectors, BM25 compacted."""
+    from hybrid_memory import HashingEmbedder, HybridMemory
+
+    # the embedder is never called: documents and queries come with vectors; it only fixes the dimension
+    class _Frozen(HashingEmbedder):
+        def embed_query(self, text: str) -> np.ndarray:  # pragma: no cover - a bug if reached
+            raise AssertionError("fusion_eval passes every query vector; nothing may be embedded")
+
+    memory = HybridMemory(None, embedder=_Frozen(int(data.doc_vectors.shape[1])), candidate_multiplier=MULTIPLIER)
+    with memory.bulk():
+        for i in range(0, len(data.chunks), 2000):
+            memory.add(data.chunks[i : i + 2000], vectors=data.doc_vectors[i : i + 2000])
+    memory.flush()
+    return memory
+
+
+def request(data: fdata.EvalSet, qid: str, params: dict[str, Any]) -> dict[str, Any]:
+    req: dict[str, Any] = {"query_id": qid, "search_text": data.queries[qid], "top_k": TOP_K, "hybrid_params": params}
+    if qid in data.query_filter:
+        req["metadata_filter"] = data.query_filter[qid]
+    return req
+
+
+def evaluate_runs(data: fdata.EvalSet, runs: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """label -> {"ndcg@10", "ndcg@10:<class>" ..., "recall@10"} by ranx (queries with no result score 0)."""
+    from ranx import Qrels, Run
+    from ranx import evaluate as ranx_evaluate
+
+    qids = list(data.qrels)
+    classes = sorted(set(data.query_class.values()))
+    groups = {"": qids}
+    if len(classes) > 1:
+        groups.update({f":{cls}": [q for q in qids if data.query_class[q] == cls] for cls in classes})
+    out: dict[str, dict[str, float]] = {}
+    for label, run in runs.items():
+        scores: dict[str, float] = {}
+        for suffix, members in groups.items():
+            # each group evaluated on its own (ranx orders queries internally; never zip per-query arrays)
+            qrels = Qrels({q: data.qrels[q] for q in members})
+            filled = Run({q: run.get(q) or {"__none__": 0.0} for q in members})
+            metrics = ["ndcg@10", "recall@10"] if not suffix else ["ndcg@10"]
+            values = ranx_evaluate(qrels, filled, metrics, make_comparable=True)
+            values = values if isinstance(values, dict) else {metrics[0]: values}
+            for metric, value in values.items():
+                scores[f"{metric}{suffix}"] = float(value)
+        out[label] = scores
+    return out
+
+
+def run_public(data: fdata.EvalSet, memory: Any) -> tuple[dict[str, dict[str, dict[str, float]]], dict[str, float]]:
+    """Every row through ``memory.search``; returns (runs, p50 ms per row)."""
+    table = rows()
+    runs: dict[str, dict[str, dict[str, float]]] = {label: {} for label, _ in table}
+    seconds: dict[str, list[float]] = {label: [] for label, _ in table}
+    qids = list(data.qrels)
+    for i, qid in enumerate(qids[:WARMUP] + qids):
+        vector = data.query_vectors[qid]
+        for label, params in table:
+            t0 = time.perf_counter()
+            response = memory.search(request(data, qid, params), query_vector=vector)
+            elapsed = time.perf_counter() - t0
+            if i >= WARMUP:
+                seconds[label].append(elapsed)
+                runs[label][qid] = common.run_from_results(response.results)
+    return runs, {label: common.percentile_ms(s, 50) for label, s in seconds.items()}
+
+
+def run_offline(data: fdata.EvalSet, memory: Any) -> dict[str, dict[str, dict[str, float]]]:
+    """Every row by applying its method to candidates gathered once per query (``HybridSearcher.fuse``)."""
+    from hybrid_memory.engines import Query
+
+    searcher = memory._searcher
+    runs: dict[str, dict[str, dict[str, float]]] = {label: {} for label, _ in rows()}
+    for qid in data.qrels:
+        req, allowed = memory._prepare(request(data, qid, {}), {})
+        base = searcher.candidates(
+            Query(req.search_text, data.query_vectors[qid]), top_k=TOP_K, depth=TOP_K * MULTIPLIER,
+            weights={"sparse": 1.0, "dense": 1.0}, allowed=allowed, fusion="adaptive",
+        )
+        for label, params in rows():
+            cand = with_params(base, params)
+            result = searcher.fuse(cand, params.get("fusion", "adaptive"), TOP_K)
+            runs[label][qid] = {h.key: float(len(result.hits) - i) for i, h in enumerate(result.hits)}
+    return runs
+
+
+def with_params(base: Any, params: dict[str, Any]) -> Any:
+    """The candidates as a request with these hybrid_params would have gathered them (an engine of weight 0
+    dropped, priors and rrf_k replaced)."""
+    from hybrid_memory.fusion import FusionInput
+
+    priors = {"sparse": float(params.get("sparse_weight", 1.0)), "dense": float(params.get("dense_weight", 1.0))}
+    keep = [name for name in base.runs if priors[name] > 0]
+    runs = {name: base.runs[name] for name in keep}
+    if len(keep) < len(base.runs):  # a single engine: its own list, no cross-scores
+        scores = {name: dict(base.runs[name].scores) for name in keep}
+    else:
+        scores = {name: dict(base.input.scores[name]) for name in keep}
+    union = {k for r in runs.values() for k in r.keys}
+    inp = FusionInput(
+        runs={name: r.keys for name, r in runs.items()},
+        scores=scores,
+        priors={name: priors[name] for name in keep},
+        lower_bounds={name: base.input.lower_bounds[name] for name in keep},
+        rrf_k=float(params.get("rrf_k_constant", 60)),
+        identifier_matches={k: v for k, v in base.input.identifier_matches.items() if k in union},
+    )
+    return dataclasses.replace(base, input=inp, runs=runs, priors=priors)
+
+
+def check_targets(name: str, metrics: dict[str, dict[str, float]], p50: dict[str, float] | None) -> list[str]:
+    """The issue's targets for the default rows, each as ``"met: ..."`` or ``"MISSED: ..."``."""
+    from hybrid_memory.fusion import DEFAULT_FUSION
+
+    default = metrics[f"DEFAULT {DEFAULT_FUSION} 1/1"]
+    weighted = metrics[f"DEFAULT {DEFAULT_FUSION} 0.6/0.4"]
+    sparse, dense, rrf = metrics["sparse alone"], metrics["dense alone"], metrics["rrf 1/1"]
+    out = []
+
+    def judge(ok: bool, text: str) -> None:
+        out.append(("met: " if ok else "MISSED: ") + text)
+
+    for column in [c for c in default if c.startswith("ndcg")]:
+        better = max(sparse[column], dense[column])
+        judge(default[column] >= better - 0.005,
+              f"{name} {column}: default {default[column]:.4f} >= better engine {better:.4f} - 0.005")
+    judge(default["ndcg@10"] >= rrf["ndcg@10"], f"{name}: default {default['ndcg@10']:.4f} >= plain RRF {rrf['ndcg@10']:.4f}")
+    if "ndcg@10:identifier" in default:
+        for label, row in (("1/1", default), ("0.6/0.4", weighted)):
+            judge(row["ndcg@10:identifier"] >= 0.98 * sparse["ndcg@10:identifier"],
+                  f"{name} identifier ({label}): {row['ndcg@10:identifier']:.4f} >= 0.98 x BM25 {sparse['ndcg@10:identifier']:.4f}")
+    floor = {"scifact": 0.72, "hotpotqa100": 0.82, "locomo5": 0.45}.get(name)
+    if floor is not None:
+        judge(default["ndcg@10"] >= floor, f"{name}: default nDCG@10 {default['ndcg@10']:.4f} >= {floor}")
+    if p50:
+        ratio = p50[f"DEFAULT {DEFAULT_FUSION} 1/1"] / p50["rrf 1/1"]
+        judge(ratio <= 1.10, f"{name}: default p50 / plain RRF p50 = {ratio:.3f} <= 1.10")
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--datasets", nargs="+", default=list(fdata.DATASETS), choices=fdata.DATASETS)
+    parser.add_argument("--offline", action="store_true", help="apply the methods to gathered candidates; no latency")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    common.ensure_core_importable()
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    results: dict[str, Any] = {"top_k": TOP_K, "candidate_multiplier": MULTIPLIER, "mode": "offline" if args.offline else "public API",
+                               "datasets": {}}
+    all_targets: list[str] = []
+    for name in args.datasets:
+        data = fdata.load(name)
+        memory = build_memory(data)
+        started = time.perf_counter()
+        if args.offline:
+            runs, p50 = run_offline(data, memory), None
+        else:
+            runs, p50 = run_public(data, memory)
+        seconds = time.perf_counter() - started
+        metrics = evaluate_runs(data, runs)
+        memory.close()
+        columns = list(next(iter(metrics.values())))
+        headers = ["row", *columns] + (["p50 ms", "p50 / rrf"] if p50 else [])
+        table = []
+        for label, _ in rows():
+            line: list[Any] = [label, *(metrics[label][c] for c in columns)]
+            if p50:
+                line += [p50[label], p50[label] / p50["rrf 1/1"]]
+            table.append(line)
+        counts = {c: sum(1 for q in data.qrels if data.query_class[q] == c) for c in sorted(set(data.query_class.values()))}
+        print(f"\n## {name}: {len(data.chunks)} chunks, {len(data.qrels)} queries {counts}"
+              + (f", fingerprint {data.fingerprint}" if data.fingerprint else "") + f" ({seconds:.0f} s)")
+        print(common.format_table(table, headers))
+        targets = check_targets(name, metrics, p50)
+        all_targets += targets
+        results["datasets"][name] = {"chunks": len(data.chunks), "queries": len(data.qrels), "classes": counts,
+                                     "fingerprint": data.fingerprint, "metrics": metrics, "p50_ms": p50, "targets": targets}
+    print("\n## targets for the default")
+    for line in all_targets:
+        print(f"- {line}")
+    results["targets"] = all_targets
+    if not args.offline:
+        path = common.write_results("fusion_eval", results)
+        print(f"\nwrote {path}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
