@@ -109,10 +109,11 @@ def test_recency_prior_never_moves_a_fact_past_one_better_by_more_than_its_bound
     memory.add([{"chunk_id": f"new{i}", "text": f"postgres note {i} db " * (i + 1), "valid_from": as_of}
                 for i in range(9)])
     query, prior = "ERR_CONN_RESET postgres db-prod-3", RecencyPrior(weight=0.05)
-    plain = memory.search(query, as_of=as_of, top_k=10).results
+    # RRF, whose fused scores are rrf_score (the adaptive default's fused score is SearchResult.score)
+    plain = memory.search(query, as_of=as_of, top_k=10, fusion="rrf").results
     fused = {r.chunk_id: r.rrf_score for r in plain}
     top = max(fused.values())
-    ranked = [r.chunk_id for r in memory.search(query, as_of=as_of, top_k=10, recency=prior).results]
+    ranked = [r.chunk_id for r in memory.search(query, as_of=as_of, top_k=10, recency=prior, fusion="rrf").results]
     assert plain[0].chunk_id == "old" and sorted(ranked) == sorted(fused)
     checked = 0
     for x in fused:
