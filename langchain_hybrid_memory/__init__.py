@@ -17,17 +17,28 @@ except ImportError as exc:
 from .embeddings import LangChainEmbedder, as_core_embedder
 from .retrievers import HybridMemoryRetriever, document_to_chunk, result_to_document
 
+
+_GRAPH_NAMES = ('GlobalGraphRetriever', 'hit_to_document')
+
+
+def _graph_extra_installed() -> bool:
+    """True when the graph extra's packages can be found (without importing them)."""
+    import importlib.util
+
+    try:
+        return all(importlib.util.find_spec(name) is not None for name in ("networkx", "cdlib", "leidenalg", "igraph"))
+    except (ImportError, ValueError):  # a broken or blocked install counts as absent
+        return False
+
+
+# the graph names are public only with the graph extra, so ``from langchain_hybrid_memory import *`` works without it
 __all__ = [
-    "GlobalGraphRetriever",
-    "hit_to_document",
     "HybridMemoryRetriever",
     "LangChainEmbedder",
     "as_core_embedder",
     "document_to_chunk",
     "result_to_document",
-]
-
-_GRAPH_NAMES = ('GlobalGraphRetriever', 'hit_to_document')
+] + (list(_GRAPH_NAMES) if _graph_extra_installed() else [])
 
 
 def __getattr__(name: str) -> object:

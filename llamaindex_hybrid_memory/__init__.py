@@ -17,18 +17,29 @@ from .embeddings import LlamaIndexEmbedder, as_core_embedder
 from .filters import to_core_filter
 from .retrievers import HybridMemoryRetriever, node_to_chunk, result_to_node
 
+
+_GRAPH_NAMES = ('GlobalGraphRetriever', 'hit_to_node')
+
+
+def _graph_extra_installed() -> bool:
+    """True when the graph extra's packages can be found (without importing them)."""
+    import importlib.util
+
+    try:
+        return all(importlib.util.find_spec(name) is not None for name in ("networkx", "cdlib", "leidenalg", "igraph"))
+    except (ImportError, ValueError):  # a broken or blocked install counts as absent
+        return False
+
+
+# the graph names are public only with the graph extra, so ``from llamaindex_hybrid_memory import *`` works without it
 __all__ = [
-    "GlobalGraphRetriever",
-    "hit_to_node",
     "HybridMemoryRetriever",
     "LlamaIndexEmbedder",
     "as_core_embedder",
     "node_to_chunk",
     "result_to_node",
     "to_core_filter",
-]
-
-_GRAPH_NAMES = ('GlobalGraphRetriever', 'hit_to_node')
+] + (list(_GRAPH_NAMES) if _graph_extra_installed() else [])
 
 
 def __getattr__(name: str) -> object:

@@ -15,6 +15,7 @@ PRODUCTION_BILLING = {
 }
 
 
+@pytest.mark.slow  # the demo loads the real all-MiniLM-L6-v2
 def test_demo_answers_the_reference_request_with_the_default_embedder(capsys):
     assert main(["demo", "-q"]) == 0
     response = json.loads(capsys.readouterr().out)

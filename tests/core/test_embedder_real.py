@@ -5,6 +5,8 @@ import pytest
 
 from hybrid_memory import SentenceTransformerEmbedder
 
+pytestmark = pytest.mark.slow  # loads the real all-MiniLM-L6-v2 (still runs in CI)
+
 
 @pytest.fixture(scope="module")
 def embedder():

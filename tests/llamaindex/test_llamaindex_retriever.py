@@ -93,8 +93,12 @@ def test_unsupported_operator_fails_at_construction(memory):
 
 
 def test_invalid_values_raise_core_errors(memory):
+    with pytest.raises(InvalidRequestError, match="top_k"):  # at construction already
+        HybridMemoryRetriever(memory, similarity_top_k=0)
+    retriever = HybridMemoryRetriever(memory, similarity_top_k=2)
+    retriever.similarity_top_k = 0  # set after construction: the core refuses it when the query runs
     with pytest.raises(InvalidRequestError, match="top_k"):
-        HybridMemoryRetriever(memory, similarity_top_k=0).retrieve(QUERY)
+        retriever.retrieve(QUERY)
     with pytest.raises(TypeError, match="HybridMemory"):
         HybridMemoryRetriever("not a memory")  # type: ignore[arg-type]
 
