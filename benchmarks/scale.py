@@ -386,11 +386,15 @@ def phase_search(n: int, directory: Path, n_queries: int, n_writes: int, out: Pa
         memory.upsert([{"chunk_id": cid, "text": f"{marker} rewritten", "metadata": {"tenant": "t2"}}], vectors=v[None])
         assert top_ids(marker, v)[0] == cid, "upserted chunk not found"
 
-    def delete_one(j: int) -> None:
+    def delete_target(j: int) -> tuple[str, str, np.ndarray]:
         cid = f"c{(j * 104729 + 13) % n:07d}"
-        stored = memory.get([cid])[0]
         vector = memory._dense.vectors(memory._store.lookup([cid]).get(cid)[:1])[0]
-        marker = stored.text.split()[0]  # its unique INC id
+        return cid, memory.get([cid])[0].text.split()[0], vector  # its unique INC id finds it
+
+    targets = [delete_target(j) for j in range(n_writes + 1)]  # looked up before the clock starts
+
+    def delete_one(j: int) -> None:
+        cid, marker, vector = targets[j]
         memory.delete([cid])
         assert cid not in top_ids(marker, vector), "deleted chunk still found"
 

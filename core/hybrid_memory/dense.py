@@ -61,13 +61,14 @@ millisecond or two (384-d float32 on this project's 2-core reference machine; ``
 IVF training would cost more than it saves."""
 
 EXACT_MIN = 1_024
-EXACT_FRACTION = 1 / 128
+EXACT_FRACTION = 1 / 64
 """A filtered search whose allowed set holds at most ``max(EXACT_MIN, EXACT_FRACTION × live vectors)`` ids
 scans those rows exactly instead of probing IVF lists. Gathering and scoring a 384-d row costs about 1 µs
 (memory bound), while a narrow filter makes the IVF probe every list and test each stored id against the
 filter's bitmap, a cost that grows with the index, not with the filter; the crossover measured by
-``benchmarks/scale.py`` on the 2-core reference machine (100k vectors: 1k allowed rows exact 0.27 ms vs IVF
-0.8 ms, 10k rows exact 10.6 ms vs IVF 2.2 ms) is near ``n / 128``."""
+``benchmarks/scale.py`` on the 2-core reference machine lies between n/110 and n/10 (100k vectors: 1k allowed
+rows exact 0.27 ms vs IVF 0.8 ms, 10k rows exact 10.6 ms vs IVF 2.2 ms; 1M vectors: 100 rows 0.12 vs 5.7 ms,
+10k rows 6.3 vs 10.6 ms, 100k rows 65 vs 23 ms), so ``n / 64``."""
 
 _MIN_TRAIN_PER_LIST = 39
 """FAISS warns below 39 training points per centroid (``faiss/Clustering.cpp``); no training below that."""
