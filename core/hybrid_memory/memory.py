@@ -697,12 +697,14 @@ class HybridMemory:
 
     def _near_candidates(self, tokenize: Any) -> Any:
         """``(vector, scope key) -> [(chunk_id, cosine, tokens)]``: the 5 nearest stored chunks of exactly that
-        scope (a dense search over the scope's rowids)."""
+        scope (a dense search restricted to the scope's rowids, resolved from the filter index)."""
         rowsets: dict[tuple, RowSet] = {}
 
         def search(vector: np.ndarray, key: tuple) -> list[tuple[str, float, list[str]]]:
             if key not in rowsets:
-                rowsets[key] = RowSet(self._store.exact_scope_rowids(dict(zip(SCOPE_FIELDS, key))), sorted_unique=True)
+                # exactly this scope, every field (None: absent), from the filter index's bitmaps, not a scan
+                exact = {"$and": [{name: value} for name, value in zip(SCOPE_FIELDS, key, strict=True)]}
+                rowsets[key] = self._filters.resolve(None, exact) or RowSet(np.zeros(0, np.int64), sorted_unique=True)
             if not len(rowsets[key]):
                 return []
             hits = self._dense.search(vector, 5, rowsets[key])

@@ -652,15 +652,6 @@ class SQLiteStore:
                     found[chunk_id] = row
         return found
 
-    def exact_scope_rowids(self, scope_values: Mapping[str, str | None]) -> np.ndarray:
-        """Rowids whose four scope fields equal ``scope_values`` exactly (None matches NULL only), int64 (n,)."""
-        where = " AND ".join(f"{name} IS ?" for name in _SCOPE_COLUMNS)
-        with self._lock:
-            rows = self._conn.execute(
-                f"SELECT rowid FROM chunks WHERE {where} ORDER BY rowid", [scope_values.get(n) for n in _SCOPE_COLUMNS]
-            ).fetchall()
-        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-
     def find_hashes(self, digests: Sequence[str], scope_values: Mapping[str, str | None]) -> dict[str, str]:
         """content_hash -> chunk_id of the oldest stored chunk with that hash and exactly these scope values
         (all four fields, None matching NULL only); uses the content_hash index."""

@@ -88,3 +88,14 @@ def test_token_overlap_and_policy_validation():
         DedupPolicy("skip", cosine_threshold=1.5)
     with pytest.raises(InvalidRequestError, match="dedup must be"):
         HybridMemory(embedder=HashingEmbedder(8), dedup=3)
+
+
+def test_near_duplicates_are_looked_for_in_exactly_the_same_scope(memory):
+    near = "user prefers DARK mode in the editor!"  # tokens equal to the unscoped "orig"
+    result = memory.scoped(user_id="u1").write([{"chunk_id": "u1", "text": near}], dedup="skip")
+    assert result.decisions[0].action == "written"  # orig is unscoped: another scope
+    result = memory.scoped(user_id="u1").write([{"chunk_id": "u1b", "text": near + "!"}], dedup="skip")
+    assert (result.decisions[0].action, result.decisions[0].duplicate_of) == ("skipped", "u1")
+    result = memory.write([{"chunk_id": "top", "text": near}], dedup="skip")
+    assert (result.decisions[0].action, result.decisions[0].kind, result.decisions[0].duplicate_of) == (
+        "skipped", "near", "orig")
