@@ -150,11 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     rows, payload_rows = [], []
     for name, flt in filters(args.n, ts_cut).items():
         def uncached(flt=flt):
-            index._cache.clear()
+            index.clear_cache()
             return index.resolve(flt)
 
         def with_ids(flt=flt):
-            index._cache.clear()
+            index.clear_cache()
             result = index.resolve(flt)
             result.ids  # noqa: B018 - materialise
             result.mask()

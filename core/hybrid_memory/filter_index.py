@@ -712,6 +712,11 @@ class FilterIndex:
         self._csr_rows, self._csr_offsets, self._csr_terms = rows, offsets, terms[gather]
         self._forward = {}
 
+    def clear_cache(self) -> None:
+        """Forget every resolved filter (benchmarks use it to time resolution as after a write)."""
+        with self._lock:
+            self._cache.clear()
+
     def _bump(self) -> None:
         self.generation += 1
         self._cache.clear()
