@@ -222,9 +222,10 @@ class SparseEngine:
         """See :meth:`Engine.score`."""
         return self.index.score(query.text, ids, cache=query.cache)
 
-    def identifier_matches(self, query: Query, ids: np.ndarray, max_df: int, min_share: float = 0.0) -> np.ndarray:
-        """int64 (len(ids),): rare identifiers of the query each id holds (see ``BM25Index.identifier_matches``)."""
-        return self.index.identifier_matches(query.text, ids, max_df, min_share)
+    def exact_matches(self, query: Query, ids: np.ndarray, max_df: int, min_share: float = 0.25) -> np.ndarray:
+        """int64 (len(ids),): exact-match strength of each id (rare identifiers, whole-query conjunctive
+        matches; see ``BM25Index.exact_matches``), read by the exact-match guard of the default fusion."""
+        return self.index.exact_matches(query.text, ids, max_df, min_share=min_share)
 
 
 class DenseEngine:

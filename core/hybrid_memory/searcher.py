@@ -7,7 +7,7 @@ the graph layer). Composition as in pyserini's ``HybridSearcher(dense, sparse)``
 
 A search is two steps, both public so an evaluation can apply every fusion method to the same candidates
 exactly as the library does: :meth:`HybridSearcher.candidates` (run the engines, cut each list at the
-depth with ties broken by key, add exact cross-scores and rare-identifier matches when the method needs
+depth with ties broken by key, add exact cross-scores and exact matches (rare identifiers, whole query) when the method needs
 them) and :meth:`HybridSearcher.fuse` (apply a method of :data:`~hybrid_memory.fusion.FUSION_METHODS`, order
 by score then key, cut to ``top_k``).
 """
@@ -94,9 +94,10 @@ class HybridSearcher:
         keys: maps engine ids to string keys; ids it leaves out are dropped (deleted meanwhile).
         executor: runs the engines of :meth:`search` in parallel (None: one after the other in the caller's
             thread). :meth:`asearch` uses ``asyncio.to_thread`` instead.
-        identifier_max_df: an identifier of the query is *rare* when at most this many documents hold it
-            (None: ``top_k`` of the search, so every chunk naming it fits in the answer). Read by the
-            exact-identifier guard of the default fusion.
+        identifier_max_df: an identifier of the query is *rare* when at most this many documents hold it,
+            and a whole-query (conjunctive) match counts when at most this many candidates hold every query
+            token (None: ``top_k`` of the search, so every chunk naming it fits in the answer). Read by the
+            exact-match guard of the default fusion (``SparseEngine.exact_matches``).
         identifier_min_share: the guard acts only when the rare identifiers are at least this share of the
             query's content words (default 0.25: an identifier plus at most three words), so an identifier
             that is a detail of a long question does not override both engines.
@@ -255,7 +256,7 @@ class HybridSearcher:
         matches: dict[str, int] = {}
         if method.identifiers:
             for name in runs:
-                finder = getattr(self.engines[name], "identifier_matches", None)
+                finder = getattr(self.engines[name], "exact_matches", None)
                 if finder is not None and union:
                     max_df = self.identifier_max_df if self.identifier_max_df is not None else top_k
                     union_ids = np.array([id_of[k] for k in union], dtype=np.int64)

@@ -468,6 +468,64 @@ class BM25Index:
             out[:] = 0
         return out
 
+    def holds_all_terms(self, query: str, ids: np.ndarray) -> np.ndarray:
+        """bool (len(ids),): which of the int64 ``ids`` hold every distinct token of ``query`` (a conjunctive
+        match, Lucene's ``coord`` = 1). Uses each document's cached token ids (a few hundred per chunk), so the
+        cost is that of the candidates, not of the terms' posting lists; ids without cached tokens are checked
+        against the posting lists."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out = np.zeros(len(ids), dtype=bool)
+        tokens = sorted(set(self.tokenizer.tokenize(query)))
+        if not tokens or not len(ids):
+            return out
+        with self._lock:
+            wanted = [self._vocab.get(t) for t in tokens]
+            if any(w is None for w in wanted):
+                return out  # a token no document holds
+            wanted_ids = np.asarray(wanted, dtype=np.int32)
+            slow: list[int] = []
+            for j, doc_id in enumerate(ids.tolist()):
+                held = self._tokens.get(doc_id)
+                if held is None:
+                    slow.append(j)
+                else:
+                    out[j] = bool(np.isin(wanted_ids, held).all())
+            if slow:
+                rest = ids[slow]
+                ok = np.ones(len(rest), dtype=bool)
+                main = self._main
+                for token in tokens:
+                    holders: list[np.ndarray] = []
+                    if main is not None and (token_id := main.vocab_dict.get(token)) is not None:
+                        begin, end = int(main.scores["indptr"][token_id]), int(main.scores["indptr"][token_id + 1])
+                        holders.append(self._main_ids[np.asarray(main.scores["indices"][begin:end], dtype=np.int64)])
+                    posting = self._postings.get(token)
+                    if posting:
+                        holders.append(np.fromiter(posting, dtype=np.int64, count=len(posting)))
+                    ok &= np.isin(rest, np.concatenate(holders)) if holders else False
+                out[slow] = ok
+        return out
+
+    def exact_matches(
+        self, query: str, ids: np.ndarray, max_df: int, *, min_share: float = 0.25, min_terms: int = 3
+    ) -> np.ndarray:
+        """Exact-match strength of each of the int64 ``ids`` for ``query``, int64 (len(ids),); 0 for most.
+
+        Two kinds of exact match, both "what the query names, few chunks hold":
+
+        * rare identifiers (:meth:`identifier_matches` with ``max_df`` and ``min_share``): +1 per identifier;
+        * the whole query: a candidate holding every distinct token of a query of at least ``min_terms``
+          tokens (:meth:`holds_all_terms`, a quoted error message, a name with its words), when at most
+          ``max_df`` of the candidates do: ranked above any identifier count, +(1 + identifiers of the query).
+        """
+        ids = np.asarray(ids, dtype=np.int64)
+        out = self.identifier_matches(query, ids, max_df, min_share)
+        if len(set(self.tokenizer.tokenize(query))) >= min_terms:
+            full = self.holds_all_terms(query, ids)
+            if 0 < int(full.sum()) <= max_df:
+                out = out + full.astype(np.int64) * (1 + len(self.tokenizer.identifiers(query)))
+        return out
+
     def _score_delta(self, tokens: list[str]) -> dict[int, float]:
         """{delta doc id: BM25 score > 0} with the statistics :meth:`_score_main` uses: idf over main + delta,
         length normalisation by the main segment's avgdl when there is one (else the delta's own).

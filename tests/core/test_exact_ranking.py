@@ -136,3 +136,36 @@ def test_an_all_zero_query_vector_skips_the_dense_engine(monkeypatch):
             assert response.effective_weights["dense"] == 0.0
         # a stop-word-only query embeds to zeros with the hashing embedder: nothing at all, not padding
         assert memory.search("the of and", top_k=3).results == []
+
+
+def test_exact_matches_count_rare_identifiers_and_whole_query_matches():
+    index = BM25Index(compact_min=10_000)
+    index.build(list(range(len(MAIN))), MAIN)  # MAIN[3] and MAIN[5] hold E4012
+    index.add([100], ["tenant upload rejected twice"])  # the delta is checked too
+    ids = np.array([0, 3, 5, 100])
+    # a rare identifier plus one word: share 1/2 >= 0.25; df(E4012) = 2 <= 3
+    assert index.exact_matches("E4012 tenant", ids, max_df=3, min_terms=3).tolist() == [0, 1, 1, 0]
+    assert index.exact_matches("E4012 tenant", ids, max_df=1, min_terms=3).tolist() == [0, 0, 0, 0]  # not rare
+    # the identifier is one of five content words: a detail, not the subject (share 0.2 < 0.25)
+    assert index.identifier_matches("E4012 tenant cache gateway replica", ids, 3, 0.25).tolist() == [0, 0, 0, 0]
+    # whole query: only MAIN[3] holds all of tenant, E4012, rejected, upload -> 1 + 1 identifier = 2, plus 1
+    assert index.holds_all_terms("rejected upload tenant E4012", ids).tolist() == [False, True, False, False]
+    assert index.exact_matches("rejected upload tenant E4012", ids, max_df=3).tolist() == [0, 3, 1, 0]
+    # three plain words held by two candidates: a rare conjunction when max_df >= 2, else nothing
+    assert index.holds_all_terms("tenant upload rejected", ids).tolist() == [False, True, False, True]
+    assert index.exact_matches("tenant upload rejected", ids, max_df=2).tolist() == [0, 1, 0, 1]
+    assert index.exact_matches("tenant upload rejected", ids, max_df=1).tolist() == [0, 0, 0, 0]
+    assert index.exact_matches("tenant upload", ids, max_df=3).tolist() == [0, 0, 0, 0]  # under 3 terms
+
+
+def test_the_default_puts_the_chunk_quoting_an_error_message_first():
+    notes = [
+        ("zip-close", "def close(self): raise ValueError(\"Can't close the ZIP file while there is an open writing handle\")"),
+        ("zip-open", "def open(self, name): open a member of the ZIP archive for writing; one writing handle at a time"),
+        ("zip-write", "def write(self, data): write to the open writing handle of the ZIP file"),
+    ]
+    with HybridMemory(embedder=HashingEmbedder(64)) as memory:
+        memory.add([{"chunk_id": c, "text": t} for c, t in notes])
+        query = "ValueError: Can't close the ZIP file while there is an open writing handle"
+        hit = memory.search(query, top_k=3)
+        assert hit.fusion == "adaptive" and hit.results[0].chunk_id == "zip-close"

@@ -64,7 +64,8 @@ def apply_identifier_guard(scores: Mapping[str, float], matches: Mapping[str, in
 
     The product exists because vector search loses exact identifiers: when a query looks up an identifier (a
     token with a joiner, a digit or a case change, see :mod:`hybrid_memory.tokenizer`) that few chunks hold,
-    the chunks naming it are what the agent asked for, whatever the embedding thinks. The guard is a
+    the chunks naming it are what the agent asked for, whatever the embedding thinks; likewise a chunk that
+    holds every token of the query (a quoted error message) when few candidates do. The guard is a
     lexicographic sort key, never a change of order inside a group::
 
         guarded(d) = matches(d) + (f(d) - min f) / (2 (max f - min f))        (0 when max f = min f)
@@ -75,7 +76,8 @@ def apply_identifier_guard(scores: Mapping[str, float], matches: Mapping[str, in
 
     Args:
         scores: key -> fused score (any real numbers).
-        matches: key -> number of distinct rare identifiers of the query the candidate contains.
+        matches: key -> exact-match strength (number of distinct rare identifiers of the query the candidate
+            contains; the searcher ranks a whole-query match above any identifier count).
     """
     if not any(matches.get(key, 0) for key in scores):
         return dict(scores)

@@ -37,8 +37,10 @@ class FusionInput:
         priors: engine -> request weight > 0, for the engines that ran.
         lower_bounds: engine -> theoretical minimum raw score (BM25 0, cosine -1).
         rrf_k: the RRF constant of the request.
-        identifier_matches: key -> number of rare identifiers of the query that candidate contains
-            (filled when the method asked for it; see :func:`~hybrid_memory.fusion.adaptive.apply_identifier_guard`).
+        identifier_matches: key -> exact-match strength of that candidate: +1 per rare identifier of the
+            query it holds, more for holding every query token when few candidates do (filled when the method
+            asked for it; see ``BM25Index.exact_matches`` and
+            :func:`~hybrid_memory.fusion.adaptive.apply_identifier_guard`).
     """
 
     runs: Mapping[str, Sequence[str]]
@@ -160,7 +162,8 @@ def fuse_guarded_rrf(inp: FusionInput) -> FusionOutcome:
 
 def fuse_adaptive(inp: FusionInput) -> FusionOutcome:
     """The default: z-score fusion over exact scores (scales set per query by the candidates' own score
-    distributions), then the exact-identifier guard when the query looks up a rare identifier; reported
+    distributions), then the exact-match guard when the query names a rare identifier or few candidates hold
+    all of its tokens; reported
     rescaled to [0, 1] over the candidates (best 1)."""
     outcome = fuse_zscore(inp)
     return FusionOutcome(_unit(apply_identifier_guard(outcome.scores, inp.identifier_matches)), outcome.weights)
@@ -175,7 +178,7 @@ FUSION_METHODS: dict[str, FusionMethod] = {
         FusionMethod("tm2c2", fuse_tm2c2, True, False, "convex combination of theoretical min-max scores (Bruch et al. 2023)"),
         FusionMethod("zscore", fuse_zscore, True, False, "CombSUM of z-scores over exact scores (Montague and Aslam 2001)"),
         FusionMethod("confidence", fuse_confidence, True, False, "z-score fusion with per-query confidence weights"),
-        FusionMethod("adaptive", fuse_adaptive, True, True, "z-score fusion over exact scores plus the exact-identifier guard"),
+        FusionMethod("adaptive", fuse_adaptive, True, True, "z-score fusion over exact scores plus the exact-match guard"),
     )
 }
 """Every method a request may name in ``hybrid_params.fusion``."""
