@@ -45,7 +45,7 @@ __all__ = [
 _DEFAULT_TOP_K: int = SearchRequest.model_fields["top_k"].default
 _DEFAULT_PARAMS = HybridParams()
 
-RETRIEVAL_METADATA_KEYS = ("source", "rrf_score", "sparse_rank", "sparse_score", "dense_rank", "dense_score")
+RETRIEVAL_METADATA_KEYS = ("source", "score", "rrf_score", "sparse_rank", "sparse_score", "dense_rank", "dense_score")
 """Keys added to every returned ``Document``'s metadata, next to the chunk's own metadata."""
 
 # invoke()/ainvoke() keyword -> HybridMemory.search keyword
@@ -98,13 +98,15 @@ def document_to_chunk(document: Document, chunk_id: str | None = None, scope: Sc
 def result_to_document(result: SearchResult) -> Document:
     """Turn a core search result into a ``Document`` (``id = chunk_id``, ``page_content = text``).
 
-    The metadata is the chunk's own metadata plus :data:`RETRIEVAL_METADATA_KEYS`: ``source``,
-    ``rrf_score``, and each engine's 1-based rank and raw score (None when that engine did not return
+    The metadata is the chunk's own metadata plus :data:`RETRIEVAL_METADATA_KEYS`: ``source``, ``score``
+    (the score the core ordered the results by: ``SearchResult.score``, or ``rrf_score`` when the fusion is
+    RRF), ``rrf_score``, and each engine's 1-based rank and raw score (None when that engine did not return
     the chunk). Added keys win over chunk metadata keys of the same name.
     """
     metadata = {
         **result.metadata,
         "source": result.source,
+        "score": result.score if result.score is not None else result.rrf_score,
         "rrf_score": result.rrf_score,
         "sparse_rank": result.sparse_rank,
         "sparse_score": result.sparse_score,
@@ -119,7 +121,7 @@ def _documents(response: SearchResponse) -> list[Document]:
 
 
 class HybridMemoryRetriever(BaseRetriever):
-    """LangChain retriever over a hybrid (BM25 + dense, weighted RRF) memory.
+    """LangChain retriever over a hybrid (BM25 + dense, fused by the core's default or a named method) memory.
 
     Every ranking, filtering and fusion decision is the core's; this class only translates. For the same
     query, filter and parameters it returns the same chunk ids in the same order as

@@ -19,7 +19,7 @@ _HIDDEN = ["score", "tokens", "chunk_ids"]
 
 
 def hit_to_node(hit: ReportHit) -> NodeWithScore:
-    """A chosen report as ``NodeWithScore(TextNode(id_=community id, text=report text), score=RRF score)``;
+    """A chosen report as ``NodeWithScore(TextNode(id_=community id, text=report text), score=fused score)``;
     metadata: community_id, level, rating, title, score, tokens, chunk_ids (the last three hidden from the LLM
     and embedders)."""
     node = TextNode(

@@ -35,8 +35,10 @@ INSERT_DEDUP = DedupPolicy("skip", near=False)
 scope under another id: skip it (LlamaIndex gives every ``Document`` a random uuid4 id, so this is what keeps a
 second ``from_documents`` over the same documents from doubling the memory)."""
 
-RETRIEVAL_METADATA_KEYS = ("sparse_rank", "sparse_score", "dense_rank", "dense_score")
-"""Keys added to every returned node's metadata, hidden from the LLM and embedding text of the node."""
+RETRIEVAL_METADATA_KEYS = ("score", "rrf_score", "sparse_rank", "sparse_score", "dense_rank", "dense_score")
+"""Keys added to every returned node's metadata, hidden from the LLM and embedding text of the node: the
+score the results are ordered by (also ``NodeWithScore.score``), the weighted RRF score, and each engine's
+1-based rank and raw score (the same keys as the LangChain adapter's, besides ``source``)."""
 
 
 def node_to_chunk(node: BaseNode) -> Chunk:
@@ -63,16 +65,21 @@ def node_to_chunk(node: BaseNode) -> Chunk:
 
 
 def result_to_node(result: SearchResult) -> NodeWithScore:
-    """Turn a core search result into ``NodeWithScore(TextNode(id_=chunk_id, text, metadata), rrf_score)``.
+    """Turn a core search result into ``NodeWithScore(TextNode(id_=chunk_id, text, metadata), score)``.
 
-    The node's metadata is the chunk's metadata plus ``source`` and the engines' 1-based ranks and raw
-    scores (:data:`RETRIEVAL_METADATA_KEYS`, None when an engine did not return the chunk). The ranks and
-    scores, and ``source`` when it is empty, are excluded from the text the LLM and embedders see. Added
-    keys win over chunk metadata keys of the same name.
+    ``score`` is the score the core ordered the results by (``SearchResult.score``, or ``rrf_score`` when the
+    fusion is RRF), so LlamaIndex postprocessors that sort or cut by score keep the core's order. The node's
+    metadata is the chunk's metadata plus ``source``, that ``score``, ``rrf_score`` and the engines' 1-based
+    ranks and raw scores (:data:`RETRIEVAL_METADATA_KEYS`, None when an engine did not return the chunk). The
+    added retrieval keys, and ``source`` when it is empty, are excluded from the text the LLM and embedders
+    see. Added keys win over chunk metadata keys of the same name.
     """
+    score = result.score if result.score is not None else result.rrf_score
     metadata = {
         **result.metadata,
         "source": result.source,
+        "score": score,
+        "rrf_score": result.rrf_score,
         "sparse_rank": result.sparse_rank,
         "sparse_score": result.sparse_score,
         "dense_rank": result.dense_rank,
@@ -86,11 +93,11 @@ def result_to_node(result: SearchResult) -> NodeWithScore:
         excluded_llm_metadata_keys=hidden,
         excluded_embed_metadata_keys=list(hidden),
     )
-    return NodeWithScore(node=node, score=result.rrf_score)
+    return NodeWithScore(node=node, score=score)
 
 
 class HybridMemoryRetriever(BaseRetriever):
-    """LlamaIndex retriever over a hybrid (BM25 + dense, weighted RRF) memory.
+    """LlamaIndex retriever over a hybrid (BM25 + dense, fused by the core's default or a named method) memory.
 
     Every ranking, filtering and fusion decision is the core's; this class only translates. For the same
     query, filter and parameters it returns the same chunk ids in the same order as
@@ -263,9 +270,16 @@ class HybridMemoryRetriever(BaseRetriever):
     def _to_nodes(response: SearchResponse) -> list[NodeWithScore]:
         return [result_to_node(result) for result in response.results]
 
+    def _call_kwargs(self, query_bundle: QueryBundle) -> dict[str, Any]:
+        # a query engine that already embedded the query passes QueryBundle.embedding: use it, do not embed again
+        kwargs = self.search_kwargs()
+        if query_bundle.embedding:
+            kwargs["query_vector"] = query_bundle.embedding
+        return kwargs
+
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return self._to_nodes(self._target.search(query_bundle.query_str, **self.search_kwargs()))
+        return self._to_nodes(self._target.search(query_bundle.query_str, **self._call_kwargs(query_bundle)))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        response = await self._target.asearch(query_bundle.query_str, **self.search_kwargs())
+        response = await self._target.asearch(query_bundle.query_str, **self._call_kwargs(query_bundle))
         return self._to_nodes(response)

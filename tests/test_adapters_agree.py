@@ -78,7 +78,7 @@ def _core(memory, query, core_filter, params, top_k):
         sparse_weight=params.get("sparse_weight", 1.0),
         rrf_k_constant=params.get("rrf_k", 60),
     )
-    return [(r.chunk_id, r.rrf_score) for r in response.results]
+    return [(r.chunk_id, r.rrf_score, r.score if r.score is not None else r.rrf_score) for r in response.results]
 
 
 @pytest.mark.parametrize("top_k", [1, 4, 10])
@@ -97,9 +97,9 @@ async def test_core_langchain_llamaindex_agree(memory, query, core_filter, li_fi
     li_anodes = await li_retriever.aretrieve(query)
 
     for docs in (lc_docs, lc_adocs, lc_override):
-        assert [(d.id, d.metadata["rrf_score"]) for d in docs] == expected
+        assert [(d.id, d.metadata["rrf_score"], d.metadata["score"]) for d in docs] == expected
     for nodes in (li_nodes, li_anodes):
-        assert [(n.node.node_id, n.score) for n in nodes] == expected
+        assert [(n.node.node_id, n.node.metadata["rrf_score"], n.score) for n in nodes] == expected
 
 
 def test_equal_texts_keep_their_own_ids(memory):

@@ -157,3 +157,29 @@ def test_ask_keeps_the_reduce_prompt_inside_max_llm_tokens(memory):
     assert answer.tokens.llm_calls >= 2  # map step(s) and the reduce step ran
     assert answer.tokens.prompt_tokens <= 6000  # the reduce prompt was packed into what the map step left
     assert answer.truncated and 0 < len(answer.points) < 30
+
+
+def test_reports_are_ranked_by_the_store_free_searcher(monkeypatch):
+    import hybrid_memory
+    from hybrid_memory import HashingEmbedder
+    from hybrid_memory.graph.models import CommunityReport
+    from hybrid_memory.graph.search import ReportRanker
+
+    def no_memory(*args, **kwargs):
+        raise AssertionError("the report ranker must not build a HybridMemory")
+
+    monkeypatch.setattr(hybrid_memory.HybridMemory, "__init__", no_memory)
+    reports = [
+        CommunityReport(community_id="c2", level=0, title="Billing", summary="billing-service HTTP 504 pool exhaustion"),
+        CommunityReport(community_id="c1", level=1, title="Auth", summary="auth-api getUserById returns null"),
+        CommunityReport(community_id="c3", level=0, title="Failed", summary="x", status="failed"),
+        CommunityReport(community_id="c0", level=0, title="Billing", summary="billing-service HTTP 504 pool exhaustion"),
+    ]
+    ranker = ReportRanker(reports, HashingEmbedder(64))
+    assert ranker.size == 3  # the failed report is not indexed
+    ranked = ranker.rank("billing-service 504")
+    # the two equal billing reports tie and rank by community id; the auth report matches no term
+    assert [r.chunk_id for r in ranked][:2] == ["c0", "c2"]
+    assert ranked[0].score == ranked[1].score and ranked[0].sparse_rank == 1 and ranked[1].sparse_rank == 2
+    assert [r.chunk_id for r in ranker.rank("billing-service 504", level=1)] == ["c1"]
+    assert ranker.rank("billing-service 504", top_k=1)[0].chunk_id == "c0"

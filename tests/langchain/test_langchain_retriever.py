@@ -35,6 +35,7 @@ def test_documents_carry_chunk_id_text_and_metadata(memory):
         assert doc.metadata == {
             **result.metadata,
             "source": result.source,
+            "score": result.score,
             "rrf_score": result.rrf_score,
             "sparse_rank": result.sparse_rank,
             "sparse_score": result.sparse_score,

@@ -13,6 +13,7 @@ from llama_index.core.llms import MockLLM  # noqa: E402
 from llama_index.core.query_engine import RetrieverQueryEngine  # noqa: E402
 from llama_index.core.schema import (  # noqa: E402
     MetadataMode,
+    QueryBundle,
     NodeRelationship,
     NodeWithScore,
     RelatedNodeInfo,
@@ -42,11 +43,14 @@ def test_nodes_carry_chunk_id_text_metadata_and_rrf_score(memory):
     assert [n.node.node_id for n in nodes] == [r.chunk_id for r in response.results]
     for item, result in zip(nodes, response.results, strict=True):
         assert isinstance(item, NodeWithScore) and isinstance(item.node, TextNode)
-        assert item.score == result.rrf_score
+        assert result.score is not None  # the default fusion orders by its own score, not rrf_score
+        assert item.score == result.score
         assert item.node.text == result.text
         assert item.node.metadata == {
             **result.metadata,
             "source": result.source,
+            "score": result.score,
+            "rrf_score": result.rrf_score,
             "sparse_rank": result.sparse_rank,
             "sparse_score": result.sparse_score,
             "dense_rank": result.dense_rank,
@@ -54,7 +58,37 @@ def test_nodes_carry_chunk_id_text_metadata_and_rrf_score(memory):
         }
         # ranks and raw scores are for people debugging, not for the LLM
         llm_text = item.node.get_content(metadata_mode=MetadataMode.LLM)
-        assert "sparse_rank" not in llm_text and "service: " in llm_text
+        assert "sparse_rank" not in llm_text and "rrf_score" not in llm_text and "service: " in llm_text
+
+
+def test_a_query_bundle_embedding_is_used_instead_of_embedding_again():
+    from hybrid_memory import HashingEmbedder, HybridMemory
+
+    from tests.conftest import INCIDENTS
+
+    class CountingEmbedder(HashingEmbedder):
+        def __init__(self, dim):
+            super().__init__(dim)
+            self.queries = 0
+
+        def embed_query(self, text):
+            self.queries += 1
+            return super().embed_query(text)
+
+    embedder = CountingEmbedder(64)
+    with HybridMemory(embedder=embedder) as memory:
+        memory.add(INCIDENTS)
+        retriever = HybridMemoryRetriever(memory, similarity_top_k=3)
+        plain = retriever.retrieve(QUERY)
+        assert embedder.queries == 1
+        vector = list(HashingEmbedder(64).embed_query(QUERY))
+        bundled = retriever.retrieve(QueryBundle(QUERY, embedding=vector))
+        assert embedder.queries == 1  # the bundle's embedding was used
+        assert [(n.node.node_id, n.score) for n in bundled] == [(n.node.node_id, n.score) for n in plain]
+        # a different vector changes the dense side: the bundle's vector is really the one searched
+        other = retriever.retrieve(QueryBundle(QUERY, embedding=list(HashingEmbedder(64).embed_query("CDN cache purge"))))
+        assert [n.node.metadata["dense_score"] for n in other] != [n.node.metadata["dense_score"] for n in plain]
+        assert embedder.queries == 1
 
 
 def test_parameters_are_passed_to_the_core(memory):

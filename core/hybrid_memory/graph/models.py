@@ -185,7 +185,7 @@ class ReportHit(_Record):
     rating: float
     """Importance rating of the report, 0-10."""
     score: float
-    """RRF score of the report in the hybrid search over reports."""
+    """Fused score the reports were ranked by in the hybrid search over reports (the core's default fusion)."""
     sparse_rank: int | None = None
     """1-based BM25 rank, None when no query term matched."""
     dense_score: float | None = None

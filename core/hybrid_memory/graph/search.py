@@ -1,4 +1,4 @@
-"""Global search: rank community reports with the core's hybrid engines, pack them under a token budget, and
+"""Global search: rank community reports with the core's hybrid searcher, pack them under a token budget, and
 optionally answer by map-reduce (Edge et al. 2024, "From Local to Global", section 2.6).
 """
 
@@ -49,47 +49,78 @@ OUT_OF_BUDGET_ANSWER = (
 
 
 class ReportRanker:
-    """Hybrid search (BM25 + dense, weighted RRF) over report texts, reusing ``hybrid_memory.HybridMemory``.
+    """Hybrid search (BM25 + dense, the core's default fusion) over report texts with the store-free
+    :class:`hybrid_memory.searcher.HybridSearcher`: a BM25 index and a vector index over the reports, no
+    second ``HybridMemory`` (no SQLite store, no executor, nothing to close).
 
-    The reports live in an in-memory ``HybridMemory`` (``chunk_id`` = community id, text = ``report.text()``);
-    ``embedder`` is the memory's embedder or any ``hybrid_memory.Embedder``.
+    Reports get int ids 0..n-1 in community-id order; the key of each is its community id, so ties rank by
+    community id as chunks rank by chunk_id. ``embedder`` is the memory's embedder or any
+    ``hybrid_memory.Embedder``; ``vector_cache`` (report text -> float32 (dim,) vector) spares re-embedding
+    unchanged reports on refresh.
     """
 
     def __init__(self, reports: Iterable[CommunityReport], embedder: Any, *, vector_cache: dict | None = None):
-        from hybrid_memory import HybridMemory
+        from hybrid_memory.dense import FaissIndex
+        from hybrid_memory.embedders import l2_normalize
+        from hybrid_memory.engines import DenseEngine, SparseEngine
+        from hybrid_memory.searcher import HybridSearcher
+        from hybrid_memory.sparse import BM25Index
 
-        self._memory = HybridMemory(None, embedder=embedder)
-        chunks = [
-            {"chunk_id": r.community_id, "text": r.text(), "metadata": {"level": r.level}}
-            for r in sorted(reports, key=lambda r: r.community_id)
-            if r.status == "ok" and r.text().strip()
-        ]
-        if chunks:
-            # vector_cache (report text -> float32 (dim,) vector) spares re-embedding unchanged reports on refresh
+        kept = [r for r in sorted(reports, key=lambda r: r.community_id) if r.status == "ok" and r.text().strip()]
+        self._keys = [r.community_id for r in kept]
+        self._texts = [r.text() for r in kept]
+        self._levels = np.array([r.level for r in kept], dtype=np.int64)
+        ids = np.arange(len(kept), dtype=np.int64)
+        sparse = BM25Index()
+        sparse.build(ids, self._texts)
+        dense = FaissIndex(int(embedder.dim))
+        if kept:
             cache = vector_cache if vector_cache is not None else {}
-            missing = sorted({c["text"] for c in chunks if c["text"] not in cache})
+            missing = sorted({t for t in self._texts if t not in cache})
             if missing:
                 vectors = np.asarray(embedder.embed_documents(missing), dtype=np.float32)
                 cache.update(zip(missing, vectors))
-            self._memory.add(chunks, vectors=np.stack([cache[c["text"]] for c in chunks]))
-        self.size = len(chunks)
+            dense.add(ids, l2_normalize(np.stack([cache[t] for t in self._texts]).astype(np.float32)))
+        keys = self._keys
+        self._searcher = HybridSearcher(
+            {"sparse": SparseEngine(sparse), "dense": DenseEngine(dense, embedder)},
+            lambda found: {int(i): keys[int(i)] for i in found if 0 <= int(i) < len(keys)},
+        )
+        self.size = len(kept)
 
     def rank(self, question: str, *, top_k: int | None = None, level: int | None = None) -> list[Any]:
-        """``SearchResult``s of the reports for ``question``, best first (ties by community id, as the core
-        breaks them). ``level`` restricts to one level. Returns [] when there are no reports."""
+        """``SearchResult``s of the reports for ``question``, best first by the default fusion (ties by
+        community id). ``chunk_id`` is the community id; ``rrf_score``, ``score`` and the engines' ranks and
+        raw scores are filled as for chunks. ``level`` restricts to one level. Returns [] when there are none."""
         if self.size == 0:
             return []
-        from hybrid_memory import MAX_TOP_K
+        from hybrid_memory import MAX_TOP_K, SearchResult
+        from hybrid_memory.engines import Query, RowSet
 
-        k = min(self.size if top_k is None else top_k, MAX_TOP_K)
-        fields: dict[str, Any] = {"top_k": max(1, k)}
+        allowed = None
         if level is not None:
-            fields["metadata_filter"] = {"level": level}
-        return list(self._memory.search(question, **fields).results)
+            allowed = RowSet(np.flatnonzero(self._levels == level), sorted_unique=True)
+        k = max(1, min(self.size if top_k is None else top_k, MAX_TOP_K))
+        result = self._searcher.search(
+            Query(question), top_k=k, depth=max(k, 2 * k if top_k is not None else k), weights={}, allowed=allowed
+        )
+        return [
+            SearchResult(
+                chunk_id=hit.key,
+                rrf_score=hit.rrf_score,
+                score=hit.score,
+                text=self._texts[hit.doc_id],
+                source="",
+                sparse_rank=hit.ranks.get("sparse"),
+                sparse_score=hit.raw_scores.get("sparse"),
+                dense_rank=hit.ranks.get("dense"),
+                dense_score=hit.raw_scores.get("dense"),
+            )
+            for hit in result.hits
+        ]
 
     def close(self) -> None:
-        """Release the in-memory indexes."""
-        self._memory.close()
+        """Nothing to release (kept for callers of the former HybridMemory-backed ranker)."""
 
 
 def _ancestors(community_id: str, parents: Mapping[str, str | None]) -> list[str]:
@@ -144,7 +175,7 @@ def select_reports(
                 community_id=report.community_id,
                 level=report.level,
                 rating=report.rating,
-                score=float(result.rrf_score),
+                score=float(result.score if result.score is not None else result.rrf_score),
                 sparse_rank=result.sparse_rank,
                 dense_score=result.dense_score,
                 title=report.title,
