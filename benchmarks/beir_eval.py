@@ -19,7 +19,7 @@ What it does:
 
    * sparse only: ``HybridParams(dense_weight=0, sparse_weight=1)`` (the dense engine is not run);
    * dense only:  ``HybridParams(dense_weight=1, sparse_weight=0)``;
-   * hybrid:      ``HybridParams(dense_weight=1, sparse_weight=1, rrf_k_constant=60)``.
+   * hybrid:      ``HybridParams(dense_weight=1, sparse_weight=1, rrf_k_constant=60, fusion="rrf")``.
 
    The script checks that the single-engine modes return exactly their engine's order (rank i at
    position i).
@@ -53,9 +53,10 @@ WARMUP_QUERIES = 5
 def mode_params() -> dict[str, dict[str, float]]:
     """The three modes as ``hybrid_params`` of a SearchRequest."""
     return {
-        "sparse": {"dense_weight": 0.0, "sparse_weight": 1.0, "rrf_k_constant": 60},
-        "dense": {"dense_weight": 1.0, "sparse_weight": 0.0, "rrf_k_constant": 60},
-        "hybrid": {"dense_weight": 1.0, "sparse_weight": 1.0, "rrf_k_constant": 60},
+        "sparse": {"dense_weight": 0.0, "sparse_weight": 1.0, "rrf_k_constant": 60, "fusion": "rrf"},
+        "dense": {"dense_weight": 1.0, "sparse_weight": 0.0, "rrf_k_constant": 60, "fusion": "rrf"},
+        # plain RRF, as in the reference figures (benchmarks/fusion_eval.py compares the default with it)
+        "hybrid": {"dense_weight": 1.0, "sparse_weight": 1.0, "rrf_k_constant": 60, "fusion": "rrf"},
     }
 
 

@@ -3,7 +3,8 @@
 Flow: chunks are validated, embedded (only when their text changed), written to the SQLite store (the
 source of truth), then applied to the BM25 and FAISS indexes, which are derived and rebuilt from the store
 when missing, stale or damaged. A search resolves the metadata filter to store rowids, runs BM25 and dense
-retrieval concurrently, each restricted to those rowids, and fuses the two runs with weighted RRF.
+retrieval concurrently, each restricted to those rowids, and fuses the two runs (``hybrid_params.fusion``:
+the query-adaptive default or weighted RRF, see :mod:`hybrid_memory.fusion`).
 """
 
 from __future__ import annotations
@@ -929,7 +930,7 @@ class HybridMemory:
     def make_request(request: SearchRequest | Mapping[str, Any] | str | None = None, /, **fields: Any) -> SearchRequest:
         """Build a validated :class:`SearchRequest` from a request, a mapping or a query string plus fields.
 
-        ``dense_weight``, ``sparse_weight`` and ``rrf_k_constant`` may be given as top-level shortcuts.
+        ``dense_weight``, ``sparse_weight``, ``rrf_k_constant`` and ``fusion`` may be given as top-level shortcuts.
 
         Raises:
             InvalidRequestError: a field is invalid; the message names it.
