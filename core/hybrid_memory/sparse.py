@@ -470,41 +470,43 @@ class BM25Index:
 
     def holds_all_terms(self, query: str, ids: np.ndarray) -> np.ndarray:
         """bool (len(ids),): which of the int64 ``ids`` hold every distinct token of ``query`` (a conjunctive
-        match, Lucene's ``coord`` = 1). Uses each document's cached token ids (a few hundred per chunk), so the
-        cost is that of the candidates, not of the terms' posting lists; ids without cached tokens are checked
-        against the posting lists."""
+        match, Lucene's ``coord`` = 1).
+
+        Main-segment documents are looked up in each term's column of bm25s's CSC score matrix by binary
+        search (its row indices are ascending within a column), delta documents in the term's posting dict,
+        so the cost is O(terms x candidates x log df), never a scan of a posting list.
+        """
         ids = np.asarray(ids, dtype=np.int64)
-        out = np.zeros(len(ids), dtype=bool)
         tokens = sorted(set(self.tokenizer.tokenize(query)))
         if not tokens or not len(ids):
-            return out
+            return np.zeros(len(ids), dtype=bool)
         with self._lock:
-            wanted = [self._vocab.get(t) for t in tokens]
-            if any(w is None for w in wanted):
-                return out  # a token no document holds
-            wanted_ids = np.asarray(wanted, dtype=np.int32)
-            slow: list[int] = []
-            for j, doc_id in enumerate(ids.tolist()):
-                held = self._tokens.get(doc_id)
-                if held is None:
-                    slow.append(j)
-                else:
-                    out[j] = bool(np.isin(wanted_ids, held).all())
-            if slow:
-                rest = ids[slow]
-                ok = np.ones(len(rest), dtype=bool)
-                main = self._main
-                for token in tokens:
-                    holders: list[np.ndarray] = []
-                    if main is not None and (token_id := main.vocab_dict.get(token)) is not None:
-                        begin, end = int(main.scores["indptr"][token_id]), int(main.scores["indptr"][token_id + 1])
-                        holders.append(self._main_ids[np.asarray(main.scores["indices"][begin:end], dtype=np.int64)])
-                    posting = self._postings.get(token)
-                    if posting:
-                        holders.append(np.fromiter(posting, dtype=np.int64, count=len(posting)))
-                    ok &= np.isin(rest, np.concatenate(holders)) if holders else False
-                out[slow] = ok
-        return out
+            main, main_ids = self._main, self._main_ids
+            ok = np.ones(len(ids), dtype=bool)
+            rows = np.full(len(ids), -1, dtype=np.int64)
+            if main is not None and len(main_ids):
+                pos = np.minimum(np.searchsorted(main_ids, ids), len(main_ids) - 1)
+                found = (main_ids[pos] == ids) & (self._main_alive[pos] > 0)
+                rows[found] = pos[found]
+            in_main = rows >= 0
+            for token in tokens:
+                held = np.zeros(len(ids), dtype=bool)
+                token_id = main.vocab_dict.get(token) if main is not None else None
+                if token_id is not None and in_main.any():
+                    begin, end = int(main.scores["indptr"][token_id]), int(main.scores["indptr"][token_id + 1])
+                    if end > begin:
+                        column = main.scores["indices"][begin:end]
+                        wanted = rows[in_main]
+                        at = np.minimum(np.searchsorted(column, wanted), end - begin - 1)
+                        held[in_main] = column[at] == wanted
+                posting = self._postings.get(token)
+                if posting:
+                    for j in np.flatnonzero(~in_main).tolist():
+                        held[j] = int(ids[j]) in posting
+                ok &= held
+                if not ok.any():
+                    break
+        return ok
 
     def exact_matches(
         self, query: str, ids: np.ndarray, max_df: int, *, min_share: float = 0.25, min_terms: int = 3
