@@ -464,7 +464,7 @@ class BM25Index:
                 if 0 < df <= max_df:
                     rare += 1
                     out += np.isin(ids, np.concatenate(holders)) if holders else 0
-        if rare < min_share * self.tokenizer.content_runs(query):
+        if rare and rare < min_share * self.tokenizer.content_runs(query):
             out[:] = 0
         return out
 
