@@ -126,8 +126,9 @@ class Corpus:
         self.cdf /= self.cdf[-1]
         self.centers = _centers()
 
-    def batch(self, b: int, size: int = BATCH) -> tuple[list[dict], np.ndarray, dict[str, np.ndarray]]:
-        """Chunks ``b*BATCH ..`` (dicts), their float32 (size, 384) vectors and the raw metadata columns."""
+    def batch(self, b: int, size: int = BATCH, *, texts: bool = True) -> tuple[list[dict], np.ndarray, dict[str, np.ndarray]]:
+        """Chunks ``b*BATCH ..`` (dicts; none when ``texts`` is False), their float32 (size, 384) vectors and the
+        raw metadata columns (the same random draws either way)."""
         rng = np.random.default_rng([SEED, b])
         words = np.searchsorted(self.cdf, rng.random((size, 56)))
         lengths = rng.integers(44, 57, size=size)
@@ -139,7 +140,7 @@ class Corpus:
         host = rng.integers(1, 50, size=size)
         vectors = _mixture(rng, self.centers, size)
         chunks = []
-        for j in range(size):
+        for j in range(size if texts else 0):
             i = b * BATCH + j
             body = " ".join(self.vocab[words[j, : lengths[j]]].tolist())
             text = (f"INC-{i:07d} {SERVICES[service[j]]}-{TENANTS[tenant[j]]}-{host[j]} E{code[j]} {body}")
@@ -202,6 +203,33 @@ def gb(n_bytes: float) -> float:
 
 
 # -- phase 1: build ------------------------------------------------------------------------------------
+def exact_truth(n: int, n_queries: int) -> tuple[dict[str, list[list[str]]], dict[str, int]]:
+    """Exact top-10 chunk ids of every query vector under every filter, by brute force over the generated vectors."""
+    corpus = Corpus()
+    _, qvecs = corpus.queries(n_queries)
+    names = list(FILTERS)
+    best_s = np.full((len(names), n_queries, 10), -np.inf, dtype=np.float32)
+    best_i = np.full((len(names), n_queries, 10), -1, dtype=np.int64)
+    counts = dict.fromkeys(names, 0)
+    for b in range((n + BATCH - 1) // BATCH):
+        size = min(BATCH, n - b * BATCH)
+        _, vectors, columns = corpus.batch(b, size, texts=False)
+        _merge_truth(best_s, best_i, counts, names, qvecs @ vectors.T, np.arange(b * BATCH, b * BATCH + size), columns)
+    truth = {name: [[f"c{i:07d}" for i in row if i >= 0] for row in best_i[f]] for f, name in enumerate(names)}
+    return truth, counts
+
+
+def _merge_truth(best_s, best_i, counts, names, scores, ids, columns) -> None:  # noqa: ANN001
+    """Fold one batch's (queries, batch) inner products into the running per-filter top-10."""
+    for f, name in enumerate(names):
+        mask = filter_mask(name, columns)
+        counts[name] += int(mask.sum())
+        s = np.concatenate([best_s[f], np.where(mask[None, :], scores, -np.inf)], axis=1)
+        i = np.concatenate([best_i[f], np.broadcast_to(ids, scores.shape)], axis=1)
+        top = np.argsort(-s, axis=1, kind="stable")[:, :10]
+        best_s[f], best_i[f] = np.take_along_axis(s, top, 1), np.take_along_axis(i, top, 1)
+
+
 def phase_build(n: int, directory: Path, n_queries: int, out: Path) -> None:
     from hybrid_memory import HybridMemory
 
@@ -220,15 +248,8 @@ def phase_build(n: int, directory: Path, n_queries: int, out: Path) -> None:
             size = min(BATCH, n - b * BATCH)
             g0 = time.perf_counter()
             chunks, vectors, columns = corpus.batch(b, size)
-            scores = qvecs @ vectors.T  # (queries, batch): the exact reference, kept per filter
-            ids = np.arange(b * BATCH, b * BATCH + size)
-            for f, name in enumerate(names):
-                mask = filter_mask(name, columns)
-                counts[name] += int(mask.sum())
-                s = np.concatenate([best_s[f], np.where(mask[None, :], scores, -np.inf)], axis=1)
-                i = np.concatenate([best_i[f], np.broadcast_to(ids, scores.shape)], axis=1)
-                top = np.argsort(-s, axis=1, kind="stable")[:, :10]
-                best_s[f], best_i[f] = np.take_along_axis(s, top, 1), np.take_along_axis(i, top, 1)
+            # the exact reference, kept per filter
+            _merge_truth(best_s, best_i, counts, names, qvecs @ vectors.T, np.arange(b * BATCH, b * BATCH + size), columns)
             gen_s += time.perf_counter() - g0
             memory.add(chunks, vectors=vectors)
             del chunks, vectors
@@ -488,6 +509,9 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the memory folder")
     parser.add_argument("--phase", choices=["build", "search"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--report", type=Path, default=None, help="print the tables of a results JSON and exit")
+    parser.add_argument("--search-only", type=Path, default=None, metavar="RESULTS_JSON",
+                        help="reuse the memory in --dir built by the run that wrote RESULTS_JSON (its build numbers are "
+                             "reported); only the reopen/search/write phase runs (probe writes of earlier runs stay in it)")
     parser.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     common.ensure_core_importable()
@@ -502,13 +526,19 @@ def main() -> None:
         phase_search(args.n, args.dir, args.queries, args.writes, args.out)
         return
     directory = args.dir or Path(tempfile.mkdtemp(prefix="hm-scale-")) / "memory"
-    if directory.exists():
+    if directory.exists() and args.search_only is None:
         shutil.rmtree(directory)
     work = Path(tempfile.mkdtemp(prefix="hm-scale-out-"))
     build_out, search_out = work / "phase.json.build", work / "phase.json"
     common_args = ["--n", str(args.n), "--dir", str(directory), "--queries", str(args.queries)]
     print(f"scale benchmark: {args.n} chunks in {directory} (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')})")
-    run_phase(["--phase", "build", *common_args, "--out", str(build_out)])
+    if args.search_only is not None:
+        build = json.loads(args.search_only.read_text())["build"]
+        build["truth"], _ = exact_truth(args.n, args.queries)
+        build["reused_from"] = str(args.search_only)
+        build_out.write_text(json.dumps(build))
+    else:
+        run_phase(["--phase", "build", *common_args, "--out", str(build_out)])
     build = json.loads(build_out.read_text())
     run_phase(["--phase", "search", *common_args, "--writes", str(args.writes), "--out", str(search_out)])
     search = json.loads(search_out.read_text())
@@ -518,7 +548,7 @@ def main() -> None:
                "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
     path = common.write_results(f"scale_{args.n}", payload)
     print(f"wrote {path}")
-    if not args.keep:
+    if not args.keep and args.search_only is None:
         shutil.rmtree(directory.parent if args.dir is None else directory, ignore_errors=True)
     shutil.rmtree(work, ignore_errors=True)
 

@@ -328,8 +328,8 @@ class HybridMemory:
             return bool(len(store_ids))
         self._filters.apply(changes)
         live = self._filters.rowids()
-        self._filters.remove(np.setdiff1d(live, store_ids))
-        missing = np.setdiff1d(store_ids, live)
+        self._filters.remove(_sorted_difference(live, store_ids))
+        missing = _sorted_difference(store_ids, live)
         if len(missing):
             self._filters.add_rows(self._store.filter_rows(rowids=missing))
         return False
