@@ -13,6 +13,7 @@ RTL marks, emoji, CJK, NUL), lone surrogates, very long text (up to 200,000 char
 ``json.dumps`` (so NaN becomes ``NaN`` and a lone surrogate ``\\ud800``) and calls ``hybrid-memory search
 --request FILE`` in-process; one request in 50 is raw deeply nested JSON text instead.
 
+A request's ``metadata_filter`` also goes through ``HybridMemory.count`` (escapes there count as escaped).
 Outcomes per call: ``ok`` (a response, which must serialise with ``model_dump_json`` and parse back with
 every ``rrf_score`` a finite number), ``library error`` (an exception of the library's error tree, or CLI
 exit code 2 with a one-line message), ``escaped`` (any other exception, or a CLI traceback), ``hang``
@@ -187,6 +188,13 @@ def run_api(memory: Any, requests: list[Any]) -> tuple[Counter, list[dict]]:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             outcome, detail = "escaped", f"{type(exc).__name__}: {str(exc)[:200]}"
+        if outcome != "escaped" and isinstance(request, dict) and "metadata_filter" in request:
+            try:  # the same filter through count() (and so iter_chunks' validation)
+                memory.count(request["metadata_filter"])
+            except HybridMemoryError:
+                pass
+            except Exception as exc:  # noqa: BLE001
+                outcome, detail = "escaped", f"{type(exc).__name__} from count(): {str(exc)[:200]}"
         elapsed = time.perf_counter() - t0
         if elapsed > HANG_SECONDS:
             outcome, detail = "hang", f"{elapsed:.1f} s"

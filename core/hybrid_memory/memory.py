@@ -35,6 +35,7 @@ from filelock import FileLock, Timeout
 from ._exceptions import (
     DimensionMismatchError,
     DuplicateChunkError,
+    InvalidFilterError,
     InvalidRequestError,
     ScopeError,
     StoreBusyError,
@@ -827,7 +828,7 @@ class HybridMemory:
         """Number of stored chunks matching the filter (all when None), in ``scope``, valid at ``as_of`` (Unix
         seconds, datetime or ISO string). Raises InvalidFilterError, InvalidRequestError."""
         self._check_open()
-        return self._store.count(metadata_filter, _bound(scope), _instant(as_of))
+        return self._store.count(_checked_filter(metadata_filter), _bound(scope), _instant(as_of))
 
     def __len__(self) -> int:
         return self.count()
@@ -845,7 +846,7 @@ class HybridMemory:
         deleted during the iteration may or may not be yielded. Raises InvalidFilterError.
         """
         self._check_open()
-        return self._store.iter_chunks(metadata_filter, scope=_bound(scope), as_of=_instant(as_of))
+        return self._store.iter_chunks(_checked_filter(metadata_filter), scope=_bound(scope), as_of=_instant(as_of))
 
     def chunk_hashes(self, *, scope: Scope | Mapping[str, Any] | None = None) -> dict[str, str]:
         """chunk_id -> sha256 of the text, for every stored chunk in ``scope`` (all when None), for change
@@ -1274,6 +1275,18 @@ class HybridMemory:
     def __repr__(self) -> str:
         where = str(self.path) if self.path else "in-memory"
         return f"HybridMemory({where!r}, embedder={self.embedder.name!r})"
+
+
+def _checked_filter(metadata_filter: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The filter, validated now (iter_chunks is lazy); a value nested thousands of levels deep is an
+    InvalidFilterError, never a RecursionError."""
+    try:
+        validate_filter(metadata_filter)
+    except RecursionError as exc:
+        raise InvalidFilterError(
+            "metadata filter nests too deeply (thousands of levels); flatten its values"
+        ) from exc
+    return metadata_filter
 
 
 def _bound(scope: Scope | Mapping[str, Any] | None) -> dict[str, str] | None:

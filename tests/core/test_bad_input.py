@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hybrid_memory import MAX_SEARCH_TEXT_CHARS, HashingEmbedder, HybridMemory, HybridMemoryError, InvalidRequestError
+from hybrid_memory import MAX_SEARCH_TEXT_CHARS, HashingEmbedder, HybridMemory, HybridMemoryError, InvalidFilterError, InvalidRequestError
 from hybrid_memory.cli import main
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -66,6 +66,19 @@ def test_api_deep_values_surrogate_query_ids_and_huge_weights_are_library_errors
     # (dense ties between equal hashing vectors rank by chunk_id, so "c145" precedes "c7" in the dense run)
     assert (top.sparse_rank, top.dense_rank) == (1, 2) and top.rrf_score == 1e6 / 1 + 1e6 / 2
     assert json.loads(response.model_dump_json())["results"][0]["rrf_score"] == 1.5e6
+    memory.close()
+
+
+def test_count_and_iter_chunks_refuse_deeply_nested_filter_values():
+    memory = fuzz.build_memory(None)
+    deep: object = 1
+    for _ in range(3_000):
+        deep = [deep]
+    with pytest.raises(InvalidFilterError, match="nests too deeply"):
+        memory.count({"tags": {"$in": deep}})
+    with pytest.raises(InvalidFilterError, match="nests too deeply"):
+        memory.iter_chunks({"tags": {"$in": deep}})  # refused at the call, not at the first next()
+    assert memory.count({"labels": {"$contains": "db"}}) == 43  # chunks 0, 7, ..., 294
     memory.close()
 
 
