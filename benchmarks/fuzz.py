@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -169,7 +170,14 @@ def _check_response(response: Any) -> str | None:
     return None
 
 
-def run_api(memory: Any, requests: list[Any]) -> tuple[Counter, list[dict]]:
+def generate(n: int, seed: int) -> Iterator[Any]:
+    """The ``n`` requests of ``seed``, made one at a time (the wide and deep ones weigh megabytes each)."""
+    rng = random.Random(seed)
+    for _ in range(n):
+        yield make_request(rng)
+
+
+def run_api(memory: Any, requests: Iterable[Any]) -> tuple[Counter, list[dict]]:
     """Every request through ``memory.search``; returns outcome counts and the escaped / hang samples."""
     from hybrid_memory import HybridMemoryError
 
@@ -206,7 +214,7 @@ def run_api(memory: Any, requests: list[Any]) -> tuple[Counter, list[dict]]:
     return outcomes, samples
 
 
-def run_cli(memory_path: Path, requests: list[Any], rng: random.Random, tmp: Path) -> tuple[Counter, list[dict]]:
+def run_cli(memory_path: Path, requests: Iterable[Any], rng: random.Random, tmp: Path) -> tuple[Counter, list[dict]]:
     """Every request as ``hybrid-memory search --request FILE``, in-process; exit code 2 with a message is a
     library error, an exception out of ``main`` or a traceback on stderr is escaped."""
     from hybrid_memory.cli import main
@@ -269,29 +277,30 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--n", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=2024)
     parser.add_argument("--no-cli", action="store_true", help="only the API run")
+    parser.add_argument("--cli-n", type=int, default=None, help="requests for the CLI run (default: --n; the first ones)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     common.ensure_core_importable()
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
-    rng = random.Random(args.seed)
-    requests = [make_request(rng) for _ in range(args.n)]
-    summary: dict[str, Any] = {"n": args.n, "seed": args.seed, "hang_seconds": HANG_SECONDS}
+    cli_n = args.n if args.cli_n is None else min(args.cli_n, args.n)
+    summary: dict[str, Any] = {"n": args.n, "cli_n": 0 if args.no_cli else cli_n, "seed": args.seed,
+                               "hang_seconds": HANG_SECONDS}
     with tempfile.TemporaryDirectory(prefix="hm-fuzz-") as tmp:
         memory_path = Path(tmp) / "memory"
         memory = build_memory(memory_path)
         t0 = time.perf_counter()
-        api, api_samples = run_api(memory, requests)
+        api, api_samples = run_api(memory, generate(args.n, args.seed))
         summary["api"] = {"outcomes": dict(api), "seconds": round(time.perf_counter() - t0, 1), "samples": api_samples}
         memory.close()
         if not args.no_cli:
             t0 = time.perf_counter()
-            cli, cli_samples = run_cli(memory_path, requests, random.Random(args.seed + 1), Path(tmp))
+            cli, cli_samples = run_cli(memory_path, generate(cli_n, args.seed), random.Random(args.seed + 1), Path(tmp))
             summary["cli"] = {"outcomes": dict(cli), "seconds": round(time.perf_counter() - t0, 1), "samples": cli_samples}
     rows = []
     for run in ("api", "cli"):
         if run in summary:
             outcomes = summary[run]["outcomes"]
-            rows.append([run, args.n, outcomes.get("ok", 0), outcomes.get("library error", 0),
+            rows.append([run, args.n if run == "api" else cli_n, outcomes.get("ok", 0), outcomes.get("library error", 0),
                          outcomes.get("escaped", 0), outcomes.get("hang", 0), summary[run]["seconds"]])
     print(common.format_table(rows, ["run", "requests", "ok", "library error", "escaped", "hang > 5 s", "seconds"]))
     for run in ("api", "cli"):
