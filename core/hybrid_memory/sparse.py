@@ -464,7 +464,8 @@ class BM25Index:
                     holders.append(np.fromiter(posting, dtype=np.int64, count=len(posting)))
                 if 0 < df <= max_df:
                     rare += 1
-                    out += np.isin(ids, np.concatenate(holders)) if holders else 0
+                    held = set(np.concatenate(holders).tolist()) if holders else set()
+                    out += np.fromiter((i in held for i in ids.tolist()), dtype=np.int64, count=len(ids))
         if rare and rare < min_share * self.tokenizer.content_runs(query):
             out[:] = 0
         return out
@@ -483,6 +484,10 @@ class BM25Index:
             return np.zeros(len(ids), dtype=bool)
         with self._lock:
             main, main_ids = self._main, self._main_ids
+            if main is not None:  # rarest term first: the conjunction usually fails on it, and the loop stops
+                indptr = main.scores["indptr"]
+                vocab = main.vocab_dict
+                tokens.sort(key=lambda t: (int(indptr[vocab[t] + 1] - indptr[vocab[t]]) if t in vocab else 0, t))
             ok = np.ones(len(ids), dtype=bool)
             rows = np.full(len(ids), -1, dtype=np.int64)
             if main is not None and len(main_ids):
