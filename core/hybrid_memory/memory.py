@@ -1299,5 +1299,5 @@ def _instant(value: Any) -> float | None:
     """``as_of`` as Unix seconds. Raises InvalidRequestError naming the field."""
     try:
         return to_timestamp(value, "as_of")
-    except ValueError as exc:
-        raise InvalidRequestError(str(exc)) from exc
+    except (ValueError, OverflowError) as exc:
+        raise InvalidRequestError(f"as_of: {exc}") from exc

@@ -276,7 +276,10 @@ class SearchRequest(BaseModel):
     @field_validator("as_of", mode="before")
     @classmethod
     def _as_of_seconds(cls, value: Any) -> float | None:
-        return to_timestamp(value, "as_of")
+        try:
+            return to_timestamp(value, "as_of")
+        except OverflowError as exc:  # an integer beyond float range, e.g. 10**400
+            raise ValueError(f"as_of is out of range ({exc}); give Unix seconds or an ISO 8601 date") from exc
 
     @field_validator("query_id")
     @classmethod

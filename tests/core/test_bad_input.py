@@ -54,6 +54,10 @@ def test_api_deep_values_surrogate_query_ids_and_huge_weights_are_library_errors
         deep = [deep]
     with pytest.raises(InvalidRequestError, match="nests too deeply"):
         memory.search({"search_text": "x", "metadata_filter": {"tags": {"$in": deep}}})
+    with pytest.raises(InvalidRequestError, match="as_of"):  # found by the 10,000-request fuzz run
+        memory.search({"search_text": "x", "as_of": 10**400})
+    with pytest.raises(InvalidRequestError, match="as_of"):
+        memory.count(as_of=10**400)
     with pytest.raises(InvalidRequestError, match="query_id is not valid Unicode"):
         memory.search({"search_text": "HTTP 504", "query_id": "\ud800"})
     with pytest.raises(InvalidRequestError, match="dense_weight"):
