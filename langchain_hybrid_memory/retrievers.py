@@ -56,6 +56,7 @@ _CALL_KWARGS = {
     "dense_weight": "dense_weight",
     "sparse_weight": "sparse_weight",
     "rrf_k": "rrf_k_constant",
+    "fusion": "fusion",
 }
 # keywords LangChain's Runnable machinery forwards to every retriever; they are not search parameters
 _RUNNABLE_KWARGS = frozenset({"verbose"})
@@ -129,7 +130,7 @@ class HybridMemoryRetriever(BaseRetriever):
 
     Per-call overrides go through ``invoke``/``ainvoke`` keywords, each replacing the field of the same
     name for that call only: ``k``, ``filter`` (or ``metadata_filter``), ``dense_weight``,
-    ``sparse_weight``, ``rrf_k``::
+    ``sparse_weight``, ``rrf_k``, ``fusion``::
 
         retriever.invoke("HTTP 504 billing", k=3, filter={"service": "billing"})
 
@@ -160,11 +161,14 @@ class HybridMemoryRetriever(BaseRetriever):
     """Filter in the core language (``{"service": "billing", "severity": {"$gte": 3}}``); None matches all.
     ``filter=`` is accepted as well, as in ``invoke``."""
     dense_weight: float = _DEFAULT_PARAMS.dense_weight
-    """Weight of the dense run in RRF (>= 0; 0 turns the dense engine off)."""
+    """Weight of the dense run (>= 0; 0 turns the dense engine off; a prior in the adaptive default)."""
     sparse_weight: float = _DEFAULT_PARAMS.sparse_weight
-    """Weight of the BM25 run in RRF (>= 0; 0 turns BM25 off)."""
+    """Weight of the BM25 run (>= 0; 0 turns BM25 off; a prior in the adaptive default)."""
     rrf_k: float = _DEFAULT_PARAMS.rrf_k_constant
     """RRF smoothing constant (the core's ``rrf_k_constant``, 60 by default); not the number of results."""
+    fusion: str = _DEFAULT_PARAMS.fusion
+    """The core's ``hybrid_params.fusion``: the query-adaptive default, or ``"rrf"`` for exactly weighted RRF
+    (see :mod:`hybrid_memory.fusion` for every method)."""
 
     @model_validator(mode="after")
     def _check_with_the_core(self) -> HybridMemoryRetriever:
@@ -178,6 +182,7 @@ class HybridMemoryRetriever(BaseRetriever):
             dense_weight=self.dense_weight,
             sparse_weight=self.sparse_weight,
             rrf_k_constant=self.rrf_k,
+            fusion=self.fusion,
         )
         return self
 
@@ -344,6 +349,7 @@ class HybridMemoryRetriever(BaseRetriever):
             "dense_weight": self.dense_weight,
             "sparse_weight": self.sparse_weight,
             "rrf_k_constant": self.rrf_k,
+            "fusion": self.fusion,
         }
         for name, value in overrides.items():
             if name in _CALL_KWARGS:

@@ -112,10 +112,12 @@ class HybridMemoryRetriever(BaseRetriever):
         filters: a LlamaIndex ``MetadataFilters`` (or one ``MetadataFilter``), translated by
             :func:`llamaindex_hybrid_memory.filters.to_core_filter`; or a dict already in the core filter
             language; None matches every chunk.
-        dense_weight: weight of the dense run in RRF (>= 0).
-        sparse_weight: weight of the BM25 run in RRF (>= 0).
+        dense_weight: weight of the dense run (>= 0; 0 turns it off; a prior in the adaptive default).
+        sparse_weight: weight of the BM25 run (>= 0; 0 turns it off; a prior in the adaptive default).
         rrf_k: RRF smoothing constant (the core's ``rrf_k_constant``, 60 by default); not the number of
             results.
+        fusion: the core's ``hybrid_params.fusion``: the query-adaptive default, or ``"rrf"`` for exactly
+            weighted RRF (see :mod:`hybrid_memory.fusion`).
         callback_manager, object_map, verbose: as for any LlamaIndex ``BaseRetriever``.
 
     Defaults are the core's (:class:`~hybrid_memory.SearchRequest`, :class:`~hybrid_memory.HybridParams`).
@@ -139,6 +141,7 @@ class HybridMemoryRetriever(BaseRetriever):
         dense_weight: float = _DEFAULT_PARAMS.dense_weight,
         sparse_weight: float = _DEFAULT_PARAMS.sparse_weight,
         rrf_k: float = _DEFAULT_PARAMS.rrf_k_constant,
+        fusion: str = _DEFAULT_PARAMS.fusion,
         callback_manager: CallbackManager | None = None,
         object_map: dict | None = None,
         verbose: bool = False,
@@ -155,6 +158,7 @@ class HybridMemoryRetriever(BaseRetriever):
         self.dense_weight = dense_weight
         self.sparse_weight = sparse_weight
         self.rrf_k = rrf_k
+        self.fusion = fusion
         # unsupported operators and bad values fail at construction, not at the first query
         HybridMemory.make_request("validation probe", **self.search_kwargs())
         super().__init__(callback_manager=callback_manager, object_map=object_map, verbose=verbose)
@@ -264,6 +268,7 @@ class HybridMemoryRetriever(BaseRetriever):
             "dense_weight": self.dense_weight,
             "sparse_weight": self.sparse_weight,
             "rrf_k_constant": self.rrf_k,
+            "fusion": self.fusion,
         }
 
     @staticmethod

@@ -15,7 +15,7 @@ from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter,
 
 import langchain_hybrid_memory as lc  # noqa: E402
 import llamaindex_hybrid_memory as li  # noqa: E402
-from hybrid_memory import HashingEmbedder, HybridMemory, StoreFormatError  # noqa: E402
+from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError, StoreFormatError  # noqa: E402
 
 NOTES = [
     ("n01", "billing-service HTTP 504 Gateway Timeout during invoice export", {"service": "billing", "sev": 4}),
@@ -58,6 +58,12 @@ CASES = [
         MetadataFilters(filters=[MetadataFilter(key="service", value=["auth"], operator=FilterOperator.NIN)]),
         {"dense_weight": 1.0, "sparse_weight": 0.0, "rrf_k": 1},
     ),
+    (
+        "HTTP 504 billing",
+        {"service": "billing"},
+        MetadataFilters(filters=[MetadataFilter(key="service", value="billing")]),
+        {"dense_weight": 0.6, "sparse_weight": 0.4, "fusion": "rrf"},
+    ),
 ]
 
 
@@ -77,6 +83,7 @@ def _core(memory, query, core_filter, params, top_k):
         dense_weight=params.get("dense_weight", 1.0),
         sparse_weight=params.get("sparse_weight", 1.0),
         rrf_k_constant=params.get("rrf_k", 60),
+        **({"fusion": params["fusion"]} if "fusion" in params else {}),
     )
     return [(r.chunk_id, r.rrf_score, r.score if r.score is not None else r.rrf_score) for r in response.results]
 
@@ -147,3 +154,20 @@ def test_reopening_with_another_embedder_is_refused(tmp_path):
     lc.HybridMemoryRetriever.from_documents(docs, DeterministicFakeEmbedding(size=8), path=path).memory.close()
     with pytest.raises(StoreFormatError, match="DeterministicFakeEmbedding"):
         li.HybridMemoryRetriever.from_path(path, HashingEmbedder(dim=8))
+
+
+def test_the_adapters_pass_the_fusion_method_and_refuse_an_unknown_one(memory):
+    rrf = memory.search("HTTP 504 billing", top_k=5, fusion="rrf", dense_weight=0.6, sparse_weight=0.4)
+    assert rrf.fusion == "rrf"
+    scores = [r.rrf_score for r in rrf.results]
+    assert scores == sorted(scores, reverse=True)  # plain RRF orders by rrf_score
+    docs = lc.HybridMemoryRetriever(memory=memory, k=5, fusion="rrf", dense_weight=0.6, sparse_weight=0.4).invoke(
+        "HTTP 504 billing")
+    assert [d.id for d in docs] == [r.chunk_id for r in rrf.results]
+    nodes = li.HybridMemoryRetriever(memory, similarity_top_k=5, fusion="rrf", dense_weight=0.6,
+                                     sparse_weight=0.4).retrieve("HTTP 504 billing")
+    assert [n.score for n in nodes] == scores
+    with pytest.raises(ValueError, match="unknown fusion method 'borda'"):  # pydantic wraps the core's error
+        lc.HybridMemoryRetriever(memory=memory, fusion="borda")
+    with pytest.raises(InvalidRequestError, match="unknown fusion method 'borda'"):
+        li.HybridMemoryRetriever(memory, fusion="borda")

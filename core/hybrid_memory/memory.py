@@ -1195,10 +1195,17 @@ class HybridMemory:
             self._dirty = False
 
     def _saved_state(self) -> dict[str, Any]:
+        """indexes.json, or {} when it is missing or damaged: a ``seq`` that is not a whole number, or one
+        beyond the store's change log (no save can be newer than the store), is treated as no state at all."""
         try:
-            return json.loads((self.path / "indexes.json").read_text())
+            state = json.loads((self.path / "indexes.json").read_text())
         except (OSError, ValueError):
             return {}
+        seq = state.get("seq") if isinstance(state, dict) else None
+        if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq <= self._store.last_seq():
+            logger.warning("ignoring damaged %s (seq %r); the index files will be saved again", self.path / "indexes.json", seq)
+            return {}
+        return state
 
     def _write_saved_state(self, state: Mapping[str, Any]) -> None:
         fd, tmp = tempfile.mkstemp(prefix=".indexes-", suffix=".tmp", dir=self.path)

@@ -184,3 +184,18 @@ def test_open_refuses_a_folder_without_a_memory(tmp_path):
     assert not (tmp_path / "typo").exists()
     with HybridMemory.open(tmp_path / "new", create=True, embedder=HashingEmbedder(8)) as mem:
         assert mem.count() == 0
+
+
+@pytest.mark.parametrize("state", ['{"seq": "x"}', '{"seq": 99999999}', '[1, 2]', '{"seq": true}', "not json"])
+def test_a_damaged_index_state_file_is_treated_as_missing(tmp_path, state):
+    from hybrid_memory import HashingEmbedder, HybridMemory
+
+    with HybridMemory(tmp_path, embedder=HashingEmbedder(32)) as memory:
+        memory.add([{"chunk_id": "a", "text": "alpha"}])
+    (tmp_path / "indexes.json").write_text(state)
+    with HybridMemory.open(tmp_path, embedder=HashingEmbedder(32)) as memory:
+        memory.add([{"chunk_id": "z", "text": "zebra"}])  # closing saves the indexes again
+    saved = json.loads((tmp_path / "indexes.json").read_text())
+    assert saved["seq"] == 2
+    with HybridMemory.open(tmp_path, embedder=HashingEmbedder(32)) as memory:
+        assert [r.chunk_id for r in memory.search("zebra", sparse_weight=1.0, dense_weight=0.0).results] == ["z"]

@@ -135,7 +135,7 @@ async def test_ainvoke_uses_core_asearch_not_a_thread(memory, monkeypatch):
     assert len(docs) == 3
     assert calls == [
         {"top_k": 3, "metadata_filter": {"service": "billing"}, "dense_weight": 1.0, "sparse_weight": 1.0,
-         "rrf_k_constant": 60}
+         "rrf_k_constant": 60, "fusion": "adaptive"}
     ]
 
 

@@ -157,7 +157,7 @@ async def test_aretrieve_uses_core_asearch(memory, monkeypatch):
     assert {n.node.node_id for n in nodes} == {"inc-1", "inc-3"}
     assert calls == [
         {"top_k": 2, "metadata_filter": BILLING_SEVERE_CORE, "dense_weight": 1.0, "sparse_weight": 1.0,
-         "rrf_k_constant": 60}
+         "rrf_k_constant": 60, "fusion": "adaptive"}
     ]
 
 
