@@ -49,7 +49,7 @@ from .embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder, l
 from .filter_index import FilterIndex, system_filter
 from .filters import check_metadata, validate_filter
 from .engines import DenseEngine, Query, RowSet, SparseEngine
-from .models import SCOPE_FIELDS, Chunk, SearchRequest, SearchResponse, SearchResult, StoredChunk, validation_message
+from .models import SCOPE_FIELDS, TIME_FIELDS, Chunk, SearchRequest, SearchResponse, SearchResult, StoredChunk, validation_message
 from .scopes import Scope, ScopedMemory, as_scope
 from .searcher import HybridResult, HybridSearcher
 from .sparse import BM25Index
@@ -574,6 +574,7 @@ class HybridMemory:
         those rows meanwhile (WriteConflict: the caller prepares it again). Caller holds the write lock."""
         existing = self._store.lookup([c.chunk_id for c in items])
         systems = self._store.system_of(list(existing)) if existing else {}
+        items = [_keep_unstated(c, systems.get(c.chunk_id)) for c in items]
         if scope is not None:
             foreign = sorted(cid for cid in existing if not scope.contains(systems[cid]))
             if foreign:
@@ -908,6 +909,15 @@ class HybridMemory:
             missing = [cid for cid in old if cid not in stored]
             if missing:
                 raise InvalidRequestError(f"cannot supersede unknown chunk ids {missing[:5]}; nothing was written")
+            rowids = self._store.system_of(old)
+            closed = [(cid, rowids[cid]["superseded_by"]) for cid in old if rowids[cid].get("superseded_by")]
+            if closed:
+                cid, newer = closed[0]
+                raise InvalidRequestError(
+                    f"chunk {cid!r} was already superseded by {newer!r}; supersede {newer!r} instead (a fact's "
+                    "history is never rewritten); nothing was written"
+                )
+            chunk = _inherit_scope(chunk, [rowids[cid] for cid in old])
             start = chunk.valid_from if chunk.valid_from is not None else time.time()
             late = [cid for cid, c in stored.items() if c.valid_from is not None and c.valid_from >= start]
             if late:
@@ -917,7 +927,6 @@ class HybridMemory:
                 )
             chunk = chunk.model_copy(update={"valid_from": start})
             vectors = None if vector is None else np.asarray(vector, dtype=np.float32).reshape(1, -1)
-            rowids = self._store.system_of(old)
             closes = [
                 (rowids[cid]["rowid"], {"valid_to": min(start, c.valid_to) if c.valid_to is not None else start,
                                         "superseded_by": chunk.chunk_id})
@@ -1294,6 +1303,32 @@ def _checked_filter(metadata_filter: Mapping[str, Any] | None) -> Mapping[str, A
             "metadata filter nests too deeply (thousands of levels); flatten its values"
         ) from exc
     return metadata_filter
+
+
+_KEPT_ON_UPSERT = (*SCOPE_FIELDS, *TIME_FIELDS)
+
+
+def _keep_unstated(chunk: Chunk, stored: Mapping[str, Any] | None) -> Chunk:
+    """A new version of a stored chunk keeps the stored scope and validity fields that it does not state
+    itself (an unscoped re-ingest or edit must not strip a chunk's owner, nor reopen a closed fact); a field
+    given explicitly, even as None, wins."""
+    if stored is None:
+        return chunk
+    kept = {name: stored[name] for name in _KEPT_ON_UPSERT
+            if name not in chunk.model_fields_set and stored.get(name) is not None}
+    return chunk.model_copy(update=kept) if kept else chunk
+
+
+def _inherit_scope(chunk: Chunk, replaced: Sequence[Mapping[str, Any]]) -> Chunk:
+    """The superseding fact takes the scope of the facts it replaces when it states no scope field itself and
+    they all share one scope (so the owner's ``as_of`` searches keep finding the fact)."""
+    if any(name in chunk.model_fields_set for name in SCOPE_FIELDS) or not replaced:
+        return chunk
+    scopes = {tuple(row.get(name) for name in SCOPE_FIELDS) for row in replaced}
+    if len(scopes) != 1:
+        return chunk
+    values = dict(zip(SCOPE_FIELDS, scopes.pop(), strict=True))
+    return chunk.model_copy(update={k: v for k, v in values.items() if v is not None})
 
 
 def _bound(scope: Scope | Mapping[str, Any] | None) -> dict[str, str] | None:

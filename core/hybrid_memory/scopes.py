@@ -134,11 +134,6 @@ class ScopedMemory:
 
     # -- identity ---------------------------------------------------------------------------------
     @property
-    def memory(self) -> HybridMemory:
-        """The underlying (unscoped) memory."""
-        return self._memory
-
-    @property
     def path(self) -> Any:
         """The memory's folder (None in RAM)."""
         return self._memory.path

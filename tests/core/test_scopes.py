@@ -185,3 +185,14 @@ def test_another_process_sees_scopes_and_superseded_facts(tmp_path):
         view = reader.scoped(user_id="u1")
         assert [r.chunk_id for r in view.search("Dana project", as_of=1500.0).results] == ["n1"]
         assert [r.chunk_id for r in view.search("Dana project", as_of=2500.0).results] == ["n2"]
+
+
+def test_an_unscoped_upsert_keeps_the_stored_owner_unless_it_names_one(memory):
+    memory.scoped(user_id="alice").add([{"chunk_id": "a1", "text": "alice keeps her notes here"}])
+    memory.upsert([{"chunk_id": "a1", "text": "alice keeps her edited notes here"}])  # an admin edit or re-ingest
+    assert [c.user_id for c in memory.get(["a1"])] == ["alice"]
+    assert [c.text for c in memory.scoped(user_id="alice").get(["a1"])] == ["alice keeps her edited notes here"]
+    assert memory.scoped(user_id="alice").search("edited notes", top_k=1).results[0].chunk_id == "a1"
+    memory.upsert([{"chunk_id": "a1", "text": "now shared", "user_id": None}])  # stated explicitly: it wins
+    assert [c.user_id for c in memory.get(["a1"])] == [None]
+    assert memory.scoped(user_id="alice").get(["a1"]) == []

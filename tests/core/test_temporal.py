@@ -154,3 +154,24 @@ def test_recency_prior_with_negative_fused_scores_uses_the_spread():
     assert out[0].score == pytest.approx(-0.485)
     assert out[1].score == pytest.approx(-0.490625)
     assert out[2].score == -2.0
+
+
+def test_a_superseded_fact_is_not_superseded_again_and_history_stays(memory):
+    memory.add([{"chunk_id": "n1", "text": "Dana works on project Apollo", "valid_from": JAN}])
+    memory.supersede(["n1"], {"chunk_id": "n2", "text": "Dana moved to project Zeus", "valid_from": JUN})
+    with pytest.raises(InvalidRequestError, match="already superseded by 'n2'; supersede 'n2' instead"):
+        memory.supersede(["n1"], {"chunk_id": "n3", "text": "Dana moved to project Hera", "valid_from": JUN + DAY})
+    assert memory.get(["n3"]) == []
+    n1 = memory.get(["n1"])[0]
+    assert (n1.valid_to, n1.superseded_by) == (JUN, "n2")
+    memory.upsert([{"chunk_id": "n1", "text": "Dana works on project Apollo (typo fixed)"}])  # an edit of history
+    n1 = memory.get(["n1"])[0]
+    assert (n1.valid_from, n1.valid_to, n1.superseded_by) == (JAN, JUN, "n2")  # the closed fact stays closed
+
+
+def test_the_superseding_fact_inherits_the_owner_of_the_facts_it_replaces(memory):
+    memory.scoped(user_id="alice").add([{"chunk_id": "a2", "text": "alice lives in Lyon", "valid_from": JAN}])
+    memory.supersede(["a2"], {"chunk_id": "a3", "text": "alice moved to Porto", "valid_from": JUN})
+    assert [c.user_id for c in memory.get(["a3"])] == ["alice"]
+    now = memory.scoped(user_id="alice").search("alice moved", top_k=1, as_of=JUN + DAY)
+    assert [r.chunk_id for r in now.results] == ["a3"]
