@@ -14,21 +14,13 @@ except ImportError as exc:
 
     raise missing_dependency("langchain-core", "langchain") from exc
 
+from hybrid_memory import _adapter_support as _support
+
 from .embeddings import LangChainEmbedder, as_core_embedder
 from .retrievers import HybridMemoryRetriever, document_to_chunk, result_to_document
 
 
 _GRAPH_NAMES = ('GlobalGraphRetriever', 'hit_to_document')
-
-
-def _graph_extra_installed() -> bool:
-    """True when the graph extra's packages can be found (without importing them)."""
-    import importlib.util
-
-    try:
-        return all(importlib.util.find_spec(name) is not None for name in ("networkx", "cdlib", "leidenalg", "igraph"))
-    except (ImportError, ValueError):  # a broken or blocked install counts as absent
-        return False
 
 
 # the graph names are public only with the graph extra, so ``from langchain_hybrid_memory import *`` works without it
@@ -38,13 +30,8 @@ __all__ = [
     "as_core_embedder",
     "document_to_chunk",
     "result_to_document",
-] + (list(_GRAPH_NAMES) if _graph_extra_installed() else [])
+] + (list(_GRAPH_NAMES) if _support.extra_installed(_support.GRAPH_EXTRA_MODULES) else [])
 
 
-def __getattr__(name: str) -> object:
-    """Load the global-question retriever lazily: it needs the graph extra, the local retriever does not."""
-    if name in _GRAPH_NAMES:
-        from . import graph
-
-        return getattr(graph, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# the global-question retriever is loaded lazily: it needs the graph extra, the local retriever does not
+__getattr__ = _support.lazy_exports(__name__, "graph", _GRAPH_NAMES)

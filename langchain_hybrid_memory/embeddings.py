@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from langchain_core.embeddings import Embeddings
 
+from hybrid_memory._adapter_support import coerce_embedder
 from hybrid_memory.embedders import CallableEmbedder
 
 __all__ = ["LangChainEmbedder", "as_core_embedder"]
@@ -61,13 +62,10 @@ def as_core_embedder(embedding: object | None) -> object | None:
     Raises:
         TypeError: ``embedding`` is neither a LangChain ``Embeddings`` nor a core ``Embedder``.
     """
-    if embedding is None or isinstance(embedding, LangChainEmbedder):
-        return embedding
-    if isinstance(embedding, Embeddings):
-        return LangChainEmbedder(embedding)
-    if all(callable(getattr(type(embedding), attr, None)) for attr in ("embed_documents", "embed_query")):
-        return embedding
-    raise TypeError(
-        "embedding must be a langchain_core Embeddings or a hybrid_memory Embedder "
-        f"(name, dim, embed_documents, embed_query), got {type(embedding).__name__}"
+    return coerce_embedder(
+        embedding,
+        framework_type=Embeddings,
+        wrapper=LangChainEmbedder,
+        argument="embedding",
+        framework="langchain_core Embeddings",
     )

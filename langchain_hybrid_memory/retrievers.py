@@ -17,6 +17,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import AliasChoices, ConfigDict, Field, PrivateAttr, model_validator
 
+from hybrid_memory._adapter_support import build_owned
 from hybrid_memory.models import make_chunk
 from hybrid_memory import (
     Chunk,
@@ -227,15 +228,11 @@ class HybridMemoryRetriever(BaseRetriever):
                 refuses (empty text, metadata that is not JSON).
             StoreFormatError: ``path`` holds a memory built with another embedder.
         """
-        memory = HybridMemory(path, embedder=as_core_embedder(embedding))
-        try:
-            retriever = cls(memory=memory, **kwargs)
-            retriever._owns_memory = True
-            retriever.add_documents(documents, ids=ids)
-        except BaseException:
-            memory.close()
-            raise
-        return retriever
+        return build_owned(
+            HybridMemory(path, embedder=as_core_embedder(embedding)),
+            lambda memory: cls(memory=memory, **kwargs),
+            lambda retriever: retriever.add_documents(documents, ids=ids),
+        )
 
     @classmethod
     def from_texts(
@@ -271,14 +268,9 @@ class HybridMemoryRetriever(BaseRetriever):
         Raises:
             StoreFormatError: the folder was built with another embedder or format version.
         """
-        memory = HybridMemory.open(path, embedder=as_core_embedder(embedding))
-        try:
-            retriever = cls(memory=memory, **kwargs)
-        except BaseException:
-            memory.close()
-            raise
-        retriever._owns_memory = True
-        return retriever
+        return build_owned(
+            HybridMemory.open(path, embedder=as_core_embedder(embedding)), lambda memory: cls(memory=memory, **kwargs)
+        )
 
     def close(self) -> None:
         """Close the memory if this retriever opened it (``from_documents``, ``from_texts``, ``from_path``):

@@ -13,22 +13,14 @@ except ImportError as exc:
 
     raise missing_dependency("llama-index-core", "llamaindex") from exc
 
+from hybrid_memory import _adapter_support as _support
+
 from .embeddings import LlamaIndexEmbedder, as_core_embedder
 from .filters import to_core_filter
 from .retrievers import HybridMemoryRetriever, node_to_chunk, result_to_node
 
 
 _GRAPH_NAMES = ('GlobalGraphRetriever', 'hit_to_node')
-
-
-def _graph_extra_installed() -> bool:
-    """True when the graph extra's packages can be found (without importing them)."""
-    import importlib.util
-
-    try:
-        return all(importlib.util.find_spec(name) is not None for name in ("networkx", "cdlib", "leidenalg", "igraph"))
-    except (ImportError, ValueError):  # a broken or blocked install counts as absent
-        return False
 
 
 # the graph names are public only with the graph extra, so ``from llamaindex_hybrid_memory import *`` works without it
@@ -39,13 +31,8 @@ __all__ = [
     "node_to_chunk",
     "result_to_node",
     "to_core_filter",
-] + (list(_GRAPH_NAMES) if _graph_extra_installed() else [])
+] + (list(_GRAPH_NAMES) if _support.extra_installed(_support.GRAPH_EXTRA_MODULES) else [])
 
 
-def __getattr__(name: str) -> object:
-    """Load the global-question retriever lazily: it needs the graph extra, the local retriever does not."""
-    if name in _GRAPH_NAMES:
-        from . import graph
-
-        return getattr(graph, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# the global-question retriever is loaded lazily: it needs the graph extra, the local retriever does not
+__getattr__ = _support.lazy_exports(__name__, "graph", _GRAPH_NAMES)

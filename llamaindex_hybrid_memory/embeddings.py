@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
+from hybrid_memory._adapter_support import coerce_embedder
 from hybrid_memory.embedders import CallableEmbedder
 
 __all__ = ["LlamaIndexEmbedder", "as_core_embedder"]
@@ -51,13 +52,10 @@ def as_core_embedder(embed_model: object | None) -> object | None:
     Raises:
         TypeError: ``embed_model`` is neither a ``BaseEmbedding`` nor a core ``Embedder``.
     """
-    if embed_model is None or isinstance(embed_model, LlamaIndexEmbedder):
-        return embed_model
-    if isinstance(embed_model, BaseEmbedding):
-        return LlamaIndexEmbedder(embed_model)
-    if all(callable(getattr(type(embed_model), attr, None)) for attr in ("embed_documents", "embed_query")):
-        return embed_model
-    raise TypeError(
-        "embed_model must be a llama_index BaseEmbedding or a hybrid_memory Embedder "
-        f"(name, dim, embed_documents, embed_query), got {type(embed_model).__name__}"
+    return coerce_embedder(
+        embed_model,
+        framework_type=BaseEmbedding,
+        wrapper=LlamaIndexEmbedder,
+        argument="embed_model",
+        framework="llama_index BaseEmbedding",
     )

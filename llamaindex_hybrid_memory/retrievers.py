@@ -16,6 +16,7 @@ from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
 from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
 
+from hybrid_memory._adapter_support import build_owned
 from hybrid_memory.models import make_chunk
 from hybrid_memory import Chunk, HybridMemory, HybridParams, ScopedMemory, SearchRequest, SearchResponse, SearchResult
 from hybrid_memory.dedup import DedupPolicy
@@ -202,15 +203,11 @@ class HybridMemoryRetriever(BaseRetriever):
         **kwargs: Any,
     ) -> HybridMemoryRetriever:
         """Build a memory from LlamaIndex nodes (``chunk_id = node.node_id``); see :meth:`from_documents`."""
-        memory = HybridMemory(path, embedder=as_core_embedder(embed_model))
-        try:
-            retriever = cls(memory, **kwargs)
-            retriever._owns_memory = True
-            retriever.insert_nodes(nodes)
-        except BaseException:
-            memory.close()
-            raise
-        return retriever
+        return build_owned(
+            HybridMemory(path, embedder=as_core_embedder(embed_model)),
+            lambda memory: cls(memory, **kwargs),
+            lambda retriever: retriever.insert_nodes(nodes),
+        )
 
     @classmethod
     def from_path(
@@ -223,14 +220,9 @@ class HybridMemoryRetriever(BaseRetriever):
         Raises:
             StoreFormatError: the folder was built with another embedder or format version.
         """
-        memory = HybridMemory.open(path, embedder=as_core_embedder(embed_model))
-        try:
-            retriever = cls(memory, **kwargs)
-        except BaseException:
-            memory.close()
-            raise
-        retriever._owns_memory = True
-        return retriever
+        return build_owned(
+            HybridMemory.open(path, embedder=as_core_embedder(embed_model)), lambda memory: cls(memory, **kwargs)
+        )
 
     def close(self) -> None:
         """Close the memory if this retriever opened it (``from_documents``, ``from_nodes``, ``from_path``):

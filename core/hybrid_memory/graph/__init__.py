@@ -24,20 +24,10 @@ Page, Brin, Motwani & Winograd 1999, "The PageRank Citation Ranking".
 
 from __future__ import annotations
 
-import importlib.util
-
+from .._adapter_support import GRAPH_EXTRA_MODULES, missing_modules
 from .errors import INSTALL_HINT, MissingDependencyError
 
-
-
-def _absent(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is None
-    except (ImportError, ValueError):  # a broken or blocked install counts as absent
-        return True
-
-
-_missing = [name for name in ("networkx", "cdlib", "leidenalg", "igraph") if _absent(name)]
+_missing = missing_modules(GRAPH_EXTRA_MODULES)
 if _missing:
     raise MissingDependencyError(
         f"hybrid_memory.graph needs {', '.join(_missing)}, which is not installed: {INSTALL_HINT}"

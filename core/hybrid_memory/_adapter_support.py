@@ -1,0 +1,115 @@
+"""What the LangChain and LlamaIndex adapters share, so each adapter only translates its framework's types.
+
+- :func:`extra_installed` / :data:`GRAPH_EXTRA_MODULES`: whether an extra's packages can be found, without
+  importing them (the graph package itself refuses to import without them).
+- :func:`coerce_embedder`: a framework embedding model, a core ``Embedder`` or None -> what
+  :class:`~hybrid_memory.HybridMemory` takes.
+- :func:`build_owned`: construct a retriever over a memory it opened, closing the memory when construction
+  fails, and marking it owned so the retriever's ``close()`` closes it.
+- :func:`lazy_exports`: a module ``__getattr__`` that loads names from a submodule on first use.
+
+Private to the project: the adapters import it, users do not.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+__all__ = ["GRAPH_EXTRA_MODULES", "build_owned", "coerce_embedder", "extra_installed", "lazy_exports", "missing_modules"]
+
+#: the top-level modules the ``graph`` extra installs and ``hybrid_memory.graph`` needs
+GRAPH_EXTRA_MODULES: tuple[str, ...] = ("networkx", "cdlib", "leidenalg", "igraph")
+
+R = TypeVar("R")
+
+
+def missing_modules(modules: Iterable[str]) -> list[str]:
+    """The names in ``modules`` that cannot be found; a broken or blocked install counts as missing."""
+    missing = []
+    for name in modules:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def extra_installed(modules: Iterable[str] = GRAPH_EXTRA_MODULES) -> bool:
+    """True when every module in ``modules`` can be found (nothing is imported)."""
+    return not missing_modules(modules)
+
+
+def _follows_core_protocol(obj: object) -> bool:
+    return all(callable(getattr(type(obj), attr, None)) for attr in ("embed_documents", "embed_query"))
+
+
+def coerce_embedder(
+    embedder: object | None,
+    *,
+    framework_type: type,
+    wrapper: type,
+    argument: str,
+    framework: str,
+) -> object | None:
+    """Return what :class:`~hybrid_memory.HybridMemory` takes as ``embedder``.
+
+    Args:
+        embedder: None (the core's default embedder), an instance of ``framework_type`` (wrapped as
+            ``wrapper(embedder)``), an instance of ``wrapper`` (already wrapped), or any object with the
+            core ``Embedder`` methods ``embed_documents`` and ``embed_query`` (passed through).
+        framework_type: the framework's embedding base class (LangChain ``Embeddings``, LlamaIndex
+            ``BaseEmbedding``).
+        wrapper: the bridge class, built from a framework model.
+        argument: the adapter's parameter name, for the error message.
+        framework: the framework class's name as users know it, for the error message.
+
+    Raises:
+        TypeError: ``embedder`` is none of the above; the message names what is accepted.
+    """
+    if embedder is None or isinstance(embedder, wrapper):
+        return embedder
+    if isinstance(embedder, framework_type):
+        return wrapper(embedder)
+    if _follows_core_protocol(embedder):
+        return embedder
+    raise TypeError(
+        f"{argument} must be a {framework} or a hybrid_memory Embedder "
+        f"(name, dim, embed_documents, embed_query), got {type(embedder).__name__}"
+    )
+
+
+def build_owned(memory: Any, make: Callable[[Any], R], fill: Callable[[R], object] | None = None) -> R:
+    """A retriever that owns ``memory``: ``make(memory)``, marked owned (its ``close()`` closes the memory),
+    then ``fill(retriever)`` (adding the documents it was built from) when given.
+
+    The retriever must have an ``_owns_memory`` attribute. If ``make`` or ``fill`` raises (bad retriever
+    arguments, documents the core refuses), the memory is closed first, so no store is left open, and the
+    error propagates unchanged.
+    """
+    try:
+        retriever = make(memory)
+        retriever._owns_memory = True  # type: ignore[attr-defined]
+        if fill is not None:
+            fill(retriever)
+    except BaseException:
+        memory.close()
+        raise
+    return retriever
+
+
+def lazy_exports(module_name: str, submodule: str, names: Iterable[str]) -> Callable[[str], object]:
+    """A module-level ``__getattr__`` (PEP 562) that imports ``module_name + "." + submodule`` on the first
+    access to one of ``names`` and returns the attribute; any other name raises ``AttributeError``."""
+    lazy = frozenset(names)
+
+    def __getattr__(name: str) -> object:
+        if name in lazy:
+            return getattr(importlib.import_module(f"{module_name}.{submodule}"), name)
+        raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+
+    return __getattr__
