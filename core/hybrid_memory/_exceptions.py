@@ -6,6 +6,7 @@ The whole tree::
     ├── InvalidRequestError (ValueError)   a request, chunk or parameter is malformed; the message names the fix
     │   ├── InvalidFilterError             the metadata filter uses an unknown operator or a bad operand
     │   ├── DuplicateChunkError            add() got a chunk_id that is already stored (use upsert())
+    │   ├── MemoryClosedError              the memory was closed (before the call, or while it ran)
     │   └── ScopeError                     a scoped view was asked to write or reach outside its scope
     ├── DimensionMismatchError (ValueError) a vector's dimension differs from the memory's
     ├── StoreFormatError                   a memory directory is missing, damaged, or from another version/embedder
@@ -21,6 +22,7 @@ __all__ = [
     "HybridMemoryError",
     "InvalidFilterError",
     "InvalidRequestError",
+    "MemoryClosedError",
     "MissingDependencyError",
     "ScopeError",
     "StoreBusyError",
@@ -42,6 +44,12 @@ class InvalidFilterError(InvalidRequestError):
 
 class DuplicateChunkError(InvalidRequestError):
     """``add()`` was given a ``chunk_id`` that is already stored; ``upsert()`` replaces it instead."""
+
+
+class MemoryClosedError(InvalidRequestError):
+    """The memory was closed: before the call, or by another thread while the call ran (a search racing
+    ``close()`` either finishes before the memory closes or raises this; nothing stored is affected).
+    Open it again with ``HybridMemory.open(path)``."""
 
 
 class ScopeError(InvalidRequestError):

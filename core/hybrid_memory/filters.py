@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import json
 import math
+import reprlib
 import sqlite3
 from collections.abc import Mapping
 from typing import Any
@@ -77,6 +78,16 @@ __all__ = [
     "untyped",
     "validate_filter",
 ]
+
+_REPR = reprlib.Repr()
+_REPR.maxstring, _REPR.maxother, _REPR.maxlevel, _REPR.maxlist, _REPR.maxdict = 80, 80, 3, 6, 4
+
+
+def _short(value: Any) -> str:
+    """A bounded repr for error messages (``reprlib``: 80 characters, 3 levels, 6 list items): a filter holding
+    300,000 values or nested 5,000 levels deep gives a readable message, never a huge one or a RecursionError."""
+    return _REPR.repr(value)
+
 
 COMPARISON_OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists", "$contains")
 LOGICAL_OPERATORS = ("$and", "$or", "$not")
@@ -178,7 +189,7 @@ def key_problem(key: Any) -> str | None:
         return "a key may not start with '$' (reserved for operators)"
     for ch in key:
         if ord(ch) < 32 or 127 <= ord(ch) < 160:
-            return f"the key holds the control character {ch!r}"
+            return f"the key holds the control character {_short(ch)}"
     try:
         key.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -195,12 +206,12 @@ def _value_problem(value: Any, depth: int = 0) -> str | None:
             return f"integers must fit in 64 bits (SQLite), got {value}"
         return None
     if isinstance(value, float):
-        return None if math.isfinite(value) else f"numbers must be finite, got {value!r}"
+        return None if math.isfinite(value) else f"numbers must be finite, got {_short(value)}"
     if isinstance(value, str):
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
-            return f"{value!r} is not valid Unicode text ({exc.reason} at position {exc.start})"
+            return f"{_short(value)} is not valid Unicode text ({exc.reason} at position {exc.start})"
         return "strings may not contain NUL characters (SQLite's JSON cuts text there)" if "\x00" in value else None
     if isinstance(value, (list, tuple, Mapping)):
         if depth >= MAX_VALUE_DEPTH:
@@ -208,7 +219,7 @@ def _value_problem(value: Any, depth: int = 0) -> str | None:
         if isinstance(value, Mapping):
             for k, v in value.items():
                 if not isinstance(k, str):
-                    return f"object keys must be strings, got {k!r}"
+                    return f"object keys must be strings, got {_short(k)}"
                 problem = _value_problem(k, depth + 1) or _value_problem(v, depth + 1)
                 if problem:
                     return problem
@@ -234,10 +245,10 @@ def check_metadata(metadata: Mapping[str, Any]) -> None:
     for key, value in metadata.items():
         problem = key_problem(key)
         if problem:
-            raise InvalidRequestError(f"metadata key {key!r} cannot be filtered on: {problem}; rename it")
+            raise InvalidRequestError(f"metadata key {_short(key)} cannot be filtered on: {problem}; rename it")
         problem = _value_problem(value)
         if problem:
-            raise InvalidRequestError(f"metadata value of {key!r} cannot be stored as JSON: {problem}")
+            raise InvalidRequestError(f"metadata value of {_short(key)} cannot be stored as JSON: {problem}")
 
 
 # -- parsing ------------------------------------------------------------------------------------------
@@ -248,22 +259,22 @@ _ALL: Node = ("all",)
 def _scalar(op: str, name: str, value: Any) -> tuple:
     if not (value is None or isinstance(value, (str, int, float, bool))):
         raise InvalidFilterError(
-            f"{op} on {name!r} takes a string, number, boolean or null, got {type(value).__name__}: {value!r}"
+            f"{op} on {_short(name)} takes a string, number, boolean or null, got {type(value).__name__}: {_short(value)}"
         )
     problem = _value_problem(value)
     if problem:
-        raise InvalidFilterError(f"{op} on {name!r}: {problem}")
+        raise InvalidFilterError(f"{op} on {_short(name)}: {problem}")
     return typed(value)
 
 
 def _key(name: Any, namespace: str) -> tuple[str, str]:
     if isinstance(name, str) and name.startswith("$"):
         raise InvalidFilterError(
-            f"unknown operator {name!r} in metadata filter; logical operators are {', '.join(LOGICAL_OPERATORS)}"
+            f"unknown operator {_short(name)} in metadata filter; logical operators are {', '.join(LOGICAL_OPERATORS)}"
         )
     problem = key_problem(name)
     if problem:
-        raise InvalidFilterError(f"metadata filter key {name!r} cannot be filtered on: {problem}")
+        raise InvalidFilterError(f"metadata filter key {_short(name)} cannot be filtered on: {problem}")
     return (namespace, name)
 
 
@@ -288,30 +299,30 @@ def _field(name: Any, condition: Any, namespace: str) -> Node:
     if not isinstance(condition, Mapping):
         if isinstance(condition, (list, tuple)):
             raise InvalidFilterError(
-                f"metadata filter value for {name!r} is a list; use {{{name!r}: {{'$in': [...]}}}} for "
-                f"'any of', or {{{name!r}: {{'$eq': [...]}}}} for an equal list"
+                f"metadata filter value for {_short(name)} is a list; use {{{_short(name)}: {{'$in': [...]}}}} for "
+                f"'any of', or {{{_short(name)}: {{'$eq': [...]}}}} for an equal list"
             )
         return ("eq", key, _scalar("equality", name, condition))
     if not condition:
-        raise InvalidFilterError(f"metadata filter for {name!r} is an empty object; give an operator such as $eq")
+        raise InvalidFilterError(f"metadata filter for {_short(name)} is an empty object; give an operator such as $eq")
     tests = []
     for op, value in condition.items():
         if op in ("$eq", "$ne"):
             if isinstance(value, (list, tuple)):
                 problem = _value_problem(value)
                 if problem:
-                    raise InvalidFilterError(f"{op} on {name!r}: {problem}")
+                    raise InvalidFilterError(f"{op} on {_short(name)}: {problem}")
                 node = ("eq", key, typed(value))
             else:
                 node = ("eq", key, _scalar(op, name, value))
             tests.append(node if op == "$eq" else _negate(node))
         elif op in _ORDER:
             if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-                raise InvalidFilterError(f"{op} on {name!r} takes a number or a string, got {value!r}")
+                raise InvalidFilterError(f"{op} on {_short(name)} takes a number or a string, got {_short(value)}")
             tests.append(("cmp", key, op, _scalar(op, name, value)))
         elif op in ("$in", "$nin"):
             if not isinstance(value, (list, tuple)):
-                raise InvalidFilterError(f"{op} on {name!r} takes a list of values, got {value!r}")
+                raise InvalidFilterError(f"{op} on {_short(name)} takes a list of values, got {_short(value)}")
             values = frozenset(_scalar(op, name, item) for item in value)  # order-free: one tree per set
             if not values:
                 node = _negate(_ALL)  # "any of nothing" matches nothing
@@ -320,17 +331,17 @@ def _field(name: Any, condition: Any, namespace: str) -> Node:
             tests.append(node if op == "$in" else _negate(node))
         elif op == "$exists":
             if not isinstance(value, bool):
-                raise InvalidFilterError(f"$exists on {name!r} takes true or false, got {value!r}")
+                raise InvalidFilterError(f"$exists on {_short(name)} takes true or false, got {_short(value)}")
             tests.append(("exists", key, value))
         elif op == "$contains":
             if value is None:
                 raise InvalidFilterError(
-                    f"$contains on {name!r} takes a string, number or boolean; use {{{name!r}: None}}"
+                    f"$contains on {_short(name)} takes a string, number or boolean; use {{{_short(name)}: None}}"
                 )
             tests.append(("eq", key, _scalar(op, name, value)))
         else:
             raise InvalidFilterError(
-                f"unknown operator {op!r} on {name!r}; supported: {', '.join(COMPARISON_OPERATORS)}"
+                f"unknown operator {_short(op)} on {_short(name)}; supported: {', '.join(COMPARISON_OPERATORS)}"
             )
     return _combine("and", tests)
 
@@ -339,12 +350,12 @@ def _node(node: Any, namespace: str, depth: int, budget: list[int]) -> Node:
     if depth > MAX_DEPTH:
         raise InvalidFilterError(f"metadata filter nests $and/$or/$not deeper than {MAX_DEPTH} levels; flatten it")
     if not isinstance(node, Mapping):
-        raise InvalidFilterError(f"a metadata filter must be an object, got {type(node).__name__}: {node!r}")
+        raise InvalidFilterError(f"a metadata filter must be an object, got {type(node).__name__}: {_short(node)}")
     parts = []
     for name, value in node.items():
         if name in ("$and", "$or"):
             if not isinstance(value, (list, tuple)) or not value:
-                raise InvalidFilterError(f"{name} takes a non-empty list of filters, got {value!r}")
+                raise InvalidFilterError(f"{name} takes a non-empty list of filters, got {_short(value)}")
             parts.append(_combine(name[1:], [_node(item, namespace, depth + 1, budget) for item in value]))
         elif name == "$not":
             parts.append(_negate(_node(value, namespace, depth + 1, budget)))
@@ -427,7 +438,7 @@ def compile_node(node: Node, params: list[Any]) -> str:
         return f"(NOT {compile_node(node[1], params)})"
     key = node[1]
     if key[0] != METADATA:
-        raise InvalidFilterError(f"system field {key[1]!r} has no SQL column in this store")
+        raise InvalidFilterError(f"system field {_short(key[1])} has no SQL column in this store")
     if kind == "exists":
         return _present(key, params) if node[2] else f"(NOT {_present(key, params)})"
     if kind == "eq":
@@ -454,7 +465,7 @@ def compile_node(node: Node, params: list[Any]) -> str:
                 conds.append(_equal_cond(t)[0])
         missing = f"(NOT {_present(key, params)}) OR " if (NULL, None) in node[2] else ""
         return f"({missing}{_any(key, ' OR '.join(conds), cond_params, params)})"
-    raise AssertionError(f"unknown filter node {node!r}")  # pragma: no cover
+    raise AssertionError(f"unknown filter node {_short(node)}")  # pragma: no cover
 
 
 def compile_filter(metadata_filter: Mapping[str, Any] | None) -> tuple[str, list[Any]]:

@@ -37,6 +37,7 @@ from ._exceptions import (
     DuplicateChunkError,
     InvalidFilterError,
     InvalidRequestError,
+    MemoryClosedError,
     ScopeError,
     StoreBusyError,
     StoreFormatError,
@@ -122,6 +123,8 @@ class HybridMemory:
 
     Raises:
         StoreFormatError: the directory was written by another format version or another embedder.
+        InvalidRequestError: ``path`` is a file, cannot be created (``/proc/nope``, a path below a file), or is
+            a folder this process cannot write; the message names the path.
 
     Thread-safe: searches may run from many threads while others write. Several processes may open one
     directory and all may write (SQLite serialises the write transactions); each search first applies what
@@ -163,7 +166,18 @@ class HybridMemory:
         if self.path is not None:
             if self.path.exists() and not self.path.is_dir():
                 raise InvalidRequestError(f"memory path {self.path} is a file; give a directory")
-            self.path.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise InvalidRequestError(
+                    f"cannot create the memory folder {self.path} ({exc.strerror or exc}); give a folder this "
+                    "process can create and write, e.g. one under your home directory"
+                ) from exc
+            if not os.access(self.path, os.W_OK | os.X_OK):
+                raise InvalidRequestError(
+                    f"the memory folder {self.path} is not writable by this process (SQLite's WAL and the index "
+                    "files are written there, by readers too); fix its permissions or copy the memory elsewhere"
+                )
         self._store = self._open_store(synchronous=synchronous, busy_timeout=busy_timeout)
         self.embedder = self._resolve_embedder(embedder)
         self._sparse = BM25Index(
@@ -1111,6 +1125,7 @@ class HybridMemory:
         prior = self._recency(recency)
         self._catch_up()
         with self._index_lock.read():
+            self._check_open()  # close() may have run meanwhile; it waits for searches holding this lock
             req, allowed = self._prepare(request, fields, scope)
             query = self._query(req, query_vector)
             result = self._searcher.search(query, **self._search_args(req, allowed, prior))
@@ -1133,6 +1148,7 @@ class HybridMemory:
         await asyncio.to_thread(self._catch_up)
         await self._acquire_read_async()
         try:
+            self._check_open()
             req, allowed = await asyncio.to_thread(self._prepare, request, fields, scope)
             query = self._query(req, query_vector)
             result = await self._searcher.asearch(query, **self._search_args(req, allowed, prior))
@@ -1266,7 +1282,12 @@ class HybridMemory:
         }
 
     def close(self) -> None:
-        """Persist the indexes and release the store. Idempotent."""
+        """Persist the indexes and release the store. Idempotent.
+
+        Safe against other threads: a write or search already running finishes first (close waits for the
+        write lock and for the index lock alone); a call that starts later, or was still waiting for those
+        locks, raises :class:`~hybrid_memory.MemoryClosedError`.
+        """
         if self._closed:
             return
         try:
@@ -1274,13 +1295,17 @@ class HybridMemory:
             self._dense.wait()
             self.persist()
         finally:
-            self._closed = True
-            self._executor.shutdown(wait=True)
-            self._store.close()
+            with self._write_lock:
+                self._closed = True
+                self._sparse.wait()  # a merge a write started meanwhile reads texts from the store
+                self._dense.wait()
+                with self._index_lock.write():
+                    self._executor.shutdown(wait=True)
+                    self._store.close()
 
     def _check_open(self) -> None:
         if self._closed:
-            raise InvalidRequestError("this memory is closed; open it again with HybridMemory.open(path)")
+            raise MemoryClosedError("this memory is closed; open it again with HybridMemory.open(path)")
 
     def __enter__(self) -> HybridMemory:
         return self

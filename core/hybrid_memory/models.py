@@ -82,7 +82,16 @@ the bound keeps the fused score finite (two weights of 1e308 with ``rrf_k_consta
 
 
 def _encodable(value: str, field: str) -> str:
-    """Refuse strings that cannot be stored as UTF-8 (lone surrogates such as '\\ud800')."""
+    """Refuse strings that cannot be stored whole: lone surrogates such as '\\ud800' (not UTF-8) and NUL
+    characters ('\\x00': SQLite's text functions and its command-line shell stop at the first NUL, so the text
+    would not come back whole from every reader of the store). Refused, not stripped: nothing is changed
+    silently; the message names the position and the fix."""
+    position = value.find("\x00")
+    if position >= 0:
+        raise ValueError(
+            f"{field} contains a NUL character ('\\x00') at position {position}; remove it "
+            f"(e.g. {field}.replace('\\x00', '')): SQLite's text functions stop at NUL"
+        )
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -119,9 +128,9 @@ class Chunk(BaseModel):
     chunk_id: str = Field(min_length=1)
     """Unique id chosen by the caller; identity everywhere (fusion, upsert, delete). Not blank, no NUL."""
     text: str
-    """The text both engines index; must contain something other than white space."""
+    """The text both engines index; must contain something other than white space; no NUL character."""
     source: str = ""
-    """Where the text came from (file path, URL, conversation id)."""
+    """Where the text came from (file path, URL, conversation id); no NUL character."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """JSON values (str, int, float, bool, None, lists) that metadata filters match against."""
     tenant: str | None = None
@@ -259,9 +268,10 @@ class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     query_id: str = Field(default_factory=lambda: f"q_{uuid.uuid4().hex[:12]}")
-    """Caller's id for the request, echoed in the response; generated when absent; valid Unicode."""
+    """Caller's id for the request, echoed in the response; generated when absent; valid Unicode, no NUL."""
     search_text: str = Field(max_length=MAX_SEARCH_TEXT_CHARS)
-    """The query: something other than white space, at most MAX_SEARCH_TEXT_CHARS (10,000) characters."""
+    """The query: something other than white space, at most MAX_SEARCH_TEXT_CHARS (10,000) characters, no NUL
+    character (refused like a NUL in stored text, so a query never holds what no chunk can)."""
     top_k: int = Field(default=5, ge=1, le=MAX_TOP_K, strict=True)
     """Number of fused results to return, 1..MAX_TOP_K (1000)."""
     hybrid_params: HybridParams = Field(default_factory=HybridParams)

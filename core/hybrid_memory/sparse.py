@@ -246,7 +246,8 @@ class BM25Index:
         The bm25s build runs without the lock, so searches and writes go on meanwhile (they see the old
         segments); the new segment is swapped in atomically, keeping what changed during the build.
         Tokens are cached per document: only documents of a segment loaded from disk are tokenized again,
-        from ``load_texts(ids) -> texts``.
+        from ``load_texts(ids) -> texts`` (which may raise KeyError for an id another process deleted meanwhile:
+        such ids are left out of the new segment, see :func:`_present_texts`).
 
         Args:
             background: run in a daemon thread and return at once (see :meth:`wait`).
@@ -274,7 +275,8 @@ class BM25Index:
                 unknown = np.array([i for i in snapshot.tolist() if i not in self._tokens], dtype=np.int64)
             extra: dict[int, list[str]] = {}
             if len(unknown):
-                extra = dict(zip(unknown.tolist(), self.tokenizer.tokenize_many(load_texts(unknown)), strict=True))
+                present = _present_texts(load_texts, unknown)
+                extra = dict(zip(present, self.tokenizer.tokenize_many(list(present.values())), strict=True))
             with self._lock:
                 for doc_id, tokens in extra.items():
                     self._tokens[doc_id] = self._encode(tokens)
@@ -707,3 +709,21 @@ class BM25Index:
         if not all(d in tokens for d in delta_ids.tolist()):
             raise ValueError("a delta document has no cached tokens")
         return vocab, tokens, delta_ids
+
+
+def _present_texts(load_texts: Callable[[np.ndarray], list[str]], ids: np.ndarray) -> dict[int, str]:
+    """``{id: text}`` for the ``ids`` the store still holds. ``load_texts`` (``SQLiteStore.texts``) raises KeyError
+    for a rowid another process deleted after the merge took its snapshot (this process has not caught up with
+    that delete yet); such ids are left out, so the merge drops them from the new segment (they are gone from
+    the store, and the catch-up's ``remove`` of them is then a no-op) instead of failing."""
+    try:
+        return dict(zip(ids.tolist(), load_texts(ids), strict=True))
+    except KeyError:
+        found: dict[int, str] = {}
+        for doc_id in ids.tolist():
+            try:
+                found[doc_id] = load_texts(np.array([doc_id], dtype=np.int64))[0]
+            except KeyError:
+                logger.debug("BM25 merge: rowid %d was deleted by another process meanwhile; left out", doc_id)
+        return found
+

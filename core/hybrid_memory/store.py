@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ._exceptions import StoreBusyError
+from ._exceptions import MemoryClosedError, StoreBusyError
 from .changes import ChangeSet
 from .filters import compile_filter, register_sql_functions
 from .models import StoredChunk
@@ -198,7 +198,7 @@ class SQLiteStore:
         self.path = path
         self.log_keep = int(log_keep)
         self._lock = threading.RLock()
-        self._conn = sqlite3.connect(
+        self._connection: sqlite3.Connection | None = sqlite3.connect(
             ":memory:" if path is None else str(path), check_same_thread=False, timeout=busy_timeout
         )
         if path is not None:
@@ -208,6 +208,19 @@ class SQLiteStore:
             self._conn.executescript(_SCHEMA)
             register_sql_functions(self._conn)  # hm_canonical_json, for list equality in filter SQL
             self._migrate()
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        """The connection; MemoryClosedError once :meth:`close` ran (callers hold ``self._lock``, which
+        :meth:`close` takes too, so a call either runs on the open connection or gets this error, never
+        sqlite3's "Cannot operate on a closed database")."""
+        connection = self._connection
+        if connection is None:
+            raise MemoryClosedError(
+                f"the memory{'' if self.path is None else ' at ' + str(self.path.parent)} is closed; open it "
+                "again with HybridMemory.open(path)"
+            )
+        return connection
 
     def _migrate(self) -> None:
         """Add the :data:`SYSTEM_COLUMNS` and their indexes to a store written before they existed."""
@@ -686,9 +699,16 @@ class SQLiteStore:
         return found
 
     def close(self) -> None:
-        """Close the connection (idempotent)."""
+        """Close the connection (idempotent); every later call raises MemoryClosedError."""
         with self._lock:
-            self._conn.close()
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self._connection is None
 
 
 def _where(

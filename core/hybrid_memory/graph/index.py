@@ -20,6 +20,7 @@ summarised without mixing. Each chunk belongs to one scope, so per-scope graphs 
 from __future__ import annotations
 
 import logging
+import reprlib
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Any
 import networkx as nx
 from tqdm.auto import tqdm
 
+from .._exceptions import InvalidRequestError
 from .build import build_graph, update_graph
 from .communities import describe_communities, hierarchical_leiden
 from .errors import GraphStateError
@@ -53,6 +55,9 @@ from .search import (
     select_reports,
 )
 from .tokens import count_tokens
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring, _SHORT.maxother = 80, 80
 
 logger = logging.getLogger(__name__)
 
@@ -382,17 +387,21 @@ class GraphIndex:
         Reports are ranked by hybrid search (BM25 + dense, the core's default fusion) over their text; irrelevant ones (no question
         term and dense score < ``min_dense_score``) are dropped; with ``dedupe_hierarchy`` a report whose ancestor
         or descendant is already chosen is skipped. ``no_relevant_reports`` is true when none is left.
-        Raises ValueError for an empty question or token_budget < 1.
+        Raises InvalidRequestError (a ValueError) for a blank question, token_budget < 1, a non-int level or
+        max_reports < 1; the message names the fix.
         """
         if not isinstance(question, str) or not question.strip():
-            raise ValueError("question must be a non-empty string")
+            raise InvalidRequestError(
+                f"question must be a non-empty string, got {_SHORT.repr(question)}: ask about the memory, e.g. "
+                "'how do services handle database timeouts?'"
+            )
         if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 1:
-            raise ValueError(f"token_budget must be an int >= 1 (tokens), got {token_budget!r}")
+            raise InvalidRequestError(f"token_budget must be an int >= 1 (tokens), got {_SHORT.repr(token_budget)}")
         if level is not None and (isinstance(level, bool) or not isinstance(level, int)):
-            raise ValueError(f"level must be an int or None, got {level!r}")
+            raise InvalidRequestError(f"level must be an int or None, got {_SHORT.repr(level)}")
         if max_reports is not None and (isinstance(max_reports, bool) or not isinstance(max_reports, int)
                                         or max_reports < 1):
-            raise ValueError(f"max_reports must be an int >= 1 or None, got {max_reports!r}")
+            raise InvalidRequestError(f"max_reports must be an int >= 1 or None, got {_SHORT.repr(max_reports)}")
         chunk_tokens = {cid: e.tokens for cid, e in self.extractions.items()}
         ranked = self._get_ranker().rank(question, level=level)
         parents = {cid: c.parent for cid, c in self.communities.items()} if dedupe_hierarchy else None
