@@ -1,0 +1,324 @@
+"""One Qdrant collection behind one small interface, over either engine that runs here or in production:
+
+* :class:`ClientCollection`: ``qdrant_client.QdrantClient``: a Qdrant server or cluster (URL, API key), or the
+  client's local mode (``QdrantClient(":memory:")`` / ``path=...``), which answers the same API in process;
+* :class:`EdgeCollection`: ``qdrant_edge.EdgeShard``, Qdrant's Rust shard engine in process (one shard).
+
+The layout is fixed: one named dense vector ``"dense"`` (cosine) and one named sparse vector ``"bm25"`` with
+Qdrant's IDF modifier. Filters are Qdrant REST JSON (see :mod:`hybrid_memory.backends.qdrant_filters`); points
+are plain tuples, so the backend above never touches either library's classes. Opening checks the schema
+(dimension, distance, sparse modifier) and refuses a mismatch with :class:`StoreFormatError`; creating is
+idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from .._exceptions import StoreFormatError, missing_dependency
+from .qdrant_filters import to_client_filter, to_edge_filter
+
+__all__ = ["ClientCollection", "Collection", "EdgeCollection", "Leg", "Point", "Record", "ScoredId"]
+
+logger = logging.getLogger(__name__)
+
+DENSE, SPARSE = "dense", "bm25"
+"""Names of the dense and the sparse vector in every collection this library writes."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """A point to write: uuid string id, float32 unit vector (dim,) as a list (None: keep the stored vectors),
+    sparse BM25 vector as (indices uint32, values float), and the payload."""
+
+    id: str
+    dense: list[float] | None
+    sparse: tuple[list[int], list[float]] | None
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Record:
+    """A point read back: id (uuid string), payload, and the vectors when asked for."""
+
+    id: str
+    payload: dict[str, Any]
+    dense: list[float] | None = None
+    sparse: tuple[list[int], list[float]] | None = None
+
+
+@dataclass(frozen=True)
+class Leg:
+    """One leg of a batched query: ``using`` ``"dense"`` (``vector`` a list of floats) or ``"bm25"`` (``vector``
+    (indices, values)), the REST JSON filter, the result limit and the payload keys to return."""
+
+    using: str
+    vector: Any
+    filter: Mapping[str, Any] | None
+    limit: int
+    payload: Sequence[str] = ("chunk_id",)
+
+
+ScoredId = tuple[str, float, dict[str, Any]]
+"""``(point id, score, payload)`` of a query hit."""
+
+
+class Collection(Protocol):
+    """What :class:`~hybrid_memory.backends.qdrant.QdrantBackend` needs from a collection."""
+
+    def ensure(self, dim: int, indexes: Mapping[str, str]) -> None: ...
+    def upsert(self, points: Sequence[Point]) -> None: ...
+    def set_payload(self, point_id: str, payload: dict[str, Any]) -> None: ...
+    def delete(self, ids: Sequence[str]) -> None: ...
+    def retrieve(self, ids: Sequence[str], *, vectors: bool = False) -> list[Record]: ...
+    def scroll(self, flt: Mapping[str, Any] | None, limit: int, offset: Any, payload: Any) -> tuple[list[Record], Any]: ...
+    def count(self, flt: Mapping[str, Any] | None) -> int: ...
+    def query_batch(self, legs: Sequence[Leg]) -> list[list[ScoredId]]: ...
+    def close(self) -> None: ...
+
+
+def _mismatch(what: str, found: Any, wanted: Any, where: str) -> StoreFormatError:
+    return StoreFormatError(
+        f"Qdrant collection {where} has {what} {found!r}, this memory needs {wanted!r}; open it with the embedder "
+        "it was built with, or give another collection name"
+    )
+
+
+# -- qdrant-client ----------------------------------------------------------------------------------
+class ClientCollection:
+    """A collection through ``qdrant_client`` (server, cluster, or local mode).
+
+    Args:
+        client: a ``QdrantClient``.
+        name: the collection name.
+        shard_number, replication_factor, write_consistency_factor: cluster settings used when the collection
+            is created (None: the server's defaults); see Qdrant's distributed deployment guide.
+        ordering: write ordering of every update (``"weak"``, ``"medium"``, ``"strong"``; None: the server's
+            default, weak), Qdrant's ``WriteOrdering``.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        *,
+        shard_number: int | None = None,
+        replication_factor: int | None = None,
+        write_consistency_factor: int | None = None,
+        ordering: str | None = None,
+    ) -> None:
+        try:
+            from qdrant_client import models
+        except ImportError as exc:  # pragma: no cover - the extra is installed in CI
+            raise missing_dependency("qdrant-client", "qdrant") from exc
+        self._m = models
+        self.client = client
+        self.name = name
+        self._cluster = {
+            "shard_number": shard_number,
+            "replication_factor": replication_factor,
+            "write_consistency_factor": write_consistency_factor,
+        }
+        self._ordering = None if ordering is None else models.WriteOrdering(ordering)
+
+    def ensure(self, dim: int, indexes: Mapping[str, str]) -> None:
+        """Create the collection unless it exists, else check its schema; create the payload indexes
+        (``{payload key: "keyword" | "float" | "bool"}``) that are missing. Raises StoreFormatError."""
+        m = self._m
+        if not self.client.collection_exists(self.name):
+            self.client.create_collection(
+                self.name,
+                vectors_config={DENSE: m.VectorParams(size=dim, distance=m.Distance.COSINE)},
+                sparse_vectors_config={SPARSE: m.SparseVectorParams(modifier=m.Modifier.IDF)},
+                **{k: v for k, v in self._cluster.items() if v is not None},
+            )
+        params = self.client.get_collection(self.name).config.params
+        vectors = params.vectors if isinstance(params.vectors, dict) else {}
+        dense = vectors.get(DENSE)
+        if dense is None:
+            raise _mismatch("dense vectors", sorted(vectors), [DENSE], repr(self.name))
+        if dense.size != dim:
+            raise _mismatch("dimension", dense.size, dim, repr(self.name))
+        if dense.distance != m.Distance.COSINE:
+            raise _mismatch("distance", str(dense.distance), "Cosine", repr(self.name))
+        sparse = (params.sparse_vectors or {}).get(SPARSE)
+        if sparse is None or sparse.modifier != m.Modifier.IDF:
+            raise _mismatch("sparse vector", None if sparse is None else str(sparse.modifier), "bm25 with IDF", repr(self.name))
+        schema = self.client.get_collection(self.name).payload_schema or {}
+        kinds = {"keyword": m.PayloadSchemaType.KEYWORD, "float": m.PayloadSchemaType.FLOAT,
+                 "bool": m.PayloadSchemaType.BOOL, "integer": m.PayloadSchemaType.INTEGER}
+        for key, kind in indexes.items():
+            if key not in schema:
+                self.client.create_payload_index(self.name, key, field_schema=kinds[kind], wait=True)
+
+    def _vectors(self, point: Point) -> dict[str, Any]:
+        indices, values = point.sparse
+        return {DENSE: point.dense, SPARSE: self._m.SparseVector(indices=indices, values=values)}
+
+    def upsert(self, points: Sequence[Point]) -> None:
+        """Write points (vectors and payload) in one batch; waits until applied."""
+        if points:
+            self.client.upsert(
+                self.name,
+                [self._m.PointStruct(id=p.id, vector=self._vectors(p), payload=p.payload) for p in points],
+                wait=True, ordering=self._ordering,
+            )
+
+    def set_payload(self, point_id: str, payload: dict[str, Any]) -> None:
+        """Replace a point's whole payload, keeping its vectors (a metadata-only change)."""
+        self.client.overwrite_payload(self.name, payload, points=[point_id], wait=True, ordering=self._ordering)
+
+    def delete(self, ids: Sequence[str]) -> None:
+        """Delete points by id (unknown ids are no error)."""
+        if ids:
+            self.client.delete(self.name, self._m.PointIdsList(points=list(ids)), wait=True, ordering=self._ordering)
+
+    @staticmethod
+    def _record(r: Any, vectors: bool) -> Record:
+        dense = sparse = None
+        if vectors and r.vector:
+            dense = list(r.vector.get(DENSE) or []) or None
+            sv = r.vector.get(SPARSE)
+            sparse = (list(sv.indices), list(sv.values)) if sv is not None else ([], [])
+        return Record(str(r.id), dict(r.payload or {}), dense, sparse)
+
+    def retrieve(self, ids: Sequence[str], *, vectors: bool = False) -> list[Record]:
+        """Points by id (unknown ids left out; any order)."""
+        if not ids:
+            return []
+        found = self.client.retrieve(self.name, list(ids), with_payload=True, with_vectors=vectors)
+        return [self._record(r, vectors) for r in found]
+
+    def scroll(self, flt: Mapping[str, Any] | None, limit: int, offset: Any, payload: Any = True) -> tuple[list[Record], Any]:
+        """A page of points matching the filter in id order, and the offset of the next page (None: last)."""
+        records, nxt = self.client.scroll(
+            self.name, scroll_filter=to_client_filter(flt), limit=limit, offset=offset, with_payload=payload,
+            with_vectors=False,
+        )
+        return [self._record(r, False) for r in records], nxt
+
+    def count(self, flt: Mapping[str, Any] | None) -> int:
+        """Exact number of points matching the filter."""
+        return int(self.client.count(self.name, count_filter=to_client_filter(flt), exact=True).count)
+
+    def query_batch(self, legs: Sequence[Leg]) -> list[list[ScoredId]]:
+        """Every leg in one ``query_batch_points`` request; hits per leg, best first."""
+        m = self._m
+        requests = []
+        for leg in legs:
+            query = m.SparseVector(indices=leg.vector[0], values=leg.vector[1]) if leg.using == SPARSE else leg.vector
+            requests.append(m.QueryRequest(
+                query=query, using=leg.using, filter=to_client_filter(leg.filter), limit=leg.limit,
+                with_payload=list(leg.payload), with_vector=False,
+            ))
+        responses = self.client.query_batch_points(self.name, requests=requests)
+        return [[(str(p.id), float(p.score), dict(p.payload or {})) for p in r.points] for r in responses]
+
+    def close(self) -> None:
+        """Close the client."""
+        self.client.close()
+
+
+# -- qdrant-edge ------------------------------------------------------------------------------------
+class EdgeCollection:
+    """A collection as one ``qdrant_edge.EdgeShard`` in a directory (created when absent)."""
+
+    def __init__(self, path: str | Path) -> None:
+        try:
+            import qdrant_edge
+        except ImportError as exc:  # pragma: no cover - the extra is installed in CI
+            raise missing_dependency("qdrant-edge-py", "qdrant") from exc
+        self._qe = qdrant_edge
+        self.path = Path(path)
+        self.name = str(self.path)
+        self.shard: Any = None
+
+    def ensure(self, dim: int, indexes: Mapping[str, str]) -> None:
+        """Create or load the shard with the dense (cosine, ``dim``) and IDF sparse vectors; create missing
+        payload indexes. Raises StoreFormatError when the stored shard's vectors differ."""
+        qe = self._qe
+        config = qe.EdgeConfig(
+            vectors={DENSE: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)},
+            sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+        )
+        exists = self.path.exists() and any(self.path.iterdir())
+        try:
+            self.shard = qe.EdgeShard.load(str(self.path), config) if exists else qe.EdgeShard.create(str(self.path), config)
+        except Exception as exc:  # the binding raises plain Exception with the engine's message
+            raise StoreFormatError(
+                f"Qdrant Edge shard at {self.path} does not fit this memory ({exc}); open it with the embedder it "
+                "was built with, or give another directory"
+            ) from exc
+        schema = self.shard.info().payload_schema
+        kinds = {"keyword": qe.PayloadSchemaType.Keyword, "float": qe.PayloadSchemaType.Float,
+                 "bool": qe.PayloadSchemaType.Bool, "integer": qe.PayloadSchemaType.Integer}
+        for key, kind in indexes.items():
+            if key not in schema:
+                self.shard.update(qe.UpdateOperation.create_field_index(key, kinds[kind]))
+
+    def upsert(self, points: Sequence[Point]) -> None:
+        """Write points (vectors and payload) in one update operation."""
+        qe = self._qe
+        if points:
+            self.shard.update(qe.UpdateOperation.upsert_points([
+                qe.Point(p.id, {DENSE: p.dense, SPARSE: qe.SparseVector(*p.sparse)}, p.payload) for p in points
+            ]))
+
+    def set_payload(self, point_id: str, payload: dict[str, Any]) -> None:
+        """Replace a point's whole payload, keeping its vectors."""
+        self.shard.update(self._qe.UpdateOperation.overwrite_payload([point_id], payload))
+
+    def delete(self, ids: Sequence[str]) -> None:
+        """Delete points by id."""
+        if ids:
+            self.shard.update(self._qe.UpdateOperation.delete_points(list(ids)))
+
+    @staticmethod
+    def _record(r: Any, vectors: bool) -> Record:
+        dense = sparse = None
+        if vectors and r.vector:
+            dense = list(r.vector.get(DENSE) or []) or None
+            sv = r.vector.get(SPARSE)
+            sparse = (list(sv.indices), list(sv.values)) if sv is not None else ([], [])
+        return Record(str(r.id), dict(r.payload or {}), dense, sparse)
+
+    def retrieve(self, ids: Sequence[str], *, vectors: bool = False) -> list[Record]:
+        """Points by id (unknown ids left out)."""
+        if not ids:
+            return []
+        return [self._record(r, vectors) for r in self.shard.retrieve(list(ids), with_payload=True, with_vector=vectors)]
+
+    def scroll(self, flt: Mapping[str, Any] | None, limit: int, offset: Any, payload: Any = True) -> tuple[list[Record], Any]:
+        """A page of points matching the filter in id order, and the next offset (None: last page)."""
+        records, nxt = self.shard.scroll(self._qe.ScrollRequest(
+            offset=offset, limit=limit, filter=to_edge_filter(flt), with_payload=payload, with_vector=False,
+        ))
+        return [self._record(r, False) for r in records], nxt
+
+    def count(self, flt: Mapping[str, Any] | None) -> int:
+        """Exact number of points matching the filter."""
+        return int(self.shard.count(self._qe.CountRequest(filter=to_edge_filter(flt), exact=True)))
+
+    def query_batch(self, legs: Sequence[Leg]) -> list[list[ScoredId]]:
+        """Every leg in one ``query_batch`` call of the shard; hits per leg, best first."""
+        qe = self._qe
+        requests = []
+        for leg in legs:
+            vector = qe.SparseVector(*leg.vector) if leg.using == SPARSE else leg.vector
+            requests.append(qe.QueryRequest(
+                limit=leg.limit, query=qe.Query.Nearest(vector, using=leg.using), filter=to_edge_filter(leg.filter),
+                with_payload=list(leg.payload), with_vector=False,
+            ))
+        responses = self.shard.query_batch(qe.QueryBatchRequest(requests))
+        return [[(str(p.id), float(p.score), dict(p.payload or {})) for p in r] for r in responses]
+
+    def close(self) -> None:
+        """Flush and close the shard."""
+        if self.shard is not None:
+            self.shard.flush()
+            self.shard.close()
+            self.shard = None

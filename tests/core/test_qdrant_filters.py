@@ -1,0 +1,141 @@
+"""The filter language on Qdrant: the shared filter cases of test_filters.py run against the embedded SQL
+reference, Qdrant Edge (the Rust shard engine) and qdrant-client's local mode, and must give equal ids; what
+Qdrant cannot express exactly is an InvalidFilterError naming the operator."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from hybrid_memory import HashingEmbedder, HybridMemory, InvalidFilterError
+from hybrid_memory.backends.qdrant_filters import filterable_fields, translate
+from hybrid_memory.filters import parse_filter
+
+from .test_filters import ALL, CASES, ROWS
+
+REFUSED = {
+    repr({"labels": {"$gt": "c"}}): "\\$gt on 'labels' with the string 'c'",
+    repr({"sev": {"$gte": "2"}}): "\\$gte on 'sev' with the string '2'",
+}
+"""Cases of the shared suite Qdrant cannot run exactly (string order): refused, never approximated."""
+
+
+def _collection(engine, tmp_path_factory):
+    from hybrid_memory.backends.qdrant_collection import ClientCollection, EdgeCollection, Point
+
+    if engine == "qdrant-edge":
+        pytest.importorskip("qdrant_edge", reason="qdrant-edge-py is not installed (pip install 'hybrid-memory[qdrant]')")
+        collection = EdgeCollection(tmp_path_factory.mktemp("edge") / "shard")
+    else:
+        qdrant_client = pytest.importorskip(
+            "qdrant_client", reason="qdrant-client is not installed (pip install 'hybrid-memory[qdrant]')"
+        )
+        collection = ClientCollection(qdrant_client.QdrantClient(":memory:"), "filters")
+    collection.ensure(4, {})
+    collection.upsert([
+        Point(str(uuid.uuid5(uuid.NAMESPACE_URL, cid)), [1.0, 0.0, 0.0, 0.0], ([1], [1.0]),
+              {"chunk_id": cid, "f": filterable_fields(meta, {})})
+        for cid, meta in ROWS.items()
+    ])
+    return collection
+
+
+@pytest.fixture(scope="module", params=["qdrant-edge", "qdrant-client-local"])
+def collection(request, tmp_path_factory):
+    coll = _collection(request.param, tmp_path_factory)
+    yield coll
+    coll.close()
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    mem = HybridMemory(embedder=HashingEmbedder(dim=16))
+    mem.add([{"chunk_id": cid, "text": f"note {cid}", "metadata": meta} for cid, meta in ROWS.items()])
+    yield mem
+    mem.close()
+
+
+def _shorter(flt):
+    """The 300,000-value $in cases with their first 3,000 values and the last (same ids): the long lists test
+    SQLite's binding, which Qdrant has no counterpart of, and cost seconds per engine."""
+    if isinstance(flt, dict) and len(flt) == 1:
+        (key, cond), = flt.items()
+        if isinstance(cond, dict) and len(cond.get("$in", ())) > 10_000:
+            return {key: {"$in": [*cond["$in"][:3000], cond["$in"][-1]]}}
+    return flt
+
+
+def _qdrant_ids(collection, flt) -> set[str]:
+    records, nxt = collection.scroll(translate(parse_filter(flt)), 100, None, ["chunk_id"])
+    assert nxt is None
+    return {r.payload["chunk_id"] for r in records}
+
+
+@pytest.mark.parametrize(("flt", "expected"), CASES, ids=[repr(c[0])[:60] for c in CASES])
+def test_every_case_equals_the_embedded_backend(collection, embedded, flt, expected):
+    assert {c.chunk_id for c in embedded._store.iter_chunks(_shorter(flt))} == expected
+    refused = REFUSED.get(repr(flt))
+    if refused:
+        with pytest.raises(InvalidFilterError, match=refused):
+            translate(parse_filter(flt))
+        return
+    flt = _shorter(flt)
+    assert _qdrant_ids(collection, flt) == expected
+    assert collection.count(translate(parse_filter(flt))) == len(expected)
+
+
+@pytest.mark.parametrize(
+    ("flt", "expected"),
+    [
+        # integers beyond 2**53 compare exactly by equality (int64 match), 1.0 equals 1
+        ({"big": 2**60}, {"p"}),
+        ({"big": 2**60 + 1}, {"q"}),
+        ({"big": {"$in": [2**60 + 1, 5]}}, {"q"}),
+        ({"x": 1}, {"p", "q"}),
+        ({"x": 1.5}, {"r"}),
+        ({"x": {"$in": [1.5, 7]}}, {"r"}),
+        ({"x": {"$gte": 1.5}}, {"r"}),
+        ({"$not": {"x": {"$gte": 1.5}}}, {"p", "q", "s"}),
+    ],
+)
+def test_numbers_are_exact(tmp_path_factory, flt, expected):
+    rows = {"p": {"big": 2**60, "x": 1}, "q": {"big": 2**60 + 1, "x": 1.0}, "r": {"x": 1.5}, "s": {}}
+    with HybridMemory(embedder=HashingEmbedder(dim=8)) as mem:
+        mem.add([{"chunk_id": cid, "text": "t", "metadata": meta} for cid, meta in rows.items()])
+        assert {c.chunk_id for c in mem.iter_chunks(flt)} == expected
+    pytest.importorskip("qdrant_edge", reason="qdrant-edge-py is not installed (pip install 'hybrid-memory[qdrant]')")
+    from hybrid_memory.backends.qdrant_collection import EdgeCollection, Point
+
+    coll = EdgeCollection(tmp_path_factory.mktemp("numbers") / "shard")
+    coll.ensure(2, {})
+    coll.upsert([Point(str(uuid.uuid5(uuid.NAMESPACE_URL, cid)), [1.0, 0.0], ([1], [1.0]),
+                       {"chunk_id": cid, "f": filterable_fields(meta, {})}) for cid, meta in rows.items()])
+    try:
+        assert _qdrant_ids(coll, flt) == expected
+    finally:
+        coll.close()
+
+
+@pytest.mark.parametrize(
+    ("flt", "message"),
+    [
+        ({"big": {"$gt": 2**53}}, "\\$gt on 'big' with the number 9007199254740992"),
+        ({"big": {"$lte": -(2**60)}}, "\\$lte on 'big'"),
+        ({"name": {"$lt": "m"}}, "\\$lt on 'name' with the string 'm'.*orders numbers only"),
+    ],
+)
+def test_what_qdrant_cannot_express_is_refused_by_name(flt, message):
+    with pytest.raises(InvalidFilterError, match=message):
+        translate(parse_filter(flt))
+
+
+def test_translation_is_qdrant_rest_json():
+    assert translate(parse_filter(None)) is None
+    assert translate(parse_filter({"env": "prod"})) == {"must": [{"key": "f.m656e76.s", "match": {"value": "prod"}}]}
+    # $nin keeps chunks without the key: must_not of the equality, never match_except
+    assert translate(parse_filter({"env": {"$nin": ["a", "b"]}})) == {
+        "must_not": [{"key": "f.m656e76.s", "match": {"any": ["a", "b"]}}]
+    }
+    assert translate(parse_filter({"owner": {"$exists": False}})) == {"must": [{"is_empty": {"key": "f.m6f776e6572.e"}}]}
+    assert ALL == set(ROWS)
