@@ -58,7 +58,8 @@ BLOCK_GRAPH = textwrap.dedent("""
     import sys, importlib.abc
     class Block(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in ("networkx", "cdlib", "leidenalg", "igraph", "tiktoken"):
+            if name.split(".")[0] in ("networkx", "graspologic_native", "json_repair", "cdlib", "leidenalg", "igraph",
+                                       "tiktoken"):
                 raise ImportError(f"No module named {name!r} (blocked by test)")
             return None
     sys.meta_path.insert(0, Block())

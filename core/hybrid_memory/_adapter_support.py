@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 __all__ = ["GRAPH_EXTRA_MODULES", "build_owned", "coerce_embedder", "extra_installed", "lazy_exports", "missing_modules"]
 
 #: the top-level modules the ``graph`` extra installs and ``hybrid_memory.graph`` needs
-GRAPH_EXTRA_MODULES: tuple[str, ...] = ("networkx", "cdlib", "leidenalg", "igraph")
+GRAPH_EXTRA_MODULES: tuple[str, ...] = ("networkx", "graspologic_native", "json_repair")
 
 R = TypeVar("R")
 

@@ -7,7 +7,7 @@ import textwrap
 BLOCKER = textwrap.dedent("""
     import sys, importlib.abc
     BLOCKED = ("langchain", "langchain_core", "langchain_community", "llama_index", "networkx", "cdlib",
-               "leidenalg", "igraph", "tiktoken")
+               "leidenalg", "igraph", "tiktoken", "graspologic_native", "json_repair")
     class Block(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target=None):
             if name.split(".")[0] in BLOCKED:

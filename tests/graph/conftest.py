@@ -1,7 +1,7 @@
 import pytest
 
 pytest.importorskip("networkx")
-pytest.importorskip("cdlib")
+pytest.importorskip("graspologic_native")
 
 from hybrid_memory import HashingEmbedder, HybridMemory  # noqa: E402
 

@@ -2,10 +2,19 @@ import random
 import subprocess
 import sys
 
+from importlib import metadata
+
 import networkx as nx
 import pytest
 
-from hybrid_memory.graph.communities import clustering_graph, hierarchical_leiden
+from hybrid_memory.graph.communities import BACKENDS, clustering_graph, hierarchical_leiden
+
+HAS_CDLIB = all(__import__("importlib").util.find_spec(n) is not None for n in ("cdlib", "leidenalg", "igraph"))
+backends = pytest.mark.parametrize(
+    "backend",
+    [pytest.param(b, marks=pytest.mark.skipif(b == "cdlib" and not HAS_CDLIB, reason="graph-cdlib extra absent"))
+     for b in BACKENDS],
+)
 
 
 def _ring(n_cliques=24, size=3, shuffle_seed=None):
@@ -22,12 +31,13 @@ def _shape(communities):
     return [(c.community_id, c.level, c.parent, c.children, c.entities) for c in communities]
 
 
-def test_hierarchy_levels_and_parent_links():
-    communities = hierarchical_leiden(_ring(), max_cluster_size=4, seed=42)
+@backends
+def test_hierarchy_levels_and_parent_links(backend):
+    communities = hierarchical_leiden(_ring(), max_cluster_size=4, seed=42, backend=backend)
     by_id = {c.community_id: c for c in communities}
     level0 = [c for c in communities if c.level == 0]
     level1 = [c for c in communities if c.level == 1]
-    # structure, not leidenalg's exact partition (it may change across cdlib / leidenalg / igraph versions):
+    # structure, not the backend's exact partition (it may change with graspologic-native / leidenalg versions):
     # every community is a union of whole triangles, and those above max_cluster_size are split to triangles
     triangle = {f"n{i:02d}": i // 3 for i in range(72)}
     for community in communities:
@@ -46,18 +56,40 @@ def test_hierarchy_levels_and_parent_links():
     assert [c.community_id for c in level0] == [f"L0-C{i}" for i in range(len(level0))]
 
 
-def test_same_seed_same_communities_whatever_the_insertion_order():
-    reference = _shape(hierarchical_leiden(_ring(), max_cluster_size=4, seed=7))
+@backends
+def test_same_seed_same_communities_whatever_the_insertion_order(backend):
+    reference = _shape(hierarchical_leiden(_ring(), max_cluster_size=4, seed=7, backend=backend))
+    assert reference == _shape(hierarchical_leiden(_ring(), max_cluster_size=4, seed=7, backend=backend))
     for shuffle_seed in (1, 2, 3):
-        assert _shape(hierarchical_leiden(_ring(shuffle_seed=shuffle_seed), max_cluster_size=4, seed=7)) == reference
+        shuffled = hierarchical_leiden(_ring(shuffle_seed=shuffle_seed), max_cluster_size=4, seed=7, backend=backend)
+        assert _shape(shuffled) == reference
 
 
-def test_every_component_is_clustered_coverage_is_total():
+@pytest.mark.skipif(metadata.version("graspologic-native") != "1.3.1",
+                    reason="exact partition pinned to graspologic-native 1.3.1")
+def test_exact_partition_for_graspologic_native_1_3_1():
+    """The one exact-partition assertion, pinned to the backend version: two triangles joined by one edge and
+    a path; the triangles are the two level-0 communities, nothing is split further."""
+    graph = nx.MultiDiGraph()
+    graph.add_edges_from([("a", "b"), ("b", "c"), ("c", "a"), ("d", "e"), ("e", "f"), ("f", "d"), ("c", "d"),
+                          ("p", "q"), ("q", "r")], weight=1.0)
+    got = [(c.community_id, c.parent, c.children, c.entities) for c in hierarchical_leiden(graph, seed=42)]
+    assert got == [("L0-C0", None, [], ["a", "b", "c"]), ("L0-C1", None, [], ["d", "e", "f"]),
+                   ("L0-C2", None, [], ["p", "q", "r"])]
+
+
+def test_unknown_backend_is_refused():
+    with pytest.raises(ValueError, match="community backend must be one of 'graspologic', 'cdlib', got 'louvain'"):
+        hierarchical_leiden(_ring(), backend="louvain")
+
+
+@backends
+def test_every_component_is_clustered_coverage_is_total(backend):
     graph = _ring(6, 3)
     graph.add_edge("x1", "x2", weight=3.0)  # a second component
     graph.add_edge("y1", "y1", weight=1.0)  # a self-loop only
     graph.add_node("z")  # isolated
-    communities = hierarchical_leiden(graph, max_cluster_size=10, seed=42)
+    communities = hierarchical_leiden(graph, max_cluster_size=10, seed=42, backend=backend)
     level0 = [c for c in communities if c.level == 0]
     covered = sorted(n for c in level0 for n in c.entities)
     assert covered == sorted(graph.nodes)
@@ -95,6 +127,7 @@ def test_max_cluster_size_is_validated():
         hierarchical_leiden(_ring(), max_cluster_size=0)
 
 
+@pytest.mark.skipif(not HAS_CDLIB, reason="graph-cdlib extra absent")
 def test_cdlib_import_notices_stay_off_the_terminal():
     code = (
         "from hybrid_memory.graph.communities import _cdlib_leiden\n"

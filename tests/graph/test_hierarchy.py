@@ -47,7 +47,7 @@ def _triangles(community):
 
 
 def test_parents_are_written_from_their_children_reports(ring_memory):
-    """Structure, not Leiden's exact partition (which may change with cdlib / leidenalg / igraph versions):
+    """Structure, not Leiden's exact partition (which may change with the backend version):
     every community holds whole triangles, level 0 covers the ring once, parents larger than
     max_cluster_size are split into children that partition them, and each parent's prompt holds its
     children's reports, written before it."""

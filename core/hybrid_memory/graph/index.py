@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from .._exceptions import InvalidRequestError
 from .build import build_graph, update_graph
-from .communities import describe_communities, hierarchical_leiden
+from .communities import DEFAULT_BACKEND, check_backend, describe_communities, hierarchical_leiden
 from .errors import GraphStateError
 from .extract import Extractor
 from .llm import as_llm_callable
@@ -89,12 +89,14 @@ class GraphIndex:
         extractor: an ``Extractor``; default ``OfflineExtractor()`` (no model).
         summarizer: a ``Summarizer``; default ``ExtractiveSummarizer()`` (no model).
         max_cluster_size: communities larger than this are split again at the next level (default 10).
-        seed: Leiden seed (default 42); the same seed and graph give the same communities.
+        seed: Leiden seed (default 42); the same seed, graph and backend version give the same communities.
+        community_backend: ``"graspologic"`` (default; graspologic-native, MIT, what Microsoft GraphRAG uses) or
+            ``"cdlib"`` (leidenalg + igraph, GPL; extra ``graph-cdlib``). See ``communities``.
         embedder: embedder for ranking reports (``hybrid_memory.Embedder``); default the memory's embedder.
         path: folder ``refresh``/``build`` save to (default ``<memory.path>/graph`` for persisted memories).
         show_progress: tqdm bars while extracting and summarising (off in library calls; the CLI turns it on).
 
-    Raises ValueError for max_cluster_size < 1.
+    Raises ValueError for max_cluster_size < 1 or an unknown community backend.
     """
 
     def __init__(
@@ -104,6 +106,7 @@ class GraphIndex:
         summarizer: Summarizer | None = None,
         max_cluster_size: int = 10,
         seed: int = 42,
+        community_backend: str = DEFAULT_BACKEND,
         embedder: Any = None,
         path: str | Path | None = None,
         show_progress: bool = False,
@@ -114,6 +117,7 @@ class GraphIndex:
         self.summarizer: Summarizer = summarizer if summarizer is not None else ExtractiveSummarizer()
         self.max_cluster_size = max_cluster_size
         self.seed = int(seed)
+        self.community_backend = check_backend(community_backend)
         self.embedder = embedder
         self.path = Path(path) if path is not None else None
         self.show_progress = show_progress
@@ -257,7 +261,9 @@ class GraphIndex:
         )
 
     def _recluster(self) -> None:
-        communities = hierarchical_leiden(self.graph, max_cluster_size=self.max_cluster_size, seed=self.seed)
+        communities = hierarchical_leiden(
+            self.graph, max_cluster_size=self.max_cluster_size, seed=self.seed, backend=self.community_backend
+        )
         hashes = {cid: e.content_hash for cid, e in self.extractions.items()}
         describe_communities(self.graph, communities, hashes)
         by_fingerprint = {r.fingerprint: r for r in self.reports.values() if r.status == "ok"}

