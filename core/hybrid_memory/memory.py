@@ -1213,7 +1213,8 @@ class HybridMemory:
                 logger.debug("index files on disk are newer (seq %s > %s); not overwritten", saved["seq"], self._seq)
             else:
                 self._save_dir_atomically("bm25", self._sparse.save)
-                self._save_dir_atomically("dense", self._dense.save)
+                # unchanged dense base files are hard-linked from the current folder, not written again
+                self._save_dir_atomically("dense", lambda folder: self._dense.save(folder, previous=self.path / "dense"))
                 self._save_dir_atomically("filters", lambda folder: self._filters.save(folder, self._seq))
                 (self.path / "dense.faiss").unlink(missing_ok=True)  # the flat index of earlier versions
                 self._write_saved_state({"seq": self._seq, "saved_at": time.time(), "pid": os.getpid()})

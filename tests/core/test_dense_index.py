@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -11,7 +13,7 @@ import pytest
 
 from hybrid_memory import HybridMemory
 from hybrid_memory._exceptions import InvalidRequestError
-from hybrid_memory.dense import FaissIndex, default_nlist
+from hybrid_memory.dense import FaissIndex, _ivf_ids, default_nlist
 from hybrid_memory.embedders import HashingEmbedder
 from hybrid_memory.engines import RowSet
 
@@ -159,8 +161,64 @@ def test_saved_index_reopens_without_retraining(data, tmp_path, monkeypatch):
     assert [again.search(q, 10) for q in queries[:5]] == expected
     nlist = index._ivf.nlist
     assert np.array_equal(again._ivf.quantizer.reconstruct_n(0, nlist), index._ivf.quantizer.reconstruct_n(0, nlist))
-    for name in ("vectors.npy", "slot_ids.npy"):
+    manifest = json.loads((tmp_path / "dense" / "manifest.json").read_text())
+    for name in (manifest["vectors"], "slot_ids.npy", "delta_slots.npy", "delta_vectors.npy"):
         np.load(tmp_path / "dense" / name, allow_pickle=False)
+
+
+def saved_again(index, previous, folder):
+    """One save into a fresh folder linking from ``previous``, as HybridMemory does; the new manifest."""
+    index.save(folder, previous=previous)
+    return json.loads((folder / "manifest.json").read_text())
+
+
+def test_a_save_after_a_few_writes_links_the_big_files_and_writes_only_the_delta(data, tmp_path):
+    ids, vectors, queries = data
+    index = ivf_index(ids, vectors)
+    first = saved_again(index, None, tmp_path / "s1")
+    base, ivf = tmp_path / "s1" / first["vectors"], tmp_path / "s1" / first["ivf"]
+    assert first["base_rows"] == N and first["delta_rows"] == 0
+    # an upsert: id 3 removed (its slot freed) and a new id added, which reuses that slot
+    index.remove([3])
+    new_vector = -vectors[:1]
+    index.add([99_999], new_vector)
+    second = saved_again(index, tmp_path / "s1", tmp_path / "s2")
+    assert (second["vectors"], second["ivf"]) == (first["vectors"], first["ivf"])
+    for name in (first["vectors"], first["ivf"]):  # the same files (one inode, two links), not copies
+        assert (tmp_path / "s2" / name).stat().st_ino == (tmp_path / "s1" / name).stat().st_ino
+        assert (tmp_path / "s2" / name).stat().st_nlink == 2
+    assert np.load(tmp_path / "s2" / "delta_slots.npy").tolist() == [0]  # the reused slot only
+    assert np.array_equal(np.load(tmp_path / "s2" / "delta_vectors.npy"), new_vector)
+    assert base.stat().st_size == 128 + N * DIM * 4 and ivf.exists()
+    expected = [index.search(q, 10) for q in [*queries[:5], new_vector[0]]]
+    assert expected[-1][0] == (99_999, pytest.approx(1.0, abs=1e-5))
+    again = FaissIndex(DIM, kind="ivf")
+    assert again.load(tmp_path / "s2") is True
+    assert [again.search(q, 10) for q in [*queries[:5], new_vector[0]]] == expected
+    # the loaded IVF replayed the change: id 3 is gone from its lists, 99999 is in them
+    held = set(_ivf_ids(again._ivf).tolist())
+    assert 3 not in held and 99_999 in held and len(held) == N
+    # a third save from the reopened index still links, and keeps the delta relative to the same base
+    third = saved_again(again, tmp_path / "s2", tmp_path / "s3")
+    assert third["vectors"] == first["vectors"] and third["delta_rows"] == 1
+
+
+def test_a_large_delta_or_a_missing_previous_folder_writes_new_base_files(data, tmp_path):
+    ids, vectors, _ = data
+    index = ivf_index(ids, vectors)
+    first = saved_again(index, None, tmp_path / "s1")
+    many = N // 8 + 1  # beyond DELTA_FRACTION of the rows
+    index.remove(ids[:many])
+    index.add(np.arange(10**6, 10**6 + many), vectors[:many])
+    second = saved_again(index, tmp_path / "s1", tmp_path / "s2")
+    assert second["vectors"] != first["vectors"] and second["delta_rows"] == 0
+    assert second["ivf"] != first["ivf"]  # 2 x 751 adds and removals > IVF_REWRITE_MIN
+    assert (tmp_path / "s2" / second["vectors"]).stat().st_nlink == 1
+    third = saved_again(index, tmp_path / "gone", tmp_path / "s3")
+    assert third["vectors"] != second["vectors"] and third["ivf"] != second["ivf"]
+    again = FaissIndex(DIM, kind="ivf")
+    assert again.load(tmp_path / "s3") is True and len(again) == N
+    assert again.search(vectors[0], 1)[0][0] == 10**6
 
 
 def test_damaged_save_is_refused(data, tmp_path):
@@ -171,6 +229,19 @@ def test_damaged_save_is_refused(data, tmp_path):
     again = FaissIndex(DIM)
     assert again.load(tmp_path / "dense") is False
     assert len(again) == 0
+
+
+def test_a_truncated_base_or_a_delta_of_another_save_is_refused(data, tmp_path):
+    ids, vectors, _ = data
+    index = ivf_index(ids, vectors)
+    manifest = saved_again(index, None, tmp_path / "a")
+    index.add([10**6], vectors[:1])
+    saved_again(index, tmp_path / "a", tmp_path / "b")
+    shutil.copy(tmp_path / "a" / "delta_slots.npy", tmp_path / "b" / "delta_slots.npy")  # 0 rows, manifest says 1
+    assert FaissIndex(DIM).load(tmp_path / "b") is False
+    base = tmp_path / "a" / manifest["vectors"]
+    base.write_bytes(base.read_bytes()[:-4])
+    assert FaissIndex(DIM).load(tmp_path / "a") is False
 
 
 def test_search_sets_faiss_threads_in_the_searching_thread(data):

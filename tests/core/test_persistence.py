@@ -59,7 +59,8 @@ def test_reopen_in_another_process_gives_identical_results(saved):
 def test_saved_files_hold_no_pickle(saved):
     path, _ = saved
     names = sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file())
-    assert "store.sqlite3" in names and "manifest.json" in names and "dense/vectors.npy" in names
+    assert "store.sqlite3" in names and "manifest.json" in names and "dense/slot_ids.npy" in names
+    assert [n for n in names if n.startswith("dense/vectors.")] == [f"dense/{dense_base(path)}"]
     assert "bm25/manifest.json" in names and "bm25/ids.npy" in names
     for file in path.rglob("*"):
         if file.is_file():
@@ -67,6 +68,11 @@ def test_saved_files_hold_no_pickle(saved):
             assert head not in (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05"), file
         if file.suffix == ".npy":
             np.load(file, allow_pickle=False)
+
+
+def dense_base(path):
+    """The name of the dense index's base vectors file (``vectors.<token>.npy``)."""
+    return json.loads((path / "dense" / "manifest.json").read_text())["vectors"]
 
 
 def assert_same_results(got, expected):
@@ -93,7 +99,7 @@ def fresh_build_results(path):
 
 def test_corrupt_dense_index_is_rebuilt_from_stored_vectors(saved):
     path, expected = saved
-    (path / "dense" / "vectors.npy").write_bytes(b"not a numpy array")
+    (path / "dense" / dense_base(path)).write_bytes(b"not a numpy array")
     with HybridMemory.open(path) as mem:
         assert run_queries(mem) == expected
 
@@ -199,3 +205,38 @@ def test_a_damaged_index_state_file_is_treated_as_missing(tmp_path, state):
     assert saved["seq"] == 2
     with HybridMemory.open(tmp_path, embedder=HashingEmbedder(32)) as memory:
         assert [r.chunk_id for r in memory.search("zebra", sparse_weight=1.0, dense_weight=0.0).results] == ["z"]
+
+
+def test_a_save_after_one_upsert_links_the_big_dense_files_and_reopens_identically(tmp_path):
+    """The vectors base file and the IVF file are hard-linked into the new save (same inode), not rewritten;
+    only the one changed row is written; a reopen from those files gives the same results."""
+    path, dim, n = tmp_path / "memory", 32, 6000
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((n, dim)).astype(np.float32)
+    chunks = [{"chunk_id": f"c{i}", "text": f"note {i} on topic{i % 7}", "metadata": {"k": i % 3}} for i in range(n)]
+    options = {"embedder": HashingEmbedder(dim), "dense_index": "ivf", "background_compaction": False}
+    with HybridMemory(path, **options) as mem:
+        mem.add(chunks, vectors=vectors)
+        assert mem.stats()["dense"]["approximate"] is True
+    first = json.loads((path / "dense" / "manifest.json").read_text())
+    inodes = {name: (path / "dense" / name).stat().st_ino for name in (first["vectors"], first["ivf"])}
+    probes = [vectors[i] / np.linalg.norm(vectors[i]) for i in (5, 17, 400)]
+
+    def results(mem):
+        return [[(r.chunk_id, r.score) for r in mem.search("topic3 note", query_vector=p, top_k=8,
+                                                          metadata_filter=f).results]
+                for p in [*probes, -probes[0]] for f in (None, {"k": 1})]
+
+    with HybridMemory.open(path, **options) as mem:
+        mem.upsert([{"chunk_id": "c5", "text": "note 5 rewritten", "metadata": {"k": 1}}], vectors=-vectors[5:6])
+        mem.persist()
+        expected = results(mem)
+        # the upserted vector is the best match of its own direction
+        assert mem.search("x", query_vector=-probes[0], top_k=1, sparse_weight=0.0).results[0].chunk_id == "c5"
+    second = json.loads((path / "dense" / "manifest.json").read_text())
+    assert (second["vectors"], second["ivf"]) == (first["vectors"], first["ivf"])
+    assert {name: (path / "dense" / name).stat().st_ino for name in inodes} == inodes
+    assert (second["base_rows"], second["delta_rows"]) == (n, 1)  # the freed slot, reused by the new version
+    with HybridMemory.open(path, **options) as mem:
+        assert mem.last_sync["dense"] == {"rebuilt": False, "added": 0, "removed": 0}
+        assert results(mem) == expected
