@@ -131,6 +131,58 @@ class HybridMemory:
     other processes committed (see :meth:`search`), from the store's change log, never by a rebuild.
     """
 
+    def __new__(cls, *args: Any, backend: Any = None, **kwargs: Any) -> HybridMemory:
+        """``HybridMemory(backend=...)`` builds the memory over that backend (a
+        :class:`~hybrid_memory.backends.memory.BackendMemory`); without one, the embedded memory."""
+        if backend is not None and cls is HybridMemory:
+            from .backends.memory import BackendMemory
+
+            return object.__new__(BackendMemory)
+        return object.__new__(cls)
+
+    @classmethod
+    def qdrant(
+        cls,
+        client_or_url: Any = ":memory:",
+        *,
+        collection: str = "hybrid_memory",
+        embedder: Embedder | None = None,
+        api_key: str | None = None,
+        edge_path: str | Path | None = None,
+        **options: Any,
+    ) -> HybridMemory:
+        """A memory in a Qdrant collection (the ``qdrant`` extra); see :mod:`hybrid_memory.backends.qdrant`.
+
+        Args:
+            client_or_url: a ``qdrant_client.QdrantClient``, a server URL (``"http://qdrant:6333"``), or
+                ``":memory:"`` / a directory for qdrant-client's local mode. Ignored with ``edge_path``.
+            collection: the collection name.
+            embedder: as for the constructor (its dimension fixes the collection's).
+            api_key: the server's API key, with a URL.
+            edge_path: a directory for a Qdrant Edge shard (the Rust engine in process) instead of a client.
+            **options: ``shard_number``, ``replication_factor``, ``write_consistency_factor``,
+                ``write_ordering``, ``k1``, ``b``, ``avgdl``, ``indexed_keys``, ``payload_indexes`` go to
+                :class:`~hybrid_memory.backends.qdrant.QdrantBackend`; ``candidate_multiplier``, ``dedup``,
+                ``recency_prior`` to the memory.
+
+        Raises:
+            MissingDependencyError: the ``qdrant`` extra is not installed.
+            StoreFormatError: the collection exists with another schema (dimension, distance, sparse modifier).
+        """
+        from .backends.qdrant import QdrantBackend
+
+        memory_options = {k: options.pop(k) for k in ("candidate_multiplier", "dedup", "recency_prior", "show_progress")
+                          if k in options}
+        if edge_path is not None:
+            cluster = [k for k in ("shard_number", "replication_factor", "write_consistency_factor", "write_ordering")
+                       if k in options]
+            if cluster:
+                raise InvalidRequestError(f"{cluster} configure a Qdrant cluster; an Edge shard takes none of them")
+            backend = QdrantBackend.edge(str(edge_path), **options)
+        else:
+            backend = QdrantBackend.client(client_or_url, collection=collection, api_key=api_key, **options)
+        return cls(backend=backend, embedder=embedder, **memory_options)
+
     def __init__(
         self,
         path: str | Path | None = None,

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidFilterError
-from hybrid_memory.backends.qdrant_filters import filterable_fields, translate
+from hybrid_memory.backends.qdrant_filters import field_name, filterable_fields, translate
 from hybrid_memory.filters import parse_filter
 
 from .test_filters import ALL, CASES, ROWS
@@ -24,15 +24,21 @@ REFUSED = {
 def _collection(engine, tmp_path_factory):
     from hybrid_memory.backends.qdrant_collection import ClientCollection, EdgeCollection, Point
 
-    if engine == "qdrant-edge":
+    indexes = {}
+    if engine.startswith("qdrant-edge"):
         pytest.importorskip("qdrant_edge", reason="qdrant-edge-py is not installed (pip install 'hybrid-memory[qdrant]')")
         collection = EdgeCollection(tmp_path_factory.mktemp("edge") / "shard")
+        if engine == "qdrant-edge-indexed":  # payload indexes must not change which points match
+            kinds = {"s": "keyword", "n": "float", "i": "integer", "b": "keyword"}
+            indexes = {f"f.{field_name('m', key)}.{sub}": kinds[sub] for key, sub in (
+                ("labels", "s"), ("sev", "n"), ("sev", "i"), ("flag", "b"), ("owner", "s"), ("n", "i"), ("v", "n"),
+                ("mixed", "i"))}
     else:
         qdrant_client = pytest.importorskip(
             "qdrant_client", reason="qdrant-client is not installed (pip install 'hybrid-memory[qdrant]')"
         )
         collection = ClientCollection(qdrant_client.QdrantClient(":memory:"), "filters")
-    collection.ensure(4, {})
+    collection.ensure(4, indexes)
     collection.upsert([
         Point(str(uuid.uuid5(uuid.NAMESPACE_URL, cid)), [1.0, 0.0, 0.0, 0.0], ([1], [1.0]),
               {"chunk_id": cid, "f": filterable_fields(meta, {})})
@@ -41,7 +47,7 @@ def _collection(engine, tmp_path_factory):
     return collection
 
 
-@pytest.fixture(scope="module", params=["qdrant-edge", "qdrant-client-local"])
+@pytest.fixture(scope="module", params=["qdrant-edge", "qdrant-edge-indexed", "qdrant-client-local"])
 def collection(request, tmp_path_factory):
     coll = _collection(request.param, tmp_path_factory)
     yield coll

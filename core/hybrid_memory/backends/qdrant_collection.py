@@ -14,6 +14,7 @@ idempotent.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,9 +152,11 @@ class ClientCollection:
         schema = self.client.get_collection(self.name).payload_schema or {}
         kinds = {"keyword": m.PayloadSchemaType.KEYWORD, "float": m.PayloadSchemaType.FLOAT,
                  "bool": m.PayloadSchemaType.BOOL, "integer": m.PayloadSchemaType.INTEGER}
-        for key, kind in indexes.items():
-            if key not in schema:
-                self.client.create_payload_index(self.name, key, field_schema=kinds[kind], wait=True)
+        with warnings.catch_warnings():  # local mode warns that payload indexes have no effect there
+            warnings.filterwarnings("ignore", message="Payload indexes have no effect in the local Qdrant")
+            for key, kind in indexes.items():
+                if key not in schema:
+                    self.client.create_payload_index(self.name, key, field_schema=kinds[kind], wait=True)
 
     def _vectors(self, point: Point) -> dict[str, Any]:
         indices, values = point.sparse

@@ -1,0 +1,399 @@
+"""BackendMemory: :class:`~hybrid_memory.HybridMemory` over a :class:`~hybrid_memory.backends.base.Backend`.
+
+``HybridMemory(backend=...)`` and ``HybridMemory.qdrant(...)`` construct this subclass. It inherits the
+request handling, the search and asearch flow, scoped views and the response unchanged, and replaces what
+touched the embedded store: the write path (the same rules: an upsert keeps the scope and validity fields it
+does not state, an unchanged text keeps its vector and is not re-embedded, ids held outside a scope are
+refused, exact duplicates are reported), reads, counts, deletes, ``supersede``, and filter resolution (to the
+backend's filter instead of a RowSet of rowids). The searcher is the core's
+:class:`~hybrid_memory.searcher.HybridSearcher` over the backend's engines: fusion stays client-side, with
+every method of :data:`~hybrid_memory.fusion.FUSION_METHODS`.
+
+Dedup runs as in the embedded memory (exact duplicates by a ``content_hash`` payload filter, near duplicates by
+the dense leg restricted to exactly the chunk's scope). Not on a backend: index files (``persist`` and
+``flush`` have nothing to do: the backend stores every write when it returns) and the multi-process change
+log (several processes share one Qdrant collection directly; an Edge shard belongs to one process). Writes
+are serialised within the process; two processes writing the same chunk id to one collection race (the last
+upsert wins), where the embedded store detects the conflict.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._exceptions import DimensionMismatchError, DuplicateChunkError, InvalidRequestError, ScopeError
+from .._rwlock import ReadWriteLock
+from ..dedup import DedupPolicy, Match, WriteResult, as_policy, find_exact, find_near
+from ..embedders import Embedder, SentenceTransformerEmbedder, l2_normalize
+from ..engines import Query
+from ..memory import HybridMemory, _bound, _checked_filter, _inherit_scope, _instant, _keep_unstated
+from ..models import SCOPE_FIELDS, TIME_FIELDS, Chunk, SearchRequest, SearchResponse, SearchResult, StoredChunk
+from ..scopes import Scope, as_scope
+from ..searcher import HybridResult, HybridSearcher
+from ..store import content_hash
+from ..temporal import RecencyPrior, apply_recency_prior
+from .base import Backend, ChunkVersion
+
+__all__ = ["BackendMemory"]
+
+logger = logging.getLogger(__name__)
+
+
+def _system(chunk: StoredChunk) -> dict[str, Any]:
+    """Scope and time fields, superseded_by and merged of a stored chunk (what the write rules read)."""
+    values: dict[str, Any] = {name: getattr(chunk, name) for name in (*SCOPE_FIELDS, *TIME_FIELDS)}
+    values["superseded_by"] = chunk.superseded_by
+    values["merged"] = [[i, s] for i, s in zip(chunk.merged_ids, chunk.merged_sources, strict=True)]
+    return values
+
+
+class BackendMemory(HybridMemory):
+    """A hybrid memory whose chunks, vectors and both engines live in a backend (e.g. Qdrant).
+
+    Args:
+        path: must be None (the backend holds the data).
+        backend: the :class:`~hybrid_memory.backends.base.Backend`, e.g.
+            :class:`~hybrid_memory.backends.qdrant.QdrantBackend`; closed by :meth:`close`.
+        embedder: as for :class:`HybridMemory` (default all-MiniLM-L6-v2); its dimension fixes the
+            collection's (checked on open).
+        candidate_multiplier, dedup, recency_prior, show_progress: as for :class:`HybridMemory`.
+
+    Raises:
+        StoreFormatError: the collection's schema does not fit (dimension, distance, sparse modifier).
+        InvalidRequestError: a path was given, or a bad parameter.
+    """
+
+    def __init__(
+        self,
+        path: Any = None,
+        *,
+        backend: Backend,
+        embedder: Embedder | None = None,
+        candidate_multiplier: int = 2,
+        dedup: DedupPolicy | str = "keep",
+        recency_prior: RecencyPrior | None = None,
+        show_progress: bool = False,
+    ) -> None:
+        if path is not None:
+            raise InvalidRequestError(
+                f"a memory on a backend keeps no directory (got path {path!r}); pass backend=... alone, or a "
+                "path alone for the embedded memory"
+            )
+        if not isinstance(candidate_multiplier, int) or candidate_multiplier < 1:
+            raise InvalidRequestError(f"candidate_multiplier must be an int >= 1, got {candidate_multiplier!r}")
+        if recency_prior is not None and not isinstance(recency_prior, RecencyPrior):
+            raise InvalidRequestError(f"recency_prior must be a RecencyPrior or None, got {recency_prior!r}")
+        self.path = None
+        self.backend = backend
+        self.candidate_multiplier = candidate_multiplier
+        self.show_progress = show_progress
+        self.dedup = as_policy(dedup, DedupPolicy())
+        self.recency_prior = recency_prior
+        self.embedder = embedder if embedder is not None else SentenceTransformerEmbedder()
+        self.last_sync: dict[str, Any] = {}
+        self._write_lock = threading.RLock()
+        self._index_lock = ReadWriteLock()
+        self._closed = False
+        backend.open(int(self.embedder.dim))
+        # Qdrant runs both legs of a query in one batched request: no local thread pool
+        self._searcher = HybridSearcher(backend.engines(self.embedder), backend.keys, executor=None)
+
+    # -- writes -------------------------------------------------------------------------------------
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        dim = int(self.embedder.dim)
+        if not texts:
+            return np.zeros((0, dim), dtype=np.float32)
+        vectors = np.asarray(self.embedder.embed_documents(texts), dtype=np.float32)
+        if vectors.shape != (len(texts), dim):
+            raise DimensionMismatchError(
+                f"embedder {self.embedder.name!r} returned shape {vectors.shape} for {len(texts)} texts; "
+                f"expected ({len(texts)}, {dim})"
+            )
+        if not np.isfinite(vectors).all():
+            raise InvalidRequestError(
+                f"embedder {self.embedder.name!r} returned NaN or infinite values; nothing was stored"
+            )
+        return l2_normalize(vectors)
+
+    def _write(
+        self,
+        chunks: Iterable[Chunk | Mapping[str, Any]],
+        vectors: np.ndarray | None,
+        *,
+        replace: bool,
+        dedup: DedupPolicy | str | None = None,
+        scope: Scope | Mapping[str, Any] | None = None,
+        extra_updates: Sequence[tuple[str, Mapping[str, Any]]] = (),
+    ) -> WriteResult:
+        self._check_open()
+        scope = as_scope(scope)
+        policy = as_policy(dedup, self.dedup)
+        items = self._validate_chunks(chunks)
+        if scope is not None:
+            items = [scope.stamp(c) for c in items]
+        dim = int(self.embedder.dim)
+        if vectors is not None:
+            vectors = np.asarray(vectors, dtype=np.float32)
+            if vectors.ndim != 2 or vectors.shape != (len(items), dim):
+                raise DimensionMismatchError(
+                    f"vectors must have shape ({len(items)}, {dim}) (one row per chunk, the memory's dimension), "
+                    f"got {vectors.shape}"
+                )
+            if not np.isfinite(vectors).all():
+                raise InvalidRequestError("vectors contain NaN or infinite values")
+        if not items and not extra_updates:
+            return WriteResult([])
+        with self._write_lock:
+            payloads = self.backend.payloads([c.chunk_id for c in items] + [cid for cid, _ in extra_updates])
+            stored = {cid: self.backend._chunk(p) for cid, p in payloads.items()}
+            systems = {cid: _system(c) for cid, c in stored.items()}
+            items = [_keep_unstated(c, systems.get(c.chunk_id)) for c in items]
+            existing = [c.chunk_id for c in items if c.chunk_id in stored]
+            if scope is not None:
+                foreign = sorted(cid for cid in existing if not scope.contains(systems[cid]))
+                if foreign:
+                    raise ScopeError(
+                        f"chunk ids {foreign[:5]} are not available in this scope (the memory holds them outside "
+                        "it); choose other ids, for example uuid4 ones; nothing was written"
+                    )
+            if existing and not replace:
+                raise DuplicateChunkError(f"chunk ids already stored: {sorted(existing)[:5]}; use upsert() to replace them")
+            hashes = [content_hash(c.text) for c in items]
+            scope_keys = [tuple(c.scope_values().values()) for c in items]
+            new_positions = [i for i, c in enumerate(items) if c.chunk_id not in stored]
+            matches: dict[int, Match] = find_exact(
+                [(i, items[i].chunk_id, hashes[i], scope_keys[i]) for i in new_positions],
+                lambda digests, key: self.backend.find_hashes(digests, dict(zip(SCOPE_FIELDS, key, strict=True))),
+            )
+            dropped = {i for i in matches if policy.action != "keep"}
+            changed = [i for i, c in enumerate(items) if i not in dropped and (
+                vectors is not None or c.chunk_id not in stored or stored[c.chunk_id].content_hash != hashes[i])]
+            if vectors is not None:
+                given = l2_normalize(vectors)
+                vector_of = {i: given[i] for i in changed}
+            else:
+                embedded = self._embed([items[i].text for i in changed])
+                vector_of = {i: embedded[j] for j, i in enumerate(changed)}
+            if policy.near:
+                tokenize = self.backend.encoder.tokenizer.tokenize
+                candidates = [(i, items[i].chunk_id, scope_keys[i]) for i in new_positions
+                              if i not in matches and i in vector_of]
+                if candidates:
+                    near = find_near(candidates, vector_of, {i: tokenize(items[i].text) for i, _, _ in candidates},
+                                     policy, self._near_search(tokenize))
+                    matches.update(near)
+                    if policy.action != "keep":
+                        dropped |= set(near)
+                        changed = [i for i in changed if i not in dropped]
+            merges: dict[str, list[list[str]]] = {}
+            if policy.action == "merge":
+                for i in sorted(dropped):
+                    merges.setdefault(matches[i].duplicate_of, []).append([items[i].chunk_id, items[i].source])
+            changed_set = set(changed)
+            now = time.time()
+            versions = []
+            for i, c in enumerate(items):
+                if i in dropped:
+                    continue
+                prev = stored.get(c.chunk_id)
+                merged = [*(_system(prev)["merged"] if prev else []), *merges.get(c.chunk_id, [])]
+                version = StoredChunk(
+                    **c.model_dump(), content_hash=hashes[i],
+                    created_at=prev.created_at if prev else now, updated_at=now,
+                    superseded_by=prev.superseded_by if prev is not None and c.valid_to is not None else None,
+                    merged_ids=[m[0] for m in merged], merged_sources=[m[1] for m in merged],
+                )
+                versions.append(ChunkVersion(version, vector_of[i] if i in changed_set else None))
+            written = {c.chunk_id for i, c in enumerate(items) if i not in dropped}
+            targets = {cid: refs for cid, refs in merges.items() if cid not in written}
+            if targets:
+                more = self.backend.payloads(list(targets))
+                payloads.update(more)
+                for cid, payload in more.items():
+                    target = self.backend._chunk(payload)
+                    versions.append(ChunkVersion(target.model_copy(update={
+                        "merged_ids": [*target.merged_ids, *(r[0] for r in targets[cid])],
+                        "merged_sources": [*target.merged_sources, *(r[1] for r in targets[cid])],
+                    }), None))
+            for cid, update in extra_updates:
+                versions.append(ChunkVersion(stored[cid].model_copy(update=dict(update)), None))
+            seqs = {cid: int(p["seq"]) for cid, p in payloads.items()}
+            self.backend.write(versions, seqs)
+        logger.debug("stored %d chunks on %s (%d vectors written, %d duplicates dropped)", len(items), self.backend.name,
+                     len(changed), len(dropped))
+        return WriteResult([self._decision(i, items[i].chunk_id, matches.get(i), policy) for i in range(len(items))])
+
+    def _near_search(self, tokenize: Any) -> Any:
+        """``(vector, scope key) -> [(chunk_id, cosine, tokens)]``: the 5 nearest stored chunks of exactly that
+        scope (the dense leg with the scope as filter), as the embedded memory's near-duplicate search."""
+
+        def search(vector: np.ndarray, key: tuple) -> list[tuple[str, float, list[str]]]:
+            found = self.backend.nearest(vector, dict(zip(SCOPE_FIELDS, key, strict=True)), 5)
+            return [(cid, score, tokenize(text)) for cid, score, text in found]
+
+        return search
+
+    def supersede(
+        self,
+        old_ids: Iterable[str] | str,
+        new_chunk: Chunk | Mapping[str, Any],
+        *,
+        vector: np.ndarray | None = None,
+        scope: Scope | Mapping[str, Any] | None = None,
+    ) -> str:
+        """As :meth:`HybridMemory.supersede`: write ``new_chunk`` and close the validity of the facts it
+        replaces (``valid_to`` = its ``valid_from``, ``superseded_by`` = its id) in the same batch."""
+        self._check_open()
+        old = self._ids_argument(old_ids)
+        if not old:
+            raise InvalidRequestError("old_ids is empty: give the ids of the facts the new chunk replaces")
+        chunk = self._validate_chunks([new_chunk])[0]
+        if chunk.chunk_id in old:
+            raise InvalidRequestError(f"cannot supersede itself: {chunk.chunk_id!r}; give the new fact a new id")
+        with self._write_lock:
+            stored = {c.chunk_id: c for c in self.get(old, scope=scope)}
+            missing = [cid for cid in old if cid not in stored]
+            if missing:
+                raise InvalidRequestError(f"cannot supersede unknown chunk ids {missing[:5]}; nothing was written")
+            closed = [(cid, stored[cid].superseded_by) for cid in old if stored[cid].superseded_by]
+            if closed:
+                cid, newer = closed[0]
+                raise InvalidRequestError(
+                    f"chunk {cid!r} was already superseded by {newer!r}; supersede {newer!r} instead (a fact's "
+                    "history is never rewritten); nothing was written"
+                )
+            chunk = _inherit_scope(chunk, [_system(stored[cid]) for cid in old])
+            start = chunk.valid_from if chunk.valid_from is not None else time.time()
+            late = [cid for cid, c in stored.items() if c.valid_from is not None and c.valid_from >= start]
+            if late:
+                raise InvalidRequestError(
+                    f"chunks {late[:5]} are valid from {stored[late[0]].valid_from}, not before the new fact's "
+                    f"valid_from {start}; give the new chunk a later valid_from"
+                )
+            chunk = chunk.model_copy(update={"valid_from": start})
+            vectors = None if vector is None else np.asarray(vector, dtype=np.float32).reshape(1, -1)
+            closes = [(cid, {"valid_to": min(start, c.valid_to) if c.valid_to is not None else start,
+                             "superseded_by": chunk.chunk_id}) for cid, c in stored.items()]
+            self._write([chunk], vectors, replace=True, dedup="keep", scope=scope, extra_updates=closes)
+        return chunk.chunk_id
+
+    def delete(self, chunk_ids: Iterable[str], *, scope: Scope | Mapping[str, Any] | None = None) -> int:
+        """Delete chunks by id (unknown ids, and ids outside ``scope``, are ignored). Returns how many were."""
+        self._check_open()
+        ids = self._ids_argument(chunk_ids)
+        with self._write_lock:
+            found = [c.chunk_id for c in self.get(ids, scope=scope)]
+            self.backend.delete(found)
+        return len(found)
+
+    @contextlib.contextmanager
+    def bulk(self) -> Iterator[HybridMemory]:
+        """Nothing to defer on a backend (it indexes as it stores); kept so loaders run unchanged."""
+        yield self
+
+    # -- reads --------------------------------------------------------------------------------------
+    def get(self, chunk_ids: Iterable[str], *, scope: Scope | Mapping[str, Any] | None = None) -> list[StoredChunk]:
+        """Stored chunks in the order of ``chunk_ids``; unknown ids (and ids outside ``scope``) are skipped."""
+        self._check_open()
+        ids = self._ids_argument(chunk_ids)
+        bound = as_scope(scope)
+        found = self.backend.get(ids)
+        return [found[c] for c in dict.fromkeys(ids) if c in found and (bound is None or bound.contains(_system(found[c])))]
+
+    def count(self, metadata_filter: Mapping[str, Any] | None = None, *, scope: Scope | Mapping[str, Any] | None = None,
+              as_of: Any = None) -> int:
+        """Number of stored chunks matching the filter, in ``scope``, valid at ``as_of``."""
+        self._check_open()
+        return self.backend.count(self.backend.resolve(_checked_filter(metadata_filter), _bound(scope), _instant(as_of)))
+
+    def iter_chunks(self, metadata_filter: Mapping[str, Any] | None = None, *,
+                    scope: Scope | Mapping[str, Any] | None = None, as_of: Any = None) -> Iterator[StoredChunk]:
+        """Stored chunks matching the filter, in ``scope``, valid at ``as_of``, in order of first insertion."""
+        self._check_open()
+        return self.backend.iter_chunks(self.backend.resolve(_checked_filter(metadata_filter), _bound(scope), _instant(as_of)))
+
+    def chunk_hashes(self, *, scope: Scope | Mapping[str, Any] | None = None) -> dict[str, str]:
+        """chunk_id -> sha256 of the text, for every stored chunk in ``scope``."""
+        return {c.chunk_id: c.content_hash for c in self.iter_chunks(scope=scope)}
+
+    # -- search (the inherited search/asearch run these) --------------------------------------------
+    def _catch_up(self) -> bool:
+        return False  # no change log: the backend is the one copy
+
+    def _resolve_filter(self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None = None,
+                        as_of: float | None = None) -> Any:
+        return self.backend.resolve(metadata_filter, scope, as_of)
+
+    def _query(self, req: SearchRequest, query_vector: np.ndarray | Sequence[float] | None) -> Query:
+        dim = int(self.embedder.dim)
+        if query_vector is None:
+            query = Query(req.search_text)
+        else:
+            vector = np.asarray(query_vector, dtype=np.float32).reshape(-1)
+            if vector.shape != (dim,) or not np.isfinite(vector).all():
+                raise InvalidRequestError(
+                    f"query_vector must be {dim} finite floats (this memory's embedding size), got shape "
+                    f"{vector.shape}; pass None to embed search_text"
+                )
+            query = Query(req.search_text, l2_normalize(vector.reshape(1, -1))[0])
+        params = req.hybrid_params
+        query.cache["qdrant_legs"] = tuple(
+            name for name, w in (("sparse", params.sparse_weight), ("dense", params.dense_weight)) if w > 0
+        )
+        return query
+
+    def _with_prior(self, req: SearchRequest, result: HybridResult, prior: RecencyPrior | None) -> HybridResult:
+        if prior is None or not result.hits:
+            return result
+        rows = self.backend.get([h.key for h in result.hits])
+        times = {c.chunk_id: c.valid_from if c.valid_from is not None else c.created_at for c in rows.values()}
+        now = req.as_of if req.as_of is not None else time.time()
+        return dataclasses.replace(result, hits=apply_recency_prior(result.hits, times, prior, now, req.top_k))
+
+    def _response(self, req: SearchRequest, result: HybridResult) -> SearchResponse:
+        rows = self.backend.get([hit.key for hit in result.hits])
+        results = [
+            SearchResult(
+                chunk_id=hit.key, rrf_score=hit.rrf_score, text=rows[hit.key].text, source=rows[hit.key].source,
+                metadata=rows[hit.key].metadata,
+                score=None if result.method == "rrf" and hit.score == hit.rrf_score else hit.score,
+                sparse_rank=hit.ranks.get("sparse"), sparse_score=hit.raw_scores.get("sparse"),
+                dense_rank=hit.ranks.get("dense"), dense_score=hit.raw_scores.get("dense"),
+            )
+            for hit in result.hits if hit.key in rows  # a chunk deleted during the search is left out
+        ]
+        return SearchResponse(query_id=req.query_id, total_retrieved=len(results), results=results,
+                              fusion=result.method, effective_weights=result.weights)
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Nothing runs in the background on a backend."""
+
+    def persist(self) -> None:
+        """Nothing to save: the backend stored every write when it returned."""
+        self._check_open()
+
+    def stats(self) -> dict[str, Any]:
+        """Counts and parameters: the backend's, the embedder, candidate_multiplier."""
+        self._check_open()
+        return {"path": None, "chunks": self.count(), **self.backend.stats(),
+                "embedder": {"name": self.embedder.name, "dim": int(self.embedder.dim)},
+                "candidate_multiplier": self.candidate_multiplier}
+
+    def close(self) -> None:
+        """Close the backend. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.backend.close()
+
+    def __repr__(self) -> str:
+        return f"HybridMemory(backend={self.backend.name!r}, embedder={self.embedder.name!r})"

@@ -1,0 +1,571 @@
+"""QdrantBackend: a memory kept in a Qdrant collection, with this library's tokenizer, filters and fusion.
+
+**Points.** A chunk is one point, id ``uuid5(NAMESPACE, chunk_id)`` (Qdrant ids are unsigned integers or
+UUIDs), the chunk id in the payload. Payload: ``chunk_id``, ``text``, ``source``, ``metadata`` (as given),
+``sys`` (scope fields, ``valid_from`` / ``valid_to``, ``superseded_by``, ``merged``), ``content_hash``,
+``created_at``, ``updated_at``, ``seq`` (first-insertion order, nanoseconds) and the typed filter fields ``f``
+(:mod:`hybrid_memory.backends.qdrant_filters`). Payload indexes: the scope fields (keyword), ``content_hash``,
+``seq`` and the metadata keys the caller declares (``indexed_keys``; keyword, float, integer and bool kinds).
+
+**BM25 on Qdrant.** The sparse vector ``bm25`` holds, for each distinct token of
+:class:`~hybrid_memory.tokenizer.TechnicalTokenizer` (so identifiers tokenize exactly as in the embedded
+backend), index ``crc32(token)`` (a stable 32-bit hash: Qdrant's sparse indices are uint32; two tokens may
+collide, about one pair in a 100,000-token vocabulary, and then share a document frequency) and the Lucene
+BM25 term-frequency part as value::
+
+    value(t, d) = tf(t, d) / (tf(t, d) + k1 · (1 - b + b · |d| / avgdl))
+
+The collection's IDF modifier multiplies each query term by Qdrant's idf, which is Lucene's
+``ln(1 + (N - df + 0.5) / (df + 0.5))`` (Qdrant's sparse-vector docs; checked here to the float: a term in 1
+of 3 points scores ln(1 + 2.5 / 1.5)), and the query vector holds each query token's count, so a score is
+``Σ_{t in q} idf(t) · value(t, d)``, the formula of :class:`~hybrid_memory.sparse.BM25Index`. What differs:
+
+* ``avgdl`` is a parameter fixed when documents are written (Qdrant's own ``Bm25`` takes ``avg_len`` the
+  same way, default 256), where the embedded index uses the corpus mean of its last merge; set it to the
+  corpus's mean length in tokens (the benchmark does) and the scores agree;
+* N and df are counted per shard, over the points that have a non-empty sparse vector (a chunk without a
+  single token does not count in N), where the embedded index counts every chunk of the memory.
+
+**Search.** Both legs go in one ``query_batch`` request (one round trip; a ``prefetch`` request would return
+only Qdrant's own fusion of the legs, whose weighted RRF differs from this library's, so the legs are
+fetched as they are and fused client-side by the core's :class:`~hybrid_memory.searcher.HybridSearcher`,
+every method of :data:`~hybrid_memory.fusion.FUSION_METHODS` available and exact). Each leg carries the
+translated filter, so it is applied inside Qdrant before ranking, at depth ``candidate_multiplier × top_k``.
+The adaptive fusion's exact cross-scores are one more request per engine restricted to the candidates
+(``has_id``), and its exact-match guard reads document frequencies and token sets from the sparse vectors.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import uuid
+import zlib
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._exceptions import InvalidRequestError
+from ..embedders import l2_normalize
+from ..engines import Hit, Query
+from ..filter_index import system_filter
+from ..filters import METADATA, SYSTEM, parse_filter
+from ..models import SCOPE_FIELDS, TIME_FIELDS, StoredChunk
+from ..tokenizer import TechnicalTokenizer
+from .base import ChunkVersion
+from .qdrant_collection import DENSE, SPARSE, ClientCollection, Collection, EdgeCollection, Leg, Point
+from .qdrant_filters import FIELDS, field_name, filterable_fields, translate
+
+__all__ = ["NAMESPACE", "QdrantBackend", "QdrantFilter", "SparseEncoder", "engine_id", "point_id", "token_index"]
+
+NAMESPACE = uuid.UUID("5c0c3f2e-8a47-5d0e-9a51-6b7d2f7c1e90")
+"""The uuid5 namespace of point ids (fixed: the same chunk id maps to the same point everywhere)."""
+
+DEFAULT_AVGDL = 256.0
+"""Default average document length (tokens) of the BM25 length normalisation: Qdrant's ``Bm25`` ``avg_len``."""
+
+
+def point_id(chunk_id: str) -> str:
+    """The Qdrant point id of a chunk: ``str(uuid5(NAMESPACE, chunk_id))``."""
+    return str(uuid.uuid5(NAMESPACE, chunk_id))
+
+
+def engine_id(pid: str) -> int:
+    """The int64 engine id of a point: the top 63 bits of its UUID (non-negative)."""
+    return uuid.UUID(pid).int >> 65
+
+
+def token_index(token: str) -> int:
+    """Sparse index of a token: CRC-32 of its UTF-8 bytes (zlib; stable across processes, unlike ``hash``)."""
+    return zlib.crc32(token.encode("utf-8"))
+
+
+class SparseEncoder:
+    """Texts to BM25 sparse vectors for a collection with Qdrant's IDF modifier (module docstring).
+
+    Args:
+        tokenizer: the library's tokenizer (identifiers whole and split).
+        k1, b: Lucene BM25 parameters (bm25s defaults 1.5 and 0.75, as the embedded backend).
+        avgdl: average document length in tokens used by the length normalisation, > 0.
+    """
+
+    def __init__(self, tokenizer: TechnicalTokenizer | None = None, *, k1: float = 1.5, b: float = 0.75,
+                 avgdl: float = DEFAULT_AVGDL) -> None:
+        if not (k1 >= 0 and math.isfinite(k1)):
+            raise InvalidRequestError(f"k1 must be a finite number >= 0, got {k1!r}")
+        if not 0 <= b <= 1:
+            raise InvalidRequestError(f"b must be in [0, 1], got {b!r}")
+        if not (avgdl > 0 and math.isfinite(avgdl)):
+            raise InvalidRequestError(f"avgdl must be a positive number of tokens, got {avgdl!r}")
+        self.tokenizer = tokenizer or TechnicalTokenizer()
+        self.k1, self.b, self.avgdl = float(k1), float(b), float(avgdl)
+
+    def document(self, text: str) -> tuple[list[int], list[float]]:
+        """(uint32 indices ascending, float values): each distinct token's tf part (tokens colliding on one
+        index add their term frequencies)."""
+        tokens = self.tokenizer.tokenize(text)
+        tf = Counter(token_index(t) for t in tokens)
+        norm = self.k1 * (1 - self.b + self.b * len(tokens) / self.avgdl)
+        indices = sorted(tf)
+        return indices, [tf[i] / (tf[i] + norm) for i in indices]
+
+    def query(self, text: str) -> tuple[list[int], list[float]]:
+        """(indices, counts): a query token repeated counts once per occurrence, as in bm25s."""
+        counts = Counter(token_index(t) for t in self.tokenizer.tokenize(text))
+        indices = sorted(counts)
+        return indices, [float(counts[i]) for i in indices]
+
+    def config(self) -> dict[str, Any]:
+        """Parameters (saved in stats)."""
+        return {"k1": self.k1, "b": self.b, "avgdl": self.avgdl, "method": "lucene",
+                "tokenizer": self.tokenizer.config(), "index": "crc32"}
+
+
+class QdrantFilter:
+    """A resolved filter as the Qdrant engines take it (in place of a :class:`~hybrid_memory.engines.RowSet`).
+
+    Attributes:
+        filter: Qdrant REST JSON, never None (None means "no restriction" and is passed as None instead).
+
+    ``len()`` is not a count (Qdrant counts on the server): 0 when the filter matches nothing by
+    construction (the searcher then skips the engines), else 1.
+    """
+
+    __slots__ = ("filter",)
+
+    def __init__(self, flt: Mapping[str, Any]) -> None:
+        self.filter = dict(flt)
+
+    def __len__(self) -> int:
+        return 0 if self.filter == {"must": [{"is_empty": {"key": "chunk_id"}}]} else 1
+
+    def __repr__(self) -> str:
+        return f"QdrantFilter({self.filter!r})"
+
+
+def _flt(allowed: QdrantFilter | None) -> Mapping[str, Any] | None:
+    return None if allowed is None else allowed.filter
+
+
+class _Legs:
+    """Runs the active legs of one query in one batched request, memoised on the :class:`Query` (both
+    engines of one search read the same response). ``query.cache["qdrant_legs"]`` names the active legs
+    (BackendMemory sets it from the weights; default both)."""
+
+    def __init__(self, backend: QdrantBackend, embedder: Any) -> None:
+        self.backend = backend
+        self.embedder = embedder
+
+    def vector(self, query: Query) -> np.ndarray:
+        if query.vector is None:
+            vector = np.asarray(self.embedder.embed_query(query.text), dtype=np.float32).reshape(1, -1)
+            query.vector = l2_normalize(vector)[0]
+        return query.vector
+
+    def hits(self, name: str, query: Query, k: int, allowed: QdrantFilter | None) -> list[Hit]:
+        key = repr(_flt(allowed))
+        cache = query.cache.setdefault("qdrant_hits", {})
+        got = cache.get(name)
+        if got is not None and got[0] == key and (got[1] >= k or len(got[2]) < got[1]):
+            return got[2][:k]
+        active = [n for n in query.cache.get("qdrant_legs", ("sparse", "dense"))
+                  if n == name or not (n in cache and cache[n][0] == key and cache[n][1] >= k)]
+        legs, names = [], []
+        for n in active:
+            if n == "sparse":
+                vector = self.backend.encoder.query(query.text)
+                if not vector[0]:
+                    cache[n] = (key, k, [])
+                    continue
+                legs.append(Leg(SPARSE, vector, _flt(allowed), k))
+            else:
+                dense = self.vector(query)
+                if not np.any(dense):  # no direction: nothing, as DenseEngine
+                    cache[n] = (key, k, [])
+                    continue
+                legs.append(Leg(DENSE, dense.tolist(), _flt(allowed), k))
+            names.append(n)
+        if legs:
+            for n, found in zip(names, self.backend.collection.query_batch(legs), strict=True):
+                hits = [(self.backend.remember(pid, payload["chunk_id"]), score) for pid, score, payload in found]
+                hits.sort(key=lambda h: (-h[1], h[0]))
+                cache[n] = (key, k, hits)
+        return cache[name][2][:k]
+
+
+class QdrantSparseEngine:
+    """BM25 on Qdrant behind the :class:`~hybrid_memory.engines.Engine` protocol (``allowed``: a
+    :class:`QdrantFilter`)."""
+
+    name = "sparse"
+    lower_bound = 0.0
+
+    def __init__(self, legs: _Legs) -> None:
+        self.legs = legs
+        self.backend = legs.backend
+
+    def search(self, query: Query, k: int, allowed: QdrantFilter | None) -> list[Hit]:
+        """See :meth:`Engine.search`; scores are Qdrant's idf-weighted sparse dot products (module docstring)."""
+        return self.legs.hits("sparse", query, k, allowed)
+
+    def score(self, query: Query, ids: np.ndarray) -> np.ndarray:
+        """Exact BM25 scores of the int64 ``ids``, float64; 0 for a known id without a query term, nan for an
+        unknown one. One request restricted to the ids (``has_id``); idf stays collection-wide."""
+        return self.backend.score_ids(SPARSE, self.backend.encoder.query(query.text), ids, missing=0.0)
+
+    def exact_matches(self, query: Query, ids: np.ndarray, max_df: int, min_share: float = 0.25,
+                      min_terms: int = 3) -> np.ndarray:
+        """int64 (len(ids),): exact-match strength, the rule of ``BM25Index.exact_matches`` (rare identifiers
+        +1 each; the whole query held by at most ``max_df`` candidates +(1 + identifiers)), with document
+        frequencies read from Qdrant (a one-term sparse query, cut at ``max_df + 1``)."""
+        return self.backend.exact_matches(query.text, np.asarray(ids, dtype=np.int64), max_df, min_share, min_terms)
+
+
+class QdrantDenseEngine:
+    """Cosine search on Qdrant behind the :class:`~hybrid_memory.engines.Engine` protocol."""
+
+    name = "dense"
+    lower_bound = -1.0
+
+    def __init__(self, legs: _Legs) -> None:
+        self.legs = legs
+        self.backend = legs.backend
+
+    def search(self, query: Query, k: int, allowed: QdrantFilter | None) -> list[Hit]:
+        """See :meth:`Engine.search`; an all-zero query vector returns nothing (as ``DenseEngine``)."""
+        return self.legs.hits("dense", query, k, allowed)
+
+    def score(self, query: Query, ids: np.ndarray) -> np.ndarray:
+        """Cosines of the int64 ``ids`` with the query vector, float64 (nan for unknown ids)."""
+        return self.backend.score_ids(DENSE, self.legs.vector(query).tolist(), ids, missing=np.nan)
+
+
+class QdrantBackend:
+    """A memory's chunks in one Qdrant collection (see the module docstring).
+
+    Build it with :meth:`edge` (Qdrant Edge shard in a directory) or :meth:`client` (a ``QdrantClient``, a URL,
+    or ``":memory:"`` for qdrant-client's local mode), then give it to ``HybridMemory(backend=...)``.
+
+    Args:
+        collection: a :class:`~hybrid_memory.backends.qdrant_collection.Collection`.
+        k1, b, avgdl: BM25 parameters of :class:`SparseEncoder`.
+        indexed_keys: metadata keys to create payload indexes for (``{"service": "keyword", "severity":
+            "float"}`` or a list of keys, indexed as keyword); the scope fields are always indexed.
+        tokenizer: the tokenizer (default :class:`TechnicalTokenizer`).
+        payload_indexes: create the payload indexes on open (default True; False only for throwaway
+            collections such as tests, where each index costs ~0.15 s on Edge and filters give the same ids).
+
+    Thread-safe: Qdrant serialises writes; the id map is guarded by a lock.
+    """
+
+    def __init__(
+        self,
+        collection: Collection,
+        *,
+        k1: float = 1.5,
+        b: float = 0.75,
+        avgdl: float = DEFAULT_AVGDL,
+        indexed_keys: Mapping[str, str] | Sequence[str] = (),
+        tokenizer: TechnicalTokenizer | None = None,
+        payload_indexes: bool = True,
+    ) -> None:
+        self.collection = collection
+        self.payload_indexes = bool(payload_indexes)
+        self.encoder = SparseEncoder(tokenizer, k1=k1, b=b, avgdl=avgdl)
+        keys = dict(indexed_keys) if isinstance(indexed_keys, Mapping) else dict.fromkeys(indexed_keys, "keyword")
+        bad = {k: v for k, v in keys.items() if v not in ("keyword", "float", "integer", "bool")}
+        if bad:
+            raise InvalidRequestError(f"indexed_keys kinds must be keyword, float, integer or bool, got {bad}")
+        self.indexed_keys = keys
+        self.name = "qdrant-edge" if isinstance(collection, EdgeCollection) else "qdrant"
+        self.dim: int | None = None
+        self._ids: dict[int, tuple[str, str]] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def edge(cls, path: str, **kwargs: Any) -> QdrantBackend:
+        """A backend over a Qdrant Edge shard in the directory ``path`` (created when absent)."""
+        return cls(EdgeCollection(path), **kwargs)
+
+    @classmethod
+    def client(
+        cls,
+        client_or_url: Any = ":memory:",
+        *,
+        collection: str = "hybrid_memory",
+        api_key: str | None = None,
+        shard_number: int | None = None,
+        replication_factor: int | None = None,
+        write_consistency_factor: int | None = None,
+        write_ordering: str | None = None,
+        **kwargs: Any,
+    ) -> QdrantBackend:
+        """A backend over a collection reached through ``qdrant_client``.
+
+        Args:
+            client_or_url: a ``QdrantClient``; a URL (``"http://qdrant:6333"``, with ``api_key``); or
+                ``":memory:"`` / a local directory for the client's local mode.
+            collection: the collection name.
+            shard_number, replication_factor, write_consistency_factor: used when the collection is created.
+            write_ordering: ``"weak"``, ``"medium"`` or ``"strong"`` for every write (Qdrant's write ordering).
+            **kwargs: as the constructor (``k1``, ``b``, ``avgdl``, ``indexed_keys``).
+
+        Raises:
+            MissingDependencyError: qdrant-client is not installed.
+        """
+        if isinstance(client_or_url, str):
+            try:
+                from qdrant_client import QdrantClient
+            except ImportError as exc:  # pragma: no cover
+                from .._exceptions import missing_dependency
+
+                raise missing_dependency("qdrant-client", "qdrant") from exc
+            if client_or_url.startswith(("http://", "https://")):
+                client = QdrantClient(url=client_or_url, api_key=api_key)
+            elif client_or_url == ":memory:":
+                client = QdrantClient(":memory:")
+            else:
+                client = QdrantClient(path=client_or_url)
+        else:
+            client = client_or_url
+        coll = ClientCollection(client, collection, shard_number=shard_number, replication_factor=replication_factor,
+                                write_consistency_factor=write_consistency_factor, ordering=write_ordering)
+        return cls(coll, **kwargs)
+
+    # -- setup --------------------------------------------------------------------------------------
+    def open(self, dim: int) -> None:
+        """Create the collection or check its schema; create the payload indexes. Raises StoreFormatError."""
+        indexes = {f"{FIELDS}.{field_name(SYSTEM, f)}.s": "keyword" for f in SCOPE_FIELDS}
+        indexes.update({"content_hash": "keyword", "seq": "integer", "chunk_id": "keyword"})
+        for key, kind in self.indexed_keys.items():
+            sub = {"keyword": "s", "float": "n", "integer": "i", "bool": "b"}[kind]
+            indexes[f"{FIELDS}.{field_name(METADATA, key)}.{sub}"] = "keyword" if kind == "bool" else kind
+        self.collection.ensure(int(dim), indexes if self.payload_indexes else {})
+        self.dim = int(dim)
+
+    def engines(self, embedder: Any) -> dict[str, Any]:
+        """The sparse and dense engines, sharing one batched request per query."""
+        legs = _Legs(self, embedder)
+        return {"sparse": QdrantSparseEngine(legs), "dense": QdrantDenseEngine(legs)}
+
+    # -- ids ----------------------------------------------------------------------------------------
+    def remember(self, pid: str, chunk_id: str) -> int:
+        """The engine id of a point seen in a response, kept for :meth:`keys` and exact re-scoring."""
+        doc = engine_id(pid)
+        self._ids[doc] = (pid, chunk_id)
+        return doc
+
+    def keys(self, ids: Sequence[int]) -> dict[int, str]:
+        """Engine ids -> chunk ids, for ids this process has seen in a response."""
+        known = self._ids
+        return {int(i): known[int(i)][1] for i in ids if int(i) in known}
+
+    def score_ids(self, using: str, vector: Any, ids: np.ndarray, *, missing: float) -> np.ndarray:
+        """float64 (len(ids),): the leg's scores of the given engine ids (one request restricted to them);
+        a known id the leg does not return scores ``missing``, an unknown id nan."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out = np.full(len(ids), np.nan)
+        pids = [self._ids.get(int(i), (None,))[0] for i in ids]
+        wanted = [p for p in pids if p is not None]
+        if not wanted:
+            return out
+        for j, p in enumerate(pids):
+            if p is not None:
+                out[j] = missing
+        if using == SPARSE and not vector[0]:
+            return out
+        found = self.collection.query_batch([Leg(using, vector, {"must": [{"has_id": wanted}]}, len(wanted))])[0]
+        score_of = {pid: score for pid, score, _ in found}
+        for j, p in enumerate(pids):
+            if p in score_of:
+                out[j] = score_of[p]
+        return out
+
+    def exact_matches(self, text: str, ids: np.ndarray, max_df: int, min_share: float, min_terms: int) -> np.ndarray:
+        """See :meth:`QdrantSparseEngine.exact_matches`."""
+        tokenizer = self.encoder.tokenizer
+        out = np.zeros(len(ids), dtype=np.int64)
+        if not len(ids):
+            return out
+        pids = [self._ids.get(int(i), (None,))[0] for i in ids]
+        identifiers = tokenizer.identifiers(text)
+        if identifiers:
+            legs = [Leg(SPARSE, ([token_index(t)], [1.0]), None, max_df + 1, ()) for t in identifiers]
+            rare = 0
+            for found in self.collection.query_batch(legs):
+                if 0 < len(found) <= max_df:
+                    rare += 1
+                    held = {pid for pid, _, _ in found}
+                    out += np.fromiter((p in held for p in pids), dtype=np.int64, count=len(pids))
+            if rare and rare < min_share * tokenizer.content_runs(text):
+                out[:] = 0
+        tokens = set(tokenizer.tokenize(text))
+        if len(tokens) >= min_terms:
+            wanted = {token_index(t) for t in tokens}
+            records = {r.id: r for r in self.collection.retrieve([p for p in pids if p is not None], vectors=True)}
+            full = np.fromiter(
+                (p in records and wanted <= set(records[p].sparse[0] if records[p].sparse else ()) for p in pids),
+                dtype=bool, count=len(pids),
+            )
+            if 0 < int(full.sum()) <= max_df:
+                out = out + full.astype(np.int64) * (1 + len(identifiers))
+        return out
+
+    # -- filters ------------------------------------------------------------------------------------
+    def resolve(self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None = None,
+                as_of: float | None = None) -> QdrantFilter | None:
+        """The Qdrant filter of the metadata filter, the bound scope fields and ``as_of`` (None: all).
+
+        Raises:
+            InvalidFilterError: malformed, or not expressible exactly on Qdrant (names the operator).
+        """
+        node = parse_filter(metadata_filter)
+        sys_node = parse_filter(system_filter(scope, as_of), SYSTEM)
+        parts = [n for n in (node, sys_node) if n != ("all",)]
+        if not parts:
+            return None
+        flt = translate(parts[0] if len(parts) == 1 else ("and", tuple(parts)))
+        return None if flt is None else QdrantFilter(flt)
+
+    # -- reads --------------------------------------------------------------------------------------
+    @staticmethod
+    def _chunk(payload: Mapping[str, Any]) -> StoredChunk:
+        sys = payload.get("sys") or {}
+        merged = sys.get("merged") or []
+        return StoredChunk(
+            chunk_id=payload["chunk_id"], text=payload["text"], source=payload.get("source", ""),
+            metadata=payload.get("metadata") or {},
+            **{name: sys.get(name) for name in (*SCOPE_FIELDS, *TIME_FIELDS)},
+            content_hash=payload["content_hash"], created_at=payload["created_at"], updated_at=payload["updated_at"],
+            superseded_by=sys.get("superseded_by"),
+            merged_ids=[m[0] for m in merged], merged_sources=[m[1] for m in merged],
+        )
+
+    def payloads(self, chunk_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """chunk_id -> stored payload (unknown ids left out)."""
+        out: dict[str, dict[str, Any]] = {}
+        ids = list(dict.fromkeys(chunk_ids))
+        for start in range(0, len(ids), 1000):
+            for record in self.collection.retrieve([point_id(c) for c in ids[start:start + 1000]]):
+                out[record.payload["chunk_id"]] = record.payload
+        return out
+
+    def get(self, chunk_ids: Sequence[str]) -> dict[str, StoredChunk]:
+        """Stored chunks by id (unknown ids left out)."""
+        return {cid: self._chunk(p) for cid, p in self.payloads(chunk_ids).items()}
+
+    def find_hashes(self, digests: Sequence[str], scope_values: Mapping[str, str | None]) -> dict[str, str]:
+        """content_hash -> chunk_id of the oldest stored chunk (lowest ``seq``) with that hash and exactly
+        these scope values (a None field matches chunks without it)."""
+        unique = sorted(set(digests))
+        if not unique:
+            return {}
+        must = [{"key": "content_hash", "match": {"any": unique}}, *self._exact_scope(scope_values)]
+        best: dict[str, tuple[int, str]] = {}
+        offset = None
+        while True:
+            records, offset = self.collection.scroll({"must": must}, 1000, offset, ["content_hash", "chunk_id", "seq"])
+            for r in records:
+                digest, seq = r.payload["content_hash"], int(r.payload["seq"])
+                if digest not in best or (seq, r.payload["chunk_id"]) < best[digest]:
+                    best[digest] = (seq, r.payload["chunk_id"])
+            if offset is None:
+                break
+        return {digest: cid for digest, (_, cid) in best.items()}
+
+    def nearest(self, vector: np.ndarray, scope_values: Mapping[str, str | None], k: int) -> list[tuple[str, float, str]]:
+        """``[(chunk_id, cosine, text)]`` of the ``k`` stored chunks nearest to the float32 unit ``vector`` among
+        those with exactly these scope values (a None field: chunks without it), best first."""
+        found = self.collection.query_batch([Leg(DENSE, np.asarray(vector, dtype=np.float32).tolist(),
+                                                 {"must": self._exact_scope(scope_values)}, k, ("chunk_id", "text"))])[0]
+        return [(p["chunk_id"], score, p["text"]) for _, score, p in found]
+
+    @staticmethod
+    def _exact_scope(scope_values: Mapping[str, str | None]) -> list[dict[str, Any]]:
+        must = []
+        for name in SCOPE_FIELDS:
+            path = f"{FIELDS}.{field_name(SYSTEM, name)}"
+            value = scope_values.get(name)
+            must.append({"is_empty": {"key": f"{path}.e"}} if value is None else {"key": f"{path}.s", "match": {"value": value}})
+        return must
+
+    def count(self, resolved: QdrantFilter | None) -> int:
+        """Exact number of points matching the resolved filter."""
+        return self.collection.count(_flt(resolved))
+
+    def iter_chunks(self, resolved: QdrantFilter | None, batch_size: int = 1000) -> Iterator[StoredChunk]:
+        """Chunks matching the filter in order of first insertion (``seq``, then chunk id): the matching ids
+        and their order are read first, then the chunks in batches, each version the one stored when its batch
+        is read; a chunk deleted meanwhile is skipped."""
+        order: list[tuple[int, str]] = []
+        offset = None
+        while True:
+            records, offset = self.collection.scroll(_flt(resolved), 10_000, offset, ["chunk_id", "seq"])
+            order.extend((int(r.payload["seq"]), r.payload["chunk_id"]) for r in records)
+            if offset is None:
+                break
+        order.sort()
+        for start in range(0, len(order), batch_size):
+            batch = [cid for _, cid in order[start:start + batch_size]]
+            found = self.get(batch)
+            for cid in batch:
+                if cid in found:
+                    yield found[cid]
+
+    # -- writes -------------------------------------------------------------------------------------
+    def _payload(self, chunk: StoredChunk, seq: int) -> dict[str, Any]:
+        system = {name: getattr(chunk, name) for name in (*SCOPE_FIELDS, *TIME_FIELDS)}
+        return {
+            "chunk_id": chunk.chunk_id, "text": chunk.text, "source": chunk.source, "metadata": chunk.metadata,
+            "sys": {**system, "superseded_by": chunk.superseded_by,
+                    "merged": [[i, s] for i, s in zip(chunk.merged_ids, chunk.merged_sources, strict=True)]},
+            "content_hash": chunk.content_hash, "created_at": chunk.created_at, "updated_at": chunk.updated_at,
+            "seq": seq, FIELDS: filterable_fields(chunk.metadata, system),
+        }
+
+    def write(self, versions: Sequence[ChunkVersion], seqs: Mapping[str, int] | None = None) -> None:
+        """Write chunk versions: with a vector, one batched upsert (vectors and payload); without, the payload
+        is replaced and the stored vectors are kept. ``seqs``: the first-insertion order of chunks already
+        stored (new chunks get the current time in nanoseconds, increasing within the batch)."""
+        seqs = dict(seqs or {})
+        base = time.time_ns()
+        points: list[Point] = []
+        for j, version in enumerate(versions):
+            chunk = version.chunk
+            seq = seqs.get(chunk.chunk_id, base + j)
+            payload = self._payload(chunk, seq)
+            pid = point_id(chunk.chunk_id)
+            if version.vector is None:
+                self.collection.set_payload(pid, payload)
+            else:
+                points.append(Point(pid, np.asarray(version.vector, dtype=np.float32).tolist(),
+                                    self.encoder.document(chunk.text), payload))
+        for start in range(0, len(points), 256):
+            self.collection.upsert(points[start:start + 256])
+
+    def delete(self, chunk_ids: Sequence[str]) -> None:
+        """Delete chunks by id."""
+        ids = [point_id(c) for c in chunk_ids]
+        for start in range(0, len(ids), 1000):
+            self.collection.delete(ids[start:start + 1000])
+
+    def vectors(self, chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """chunk_id -> stored dense vector, float32 (dim,)."""
+        out = {}
+        for record in self.collection.retrieve([point_id(c) for c in chunk_ids], vectors=True):
+            if record.dense is not None:
+                out[record.payload["chunk_id"]] = np.asarray(record.dense, dtype=np.float32)
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        """Backend name, collection, points, BM25 configuration, indexed keys."""
+        return {"backend": self.name, "collection": getattr(self.collection, "name", None),
+                "points": self.collection.count(None), "bm25": self.encoder.config(),
+                "indexed_keys": dict(self.indexed_keys)}
+
+    def close(self) -> None:
+        """Close the collection."""
+        self.collection.close()

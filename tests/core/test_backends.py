@@ -1,0 +1,351 @@
+"""The memory's behaviour on every backend: embedded (SQLite + bm25s + FAISS), Qdrant Edge (the Rust shard
+engine in process) and qdrant-client's local mode (the client API a Qdrant server answers). Each test id names
+the engine it ran on. Plus what only the Qdrant backend has: the legs of one batched request fused by the
+core's fusion, BM25 scores equal to the embedded backend's with matching parameters, schema checks."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from hybrid_memory import (
+    DuplicateChunkError,
+    HashingEmbedder,
+    HybridMemory,
+    InvalidFilterError,
+    InvalidRequestError,
+    ScopeError,
+    StoreFormatError,
+)
+from hybrid_memory.fusion import FUSION_METHODS, rank_by_score
+from hybrid_memory.tokenizer import TechnicalTokenizer
+
+from .conftest import _note_chunks
+
+ENGINES = ["embedded", "qdrant-edge", "qdrant-client-local"]
+
+
+class CountingEmbedder(HashingEmbedder):
+    """HashingEmbedder that records the texts it embedded (to prove what is not re-embedded)."""
+
+    def __init__(self, dim: int = 64) -> None:
+        super().__init__(dim)
+        self.embedded: list[str] = []
+
+    def embed_documents(self, texts):
+        self.embedded.extend(texts)
+        return super().embed_documents(texts)
+
+
+def _need(engine: str) -> None:
+    if engine == "qdrant-edge":
+        pytest.importorskip("qdrant_edge", reason="qdrant-edge-py is not installed (pip install 'hybrid-memory[qdrant]')")
+    elif engine == "qdrant-client-local":
+        pytest.importorskip("qdrant_client", reason="qdrant-client is not installed (pip install 'hybrid-memory[qdrant]')")
+
+
+def open_memory(engine: str, tmp_path, embedder=None, **options) -> HybridMemory:
+    _need(engine)
+    embedder = embedder or HashingEmbedder(dim=64)
+    if engine == "embedded":
+        return HybridMemory(embedder=embedder, **{k: v for k, v in options.items() if k in ("candidate_multiplier",)})
+    options.setdefault("payload_indexes", False)  # ~0.15 s per index on Edge; test_scopes and the filter suite use them
+    if engine == "qdrant-edge":
+        return HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=embedder, **options)
+    return HybridMemory.qdrant(":memory:", collection="test", embedder=embedder, **options)
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request):
+    return request.param
+
+
+@pytest.fixture
+def mem(engine, tmp_path):
+    memory = open_memory(engine, tmp_path)
+    yield memory
+    memory.close()
+
+
+def _ids(response) -> list[str]:
+    return [r.chunk_id for r in response.results]
+
+
+# -- the memory-behaviour cases, on every backend ---------------------------------------------------------
+def test_empty_memory(mem):
+    assert mem.count() == 0
+    assert list(mem.iter_chunks()) == []
+    response = mem.search("HTTP 504", top_k=5)
+    assert response.results == [] and response.total_retrieved == 0
+    assert mem.get(["nothing"]) == []
+    assert mem.delete(["nothing"]) == 0
+
+
+def test_add_get_count_iter(mem):
+    chunks = _note_chunks()
+    assert mem.add(chunks) == [c["chunk_id"] for c in chunks]
+    assert mem.count() == 6
+    assert [c.chunk_id for c in mem.iter_chunks()] == ["prod-504", "stage-504", "auth-user", "reset", "poem", "upgrade"]
+    got = mem.get(["reset", "missing", "poem"])
+    assert [c.chunk_id for c in got] == ["reset", "poem"]
+    assert got[0].metadata == {"environment": "production", "service": "search-indexer", "severity": 2,
+                               "tags": ["elasticsearch", "network"]}
+    assert got[0].source == "notes" and len(got[0].content_hash) == 64
+    with pytest.raises(DuplicateChunkError, match="already stored"):
+        mem.add([{"chunk_id": "reset", "text": "other"}])
+    assert mem.get(["reset"])[0].text.startswith("search-indexer logs ERR_CONN_RESET")
+
+
+def test_exact_lookup_ranks_first(mem):
+    mem.add(_note_chunks())
+    assert _ids(mem.search("getUserById", top_k=3))[0] == "auth-user"
+    assert _ids(mem.search("ERR_CONN_RESET", top_k=3))[0] == "reset"
+    assert _ids(mem.search("v2.3.1", top_k=3))[0] == "upgrade"
+    assert _ids(mem.search("故乡", top_k=3, fusion="rrf"))[0] == "poem"
+
+
+def test_upsert_replaces_and_skips_unchanged_texts(engine, tmp_path):
+    embedder = CountingEmbedder()
+    with open_memory(engine, tmp_path, embedder=embedder) as mem:
+        mem.add(_note_chunks())
+        assert len(embedder.embedded) == 6
+        embedder.embedded.clear()
+        mem.upsert([
+            {"chunk_id": "reset", "text": _note_chunks()[3]["text"], "source": "wiki", "metadata": {"environment": "dev"}},
+            {"chunk_id": "poem", "text": "a new text about kafka consumer lag", "metadata": {"environment": "dev"}},
+        ])
+        assert embedder.embedded == ["a new text about kafka consumer lag"]  # the unchanged text kept its vector
+        reset = mem.get(["reset"])[0]
+        assert (reset.source, reset.metadata) == ("wiki", {"environment": "dev"})
+        assert mem.count({"environment": "dev"}) == 2
+        assert mem.count({"environment": "production"}) == 3
+        assert _ids(mem.search("kafka consumer lag", top_k=1)) == ["poem"]
+        assert _ids(mem.search("ERR_CONN_RESET", top_k=1, metadata_filter={"environment": "dev"})) == ["reset"]
+        # an upsert keeps the chunk's place in iteration order
+        assert [c.chunk_id for c in mem.iter_chunks()] == ["prod-504", "stage-504", "auth-user", "reset", "poem", "upgrade"]
+
+
+def test_delete(mem):
+    mem.add(_note_chunks())
+    assert mem.delete(["reset", "missing"]) == 1
+    assert mem.count() == 5 and mem.get(["reset"]) == []
+    assert "reset" not in _ids(mem.search("ERR_CONN_RESET Elasticsearch", top_k=5))
+    mem.add([{"chunk_id": "reset", "text": "restored ERR_CONN_RESET note"}])
+    assert _ids(mem.search("ERR_CONN_RESET", top_k=1)) == ["reset"]
+    assert [c.chunk_id for c in mem.iter_chunks()][-1] == "reset"  # deleted and added again: at the end
+
+
+def test_filters_restrict_both_engines(mem):
+    mem.add(_note_chunks())
+    flt = {"$and": [{"environment": "production"}, {"severity": {"$lte": 1}}]}
+    assert _ids(mem.search("HTTP 504 PostgreSQL connection pool", top_k=5, metadata_filter=flt)) == ["prod-504"]
+    assert mem.count(flt) == 1
+    assert _ids(mem.search("Elasticsearch", top_k=5, metadata_filter={"tags": "network"})) == ["reset"]
+    assert mem.count({"tags": {"$nin": ["network"]}}) == 5
+    assert mem.count({"language": {"$exists": False}}) == 5
+    none = mem.search("HTTP 504", top_k=5, metadata_filter={"environment": "nowhere"})
+    assert none.results == []
+
+
+def test_top_k_fills_under_a_selective_filter(engine, tmp_path):
+    with open_memory(engine, tmp_path) as mem:
+        mem.add([{"chunk_id": f"c{i:02d}", "text": f"HTTP 504 gateway timeout on node {i}",
+                  "metadata": {"team": "rare" if i % 7 == 0 else "common"}} for i in range(50)])
+        rare = {f"c{i:02d}" for i in range(50) if i % 7 == 0}
+        assert len(rare) == 8
+        five = mem.search("HTTP 504 gateway timeout", top_k=5, metadata_filter={"team": "rare"})
+        assert len(five.results) == 5 and set(_ids(five)) <= rare
+        all_rare = mem.search("HTTP 504 gateway timeout", top_k=20, metadata_filter={"team": "rare"})
+        assert set(_ids(all_rare)) == rare
+
+
+def test_ties_break_by_chunk_id(mem):
+    mem.add([{"chunk_id": cid, "text": "identical ERR_DISK_FULL text"} for cid in ("m", "c", "x", "a")])
+    for top_k in (1, 2, 4):
+        for fusion in ("rrf", "adaptive"):
+            assert _ids(mem.search("ERR_DISK_FULL", top_k=top_k, fusion=fusion)) == ["a", "c", "m", "x"][:top_k]
+
+
+@pytest.fixture
+def indexed(engine, tmp_path):
+    memory = open_memory(engine, tmp_path, payload_indexes=True, indexed_keys={"environment": "keyword", "severity": "float"})
+    yield memory
+    memory.close()
+
+
+def test_filters_with_payload_indexes(indexed):
+    indexed.add(_note_chunks())
+    assert indexed.count({"environment": "production"}) == 4
+    assert indexed.count({"severity": {"$gte": 2}}) == 4
+    assert indexed.count({"severity": {"$in": [1, 3]}}) == 2
+    assert _ids(indexed.search("HTTP 504", top_k=5, metadata_filter={"environment": "staging"})) == ["stage-504"]
+
+
+def test_scopes(mem):
+    acme = mem.scoped(tenant="acme", user_id="u1")
+    acme.add([{"chunk_id": "a1", "text": "acme billing-service HTTP 504"}])
+    mem.add([{"chunk_id": "other", "text": "globex billing-service HTTP 504", "tenant": "globex"}])
+    assert mem.get(["a1"])[0].tenant == "acme" and mem.get(["a1"])[0].user_id == "u1"
+    assert _ids(acme.search("billing-service HTTP 504", top_k=5)) == ["a1"]
+    assert acme.get(["other"]) == [] and acme.count() == 1
+    assert acme.delete(["other"]) == 0 and mem.count() == 2
+    with pytest.raises(ScopeError, match="not available in this scope"):
+        acme.upsert([{"chunk_id": "other", "text": "takeover"}])
+    assert mem.get(["other"])[0].text == "globex billing-service HTTP 504"
+    # an unscoped upsert keeps the stored owner it does not state
+    mem.upsert([{"chunk_id": "a1", "text": "acme billing-service HTTP 504, retried"}])
+    assert mem.get(["a1"])[0].tenant == "acme"
+    assert mem.count(scope={"tenant": "globex"}) == 1
+
+
+def test_supersede_and_as_of(mem):
+    mem.add([{"chunk_id": "v1", "text": "the deploy window is Tuesday", "valid_from": 100.0}])
+    mem.supersede("v1", {"chunk_id": "v2", "text": "the deploy window is Thursday", "valid_from": 200.0})
+    old = mem.get(["v1"])[0]
+    assert (old.valid_to, old.superseded_by) == (200.0, "v2")
+    assert _ids(mem.search("deploy window", top_k=5, as_of=150)) == ["v1"]
+    assert _ids(mem.search("deploy window", top_k=5, as_of=250)) == ["v2"]
+    assert mem.count(as_of=150) == 1 and mem.count() == 2
+    with pytest.raises(InvalidRequestError, match="already superseded"):
+        mem.supersede("v1", {"chunk_id": "v3", "text": "Friday", "valid_from": 300.0})
+
+
+def test_exact_duplicates_are_reported(mem):
+    mem.add([{"chunk_id": "a", "text": "same words here"}])
+    result = mem.write([{"chunk_id": "b", "text": "same words here"}])
+    assert [(d.chunk_id, d.action, d.duplicate_of) for d in result.decisions] == [("b", "kept", "a")]
+    assert mem.count() == 2
+
+
+# -- Qdrant only --------------------------------------------------------------------------------------
+QDRANT = ["qdrant-edge", "qdrant-client-local"]
+
+
+@pytest.mark.parametrize("engine", QDRANT)
+def test_fusion_of_the_returned_legs_is_the_core_fusion(engine, tmp_path):
+    """Over the legs Qdrant returned for one batched request, the memory's order and scores are the core's
+    fusion of those legs: RRF recomputed by hand, every score-based method through FUSION_METHODS."""
+    from hybrid_memory.backends.qdrant import point_id
+    from hybrid_memory.backends.qdrant_collection import DENSE, SPARSE, Leg
+    from hybrid_memory.fusion import FusionInput
+
+    with open_memory(engine, tmp_path) as mem:
+        mem.add(_note_chunks())
+        query = "billing-service HTTP 504 PostgreSQL"
+        backend = mem.backend
+        vector = mem.embedder.embed_query(query)
+        vector = (vector / np.linalg.norm(vector)).astype(np.float32).tolist()
+        depth = 3 * 2
+        sparse, dense = backend.collection.query_batch([
+            Leg(SPARSE, backend.encoder.query(query), None, depth), Leg(DENSE, vector, None, depth)])
+        legs = {}
+        for name, found in (("sparse", sparse), ("dense", dense)):
+            scores = {payload["chunk_id"]: score for _, score, payload in found}
+            legs[name] = (sorted(scores, key=lambda c: (-scores[c], c)), scores)
+        rrf = mem.search(query, top_k=3, fusion="rrf", sparse_weight=0.4, dense_weight=0.6)
+        expected = {}
+        for name, weight in (("sparse", 0.4), ("dense", 0.6)):
+            for rank, cid in enumerate(legs[name][0], start=1):
+                expected[cid] = expected.get(cid, 0.0) + weight / (60 + rank)
+        top = sorted(expected, key=lambda c: (-expected[c], c))[:3]
+        assert _ids(rrf) == top
+        assert [r.rrf_score for r in rrf.results] == pytest.approx([expected[c] for c in top], abs=1e-12)
+        assert [r.sparse_score for r in rrf.results] == [legs["sparse"][1].get(c) for c in top]
+        # score-based methods: exact cross-scores of the union, fused by the core's method
+        union = sorted(set(legs["sparse"][0]) | set(legs["dense"][0]))
+        pids = [point_id(c) for c in union]
+        cross = {}
+        for name, using, vec in (("sparse", SPARSE, backend.encoder.query(query)), ("dense", DENSE, vector)):
+            found = backend.collection.query_batch([Leg(using, vec, {"must": [{"has_id": pids}]}, len(pids))])[0]
+            got = {payload["chunk_id"]: score for _, score, payload in found}
+            cross[name] = {c: got.get(c, 0.0) for c in union}
+            assert all(math.isclose(cross[name][c], s, rel_tol=1e-6) for c, s in legs[name][1].items())
+        for method in ("zscore", "dbsf", "tm2c2"):
+            result = mem.search(query, top_k=3, fusion=method)
+            inp = FusionInput(
+                runs={n: legs[n][0] for n in ("sparse", "dense")},
+                scores={n: {**cross[n], **legs[n][1]} for n in ("sparse", "dense")},
+                priors={"sparse": 1.0, "dense": 1.0}, lower_bounds={"sparse": 0.0, "dense": -1.0}, rrf_k=60.0,
+                identifier_matches={},
+            )
+            fused = rank_by_score(FUSION_METHODS[method].fuse(inp).scores, 3)
+            assert _ids(result) == [c for c, _ in fused], method
+            assert [r.score for r in result.results] == pytest.approx([s for _, s in fused], rel=1e-9), method
+
+
+@pytest.mark.parametrize("engine", QDRANT)
+def test_bm25_scores_equal_the_embedded_backend_with_matching_parameters(engine, tmp_path):
+    """Qdrant's IDF is Lucene's; with avgdl set to the corpus's mean length (what the embedded index uses
+    before its first merge) every sparse score equals the embedded backend's (float32 precision)."""
+    chunks = _note_chunks()
+    tokenizer = TechnicalTokenizer()
+    avgdl = sum(len(tokenizer.tokenize(c["text"])) for c in chunks) / len(chunks)
+    queries = ["HTTP 504 PostgreSQL connection pool", "getUserById null", "ERR_CONN_RESET Elasticsearch",
+               "billing-service staging", "certificate expired E1243"]
+    with HybridMemory(embedder=HashingEmbedder(64)) as embedded, open_memory(engine, tmp_path, avgdl=avgdl) as qdrant:
+        embedded.add(chunks)
+        qdrant.add(chunks)
+        for query in queries:
+            a = embedded.search(query, top_k=6, fusion="rrf", dense_weight=0)
+            b = qdrant.search(query, top_k=6, fusion="rrf", dense_weight=0)
+            assert _ids(a) == _ids(b), query
+            assert [r.sparse_score for r in b.results] == pytest.approx([r.sparse_score for r in a.results], rel=1e-5)
+            assert _ids(embedded.search(query, top_k=3)) == _ids(qdrant.search(query, top_k=3)), query
+
+
+@pytest.mark.parametrize("engine", QDRANT)
+def test_string_order_is_refused_on_qdrant(engine, tmp_path):
+    with open_memory(engine, tmp_path) as mem:
+        mem.add(_note_chunks())
+        with pytest.raises(InvalidFilterError, match="\\$gt on 'service' with the string 'b'"):
+            mem.search("HTTP 504", metadata_filter={"service": {"$gt": "b"}})
+        with pytest.raises(InvalidFilterError, match="\\$lt on 'service'"):
+            mem.count({"service": {"$lt": "b"}})
+
+
+def test_edge_shard_reopens_and_checks_its_schema(tmp_path):
+    _need("qdrant-edge")
+    with HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(64)) as mem:
+        mem.add(_note_chunks())
+    with HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(64)) as mem:
+        assert mem.count() == 6
+        assert _ids(mem.search("getUserById", top_k=1)) == ["auth-user"]
+    with pytest.raises(StoreFormatError, match="expected vector size 32, but got 64"):
+        HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(32))
+
+
+def test_client_collection_is_idempotent_and_checks_its_schema():
+    qdrant_client = pytest.importorskip("qdrant_client", reason="qdrant-client is not installed")
+    client = qdrant_client.QdrantClient(":memory:")
+    first = HybridMemory.qdrant(client, collection="notes", embedder=HashingEmbedder(64))
+    first.add(_note_chunks())
+    again = HybridMemory.qdrant(client, collection="notes", embedder=HashingEmbedder(64))
+    assert again.count() == 6
+    with pytest.raises(StoreFormatError, match="has dimension 64, this memory needs 32"):
+        HybridMemory.qdrant(client, collection="notes", embedder=HashingEmbedder(32))
+    client.close()
+
+
+def test_edge_takes_no_cluster_settings(tmp_path):
+    _need("qdrant-edge")
+    with pytest.raises(InvalidRequestError, match="configure a Qdrant cluster"):
+        HybridMemory.qdrant(edge_path=tmp_path / "s", embedder=HashingEmbedder(8), shard_number=2)
+
+
+def test_near_duplicates_skip_and_merge(mem):
+    mem.add([{"chunk_id": "a", "text": "Dana prefers PostgreSQL for the billing-service", "source": "chat-1"}])
+    skipped = mem.write([{"chunk_id": "b", "text": "Dana prefers PostgreSQL for the billing-service!"}], dedup="skip")
+    decision = skipped.decisions[0]
+    assert (decision.action, decision.stored_id, decision.kind) == ("skipped", "a", "near")
+    assert decision.cosine == pytest.approx(1.0) and decision.overlap == 1.0  # "!" is no token, the hash differs
+    assert mem.count() == 1
+    merged = mem.write([{"chunk_id": "c", "text": "Dana prefers PostgreSQL for the billing-service", "source": "chat-2"}],
+                       dedup="merge")
+    assert (merged.decisions[0].action, merged.decisions[0].stored_id) == ("merged", "a")
+    stored = mem.get(["a"])[0]
+    assert (stored.merged_ids, stored.merged_sources) == (["c"], ["chat-2"])
+    other_scope = mem.write([{"chunk_id": "d", "text": "Dana prefers PostgreSQL for the billing-service",
+                              "user_id": "u9"}], dedup="skip")
+    assert other_scope.decisions[0].action == "written" and mem.count() == 2
