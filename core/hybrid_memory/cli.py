@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ._exceptions import HybridMemoryError, MissingDependencyError
-from .models import Chunk
+from .models import SCOPE_FIELDS, Chunk
 
 __all__ = ["build_parser", "main"]
 
@@ -77,21 +77,56 @@ def _parse_metadata(pairs: Sequence[str]) -> dict[str, Any]:
     return metadata
 
 
-def _read_inputs(paths: Sequence[str], args: argparse.Namespace) -> Iterator[Chunk]:
-    from .ingest import read_beir_corpus, read_text_folder
+def _ingest_scope(args: argparse.Namespace) -> Any:
+    """The Scope of ``--tenant/--user-id/--agent-id/--session-id``, or None. Raises InvalidRequestError."""
+    from .scopes import as_scope
 
-    extra = _parse_metadata(args.metadata)
-    for raw in paths:
+    return as_scope({name: getattr(args, name) for name in SCOPE_FIELDS if getattr(args, name, None) is not None})
+
+
+def _check_ingest_args(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
+    """Every check of ``ingest`` that needs no memory, run before the memory folder is created: the paths
+    exist and are .jsonl files or folders, ``--metadata`` pairs, ``--chunk-size``, the scope options.
+
+    Returns ``(metadata added to every chunk, Scope or None)``. Raises HybridMemoryError naming the fix."""
+    from .filters import check_metadata
+
+    for raw in args.paths:
         path = Path(raw)
         if not path.exists():
             raise HybridMemoryError(f"{path}: no such file or folder (check the path; ingest reads .jsonl files and folders)")
+        if not path.is_dir() and path.suffix != ".jsonl":
+            raise HybridMemoryError(f"{path}: give a BEIR-style .jsonl file or a folder of .md/.txt files")
+    if args.chunk_size < 1:
+        raise HybridMemoryError(f"--chunk-size must be >= 1 (characters), got {args.chunk_size}")
+    extra = _parse_metadata(args.metadata)
+    try:
+        check_metadata(extra)  # the key and value rules of stored metadata
+    except HybridMemoryError as exc:
+        raise HybridMemoryError(f"--metadata: {exc}") from exc
+    return extra, _ingest_scope(args)
+
+
+def _read_inputs(paths: Sequence[str], args: argparse.Namespace, extra: dict[str, Any],
+                 skipped: list[str]) -> Iterator[Chunk]:
+    """Chunks of every path, in order. A folder's file that cannot be read as text (not UTF-8, binary, no
+    permission) is skipped with a warning and its path appended to ``skipped``; a bad .jsonl line stops the
+    ingest (the message names the line)."""
+    from .ingest import read_beir_corpus, read_text_folder
+
+    def skip(path: Path, reason: str) -> None:
+        logger.warning("skipped %s: %s", path, reason)
+        skipped.append(str(path))
+
+    chunk_overlap = min(100, args.chunk_size // 10)  # the library's default (100 of 1000), scaled to small sizes
+    for raw in paths:
+        path = Path(raw)
         if path.is_dir():
-            yield from read_text_folder(path, chunk_size=args.chunk_size, metadata=extra, id_prefix=args.id_prefix)
-        elif path.suffix == ".jsonl":
+            yield from read_text_folder(path, chunk_size=args.chunk_size, chunk_overlap=chunk_overlap, metadata=extra,
+                                        id_prefix=args.id_prefix, on_unreadable=skip)
+        else:
             for chunk in read_beir_corpus(path):
                 yield chunk.model_copy(update={"metadata": {**chunk.metadata, **extra}}) if extra else chunk
-        else:
-            raise HybridMemoryError(f"{path}: give a BEIR-style .jsonl file or a folder of .md/.txt files")
 
 
 def _last_of_each_id(batch: list[Chunk]) -> tuple[list[Chunk], int]:
@@ -102,21 +137,23 @@ def _last_of_each_id(batch: list[Chunk]) -> tuple[list[Chunk], int]:
     return unique, len(batch) - len(unique)
 
 
-def _ingest(memory: Any, chunks: Iterable[Chunk], *, progress: bool) -> tuple[int, int]:
-    """Upsert ``chunks`` in batches of 256 inside ``memory.bulk()``.
+def _ingest(memory: Any, chunks: Iterable[Chunk], *, progress: bool, target: Any = None) -> tuple[int, int]:
+    """Upsert ``chunks`` in batches of 256 inside ``memory.bulk()``, through ``target`` (a scoped view of
+    ``memory``, which stamps its scope on every chunk and refuses ids of other scopes; default the memory).
 
     The rule for a chunk_id given more than once (in one file, or in several): the last one wins, as if each
     line were upserted in order, whether the repeats fall in one batch or in different ones. Returns
     ``(lines read, repeated ids replaced by a later line)``."""
     from tqdm.auto import tqdm
 
+    target = memory if target is None else target
     total = repeated = 0
     seen: set[str] = set()
     with memory.bulk(), tqdm(desc="ingesting", unit="chunk", disable=not progress, file=sys.stderr) as bar:
         for batch in _batched(chunks, _BATCH):
             unique, _ = _last_of_each_id(batch)
-            _refuse_cross_folder_overwrite(memory, unique)
-            memory.upsert(unique)
+            _refuse_cross_folder_overwrite(target, unique)
+            target.upsert(unique)
             for chunk in batch:
                 if chunk.chunk_id in seen:
                     repeated += 1
@@ -141,13 +178,14 @@ def _refuse_cross_folder_overwrite(memory: Any, batch: list[Chunk]) -> None:
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    missing = [raw for raw in args.paths if not Path(raw).exists()]
-    if missing:  # before the memory is opened (and created)
-        raise HybridMemoryError(f"{missing[0]}: no such file or folder (check the path; ingest reads .jsonl files and folders)")
+    extra, scope = _check_ingest_args(args)  # before the memory is opened (and created)
+    skipped: list[str] = []
     with open_memory(args, must_exist=False) as memory:
         before = memory.count()
+        target = memory.scoped(scope) if scope else memory
         try:
-            count, repeated = _ingest(memory, _read_inputs(args.paths, args), progress=not args.quiet)
+            count, repeated = _ingest(memory, _read_inputs(args.paths, args, extra, skipped), progress=not args.quiet,
+                                      target=target)
         except HybridMemoryError as exc:
             stored = memory.count() - before
             raise HybridMemoryError(
@@ -156,8 +194,14 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
             ) from exc
         if repeated:
             logger.warning("%d lines repeated an earlier chunk id; the last line of each id was kept", repeated)
-        print(json.dumps({"ingested": count, "repeated_ids": repeated, "chunks": memory.count(),
-                          "memory": str(memory.path)}))
+        if skipped:
+            logger.warning("%d unreadable files were skipped (listed above); fix them and run the same command "
+                           "again", len(skipped))
+        summary = {"ingested": count, "repeated_ids": repeated, "skipped_files": len(skipped),
+                   "chunks": memory.count(), "memory": str(memory.path)}
+        if scope:
+            summary["scope"] = scope.bound()
+        print(json.dumps(summary))
     return 0
 
 
@@ -243,8 +287,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def memory_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--memory", required=True, help="memory directory (created if absent)")
+    def memory_args(p: argparse.ArgumentParser, *, creates: bool = False) -> None:
+        p.add_argument("--memory", required=True, help=(
+            "memory directory (created if absent)" if creates else
+            "an existing memory directory (never created: a missing one is an error, exit code 2; "
+            "create it with `hybrid-memory ingest`)"
+        ))
         p.add_argument(
             "--hashing-dim", type=int, default=None,
             help="use the offline HashingEmbedder of this dimension instead of all-MiniLM-L6-v2 (tests, demos)",
@@ -256,13 +304,18 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_cmd_demo)
 
     ingest = sub.add_parser("ingest", help="add BEIR-style .jsonl files or folders of .md/.txt files (upsert)")
-    ingest.add_argument("paths", nargs="+", help=".jsonl files (_id, title, text, metadata) or folders")
-    memory_args(ingest)
+    ingest.add_argument("paths", nargs="+", help=".jsonl files (_id, title, text, metadata, and optionally tenant, "
+                        "user_id, agent_id, session_id, valid_from, valid_to) or folders of .md/.txt files")
+    memory_args(ingest, creates=True)
     ingest.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE",
                         help="metadata added to every chunk (VALUE parsed as JSON when it is JSON); repeatable")
     ingest.add_argument("--chunk-size", type=int, default=1000, help="characters per chunk for .md/.txt (default 1000)")
     ingest.add_argument("--id-prefix", default=None,
                         help="put before folder chunk ids and sources (default: the folder's name and a slash)")
+    for name in SCOPE_FIELDS:
+        ingest.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, metavar=name.upper(),
+                            help=f"stamp {name}=VALUE on every chunk (a line with another {name} is refused; ids "
+                                 "held by another scope are refused)")
     ingest.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     ingest.set_defaults(func=_cmd_ingest)
 

@@ -19,14 +19,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from ._exceptions import InvalidRequestError
-from .models import Chunk
+from .models import SCOPE_FIELDS, TIME_FIELDS, Chunk
 
 __all__ = [
     "DEFAULT_GLOBS",
@@ -71,7 +71,11 @@ def read_beir_corpus(path: StrPath, *, source: str | None = None) -> Iterator[Ch
       title is non-empty;
     * ``source`` = ``source`` if given, else ``str(path)``;
     * ``metadata`` = the line's ``metadata`` object plus ``"title"`` (when the title is non-empty and the
-      line's metadata has no ``"title"`` of its own).
+      line's metadata has no ``"title"`` of its own);
+    * the scope fields ``tenant``, ``user_id``, ``agent_id``, ``session_id`` and the event-time fields
+      ``valid_from``, ``valid_to`` when the line has them at its top level, read as :class:`Chunk` reads them
+      (a scope value is a non-blank string; a time is Unix seconds or an ISO 8601 string, ``[valid_from,
+      valid_to)``). Other top-level fields are ignored (BEIR lines carry some).
 
     Blank lines are skipped. Ids are not checked for uniqueness here; ``HybridMemory.add()`` raises
     ``DuplicateChunkError`` on a repeated id, ``upsert()`` keeps the last.
@@ -111,12 +115,14 @@ def read_beir_corpus(path: StrPath, *, source: str | None = None) -> Iterator[Ch
         metadata = dict(metadata)
         if title.strip():
             metadata.setdefault("title", title)
+        own = {name: doc[name] for name in (*SCOPE_FIELDS, *TIME_FIELDS) if doc.get(name) is not None}
         try:
             yield Chunk(
                 chunk_id=str(doc_id),
                 text=beir_chunk_text(title, text),
                 source=chunk_source,
                 metadata=metadata,
+                **own,
             )
         except ValidationError as exc:
             raise InvalidRequestError(f"{where}: invalid document {doc_id!r}: {_first_error(exc)}") from exc
@@ -130,6 +136,7 @@ def read_text_folder(
     metadata: Mapping[str, Any] | None = None,
     glob: str | Sequence[str] = DEFAULT_GLOBS,
     id_prefix: str | None = None,
+    on_unreadable: Callable[[Path, str], None] | None = None,
 ) -> Iterator[Chunk]:
     """Yield chunks of the ``.md`` and ``.txt`` files under ``folder``, files in sorted relative-path order.
 
@@ -161,14 +168,24 @@ def read_text_folder(
             A file matched by several patterns is read once.
         id_prefix: put before every relative path in ids and sources; None means ``"<folder name>/"``,
             ``""`` means none.
+        on_unreadable: what to do with a file that cannot be read as text (not valid UTF-8, a NUL character,
+            which text files do not hold and binary ones do, or an OS error such as a permission denied): None
+            (default) raises InvalidRequestError naming it; a callable ``(path, reason)`` is called and the
+            file is skipped (the CLI logs a warning and counts it), so one bad file does not stop a folder.
 
     Yields:
         Chunk, file by file, chunks in document order.
 
     Raises:
         InvalidRequestError: ``folder`` is not a directory, ``chunk_size`` < 1, ``chunk_overlap`` outside
-            ``[0, chunk_size)``, or a file is not valid UTF-8 (the message names it).
+            ``[0, chunk_size)``, or (without ``on_unreadable``) a file cannot be read as text (the message
+            names it). Checked when the iterator is created, before the first chunk is asked for.
     """
+    root, chunk_size, chunk_overlap = _checked_folder_args(folder, chunk_size, chunk_overlap)
+    return _text_folder_chunks(root, chunk_size, chunk_overlap, metadata, glob, id_prefix, on_unreadable)
+
+
+def _checked_folder_args(folder: StrPath, chunk_size: Any, chunk_overlap: Any) -> tuple[Path, int, int]:
     root = Path(folder)
     if not root.is_dir():
         raise InvalidRequestError(f"{os.fspath(folder)!r} is not a directory")
@@ -178,6 +195,13 @@ def read_text_folder(
         raise InvalidRequestError(
             f"chunk_overlap must be an integer with 0 <= chunk_overlap < chunk_size ({chunk_size}), got {chunk_overlap!r}"
         )
+    return root, chunk_size, chunk_overlap
+
+
+def _text_folder_chunks(
+    root: Path, chunk_size: int, chunk_overlap: int, metadata: Mapping[str, Any] | None, glob: str | Sequence[str],
+    id_prefix: str | None, on_unreadable: Callable[[Path, str], None] | None,
+) -> Iterator[Chunk]:
     patterns = [glob] if isinstance(glob, str) else list(glob)
     base_metadata = dict(metadata or {})
     prefix = f"{root.resolve().name}/" if id_prefix is None else id_prefix
@@ -193,10 +217,12 @@ def read_text_folder(
     )
     logger.debug("read_text_folder: %d files under %s", len(files), root)
     for rel, file_path in files:
-        try:
-            content = file_path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as exc:
-            raise InvalidRequestError(f"{file_path}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from exc
+        content, reason = _read_text_file(file_path)
+        if reason is not None:
+            if on_unreadable is None:
+                raise InvalidRequestError(f"{file_path}: {reason}")
+            on_unreadable(file_path, reason)
+            continue
         splitter = markdown_splitter if file_path.suffix.lower() in (".md", ".markdown") else text_splitter
         pieces = [piece for piece in splitter.chunks(content) if piece.strip()]
         path = f"{prefix}{rel}"
@@ -207,6 +233,20 @@ def read_text_folder(
                 source=path,
                 metadata={**base_metadata, "path": path, "chunk_index": n, "folder": folder_path},
             )
+
+
+def _read_text_file(path: Path) -> tuple[str, str | None]:
+    """``(content, None)``, or ``("", reason)`` when the file cannot be stored as text."""
+    try:
+        content = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        return "", f"not valid UTF-8 ({exc.reason} at byte {exc.start}); convert it to UTF-8"
+    except OSError as exc:
+        return "", f"cannot be read ({exc.strerror or exc})"
+    position = content.find("\x00")
+    if position >= 0:
+        return "", f"holds a NUL character at offset {position} (a binary file?); text chunks cannot hold NUL"
+    return content, None
 
 
 def read_queries(path: StrPath) -> dict[str, str]:

@@ -99,3 +99,168 @@ def test_same_named_folders_are_not_overwritten(tmp_path, capsys):
     assert main(["search", "ERR_A1 ERR_B1", "--memory", memory, "--hashing-dim", "16", "--top-k", "5"]) == 0
     ids = sorted(r["chunk_id"] for r in json.loads(capsys.readouterr().out)["results"])
     assert ids == ["b/runbooks/x.md#0", "runbooks/x.md#0"]
+
+
+# -- what the commands create, and when they refuse (issue 12 review) --------------------------------------------
+@pytest.mark.parametrize("command, message", [
+    (["search", "x"], "no memory at {}; create it with: hybrid-memory ingest"),
+    (["stats"], "no memory at {}; create it with: hybrid-memory ingest"),
+    (["mcp"], "no memory at {}; create it with: hybrid-memory ingest"),
+    (["graph", "build"], "no memory at {}; create it with: hybrid-memory ingest"),
+    (["graph", "show"], "no graph in {}/graph; run `hybrid-memory graph build --memory {}` first"),
+])
+def test_reading_commands_never_create_a_memory(tmp_path, capsys, command, message):
+    missing = tmp_path / "typo"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for folder in (missing, empty):
+        assert main([*command, "--memory", str(folder), "--hashing-dim", "8"]) == 2
+        assert message.format(folder, folder) in capsys.readouterr().err
+    assert not missing.exists() and list(empty.iterdir()) == []
+
+
+def test_the_help_says_which_commands_create_the_memory(capsys):
+    from hybrid_memory.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices
+    for name in ("search", "stats", "mcp"):
+        help_text = " ".join(sub[name].format_help().split())
+        assert "an existing memory directory (never created: a missing one is an error, exit code 2" in help_text
+        assert "created if absent" not in help_text
+    assert "memory directory (created if absent)" in " ".join(sub["ingest"].format_help().split())
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--chunk-size", "0"], "--chunk-size must be >= 1 (characters), got 0"),
+    (["--metadata", "$team=sre"], "--metadata: metadata key '$team' cannot be filtered on"),
+    (["--metadata", "team"], "--metadata takes key=value, got 'team'"),
+    (["--user-id", " "], "invalid scope: user_id"),
+])
+def test_ingest_refuses_bad_arguments_before_creating_the_memory(tmp_path, capsys, extra, message):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("alpha ERR_A1")
+    memory = tmp_path / "mem"
+    assert main(["ingest", str(tmp_path / "docs"), "--memory", str(memory), "--hashing-dim", "8", "-q", *extra]) == 2
+    assert message in capsys.readouterr().err
+    assert not memory.exists()
+
+
+def test_ingest_refuses_an_unknown_file_kind_before_creating_the_memory(tmp_path, capsys):
+    (tmp_path / "notes.csv").write_text("a,b\n")
+    memory = tmp_path / "mem"
+    assert main(["ingest", str(EXAMPLE / "notes.jsonl"), str(tmp_path / "notes.csv"), "--memory", str(memory),
+                 "--hashing-dim", "8", "-q"]) == 2
+    assert "notes.csv: give a BEIR-style .jsonl file or a folder of .md/.txt files" in capsys.readouterr().err
+    assert not memory.exists()  # the valid first path was not ingested either
+
+
+def test_a_small_chunk_size_works(tmp_path, capsys):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.txt").write_text("alpha beta gamma delta epsilon zeta eta theta")
+    assert main(["ingest", str(tmp_path / "docs"), "--memory", str(tmp_path / "mem"), "--hashing-dim", "8", "-q",
+                 "--chunk-size", "12"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["chunks"] == summary["ingested"] == 4
+    from hybrid_memory import HashingEmbedder, HybridMemory
+
+    with HybridMemory.open(tmp_path / "mem", embedder=HashingEmbedder(8)) as mem:
+        assert [c.text for c in mem.iter_chunks()] == ["alpha beta", "gamma delta", "epsilon zeta", "eta theta"]
+
+
+def test_unreadable_files_of_a_folder_are_skipped_counted_and_logged(tmp_path, capsys, caplog, monkeypatch):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "good.md").write_text("alpha ERR_GOOD1")
+    (docs / "latin1.txt").write_bytes(b"caf\xe9 ERR_LATIN1")
+    (docs / "binary.txt").write_bytes(b"PK\x03\x04\x00\x00 ERR_BIN")
+    (docs / "locked.md").write_text("ERR_LOCKED")
+    real_read_text = Path.read_text
+
+    def read_text(self, *args, **kwargs):  # root ignores chmod, so the permission error is simulated
+        if self.name == "locked.md":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    memory = str(tmp_path / "mem")
+    assert main(["ingest", str(docs), "--memory", memory, "--hashing-dim", "8", "-q"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["ingested"], summary["skipped_files"], summary["chunks"]) == (1, 3, 1)
+    warnings = sorted(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert warnings == [
+        "3 unreadable files were skipped (listed above); fix them and run the same command again",
+        f"skipped {docs / 'binary.txt'}: holds a NUL character at offset 4 (a binary file?); text chunks cannot hold NUL",
+        f"skipped {docs / 'latin1.txt'}: not valid UTF-8 (invalid continuation byte at byte 3); convert it to UTF-8",
+        f"skipped {docs / 'locked.md'}: cannot be read (Permission denied)",
+    ]
+    from hybrid_memory import HashingEmbedder, HybridMemory
+
+    with HybridMemory.open(memory, embedder=HashingEmbedder(8)) as mem:
+        assert [c.chunk_id for c in mem.iter_chunks()] == ["docs/good.md#0"]
+
+
+def test_jsonl_lines_carry_their_scope_and_validity(tmp_path, capsys):
+    from hybrid_memory import HashingEmbedder, HybridMemory
+
+    lines = [
+        {"_id": "n1", "text": "Dana works on project Apollo", "user_id": "dana", "tenant": "acme",
+         "valid_from": "2024-01-01T00:00:00Z", "valid_to": 1717200000},
+        {"_id": "n2", "text": "Dana moved to project Zeus", "user_id": "dana", "session_id": "s-7",
+         "agent_id": "planner", "valid_from": 1717200000},
+        {"_id": "n3", "text": "shared runbook"},
+    ]
+    corpus = tmp_path / "facts.jsonl"
+    corpus.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    memory = str(tmp_path / "mem")
+    assert main(["ingest", str(corpus), "--memory", memory, "--hashing-dim", "8", "-q"]) == 0
+    capsys.readouterr()
+    with HybridMemory.open(memory, embedder=HashingEmbedder(8)) as mem:
+        n1, n2, n3 = mem.get(["n1", "n2", "n3"])
+        assert (n1.tenant, n1.user_id, n1.agent_id, n1.session_id) == ("acme", "dana", None, None)
+        assert (n1.valid_from, n1.valid_to) == (1704067200.0, 1717200000.0)
+        assert (n2.tenant, n2.user_id, n2.agent_id, n2.session_id) == (None, "dana", "planner", "s-7")
+        assert (n2.valid_from, n2.valid_to) == (1717200000.0, None)
+        assert (n3.user_id, n3.valid_from) == (None, None)
+        assert [c.chunk_id for c in mem.scoped(user_id="dana").iter_chunks()] == ["n1", "n2"]
+        assert [r.chunk_id for r in mem.search("Dana project", as_of="2024-03-01", top_k=5).results] == ["n1", "n3"]
+
+
+def test_a_bad_scope_or_time_on_a_jsonl_line_names_the_line(tmp_path, capsys):
+    corpus = tmp_path / "bad.jsonl"
+    corpus.write_text(json.dumps({"_id": "a", "text": "ok"}) + "\n"
+                      + json.dumps({"_id": "b", "text": "x", "valid_from": 20, "valid_to": 10}) + "\n")
+    assert main(["ingest", str(corpus), "--memory", str(tmp_path / "mem"), "--hashing-dim", "8", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "bad.jsonl, line 2: invalid document 'b'" in err and "valid_to (10.0) must be after valid_from" in err
+
+
+def test_ingest_scope_options_stamp_every_chunk(tmp_path, capsys):
+    from hybrid_memory import HashingEmbedder, HybridMemory
+
+    docs = tmp_path / "runbooks"
+    docs.mkdir()
+    (docs / "db.md").write_text("restart db-prod-3 ERR_DB1")
+    corpus = tmp_path / "notes.jsonl"
+    corpus.write_text(json.dumps({"_id": "j1", "text": "alice's note ERR_J1"}) + "\n")
+    memory = str(tmp_path / "mem")
+    assert main(["ingest", str(docs), str(corpus), "--memory", memory, "--hashing-dim", "8", "-q",
+                 "--tenant", "acme", "--user-id", "alice", "--agent-id", "ops", "--session-id", "s1"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["scope"] == {"tenant": "acme", "user_id": "alice", "agent_id": "ops", "session_id": "s1"}
+    with HybridMemory.open(memory, embedder=HashingEmbedder(8)) as mem:
+        chunks = list(mem.iter_chunks())
+        assert [c.chunk_id for c in chunks] == ["runbooks/db.md#0", "j1"]
+        assert {(c.tenant, c.user_id, c.agent_id, c.session_id) for c in chunks} == {("acme", "alice", "ops", "s1")}
+        mem.upsert([{"chunk_id": "bob-1", "text": "bob's note", "user_id": "bob"}])
+    # a line that names another owner, and an id another scope holds, are refused
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"_id": "x1", "text": "t", "user_id": "bob"}) + "\n")
+    assert main(["ingest", str(other), "--memory", memory, "--hashing-dim", "8", "-q", "--user-id", "alice"]) == 2
+    assert "chunk 'x1' has user_id='bob' but this view is bound to user_id='alice'" in capsys.readouterr().err
+    taken = tmp_path / "taken.jsonl"
+    taken.write_text(json.dumps({"_id": "bob-1", "text": "overwrite"}) + "\n")
+    assert main(["ingest", str(taken), "--memory", memory, "--hashing-dim", "8", "-q", "--user-id", "alice"]) == 2
+    assert "bob-1" in capsys.readouterr().err
+    with HybridMemory.open(memory, embedder=HashingEmbedder(8)) as mem:
+        assert mem.get(["bob-1"])[0].text == "bob's note" and mem.get(["x1"]) == []

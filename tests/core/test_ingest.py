@@ -240,3 +240,38 @@ def test_two_folders_with_the_same_file_names_do_not_collide(tmp_path: Path) -> 
     b = list(read_text_folder(tmp_path / "teamB"))
     assert [c.chunk_id for c in a + b] == ["teamA/README.md#0", "teamB/README.md#0"]
     assert [c.source for c in a + b] == ["teamA/README.md", "teamB/README.md"]
+
+
+def test_text_folder_skips_unreadable_files_when_asked(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("alpha")
+    (tmp_path / "b.txt").write_bytes(b"caf\xe9")
+    (tmp_path / "c.txt").write_text("nul\x00inside")
+    skipped: list[tuple[str, str]] = []
+    chunks = list(read_text_folder(tmp_path, on_unreadable=lambda path, reason: skipped.append((path.name, reason))))
+    assert [c.chunk_id for c in chunks] == [f"{tmp_path.name}/a.md#0"]
+    assert skipped == [("b.txt", "not valid UTF-8 (unexpected end of data at byte 3); convert it to UTF-8"),
+                       ("c.txt", "holds a NUL character at offset 3 (a binary file?); text chunks cannot hold NUL")]
+    with pytest.raises(InvalidRequestError, match=r"c\.txt: holds a NUL character at offset 3"):
+        list(read_text_folder(tmp_path, glob="c.txt"))
+
+
+def test_text_folder_checks_its_arguments_when_called(tmp_path: Path) -> None:
+    with pytest.raises(InvalidRequestError, match="is not a directory"):
+        read_text_folder(tmp_path / "missing")  # no list(): refused before the first chunk is asked for
+    with pytest.raises(InvalidRequestError, match="chunk_size must be an integer >= 1"):
+        read_text_folder(tmp_path, chunk_size=0)
+
+
+def test_beir_lines_keep_scope_and_validity(tmp_path: Path) -> None:
+    path = _write_jsonl(tmp_path / "c.jsonl", [
+        {"_id": "a", "text": "t", "tenant": "acme", "user_id": "u1", "agent_id": "g", "session_id": "s",
+         "valid_from": "2024-01-01", "valid_to": 1800000000, "extra_field": "ignored"},
+        {"_id": "b", "text": "t", "user_id": None},
+    ])
+    a, b = list(read_beir_corpus(path))
+    assert a.scope_values() == {"tenant": "acme", "user_id": "u1", "agent_id": "g", "session_id": "s"}
+    assert (a.valid_from, a.valid_to) == (1704067200.0, 1800000000.0)
+    assert b.scope_values() == {"tenant": None, "user_id": None, "agent_id": None, "session_id": None}
+    bad = _write_jsonl(tmp_path / "bad.jsonl", [{"_id": "c", "text": "t", "user_id": 5}])
+    with pytest.raises(InvalidRequestError, match=r"bad\.jsonl, line 1: invalid document 'c': user_id"):
+        list(read_beir_corpus(bad))

@@ -65,3 +65,40 @@ async def test_streamable_http_on_localhost(folder):
     finally:
         child.terminate()
         child.wait(timeout=30)
+
+
+def test_a_malformed_stdio_line_gets_no_reply_and_the_server_keeps_serving(folder):
+    """What the official SDK does with a stdio line that is not JSON-RPC (README, MCP server): it drops it (no
+    -32700 reply; modelcontextprotocol/python-sdk#2751) and answers the next valid request. This test pins that
+    behaviour: if an SDK release starts replying, the README must say so."""
+    import json
+    import queue
+    import threading
+
+    child = subprocess.Popen(_command(folder), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, env=dict(os.environ), text=True, bufsize=1)
+    replies: queue.Queue = queue.Queue()
+    reader = threading.Thread(target=lambda: [replies.put(json.loads(line)) for line in child.stdout], daemon=True)
+    reader.start()
+
+    def send(message) -> None:
+        child.stdin.write((message if isinstance(message, str) else json.dumps(message)) + "\n")
+        child.stdin.flush()
+
+    try:
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}})
+        assert replies.get(timeout=120)["id"] == 1  # start-up on a loaded machine: a deadline, not a speed test
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        send("{not json")
+        send({"id": 2, "method": "tools/list"})  # JSON, but not JSON-RPC (no "jsonrpc")
+        send({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "get_memory", "arguments": {"chunk_ids": ["a"]}}})
+        reply = replies.get(timeout=120)
+        assert reply["id"] == 3  # nothing came back for the two malformed lines, in between
+        assert [m["chunk_id"] for m in reply["result"]["structuredContent"]["result"]] == ["a"]
+        assert child.poll() is None  # still serving
+    finally:
+        child.stdin.close()
+        child.wait(timeout=60)
+    assert replies.empty()
