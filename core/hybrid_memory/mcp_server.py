@@ -26,7 +26,6 @@ import argparse
 import logging
 import uuid
 from collections.abc import Callable, Mapping
-from itertools import islice
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -198,15 +197,15 @@ def build_server(
         page_size: Annotated[int, Field(ge=1, le=MAX_PAGE)] = 20,
         metadata_filter: dict[str, Any] | None = None,
     ) -> MemoryPage:
-        """Memories in insertion order, page by page (metadata_filter restricts them)."""
-        offset = 0
+        """Memories in insertion order, page by page (metadata_filter restricts them). The cursor marks a place
+        in that order: memories added or deleted between pages never make a page skip or repeat another."""
+        after = None
         if cursor is not None:
-            if not cursor.isdigit():
-                raise InvalidRequestError(f"cursor {cursor!r} is not one this server gave; start without a cursor")
-            offset = int(cursor)
-        page = list(islice(view.iter_chunks(metadata_filter), offset, offset + page_size + 1))
-        more = len(page) > page_size
-        return MemoryPage(memories=page[:page_size], next_cursor=str(offset + page_size) if more else None)
+            if not (cursor.startswith("k") and cursor[1:].isascii() and cursor[1:].isdigit() and len(cursor) < 25):
+                raise InvalidRequestError(f"cursor {cursor[:40]!r} is not one this server gave; start without a cursor")
+            after = int(cursor[1:])
+        page, last = view.page_chunks(metadata_filter, after=after, limit=page_size)
+        return MemoryPage(memories=page, next_cursor=None if last is None else f"k{last}")
 
     @_guard
     def add_memory(memory: MemoryInput) -> WriteOutcome:

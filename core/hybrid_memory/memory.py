@@ -893,9 +893,20 @@ class HybridMemory:
         as_of: Any = None,
     ) -> int:
         """Number of stored chunks matching the filter (all when None), in ``scope``, valid at ``as_of`` (Unix
-        seconds, datetime or ISO string). Raises InvalidFilterError, InvalidRequestError."""
+        seconds, datetime or ISO string). Raises InvalidFilterError, InvalidRequestError.
+
+        Resolved from the in-memory filter index (Roaring bitmaps, after applying other processes' commits, as a
+        search does), not by a SQL scan of the metadata: the same rows the same filter gives a search. Without
+        any restriction it is the store's row count."""
         self._check_open()
-        return self._store.count(_checked_filter(metadata_filter), _bound(scope), _instant(as_of))
+        metadata_filter, bound, instant = _checked_filter(metadata_filter), _bound(scope), _instant(as_of)
+        if not metadata_filter and not bound and instant is None:
+            return self._store.count()
+        self._catch_up()
+        with self._index_lock.read():
+            self._check_open()
+            allowed = self._resolve_filter(metadata_filter, bound, instant)
+            return self._store.count() if allowed is None else len(allowed)
 
     def __len__(self) -> int:
         return self.count()
@@ -914,6 +925,23 @@ class HybridMemory:
         """
         self._check_open()
         return self._store.iter_chunks(_checked_filter(metadata_filter), scope=_bound(scope), as_of=_instant(as_of))
+
+    def page_chunks(
+        self, metadata_filter: Mapping[str, Any] | None = None, *, after: int | None = None, limit: int = 100,
+        scope: Scope | Mapping[str, Any] | None = None, as_of: Any = None,
+    ) -> tuple[list[StoredChunk], int | None]:
+        """One page of :meth:`iter_chunks` (same order, filter, scope and ``as_of``), by keyset: the chunks after
+        position ``after`` (None: the first page), at most ``limit`` (1..10,000), and the position to pass as
+        ``after`` for the next page (None on the last). A position is an opaque int; it stays valid while
+        chunks are added or deleted (none is skipped or repeated because others moved), and each page costs
+        one indexed range read, whatever its number. Raises InvalidFilterError, InvalidRequestError."""
+        self._check_open()
+        if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < -1):
+            raise InvalidRequestError(f"after must be a position a previous page returned, or None, got {after!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise InvalidRequestError(f"limit must be an int in 1..10000, got {limit!r}")
+        return self._store.page_chunks(_checked_filter(metadata_filter), _bound(scope), _instant(as_of),
+                                       -1 if after is None else after, limit)
 
     def chunk_hashes(self, *, scope: Scope | Mapping[str, Any] | None = None) -> dict[str, str]:
         """chunk_id -> sha256 of the text, for every stored chunk in ``scope`` (all when None), for change

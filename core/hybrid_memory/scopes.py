@@ -233,6 +233,12 @@ class ScopedMemory:
         self._no_extra("iter_chunks", extra)
         return self._memory.iter_chunks(metadata_filter, scope=self.scope, as_of=as_of)
 
+    def page_chunks(self, metadata_filter: Mapping[str, Any] | None = None, *, after: int | None = None,
+                    limit: int = 100, as_of: Any = None, **extra: Any) -> tuple[list[StoredChunk], int | None]:
+        """:meth:`HybridMemory.page_chunks` of this scope's chunks: ``(page, position of the next page or None)``."""
+        self._no_extra("page_chunks", extra)
+        return self._memory.page_chunks(metadata_filter, after=after, limit=limit, scope=self.scope, as_of=as_of)
+
     def chunk_hashes(self, **extra: Any) -> dict[str, str]:
         """chunk_id -> content hash of this scope's chunks (what the graph layer diffs against)."""
         self._no_extra("chunk_hashes", extra)

@@ -618,6 +618,25 @@ class SQLiteStore:
                     by_id[row[0]] = _stored(row)
         return [by_id[c] for c in chunk_ids if c in by_id]
 
+    def page_chunks(
+        self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None, as_of: float | None,
+        after: int, limit: int,
+    ) -> tuple[list[StoredChunk], int | None]:
+        """Keyset paging in :meth:`iter_chunks` order: up to ``limit`` chunks whose place (``ord``) is after
+        ``after`` (-1: from the start), and the place of the last one when more may follow (else None). One
+        indexed range read per page (``ord`` is indexed), whatever the page number; chunks deleted or added
+        between pages never shift the others."""
+        sql, params = _where(metadata_filter, scope, as_of)
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT ord, chunk_id, text, source, metadata, content_hash, created_at, updated_at,"
+                f" {_SYSTEM_SELECT} FROM chunks WHERE ord > ? AND {sql} ORDER BY ord LIMIT ?",
+                [after, *params, limit + 1],
+            ).fetchall()
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return [_stored(row[1:]) for row in rows], (int(rows[-1][0]) if more else None)
+
     def iter_chunks(
         self, metadata_filter: Mapping[str, Any] | None = None, batch_size: int = 1000,
         scope: Mapping[str, str] | None = None, as_of: float | None = None,

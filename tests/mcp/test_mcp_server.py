@@ -75,8 +75,8 @@ async def test_every_tool_round_trip(memory):
             ("u1-a", "Dana prefers SQLite now", None), ("n1", "Dana works on project Apollo", 1717200000.0)]
         page = (await call(c, "list_memories", {"page_size": 2})).structured_content
         # order of first insertion: the update of u1-a keeps its place (iter_chunks' documented order)
-        assert [m["chunk_id"] for m in page["memories"]] == ["u1-a", "n1"] and page["next_cursor"] == "2"
-        last = (await call(c, "list_memories", {"page_size": 2, "cursor": "2"})).structured_content
+        assert [m["chunk_id"] for m in page["memories"]] == ["u1-a", "n1"] and page["next_cursor"] is not None
+        last = (await call(c, "list_memories", {"page_size": 2, "cursor": page["next_cursor"]})).structured_content
         assert [m["chunk_id"] for m in last["memories"]] == ["n2"] and last["next_cursor"] is None
         deleted = await call(c, "delete_memory", {"chunk_ids": ["n2", "missing"]})
         assert deleted.structured_content == {"deleted": 1}
@@ -96,6 +96,8 @@ async def test_bad_arguments_are_tool_errors_and_the_server_keeps_serving(memory
             ("update_memory", {"update": {"chunk_id": "u2-a", "text": "mine now"}}, "no memory with id 'u2-a'"),
             ("supersede_memory", {"old_ids": ["u2-a"], "memory": {"text": "x"}}, "unknown chunk ids"),
             ("list_memories", {"cursor": "abc"}, "cursor"),
+            ("list_memories", {"cursor": "2"}, "is not one this server gave"),  # an offset cursor of earlier versions
+            ("list_memories", {"cursor": "k²"}, "is not one this server gave"),
             ("list_memories", {"page_size": 1000}, "page_size"),
             ("get_memory", {"chunk_ids": "u1-a"}, "chunk_ids"),
             ("global_search", {"question": "what does Dana prefer?"}, "no community reports for this scope"),
@@ -153,3 +155,35 @@ def test_cli_mcp_refuses_a_missing_memory_and_bad_scopes(tmp_path, capsys):
     assert "scope" in capsys.readouterr().err
     assert parse_scope(["user_id=u1", "tenant=acme"]).bound() == {"tenant": "acme", "user_id": "u1"}
     assert parse_scope([]) is None
+
+
+async def test_list_memories_pages_by_keyset_so_deletes_between_pages_skip_nothing(memory):
+    memory.upsert([{"chunk_id": f"p{i:02d}", "text": f"page note {i}", "user_id": "u9"} for i in range(25)])
+    async with client(build_server(memory, scope={"user_id": "u9"})) as c:
+        first = (await call(c, "list_memories", {"page_size": 10})).structured_content
+        assert [m["chunk_id"] for m in first["memories"]] == [f"p{i:02d}" for i in range(10)]
+        memory.delete(["p00", "p01", "p02", "p12"])  # three on the page already read, one ahead
+        memory.upsert([{"chunk_id": "p05", "text": "edited, keeps its place", "user_id": "u9"},
+                       {"chunk_id": "p99", "text": "added after the others", "user_id": "u9"}])
+        second = (await call(c, "list_memories", {"page_size": 10, "cursor": first["next_cursor"]})).structured_content
+        # an offset cursor would have skipped p10-p12 here (three rows before it were deleted)
+        assert [m["chunk_id"] for m in second["memories"]] == ["p10", "p11", *[f"p{i}" for i in range(13, 21)]]
+        third = (await call(c, "list_memories", {"page_size": 10, "cursor": second["next_cursor"]})).structured_content
+        assert [m["chunk_id"] for m in third["memories"]] == ["p21", "p22", "p23", "p24", "p99"]
+        assert third["next_cursor"] is None
+        filtered = (await call(c, "list_memories", {"page_size": 3, "metadata_filter": {"none": None}})).structured_content
+        assert [m["chunk_id"] for m in filtered["memories"]] == ["p03", "p04", "p05"]
+
+
+def test_page_chunks_checks_its_arguments(memory):
+    from hybrid_memory import InvalidRequestError
+
+    with pytest.raises(InvalidRequestError, match="after must be a position a previous page returned"):
+        memory.page_chunks(after="k3")
+    with pytest.raises(InvalidRequestError, match="limit must be an int in 1..10000"):
+        memory.page_chunks(limit=0)
+    page, nxt = memory.page_chunks(limit=1)
+    assert nxt is not None
+    rest, end = memory.page_chunks(after=nxt, limit=10_000)
+    assert [c.chunk_id for c in page + rest] == [c.chunk_id for c in memory.iter_chunks()] == ["u1-a", "u2-a"]
+    assert end is None
