@@ -22,9 +22,10 @@ def test_delete_removes_entities_and_edges_unless_other_chunks_support_them(memo
     assert stats.deleted == ["n1"] and stats.added == [] and stats.changed == []
     assert "http 504" not in index.graph  # only n1 mentioned it
     assert index.graph.nodes["billing-service"]["chunk_ids"] == ["n2"]  # n2 still supports it
-    edge = index.graph.edges["billing-service", "db-prod-3", "co-occurs with"]
+    edge = index.graph.edges["billing-service", "db-prod-3", "retries on"]
     assert edge["weight"] == 1.0 and edge["chunk_ids"] == ["n2"]
-    assert index.graph.number_of_edges() == 3 + 5 + 3
+    assert not index.graph.has_edge("billing-service", "db-prod-3", "co-occurs with")  # n1's, gone with it
+    assert index.graph.number_of_edges() == 3 + 3 + 3 + 3  # n2, n3, n4, n5: three pairs each
 
 
 def test_incremental_update_equals_a_full_rebuild(memory):

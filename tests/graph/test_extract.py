@@ -40,16 +40,67 @@ def test_offline_extractor_proper_nouns():
     assert technical_only == []
 
 
-def test_offline_relations_are_sentence_co_occurrences_weighted_by_count():
+def test_offline_relations_carry_the_verb_phrase_else_co_occurrence():
     _, relations = OfflineExtractor().extract(
         "billing-service hit ERR_CONN_RESET. billing-service hit ERR_CONN_RESET on db-prod-3."
     )
-    assert [(r.source, r.target, r.strength) for r in relations] == [
-        ("billing-service", "db-prod-3", 1.0),
-        ("billing-service", "ERR_CONN_RESET", 2.0),
-        ("db-prod-3", "ERR_CONN_RESET", 1.0),
+    assert [(r.source, r.target, r.description, r.strength) for r in relations] == [
+        ("billing-service", "db-prod-3", "co-occurs with", 1.0),
+        ("billing-service", "ERR_CONN_RESET", "hit", 2.0),
+        ("db-prod-3", "ERR_CONN_RESET", "co-occurs with", 1.0),  # " on " holds no verb
     ]
-    assert {r.description for r in relations} == {"co-occurs with"}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("search-api was rolled back by Marco Rossi.", [("search-api", "Marco Rossi", "was rolled back by")]),
+        ("GitHub Actions blocked the release of auth-api.", [("GitHub Actions", "auth-api", "blocked the release of")]),
+        ("storage-service stores objects in the media-prod bucket.",
+         [("storage-service", "media-prod", "stores objects in")]),
+        ("The auth-api kept calling getUserById() now.", [("auth-api", "getUserById()", "kept calling")]),
+        ("Stripe webhooks failed with HTTP 401.", [("Stripe", "HTTP 401", "failed with")]),  # noun before verb
+        ("s1a-service and s1b-service call s2a-service.",
+         [("s1a-service", "s2a-service", "call"), ("s1b-service", "s2a-service", "call")]),  # coordinated subjects
+        ("Chen paged the team when db-prod-3 ran out of disk.", []),  # the object is in another clause
+        ("Restart search-indexer on es-node-1.", []),  # imperative: no subject, no verb between them
+    ],
+    ids=["passive", "reverb-v-w-p", "determiner-before-object", "kept-calling", "plural-noun-subject",
+         "coordination", "clause-break", "imperative"],
+)
+def test_relation_phrases(text, expected):
+    _, relations = OfflineExtractor().extract(text)
+    assert [(r.source, r.target, r.description) for r in relations if r.description != "co-occurs with"] == expected
+
+
+def test_sentence_initial_names_are_kept_and_openers_dropped():
+    entities, _ = OfflineExtractor().extract(
+        "FEMA issued a warning. Kowalski restarted payments-worker. Restart Kafka on kafka-prod-2. "
+        "Check the dashboard. Yesterday Alice Chen paged Dr. Okafor. Customers reported errors."
+    )
+    assert [(e.name, e.type) for e in entities] == [
+        ("FEMA", "PROPER_NOUN"), ("Kowalski", "PROPER_NOUN"), ("payments-worker", "SERVICE"), ("Kafka", "PROPER_NOUN"),
+        ("kafka-prod-2", "HOST"), ("Alice Chen", "PROPER_NOUN"), ("Dr. Okafor", "PROPER_NOUN"),
+    ]
+
+
+def test_a_word_the_chunk_also_writes_in_lower_case_is_no_name():
+    entities, _ = OfflineExtractor().extract("Rollback started at noon. The rollback of auth-api finished.")
+    assert [e.name for e in entities] == ["auth-api"]
+
+
+def test_protocol_time_and_log_words_are_stop_entities():
+    from hybrid_memory.graph.patterns import STOP_ENTITIES
+
+    entities, _ = OfflineExtractor().extract(
+        "At 02:14 UTC the SQL layer logged FATAL and DNS lookups failed; Ops saw POST /v1/charges fail with HTTP 503 "
+        "on the TLS terminator of NGINX."
+    )
+    assert [(e.name, e.type) for e in entities] == [
+        ("Ops", "PROPER_NOUN"), ("POST /v1/charges", "ENDPOINT"), ("HTTP 503", "HTTP_STATUS"), ("NGINX", "PROPER_NOUN"),
+    ]
+    assert {STOP_ENTITIES[w] for w in ("UTC", "FATAL", "POST", "SQL")} == {
+        "time zone or time word", "log level", "HTTP method", "protocol, format or generic acronym"}
 
 
 def test_split_sentences_keeps_dotted_tokens():
@@ -64,10 +115,14 @@ def test_offline_graph_of_the_notes(memory):
         "auth-api", "billing-service", "db-prod-3", "err_conn_reset", "es-node-1", "etimedout",
         "getuserbyid()", "http 504", "pg_stat_activity", "search-indexer", "v2.3.1",
     ]
-    # n1: 4 entities -> 6 pairs (n2 repeats 3 of them); n3 + n4: 3 + 3 pairs, one shared; n5: 3 pairs
-    assert index.graph.number_of_edges() == 6 + 5 + 3
-    edge = index.graph.edges["billing-service", "db-prod-3", "co-occurs with"]
+    # n1: 4 entities -> 6 pairs ("returned", "hit", 4 co-occurrences); n2: 3 pairs ("retries on" and 2
+    # co-occurrences, one of them n1's billing-service / ERR_CONN_RESET); n3, n4, n5: 3 pairs each
+    assert index.graph.number_of_edges() == 6 + 2 + 3 + 3 + 3
+    edge = index.graph.edges["billing-service", "err_conn_reset", "co-occurs with"]
     assert edge["weight"] == 2.0 and edge["chunk_ids"] == ["n1", "n2"]
+    assert index.graph.edges["billing-service", "http 504", "returned"]["chunk_ids"] == ["n1"]
+    assert index.graph.edges["billing-service", "db-prod-3", "retries on"]["chunk_ids"] == ["n2"]
+    assert index.graph.edges["v2.3.1", "pg_stat_activity", "reads"]["chunk_ids"] == ["n4"]
     assert index.graph.nodes["auth-api"]["chunk_ids"] == ["n3", "n4"]
 
 

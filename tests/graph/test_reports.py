@@ -24,7 +24,7 @@ def test_extractive_report_content(memory):
     assert report.method == "extractive" and report.status == "ok"
     assert report.chunk_ids == ["n1", "n2"]
     assert report.title.startswith("billing-service") or report.title.startswith("db-prod-3")
-    assert "billing-service co-occurs with db-prod-3 (weight 2 from 2 chunk(s))" in report.text()
+    assert "billing-service co-occurs with ERR_CONN_RESET (weight 2 from 2 chunk(s))" in report.text()
     assert report.tokens == count_tokens(report.text()) <= 300
     assert report.fingerprint == community.fingerprint
 
