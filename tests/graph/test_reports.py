@@ -24,9 +24,40 @@ def test_extractive_report_content(memory):
     assert report.method == "extractive" and report.status == "ok"
     assert report.chunk_ids == ["n1", "n2"]
     assert report.title.startswith("billing-service") or report.title.startswith("db-prod-3")
-    assert "billing-service co-occurs with ERR_CONN_RESET (weight 2 from 2 chunk(s))" in report.text()
+    lines = report.text().splitlines()
+    assert lines[2:] == [  # stated relations first, then sentences covering both chunks
+        "- billing-service retries on db-prod-3 (weight 1 from 1 chunk(s))",
+        "- billing-service returned HTTP 504 (weight 1 from 1 chunk(s))",
+        "- billing-service retries on db-prod-3 after ERR_CONN_RESET. (source n2)",
+        "- billing-service returned HTTP 504 when db-prod-3 hit ERR_CONN_RESET. (source n1)",
+    ]
+    assert report.quoted_chunk_ids == ["n1", "n2"]
+    assert [(f.summary, f.explanation) for f in report.sources] == [
+        ("billing-service returned HTTP 504 when db-prod-3 hit ERR_CONN_RESET.", "source n1"),
+        ("billing-service retries on db-prod-3 after ERR_CONN_RESET.", "source n2"),
+    ]
     assert report.tokens == count_tokens(report.text()) <= 300
     assert report.fingerprint == community.fingerprint
+
+
+def test_extractive_sentences_cover_the_chunks_before_repeating_the_hub(embedder):
+    """Six chunks name the hub db-prod-3; chunk c0 also holds two more sentences about it. Under a budget for
+    three sentences, greedy budgeted coverage takes one sentence from each of three chunks, not c0's three."""
+    from hybrid_memory import HybridMemory
+
+    chunks = [{"chunk_id": "c0", "text": "db-prod-3 hit ERR_DISK_FULL. db-prod-3 hit ERR_DISK_FULL again. "
+                                         "db-prod-3 hit ERR_DISK_FULL once more."}]
+    chunks += [{"chunk_id": f"c{i}", "text": f"s{i}-service reads db-prod-3."} for i in range(1, 6)]
+    with HybridMemory(None, embedder=embedder) as mem:
+        mem.add(chunks)
+        summarizer = ExtractiveSummarizer(max_report_tokens=110, top_relations=0)
+        index = GraphIndex.build(mem, summarizer=summarizer, save=False)
+    (report,) = index.reports.values()
+    quoted = [f.explanation for f in report.findings]
+    assert len(quoted) == len(set(quoted)) == 3  # every sentence from a different chunk
+    assert report.quoted_chunk_ids == sorted(q[len("source "):] for q in quoted)
+    assert [f.explanation for f in report.sources] == [f"source c{i}" for i in range(6)]
+    assert report.tokens <= 110
 
 
 def test_extractive_report_respects_the_token_budget(memory):

@@ -183,3 +183,36 @@ def test_reports_are_ranked_by_the_store_free_searcher(monkeypatch):
     assert ranked[0].score == ranked[1].score and ranked[0].sparse_rank == 1 and ranked[1].sparse_rank == 2
     assert [r.chunk_id for r in ranker.rank("billing-service 504", level=1)] == ["c1"]
     assert ranker.rank("billing-service 504", top_k=1)[0].chunk_id == "c0"
+
+
+def test_global_search_adds_the_best_source_sentences_the_budget_allows(embedder):
+    """A hub community whose report quotes 3 of its 6 chunks: with room for exactly one evidence line, the
+    unquoted source sentence naming the question's service is added, and nothing else."""
+    from hybrid_memory import HybridMemory
+    from hybrid_memory.graph import ExtractiveSummarizer
+    from hybrid_memory.graph.tokens import count_tokens
+
+    chunks = [{"chunk_id": "c0", "text": "db-prod-3 hit ERR_DISK_FULL. db-prod-3 hit ERR_DISK_FULL again."}]
+    chunks += [{"chunk_id": f"c{i}", "text": f"s{i}-service reads db-prod-3."} for i in range(1, 6)]
+    with HybridMemory(None, embedder=embedder) as mem:
+        mem.add(chunks)
+        index = GraphIndex.build(mem, summarizer=ExtractiveSummarizer(max_report_tokens=110, top_relations=0),
+                                 save=False)
+    (report,) = index.reports.values()
+    unquoted = [f for f in report.sources if f.explanation[len("source "):] not in report.quoted_chunk_ids]
+    assert unquoted  # the report could not quote every chunk
+    target = unquoted[-1]
+    service = target.summary.split()[0]
+    line = f"- {target.summary} ({target.explanation})"
+    budget = report.tokens + count_tokens("Evidence:") + 1 + count_tokens(line) + 1
+    result = index.global_search(f"what does {service} read?", token_budget=budget)
+    (hit,) = result.hits
+    assert [(f.summary, f.explanation) for f in hit.evidence] == [(target.summary, target.explanation)]
+    assert hit.text == report.text() + "\nEvidence:\n" + line
+    assert hit.tokens == count_tokens(hit.text) <= budget
+    assert result.quoted_chunk_ids == sorted(report.quoted_chunk_ids + [target.explanation[len("source "):]])
+    assert result.tokens.report_tokens == hit.tokens
+    plain = index.global_search(f"what does {service} read?", token_budget=budget, evidence=False)
+    assert plain.hits[0].evidence == [] and plain.hits[0].text == report.text()
+    # a question sharing no term with the unquoted sentences adds none
+    assert index.global_search("ERR_DISK_FULL", token_budget=4000).hits[0].evidence == []

@@ -12,6 +12,10 @@ several), ``description`` (distinct descriptions joined by newlines, in chunk or
 
 Every attribute is a function of the extractions of the chunks listed in ``chunk_ids``, which is what lets
 ``update_graph`` recompute only what a changed or deleted chunk touched and still equal a full rebuild.
+
+Merged aliases (``resolve.py``): with an ``aliases`` map (alias key -> canonical key), every mention of an alias
+is counted under its canonical key; the alias's surface forms join the node's ``aliases`` and ``mentions`` but
+not its display ``name``, which stays the canonical's own most frequent form.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import networkx as nx
 
 from .models import ChunkExtraction
 from .normalize import clean_surface, display_name, normalize_name, normalize_type
+from .resolve import resolve_key
 
 __all__ = ["build_graph", "chunk_contributions", "update_graph"]
 
@@ -33,6 +38,7 @@ EdgeKey = tuple[str, str, str]
 @dataclass
 class _NodePart:
     surfaces: list[str] = field(default_factory=list)
+    alias_surfaces: list[str] = field(default_factory=list)
     types: set[str] = field(default_factory=set)
     descriptions: list[str] = field(default_factory=list)
 
@@ -44,31 +50,41 @@ class _EdgePart:
     mentions: int = 0
 
 
-def chunk_contributions(extraction: ChunkExtraction) -> tuple[dict[NodeKey, _NodePart], dict[EdgeKey, _EdgePart]]:
+def chunk_contributions(
+    extraction: ChunkExtraction, aliases: Mapping[str, str] | None = None
+) -> tuple[dict[NodeKey, _NodePart], dict[EdgeKey, _EdgePart]]:
     """What one chunk adds to the graph: node parts by key and edge parts by (u, v, relation key).
 
     Relation ends that are not among the chunk's entities still become nodes (with no type), so no edge is lost.
-    Names that normalise to "" are dropped.
+    Names that normalise to "" are dropped. ``aliases``: merged alias key -> canonical key (see the module notes).
     """
+    aliases = aliases or {}
+
+    def key_of(name: str) -> tuple[str, bool]:
+        raw = normalize_name(name)
+        key = resolve_key(raw, aliases) if raw in aliases else raw
+        return key, key != raw
+
     nodes: dict[NodeKey, _NodePart] = {}
     edges: dict[EdgeKey, _EdgePart] = {}
     for entity in extraction.entities:
-        key = normalize_name(entity.name)
+        key, merged = key_of(entity.name)
         if not key:
             continue
         part = nodes.setdefault(key, _NodePart())
-        part.surfaces.append(clean_surface(entity.name))
+        (part.alias_surfaces if merged else part.surfaces).append(clean_surface(entity.name))
         if normalize_type(entity.type):
             part.types.add(normalize_type(entity.type))
         if entity.description and entity.description not in part.descriptions:
             part.descriptions.append(entity.description)
     for relation in extraction.relations:
-        u, v = normalize_name(relation.source), normalize_name(relation.target)
+        (u, u_merged), (v, v_merged) = key_of(relation.source), key_of(relation.target)
         if not u or not v:
             continue
-        for key, surface in ((u, relation.source), (v, relation.target)):
+        for key, surface, merged in ((u, relation.source, u_merged), (v, relation.target, v_merged)):
             if key not in nodes:
-                nodes[key] = _NodePart(surfaces=[clean_surface(surface)])
+                nodes[key] = (_NodePart(alias_surfaces=[clean_surface(surface)]) if merged
+                              else _NodePart(surfaces=[clean_surface(surface)]))
         rel_key = normalize_name(relation.description) or "related to"
         part_e = edges.setdefault((u, v, rel_key), _EdgePart())
         if relation.description and relation.description not in part_e.descriptions:
@@ -79,12 +95,14 @@ def chunk_contributions(extraction: ChunkExtraction) -> tuple[dict[NodeKey, _Nod
 
 
 def _node_attributes(key: NodeKey, parts: list[tuple[str, _NodePart]]) -> dict:
-    surfaces = [s for _, p in parts for s in p.surfaces]
+    own = [s for _, p in parts for s in p.surfaces]
+    merged = [s for _, p in parts for s in p.alias_surfaces]
+    surfaces = own + merged
     descriptions: list[str] = []
     for _, p in parts:
         descriptions += [d for d in p.descriptions if d not in descriptions]
     return {
-        "name": display_name(surfaces) if surfaces else key,
+        "name": display_name(own or merged) if surfaces else key,
         "aliases": sorted(set(surfaces)),
         "types": sorted({t for _, p in parts for t in p.types}),
         "description": "\n".join(descriptions),
@@ -103,10 +121,13 @@ def _edge_attributes(key: EdgeKey, parts: list[tuple[str, _EdgePart]]) -> dict:
     }
 
 
-def build_graph(extractions: Mapping[str, ChunkExtraction]) -> nx.MultiDiGraph:
-    """Full build: aggregate every chunk's contributions. Nodes and edges are inserted in sorted key order."""
+def build_graph(
+    extractions: Mapping[str, ChunkExtraction], aliases: Mapping[str, str] | None = None
+) -> nx.MultiDiGraph:
+    """Full build: aggregate every chunk's contributions (merged aliases counted under their canonical key).
+    Nodes and edges are inserted in sorted key order."""
     graph = nx.MultiDiGraph()
-    _apply(graph, extractions, sorted(extractions), None, None)
+    _apply(graph, extractions, sorted(extractions), None, None, aliases)
     return graph
 
 
@@ -115,6 +136,7 @@ def update_graph(
     before: Mapping[str, ChunkExtraction],
     after: Mapping[str, ChunkExtraction],
     changed: Iterable[str],
+    aliases: Mapping[str, str] | None = None,
 ) -> tuple[set[NodeKey], set[EdgeKey]]:
     """Apply the chunks in ``changed`` (added, modified or deleted) to ``graph`` in place.
 
@@ -130,7 +152,7 @@ def update_graph(
     for cid in sorted(changed_set):
         for extraction in (before.get(cid), after.get(cid)):
             if extraction is not None:
-                nodes, edges = chunk_contributions(extraction)
+                nodes, edges = chunk_contributions(extraction, aliases)
                 node_keys.update(nodes)
                 edge_keys.update(edges)
     support = {c for c in changed_set if c in after}
@@ -140,7 +162,7 @@ def update_graph(
     for u, v, k in edge_keys:
         if graph.has_edge(u, v, k):
             support.update(c for c in graph.edges[u, v, k]["chunk_ids"] if c in after)
-    _apply(graph, after, sorted(support), node_keys, edge_keys)
+    _apply(graph, after, sorted(support), node_keys, edge_keys, aliases)
     return node_keys, edge_keys
 
 
@@ -150,12 +172,13 @@ def _apply(
     chunk_ids: list[str],
     node_keys: set[NodeKey] | None,
     edge_keys: set[EdgeKey] | None,
+    aliases: Mapping[str, str] | None = None,
 ) -> None:
     """Recompute the given nodes/edges (all when None) from the contributions of ``chunk_ids``."""
     node_parts: dict[NodeKey, list[tuple[str, _NodePart]]] = {}
     edge_parts: dict[EdgeKey, list[tuple[str, _EdgePart]]] = {}
     for cid in chunk_ids:
-        nodes, edges = chunk_contributions(extractions[cid])
+        nodes, edges = chunk_contributions(extractions[cid], aliases)
         for key, part in nodes.items():
             if node_keys is None or key in node_keys:
                 node_parts.setdefault(key, []).append((cid, part))

@@ -30,6 +30,8 @@ import networkx as nx
 from tqdm.auto import tqdm
 
 from .._exceptions import InvalidRequestError
+import hashlib
+
 from .build import build_graph, update_graph
 from .communities import DEFAULT_BACKEND, check_backend, describe_communities, hierarchical_leiden
 from .errors import GraphStateError
@@ -45,15 +47,18 @@ from .models import (
     RefreshStats,
 )
 from .patterns import OfflineExtractor
+from .resolve import AUTO_MERGE_THRESHOLD, AliasCandidate, Merge, alias_candidates, resolve_key
 from .reports import CommunityContext, ExtractiveSummarizer, Summarizer, sort_for_summarising
 from .search import (
     BUDGET_TOO_SMALL_ANSWER,
     NO_DATA_ANSWER,
     ReportRanker,
     account_tokens,
+    add_evidence,
     map_reduce_answer,
     select_reports,
 )
+from .normalize import normalize_name
 from .tokens import count_tokens
 
 _SHORT = reprlib.Repr()
@@ -92,6 +97,8 @@ class GraphIndex:
         seed: Leiden seed (default 42); the same seed, graph and backend version give the same communities.
         community_backend: ``"graspologic"`` (default; graspologic-native, MIT, what Microsoft GraphRAG uses) or
             ``"cdlib"`` (leidenalg + igraph, GPL; extra ``graph-cdlib``). See ``communities``.
+        auto_merge_threshold: alias candidates (``resolve.py``) that are unambiguous and whose evidence score is at
+            least this (0-1; default 0.5) are merged at each sync; None merges only what ``merge_entities`` asks.
         embedder: embedder for ranking reports (``hybrid_memory.Embedder``); default the memory's embedder.
         path: folder ``refresh``/``build`` save to (default ``<memory.path>/graph`` for persisted memories).
         show_progress: tqdm bars while extracting and summarising (off in library calls; the CLI turns it on).
@@ -107,6 +114,7 @@ class GraphIndex:
         max_cluster_size: int = 10,
         seed: int = 42,
         community_backend: str = DEFAULT_BACKEND,
+        auto_merge_threshold: float | None = AUTO_MERGE_THRESHOLD,
         embedder: Any = None,
         path: str | Path | None = None,
         show_progress: bool = False,
@@ -118,6 +126,15 @@ class GraphIndex:
         self.max_cluster_size = max_cluster_size
         self.seed = int(seed)
         self.community_backend = check_backend(community_backend)
+        if auto_merge_threshold is not None and not (
+            isinstance(auto_merge_threshold, (int, float)) and 0.0 <= float(auto_merge_threshold) <= 1.0
+        ):
+            raise ValueError(f"auto_merge_threshold must be a number in [0, 1] or None, got {auto_merge_threshold!r}")
+        self.auto_merge_threshold = None if auto_merge_threshold is None else float(auto_merge_threshold)
+        self.merges: dict[str, Merge] = {}
+        """Merges in force by undo token (automatic and confirmed)."""
+        self.rejected_merges: set[tuple[str, str]] = set()
+        """(alias, canonical) pairs whose automatic merge was undone: never merged automatically again."""
         self.embedder = embedder
         self.path = Path(path) if path is not None else None
         self.show_progress = show_progress
@@ -218,8 +235,10 @@ class GraphIndex:
                 after[chunk.chunk_id] = extraction
                 self.failures.pop(chunk.chunk_id, None)
         touched = set(stats.deleted) | set(todo)
-        update_graph(self.graph, before, after, touched)
+        update_graph(self.graph, before, after, touched, self.aliases)
         self.extractions = after
+        if touched and self._auto_merge():
+            self.graph = build_graph(self.extractions, self.aliases)
         if touched or (self.graph.number_of_nodes() and not self.communities):
             self._recluster()  # an unchanged graph keeps its communities (same seed, same result)
         stats.stale = self.stale_communities()
@@ -230,6 +249,80 @@ class GraphIndex:
             self.graph.number_of_nodes(), self.graph.number_of_edges(), len(self.communities), len(stats.stale),
         )
         return stats
+
+    # -- entity resolution ----------------------------------------------------------------------------
+    @property
+    def aliases(self) -> dict[str, str]:
+        """Merged alias key -> canonical key, for every merge in force."""
+        return {m.alias: m.canonical for m in self.merges.values()}
+
+    def alias_candidates(self) -> list[AliasCandidate]:
+        """Alias candidates of the current graph with their evidence (see ``resolve.py``), sorted by
+        (alias, canonical); ``auto`` says whether the threshold would merge it at the next sync."""
+        threshold = self.auto_merge_threshold if self.auto_merge_threshold is not None else float("inf")
+        return alias_candidates(self.graph, threshold=threshold, rejected=self.rejected_merges)
+
+    def _auto_merge(self) -> bool:
+        """Merge the qualifying candidates, re-examining after each round (a merge can resolve another's
+        ambiguity, e.g. ``Dr. Chen`` once ``Chen`` is ``Alice Chen``). Returns True when anything was merged."""
+        if self.auto_merge_threshold is None:
+            return False
+        merged = False
+        for _ in range(4):
+            fresh = [c for c in self.alias_candidates() if c.auto]
+            for candidate in fresh:
+                if resolve_key(candidate.canonical, self.aliases) != candidate.alias:
+                    self._add_merge(candidate.alias, candidate.canonical, "auto", candidate)
+            if not fresh:
+                break
+            merged = True
+            self.graph = build_graph(self.extractions, self.aliases)
+        return merged
+
+    def _add_merge(self, alias: str, canonical: str, source: str, evidence: AliasCandidate | None) -> Merge:
+        token = "m-" + hashlib.sha256(f"{alias}\x1f{canonical}".encode()).hexdigest()[:12]
+        merge = Merge(token=token, alias=alias, canonical=canonical, source=source, evidence=evidence)
+        self.merges[token] = merge
+        return merge
+
+    def _node_key(self, name: str, role: str) -> str:
+        key = normalize_name(name) if isinstance(name, str) else ""
+        if not key or key not in self.graph:
+            raise InvalidRequestError(
+                f"{role} {_SHORT.repr(name)} is not an entity of this graph; pick one from alias_candidates() or "
+                "graph.nodes (names or keys)"
+            )
+        return key
+
+    def merge_entities(self, alias: str, canonical: str) -> Merge:
+        """Merge the entity ``alias`` into ``canonical`` (names or node keys): from now on every mention of the
+        alias counts as the canonical entity. The graph is rebuilt and re-clustered at once; the reports that
+        changed are stale until the next ``refresh`` (or ``summarize_stale``). Returns the merge, whose ``token``
+        undoes it (``unmerge_entities``). Raises InvalidRequestError for an unknown entity, the same entity
+        twice, or a merge that would make a cycle."""
+        a, b = self._node_key(alias, "alias"), self._node_key(canonical, "canonical")
+        if a == b or resolve_key(b, self.aliases) == a:
+            raise InvalidRequestError(f"cannot merge {_SHORT.repr(alias)} into {_SHORT.repr(canonical)}: same entity")
+        evidence = next((c for c in self.alias_candidates() if (c.alias, c.canonical) == (a, b)), None)
+        self.rejected_merges.discard((a, b))
+        merge = self._add_merge(a, b, "caller", evidence)
+        self.rebuild_graph()
+        return merge
+
+    def unmerge_entities(self, token: str) -> Merge:
+        """Undo a merge by its token (or by the alias's name or key). An undone automatic merge is remembered
+        and never redone automatically. The graph is rebuilt and re-clustered. Returns the undone merge. Raises
+        InvalidRequestError when no merge in force matches."""
+        merge = self.merges.get(token) if isinstance(token, str) else None
+        if merge is None and isinstance(token, str):
+            merge = next((m for m in self.merges.values() if m.alias == normalize_name(token)), None)
+        if merge is None:
+            raise InvalidRequestError(f"no merge {_SHORT.repr(token)} in force; see graph.merges")
+        del self.merges[merge.token]
+        if merge.source == "auto":
+            self.rejected_merges.add((merge.alias, merge.canonical))
+        self.rebuild_graph()
+        return merge
 
     def _fetch(self, memory: Any, chunk_ids: list[str]):
         for i in range(0, len(chunk_ids), _FETCH_BATCH):
@@ -387,12 +480,15 @@ class GraphIndex:
         max_reports: int | None = None,
         min_dense_score: float = 0.3,
         dedupe_hierarchy: bool = True,
+        evidence: bool = True,
     ) -> GlobalSearchResult:
         """Community reports for a question about the whole memory, best first, fitting ``token_budget`` tokens.
 
         Reports are ranked by hybrid search (BM25 + dense, the core's default fusion) over their text; irrelevant ones (no question
         term and dense score < ``min_dense_score``) are dropped; with ``dedupe_hierarchy`` a report whose ancestor
         or descendant is already chosen is skipped. ``no_relevant_reports`` is true when none is left.
+        With ``evidence`` (default), the budget the reports leave takes their source sentences that best match
+        the question (``search.add_evidence``), appended to each hit's text; ``token_budget`` covers both.
         Raises InvalidRequestError (a ValueError) for a blank question, token_budget < 1, a non-int level or
         max_reports < 1; the message names the fix.
         """
@@ -415,6 +511,8 @@ class GraphIndex:
             ranked, self.reports, token_budget=token_budget, parents=parents, min_dense_score=min_dense_score,
             max_reports=max_reports,
         )
+        if evidence and hits:  # the budget the reports left: their best source sentences for this question
+            hits = add_evidence(question, hits, self.reports, token_budget=token_budget)
         smallest = None
         if not hits:  # nothing fits: is nothing relevant, or is the budget too small?
             unbounded = select_reports(ranked, self.reports, token_budget=10**12, parents=None,
@@ -484,7 +582,7 @@ class GraphIndex:
 
     def rebuild_graph(self) -> None:
         """Recompute the graph from the saved extractions (the source of truth) and re-cluster."""
-        self.graph = build_graph(self.extractions)
+        self.graph = build_graph(self.extractions, self.aliases)
         self._recluster()
 
     # -- persistence ----------------------------------------------------------------------------------

@@ -141,7 +141,12 @@ class CommunityReport(_Record):
     fingerprint: str = ""
     """Fingerprint of the community content the report was written from (staleness check)."""
     chunk_ids: list[str] = Field(default_factory=list)
-    """Chunks the report stands for, sorted."""
+    """Chunks the report stands for (every chunk supporting the community), sorted."""
+    quoted_chunk_ids: list[str] = Field(default_factory=list)
+    """Chunks a sentence of which is quoted in the report's text (extractive reports), sorted."""
+    sources: list[Finding] = Field(default_factory=list)
+    """One representative source sentence per supporting chunk (``explanation`` = ``"source <chunk id>"``), not
+    part of ``text()``: ``global_search`` adds the ones matching a question when its budget allows."""
     tokens: int = 0
     """Tokens of ``text()``."""
 
@@ -193,11 +198,15 @@ class ReportHit(_Record):
     title: str
     """Report title."""
     text: str
-    """Report text (title, summary, findings)."""
+    """Report text (title, summary, findings), then the evidence lines when any were added."""
     tokens: int
-    """Tokens of ``text``."""
+    """Tokens of ``text`` (report and evidence)."""
     chunk_ids: list[str]
     """Chunks the report stands for, sorted."""
+    evidence: list[Finding] = Field(default_factory=list)
+    """Source sentences added for this question (``explanation`` = ``"source <chunk id>"``), best first."""
+    quoted_chunk_ids: list[str] = Field(default_factory=list)
+    """Chunks quoted in ``text`` (by the report or the evidence), sorted."""
 
 
 class GlobalSearchResult(_Record):
@@ -221,6 +230,11 @@ class GlobalSearchResult(_Record):
     def chunk_ids(self) -> list[str]:
         """Sorted union of the chunk ids the chosen reports stand for."""
         return sorted({c for h in self.hits for c in h.chunk_ids})
+
+    @property
+    def quoted_chunk_ids(self) -> list[str]:
+        """Sorted union of the chunk ids quoted in the hits' text (report sentences and evidence)."""
+        return sorted({c for h in self.hits for c in h.quoted_chunk_ids})
 
 
 class MapPoint(_Record):

@@ -184,6 +184,9 @@ _STOP = set(
 )
 
 
+_NAME_BREAKERS = {"time zone or time word", "log level", "HTTP method"}
+
+
 def split_sentences(text: str) -> list[str]:
     """Sentences of ``text``: split after ``.!?`` followed by space and a letter, at blank lines and list items.
 
@@ -302,8 +305,8 @@ def _proper_nouns(sentence: str, masked: list[tuple[int, int]], context: _ChunkC
             flush(token)
             continue
         if token[0].isalpha() and token[0].isupper():
-            if group and token.isupper() and _is_stop_entity(token):
-                flush(token)  # "FEMA UTC": the time word ends the name
+            if group and token.isupper() and STOP_ENTITIES.get(token) in _NAME_BREAKERS:
+                flush(token)  # "FEMA UTC": a time word, log level or HTTP method ends the name ("Café API" does not)
                 continue
             group.extend(pending)
             pending.clear()

@@ -18,7 +18,7 @@ import networkx as nx
 from .llm import LLMCallable, as_llm_callable, call_json
 from .models import Community, CommunityReport, Finding
 from .normalize import normalize_name
-from .patterns import split_sentences
+from .patterns import CO_OCCURS, split_sentences
 from .tokens import count_tokens, truncate_to_tokens
 
 logger = logging.getLogger(__name__)
@@ -250,22 +250,34 @@ def _pagerank(graph: nx.MultiDiGraph) -> dict[str, float]:
 
 
 class ExtractiveSummarizer:
-    """Offline report, no model (``method="extractive"``): the most central entities by PageRank (Page et al.
-    1999, weighted, undirected, damping 0.85), the strongest relations, and the member chunks' sentences that
-    mention the most central entities, in at most ``max_report_tokens`` tokens.
+    """Offline report, no model (``method="extractive"``): title from the most central entities (PageRank, Page et
+    al. 1999, weighted, undirected, damping 0.85), the strongest stated relations, and source sentences chosen to
+    cover the community's evidence, in at most ``max_report_tokens`` tokens.
+
+    Sentence choice is budgeted maximum coverage by the cost-effective greedy rule (Khuller, Moss & Naor 1999,
+    "The budgeted maximum coverage problem"): the elements to cover are the community's chunks (weight 1 each)
+    and its member entities (weight = PageRank x number of members, so an average entity weighs 1); each step
+    takes the sentence with the largest uncovered weight per token, until nothing fits. The first sentences thus
+    come from distinct chunks and name distinct central entities, rather than repeating the hub (the redundancy
+    penalty of MMR, Carbonell & Goldstein 1998, falls out of counting covered elements once). Sentences longer
+    than ``max_sentence_tokens`` are cut.
+
+    ``sources``: besides the text, every report keeps one representative sentence per supporting chunk (the one
+    naming the most central members), which ``global_search`` can add under a question when its budget allows.
 
     Rating: ``min(10, 2 * log2(1 + total internal edge weight))``, a property of the community alone, so a
     report reused after a refresh keeps a consistent rating.
     """
 
-    def __init__(self, *, max_report_tokens: int = 300, top_entities: int = 5, top_relations: int = 3,
-                 max_sentences: int = 4):
+    def __init__(self, *, max_report_tokens: int = 300, top_entities: int = 5, top_relations: int = 2,
+                 max_sentences: int = 12, max_sentence_tokens: int = 60):
         if max_report_tokens < 20:
             raise ValueError(f"max_report_tokens must be >= 20, got {max_report_tokens}")
         self.max_report_tokens = max_report_tokens
         self.top_entities = top_entities
         self.top_relations = top_relations
         self.max_sentences = max_sentences
+        self.max_sentence_tokens = max_sentence_tokens
         self.name = "extractive"
         self.calls = 0
         """Reports written so far."""
@@ -277,18 +289,14 @@ class ExtractiveSummarizer:
         rank = _pagerank(graph)
         central = sorted(graph.nodes, key=lambda n: (-rank.get(n, 0.0), n))
         names = {n: graph.nodes[n].get("name", n) for n in graph.nodes}
-        top = central[: self.top_entities]
-        title = ", ".join(names[n] for n in top[:3]) + (f" and {len(central) - 3} more" if len(central) > 3 else "")
-        described = [
-            f"{names[n]} ({', '.join(graph.nodes[n].get('types', [])) or 'entity'})" for n in top
-        ]
-        total_weight = sum(float(d.get("weight", 1.0)) for _, _, d in graph.edges(data=True))
+        title = ", ".join(names[n] for n in central[:3]) + (f" and {len(central) - 3} more" if len(central) > 3 else "")
         summary = (
             f"{len(central)} entities, {graph.number_of_edges()} relations, {len(context.community.chunk_ids)} "
-            f"source chunks. Most central: {'; '.join(described)}."
+            f"source chunks. Most central: {', '.join(names[n] for n in central[: self.top_entities])}."
         )
         findings: list[Finding] = []
-        edges = sorted(graph.edges(keys=True, data=True), key=lambda e: (-e[3].get("weight", 0.0), e[0], e[1], e[2]))
+        edges = sorted(graph.edges(keys=True, data=True),
+                       key=lambda e: (e[2] == normalize_name(CO_OCCURS), -e[3].get("weight", 0.0), e[0], e[1], e[2]))
         for u, v, k, d in edges[: self.top_relations]:
             findings.append(
                 Finding(
@@ -296,6 +304,7 @@ class ExtractiveSummarizer:
                     explanation=f"weight {d.get('weight', 0.0):g} from {len(d.get('chunk_ids', []))} chunk(s)",
                 )
             )
+        total_weight = sum(float(d.get("weight", 1.0)) for _, _, d in graph.edges(data=True))
         report = _report(
             context,
             "extractive",
@@ -305,46 +314,85 @@ class ExtractiveSummarizer:
             rating=round(min(10.0, 2.0 * math.log2(1.0 + total_weight)), 2),
             rating_explanation=f"total internal edge weight {total_weight:g}",
         )
-        for sentence, cid in self._sentences(context, rank, names):
-            candidate = report.model_copy(
-                update={"findings": report.findings + [Finding(summary=sentence, explanation=f"source {cid}")]}
-            )
-            if count_tokens(candidate.text()) <= self.max_report_tokens:
-                report = candidate
+        candidates = self._candidates(context, rank, names)
+        report.sources = self._representatives(candidates)
+        used = count_tokens(report.text())
+        if used > self.max_report_tokens:
+            report.findings = []
+            used = count_tokens(report.text())
+        chosen = self._cover(candidates, rank, len(central), self.max_report_tokens - used)
+        report.findings = report.findings + [Finding(summary=text, explanation=f"source {cid}") for cid, text in chosen]
         while count_tokens(report.text()) > self.max_report_tokens and report.findings:
-            report = report.model_copy(update={"findings": report.findings[:-1]})
+            report.findings = report.findings[:-1]
         if count_tokens(report.text()) > self.max_report_tokens:
-            report = report.model_copy(
-                update={"summary": truncate_to_tokens(report.summary, self.max_report_tokens - count_tokens(title) - 2)}
-            )
+            report.summary = truncate_to_tokens(report.summary, self.max_report_tokens - count_tokens(title) - 2)
+        report.quoted_chunk_ids = sorted({f.explanation[len("source "):] for f in report.findings
+                                          if f.explanation.startswith("source ")})
         report.tokens = count_tokens(report.text())
         return report
 
-    def _sentences(
-        self, context: CommunityContext, rank: dict[str, float], names: dict[str, str]
-    ) -> list[tuple[str, str]]:
-        """Most representative sentences: score = sum of PageRank of the members they mention (by any alias)."""
+    def _candidates(self, context: CommunityContext, rank: dict[str, float], names: dict[str, str]
+                    ) -> list[tuple[str, int, str, frozenset[str], int]]:
+        """(chunk id, position, sentence (cut to max_sentence_tokens), members it names, tokens) of every
+        sentence of the member chunks that names at least one member (by any alias)."""
         aliases = {
             n: sorted({normalize_name(a) for a in context.graph.nodes[n].get("aliases", [names[n]])} - {""})
             for n in context.graph.nodes
         }
-        scored: list[tuple[float, str, int, str]] = []
+        out = []
+        seen: set[str] = set()
         for cid in sorted(context.chunks):
             for i, sentence in enumerate(split_sentences(context.chunks[cid])):
+                if sentence in seen:
+                    continue
                 folded = normalize_name(sentence)
-                score = sum(rank.get(n, 0.0) for n, forms in aliases.items() if any(f in folded for f in forms))
-                if score > 0:
-                    scored.append((-score, cid, i, sentence))
-        scored.sort()
-        out: list[tuple[str, str]] = []
-        seen: set[str] = set()
-        for _, cid, _, sentence in scored:
-            if sentence not in seen:
+                members = frozenset(n for n, forms in aliases.items() if any(f in folded for f in forms))
+                if not members:
+                    continue
                 seen.add(sentence)
-                out.append((sentence, cid))
-            if len(out) >= self.max_sentences:
-                break
+                text = sentence
+                if count_tokens(text) > self.max_sentence_tokens:
+                    text = truncate_to_tokens(text, self.max_sentence_tokens).rstrip() + " …"
+                out.append((cid, i, text, members, count_tokens(text) + 2))
         return out
+
+    @staticmethod
+    def _representatives(candidates: list[tuple[str, int, str, frozenset[str], int]]) -> list[Finding]:
+        """One sentence per chunk: the one naming the most members, earliest on ties."""
+        best: dict[str, tuple[int, int, str]] = {}
+        for cid, i, text, members, _ in candidates:
+            key = (-len(members), i, text)
+            if cid not in best or key < best[cid]:
+                best[cid] = key
+        return [Finding(summary=best[cid][2], explanation=f"source {cid}") for cid in sorted(best)]
+
+    def _cover(self, candidates: list[tuple[str, int, str, frozenset[str], int]], rank: dict[str, float],
+               n_members: int, budget: int) -> list[tuple[str, str]]:
+        """Greedy budgeted maximum coverage of chunks and members (see the class notes); in chosen order."""
+        covered_chunks: set[str] = set()
+        covered_members: set[str] = set()
+        chosen: list[tuple[str, str]] = []
+        remaining = list(candidates)
+        while remaining and budget > 0 and len(chosen) < self.max_sentences:
+            best = None
+            for j, (cid, i, text, members, cost) in enumerate(remaining):
+                if cost > budget:
+                    continue
+                gain = (cid not in covered_chunks) + sum(rank.get(m, 0.0) * n_members
+                                                         for m in members - covered_members)
+                if gain <= 0:
+                    continue
+                key = (-gain / cost, i, cid)  # best ratio; ties: earlier sentence, then smaller chunk id
+                if best is None or key < best[0]:
+                    best = (key, j)
+            if best is None:
+                break
+            cid, _, text, members, cost = remaining.pop(best[1])
+            chosen.append((cid, text))
+            covered_chunks.add(cid)
+            covered_members |= members
+            budget -= cost
+        return chosen
 
 
 def summarizer_calls(summarizer: Any) -> int:

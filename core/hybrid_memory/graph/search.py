@@ -5,14 +5,16 @@ optionally answer by map-reduce (Edge et al. 2024, "From Local to Global", secti
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from .errors import LLMOutputError
 from .llm import LLMCallable, call_json
-from .models import CommunityReport, GlobalAnswer, GlobalSearchResult, MapPoint, ReportHit, TokenAccounting
+from .models import CommunityReport, Finding, GlobalAnswer, GlobalSearchResult, MapPoint, ReportHit, TokenAccounting
 from .tokens import count_tokens, tokenizer_name
 
 logger = logging.getLogger(__name__)
@@ -24,6 +26,7 @@ __all__ = [
     "OUT_OF_BUDGET_ANSWER",
     "ReportRanker",
     "account_tokens",
+    "add_evidence",
     "map_reduce_answer",
     "select_reports",
 ]
@@ -140,18 +143,21 @@ def select_reports(
     parents: Mapping[str, str | None] | None = None,
     min_dense_score: float = 0.3,
     max_reports: int | None = None,
+    chosen: Sequence[ReportHit] = (),
 ) -> list[ReportHit]:
     """Best relevant reports whose tokens fit ``token_budget`` (greedy in rank order; one that does not fit is
     skipped and smaller ones after it may still fit).
 
     A report is relevant when a question term matched it (BM25 rank present) or its dense score is at least
     ``min_dense_score``. With ``parents`` (community id -> parent id), a report whose ancestor or descendant is
-    already chosen is skipped, so the budget is not spent twice on the same entities. Pure function.
+    already chosen is skipped, so the budget is not spent twice on the same entities. ``chosen``: hits picked
+    by an earlier pass, which count as chosen (they are not returned again). Pure function.
     """
     parents = parents or {}
-    chosen: list[ReportHit] = []
-    chosen_ids: set[str] = set()
-    covered: set[str] = set()  # chosen ids and their ancestors
+    before = list(chosen)
+    chosen = []
+    chosen_ids: set[str] = {h.community_id for h in before}
+    covered: set[str] = set(chosen_ids) | {a for h in before for a in _ancestors(h.community_id, parents)}
     used = 0
     for result in ranked:
         report = reports.get(result.chunk_id)
@@ -182,11 +188,99 @@ def select_reports(
                 text=report.text(),
                 tokens=report.tokens,
                 chunk_ids=list(report.chunk_ids),
+                quoted_chunk_ids=list(report.quoted_chunk_ids),
             )
         )
         if max_reports is not None and len(chosen) >= max_reports:
             break
     return chosen
+
+
+@lru_cache(maxsize=1)
+def _tokenizer() -> Any:
+    from hybrid_memory.tokenizer import TechnicalTokenizer
+
+    return TechnicalTokenizer()
+
+
+def add_evidence(
+    question: str,
+    hits: list[ReportHit],
+    reports: Mapping[str, CommunityReport],
+    *,
+    token_budget: int,
+    max_per_report: int = 3,
+) -> list[ReportHit]:
+    """Add to the chosen reports their source sentences that best match ``question``, while ``token_budget``
+    (tokens, for reports and evidence together) allows. Pure function; returns new hits.
+
+    Candidates are each report's ``sources`` (one representative sentence per supporting chunk) not already in
+    its text. Score = sum over the question's terms in the sentence of idf = ln(1 + N / df) over the N
+    candidates (the core's BM25 tokenizer: stemmed, stop words removed); a sentence without a question term is
+    never added. Best first across reports, at most ``max_per_report`` per report; each evidence line costs its
+    tokens + 1 and is appended to the hit's ``text`` as ``- <sentence> (source <chunk id>)``.
+    """
+    used = sum(h.tokens for h in hits)
+    if used >= token_budget or not hits:
+        return list(hits)
+    tokenize = _tokenizer().tokenize
+    terms = set(tokenize(question))
+    if not terms:
+        return list(hits)
+    pool: list[tuple[int, Finding, set[str]]] = []
+    for h, hit in enumerate(hits):
+        report = reports.get(hit.community_id)
+        if report is None:
+            continue
+        in_text = {f.summary for f in report.findings}
+        for source in report.sources:
+            if source.summary not in in_text:
+                pool.append((h, source, set(tokenize(source.summary))))
+    df: dict[str, int] = {}
+    for _, _, words in pool:
+        for t in words & terms:
+            df[t] = df.get(t, 0) + 1
+    n = len(pool)
+    scored = []
+    for order, (h, source, words) in enumerate(pool):
+        score = sum(math.log(1.0 + n / df[t]) for t in words & terms)
+        if score > 0:
+            scored.append((-score, h, order, source))
+    scored.sort(key=lambda t: t[:3])
+    added: dict[int, list[Finding]] = {}
+    header = count_tokens(_EVIDENCE_HEADER) + 1
+    for _, h, _, source in scored:
+        if len(added.get(h, [])) >= max_per_report:
+            continue
+        cost = count_tokens(_evidence_line(source)) + 1 + (header if h not in added else 0)
+        if used + cost > token_budget:
+            continue
+        added.setdefault(h, []).append(source)
+        used += cost
+    while True:
+        out = []
+        for h, hit in enumerate(hits):
+            extra = added.get(h, [])
+            if not extra:
+                out.append(hit)
+                continue
+            text = hit.text + f"\n{_EVIDENCE_HEADER}\n" + "\n".join(_evidence_line(f) for f in extra)
+            quoted = sorted(set(hit.quoted_chunk_ids) | {f.explanation[len("source "):] for f in extra})
+            out.append(hit.model_copy(update={"text": text, "tokens": count_tokens(text), "evidence": extra,
+                                              "quoted_chunk_ids": quoted}))
+        if sum(h.tokens for h in out) <= token_budget or not added:
+            return out
+        last = max(added)  # joined text may count a token more than its parts: drop the last line added
+        added[last].pop()
+        if not added[last]:
+            del added[last]
+
+
+_EVIDENCE_HEADER = "Evidence:"
+
+
+def _evidence_line(source: Finding) -> str:
+    return f"- {source.summary} ({source.explanation})"
 
 
 def account_tokens(hits: Sequence[ReportHit], chunk_tokens: Mapping[str, int], **calls: int) -> TokenAccounting:

@@ -6,6 +6,8 @@
       failures.json      failed extractions (retried by refresh / retry_failed)
       communities.json   hierarchical communities
       reports.json       community reports
+      merges.json        entity merges in force (with their evidence and undo tokens) and undone automatic
+                         merges; absent when there are none
       graph.graphml      the entity multigraph (list attributes as JSON strings); rebuilt from extractions
                          when missing or damaged
       report_vectors.npy / .json   embeddings of the reports (float32, no pickle) and their text hashes and
@@ -34,6 +36,7 @@ from .build import build_graph
 from .communities import backend_versions
 from .errors import GraphFormatError
 from .models import ChunkExtraction, Community, CommunityReport, ExtractionFailure
+from .resolve import AUTO_MERGE_THRESHOLD, Merge
 from .tokens import tokenizer_name
 
 if TYPE_CHECKING:
@@ -135,6 +138,13 @@ def _save_files(index: GraphIndex, directory: Path) -> None:
     _write(directory / "failures.json", _dump([index.failures[c] for c in sorted(index.failures)]))
     _write(directory / "communities.json", _dump(communities))
     _write(directory / "reports.json", _dump([index.reports[c] for c in sorted(index.reports)]))
+    if index.merges or index.rejected_merges:
+        _write(directory / "merges.json", json.dumps({
+            "merges": [index.merges[t].model_dump(mode="json") for t in sorted(index.merges)],
+            "rejected": [list(pair) for pair in sorted(index.rejected_merges)],
+        }, ensure_ascii=False, indent=1))
+    else:
+        (directory / "merges.json").unlink(missing_ok=True)
     level0 = {n: {"community": c.community_id} for c in communities if c.level == 0 for n in c.entities}
     write_graphml(index.graph, directory / "graph.graphml", level0)
     manifest = {
@@ -143,6 +153,7 @@ def _save_files(index: GraphIndex, directory: Path) -> None:
         "max_cluster_size": index.max_cluster_size,
         "seed": index.seed,
         "community_backend": index.community_backend,
+        "auto_merge_threshold": index.auto_merge_threshold,
         "extractor": getattr(index.extractor, "name", type(index.extractor).__name__),
         "summarizer": getattr(index.summarizer, "name", type(index.summarizer).__name__),
         "tokenizer": tokenizer_name(),
@@ -229,6 +240,7 @@ def load_index(cls: type[GraphIndex], directory: Path, **kwargs: Any) -> GraphIn
     # graphs saved before the backend was recorded were clustered by cdlib; they keep it when it is installed
     saved_backend = manifest.get("community_backend") or ("cdlib" if _has_cdlib() else "graspologic")
     kwargs.setdefault("community_backend", saved_backend)
+    kwargs.setdefault("auto_merge_threshold", manifest.get("auto_merge_threshold", AUTO_MERGE_THRESHOLD))
     kwargs.setdefault("path", directory)
     if kwargs.get("extractor") is None and manifest.get("extractor") == "offline-rules-technical":
         from .patterns import OfflineExtractor
@@ -247,12 +259,20 @@ def load_index(cls: type[GraphIndex], directory: Path, **kwargs: Any) -> GraphIn
     index.failures = {f.chunk_id: f for f in _read_list(directory / "failures.json", ExtractionFailure)}
     index.communities = {c.community_id: c for c in _read_list(directory / "communities.json", Community)}
     index.reports = {r.community_id: r for r in _read_list(directory / "reports.json", CommunityReport)}
+    merges_path = directory / "merges.json"
+    if merges_path.is_file():
+        try:
+            saved = json.loads(merges_path.read_text(encoding="utf-8"))
+            index.merges = {m.token: m for m in TypeAdapter(list[Merge]).validate_python(saved.get("merges", []))}
+            index.rejected_merges = {(str(a), str(b)) for a, b in saved.get("rejected", [])}
+        except (OSError, ValueError, TypeError) as exc:
+            raise GraphFormatError(f"cannot read {merges_path}: {exc}") from exc
     try:
         index.graph = read_graphml(directory / "graph.graphml")
         for node in index.graph.nodes:
             index.graph.nodes[node].pop("community", None)
     except GraphFormatError as exc:
         logger.warning("%s; rebuilding the graph from the saved extractions", exc)
-        index.graph = build_graph(index.extractions)
+        index.graph = build_graph(index.extractions, index.aliases)
     _load_report_vectors(index, directory)
     return index
