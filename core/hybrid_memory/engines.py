@@ -225,7 +225,7 @@ class SparseEngine:
     def exact_matches(self, query: Query, ids: np.ndarray, max_df: int, min_share: float = 0.25) -> np.ndarray:
         """int64 (len(ids),): exact-match strength of each id (rare identifiers, whole-query conjunctive
         matches; see ``BM25Index.exact_matches``), read by the exact-match guard of the default fusion."""
-        return self.index.exact_matches(query.text, ids, max_df, min_share=min_share)
+        return self.index.exact_matches(query.text, ids, max_df, min_share=min_share, cache=query.cache)
 
 
 class DenseEngine:

@@ -15,6 +15,9 @@ by score then key, cut to ``top_k``).
 from __future__ import annotations
 
 import asyncio
+import statistics
+import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -22,9 +25,62 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .engines import Engine, Hit, Query, RowSet
-from .fusion import DEFAULT_FUSION, DEFAULT_RRF_K, FUSION_METHODS, FusionInput, rank_by_score, reciprocal_rank_fusion
+from .fusion import DEFAULT_FUSION, DEFAULT_RRF_K, FUSION_METHODS, FusionInput, rank_by_score, rrf_table
 
-__all__ = ["Candidates", "EngineRun", "HybridHit", "HybridResult", "HybridSearcher"]
+__all__ = ["Candidates", "EngineRun", "HandoffPolicy", "HybridHit", "HybridResult", "HybridSearcher"]
+
+class HandoffPolicy:
+    """Whether running engines in the executor pays, decided from the costs measured on recent searches.
+
+    While the calling thread runs one engine, a worker runs the other. One after the other the two cost
+    ``t_a + t_b``; concurrently ``max(t_a, t_b) + o``, where ``o`` is what the concurrency itself costs (waking
+    a worker and the caller again, and GIL contention): the wall time of a concurrent search minus its slower
+    engine. Concurrency pays exactly when ``o < min(t_a, t_b)``. Small corpora answer in a fraction of a
+    millisecond per engine, less than a thread wake-up on a busy machine; large ones take milliseconds in
+    FAISS and bm25s, which release the GIL. So the decision is made from measurements, not from a size:
+    each of ``o`` and ``t_e`` is the median of its last ``window`` samples (robust to the odd descheduled
+    search). Until both are known, engines run concurrently; while they run inline, every ``probe``-th search
+    runs concurrently anyway, so ``o`` follows the machine's load. Results never depend on the decision.
+
+    Thread-safe (appends to bounded deques; a decision reads a snapshot).
+    """
+
+    def __init__(self, *, window: int = 15, probe: int = 16) -> None:
+        if window < 1 or probe < 1:
+            raise ValueError(f"window and probe must be >= 1, got {window} and {probe}")
+        self.window = window
+        self.probe = probe
+        self._engine: dict[str, deque[float]] = {}
+        self._overhead: deque[float] = deque(maxlen=window)
+        self._inline_runs = 0
+
+    def record_engine(self, name: str, seconds: float) -> None:
+        """One run of engine ``name`` took ``seconds`` (in whatever thread ran it)."""
+        samples = self._engine.get(name)
+        if samples is None:
+            samples = self._engine.setdefault(name, deque(maxlen=self.window))
+        samples.append(seconds)
+
+    def record_concurrent(self, wall: float, engine_seconds: Sequence[float]) -> None:
+        """A concurrent search took ``wall`` seconds from hand-off to having every list; its engines took
+        ``engine_seconds``: the overhead sample is ``wall - max(engine_seconds)``, floored at 0."""
+        self._overhead.append(max(0.0, wall - max(engine_seconds, default=0.0)))
+
+    def costs(self, names: Sequence[str]) -> tuple[float | None, float | None]:
+        """(median overhead, smallest median engine time among ``names``), in seconds; None when unmeasured."""
+        overhead = statistics.median(self._overhead) if self._overhead else None
+        times = [statistics.median(self._engine[n]) if self._engine.get(n) else None for n in names]
+        fastest = None if not times or any(t is None for t in times) else min(times)
+        return overhead, fastest
+
+    def concurrent(self, names: Sequence[str]) -> bool:
+        """Run the engines ``names`` concurrently for this search?"""
+        overhead, fastest = self.costs(names)
+        if overhead is None or fastest is None or overhead < fastest:
+            return True
+        self._inline_runs += 1
+        return self._inline_runs % self.probe == 0
+
 
 KeyLookup = Callable[[Sequence[int]], Mapping[int, str]]
 """``ids -> {id: key}`` for the ids that still exist (a document deleted meanwhile is left out)."""
@@ -92,8 +148,10 @@ class HybridSearcher:
     Args:
         engines: the engines, by their ``name`` (``{"sparse": ..., "dense": ...}``).
         keys: maps engine ids to string keys; ids it leaves out are dropped (deleted meanwhile).
-        executor: runs the engines of :meth:`search` in parallel (None: one after the other in the caller's
-            thread). :meth:`asearch` uses ``asyncio.to_thread`` instead.
+        executor: runs the engines of :meth:`search` in parallel: the calling thread runs the first engine
+            (in ``engines`` order) while the executor runs the others, when the ``policy`` finds that this
+            pays (None: always one after the other in the caller's thread). :meth:`asearch` uses
+            ``asyncio.to_thread`` instead.
         identifier_max_df: an identifier of the query is *rare* when at most this many documents hold it,
             and a whole-query (conjunctive) match counts when at most this many candidates hold every query
             token (None: ``top_k`` of the search, so every chunk naming it fits in the answer). Read by the
@@ -101,6 +159,8 @@ class HybridSearcher:
         identifier_min_share: the guard acts only when the rare identifiers are at least this share of the
             query's content words (default 0.25: an identifier plus at most three words), so an identifier
             that is a detail of a long question does not override both engines.
+        policy: decides per search whether the engines run concurrently (default: a new
+            :class:`HandoffPolicy`).
 
     Thread-safe when the engines are.
     """
@@ -113,8 +173,10 @@ class HybridSearcher:
         executor: Executor | None = None,
         identifier_max_df: int | None = None,
         identifier_min_share: float = 0.25,
+        policy: HandoffPolicy | None = None,
     ) -> None:
         self.engines = dict(engines)
+        self.policy = policy or HandoffPolicy()
         self.keys = keys
         self.executor = executor
         self.identifier_max_df = identifier_max_df
@@ -142,12 +204,26 @@ class HybridSearcher:
     def _gather(self, query: Query, depth: int, active: list[str], allowed: RowSet | None) -> dict[str, list[Hit]]:
         if allowed is not None and len(allowed) == 0:
             return {}
-        if self.executor is None or len(active) < 2:
-            return {name: self._run(self.engines[name], query, depth, allowed) for name in active}
+        policy = self.policy
+        if self.executor is None or len(active) < 2 or not policy.concurrent(active):
+            return {name: self._timed_run(name, query, depth, allowed)[0] for name in active}
+        # the calling thread runs the first engine itself while the executor runs the others: one thread
+        # hand-off per search instead of one per engine (each costs a wake-up, far more on a busy machine)
+        started = time.perf_counter()
         futures = {
-            name: self.executor.submit(self._run, self.engines[name], query, depth, allowed) for name in active
+            name: self.executor.submit(self._timed_run, name, query, depth, allowed) for name in active[1:]
         }
-        return {name: future.result() for name, future in futures.items()}
+        out = {active[0]: self._timed_run(active[0], query, depth, allowed)}
+        out.update({name: future.result() for name, future in futures.items()})
+        policy.record_concurrent(time.perf_counter() - started, [seconds for _, seconds in out.values()])
+        return {name: out[name][0] for name in active}
+
+    def _timed_run(self, name: str, query: Query, depth: int, allowed: RowSet | None) -> tuple[list[Hit], float]:
+        started = time.perf_counter()
+        hits = self._run(self.engines[name], query, depth, allowed)
+        seconds = time.perf_counter() - started
+        self.policy.record_engine(name, seconds)
+        return hits, seconds
 
     def search(
         self,
@@ -252,18 +328,21 @@ class HybridSearcher:
                 missing = [key for key in union if key not in run.scores]
                 if missing:
                     exact = self.engines[name].score(query, np.array([id_of[k] for k in missing], dtype=np.int64))
-                    all_scores[name].update({k: float(v) for k, v in zip(missing, exact, strict=True) if np.isfinite(v)})
+                    # v == v drops nan (an id the engine does not hold)
+                    all_scores[name].update({k: v for k, v in zip(missing, exact.tolist(), strict=True) if v == v})
         matches: dict[str, int] = {}
-        if method.identifiers:
+        if method.identifiers and union:
+            max_df = self.identifier_max_df if self.identifier_max_df is not None else top_k
+            union_ids = None
             for name in runs:
                 finder = getattr(self.engines[name], "exact_matches", None)
-                if finder is not None and union:
-                    max_df = self.identifier_max_df if self.identifier_max_df is not None else top_k
-                    union_ids = np.array([id_of[k] for k in union], dtype=np.int64)
+                if finder is not None:
+                    if union_ids is None:
+                        union_ids = np.array([id_of[k] for k in union], dtype=np.int64)
                     counts = finder(query, union_ids, max_df, self.identifier_min_share)
-                    for key, count in zip(union, counts.tolist(), strict=True):
-                        if count:
-                            matches[key] = max(matches.get(key, 0), int(count))
+                    for j in np.flatnonzero(counts).tolist():
+                        key = union[j]
+                        matches[key] = max(matches.get(key, 0), int(counts[j]))
         priors = {name: float(weights.get(name, 1.0)) for name in self.engines}
         lower_bounds = {
             name: float(getattr(self.engines[name], "lower_bound", min(run.scores.values(), default=0.0)))
@@ -296,14 +375,14 @@ class HybridSearcher:
         outcome = method.fuse(inp)
         effective.update({name: float(w) for name, w in outcome.weights.items()})
         rrf_weights = {name: candidates.priors[name] for name in inp.runs}
-        rrf = {h.doc_id: h for h in reciprocal_rank_fusion(inp.runs, rrf_weights, rrf_k=inp.rrf_k)}
+        rrf, rrf_ranks = rrf_table(inp.runs, rrf_weights, inp.rrf_k)  # the request was validated
         hits = [
             HybridHit(
                 key=key,
                 doc_id=candidates.id_of[key],
                 score=score,
-                rrf_score=rrf[key].score if key in rrf else 0.0,
-                ranks=dict(rrf[key].ranks) if key in rrf else {},
+                rrf_score=rrf.get(key, 0.0),
+                ranks=rrf_ranks[key] if key in rrf else {},
                 raw_scores={name: run.scores[key] for name, run in runs.items() if key in run.scores},
             )
             for key, score in rank_by_score(outcome.scores, top_k)

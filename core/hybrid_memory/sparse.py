@@ -306,6 +306,19 @@ class BM25Index:
         """Lucene idf (Kamphuis et al. 2020; bm25s ``_score_idf_lucene``): ln(1 + (N - df + 0.5) / (df + 0.5))."""
         return math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
 
+    def _terms(self, query: str, cache: dict | None) -> _QueryTerms:
+        """The query's analysis (tokens, distinct tokens, identifiers, content words), computed once per query
+        and kept in ``cache`` (a :class:`~hybrid_memory.engines.Query`'s cache): the search, the exact
+        re-scoring and the exact-match guard all read it. Depends on the text and the tokenizer only."""
+        if cache is not None:
+            hit = cache.get("bm25_terms")
+            if hit is not None and hit.text == query:
+                return hit
+        terms = _QueryTerms(query, self.tokenizer)
+        if cache is not None:
+            cache["bm25_terms"] = terms
+        return terms
+
     def _state(self, tokens: list[str], cache: dict | None) -> tuple[np.ndarray | None, dict[int, float]]:
         """Scores of every document for ``tokens`` at the global statistics; caller holds the lock.
 
@@ -377,7 +390,7 @@ class BM25Index:
             set of statistics (see :meth:`_score_main`).
         """
         allowed = as_rowset(allowed)
-        tokens = self.tokenizer.tokenize(query)
+        tokens = self._terms(query, cache).tokens
         if not tokens or k < 1:
             return []
         with self._lock:
@@ -420,7 +433,7 @@ class BM25Index:
         """
         ids = np.asarray(ids, dtype=np.int64)
         out = np.full(len(ids), np.nan)
-        tokens = self.tokenizer.tokenize(query)
+        tokens = self._terms(query, cache).tokens
         with self._lock:
             main, delta = self._state(tokens, cache)
             main_ids = self._main_ids
@@ -428,12 +441,15 @@ class BM25Index:
                 pos = np.minimum(np.searchsorted(main_ids, ids), len(main_ids) - 1)
                 in_main = (main_ids[pos] == ids) & (self._main_alive[pos] > 0)
                 out[in_main] = 0.0 if main is None else main[pos[in_main]]
-            for j, doc_id in enumerate(ids.tolist()):
-                if doc_id in self._delta_tf:
-                    out[j] = delta.get(doc_id, 0.0)
+            if self._delta_tf:
+                for j, doc_id in enumerate(ids.tolist()):
+                    if doc_id in self._delta_tf:
+                        out[j] = delta.get(doc_id, 0.0)
         return out
 
-    def identifier_matches(self, query: str, ids: np.ndarray, max_df: int, min_share: float = 0.0) -> np.ndarray:
+    def identifier_matches(
+        self, query: str, ids: np.ndarray, max_df: int, min_share: float = 0.0, *, cache: dict | None = None
+    ) -> np.ndarray:
         """How many of the query's rare identifiers each of the int64 ``ids`` contains, int64 (len(ids),).
 
         A rare identifier is a whole-identifier token of the query (:meth:`TechnicalTokenizer.identifiers`:
@@ -441,17 +457,18 @@ class BM25Index:
         When the rare identifiers are fewer than ``min_share`` of the query's content words
         (:meth:`TechnicalTokenizer.content_runs`), the identifier is a detail of a longer question rather than
         what the query looks up, and every count is 0. Reading a term's documents costs its document
-        frequency, so this is cheap exactly for rare terms.
+        frequency, so this is cheap exactly for rare terms. ``cache``: a per-query dict (``Query.cache``).
         """
         ids = np.asarray(ids, dtype=np.int64)
         out = np.zeros(len(ids), dtype=np.int64)
-        tokens = self.tokenizer.identifiers(query)
-        if not tokens or not len(ids):
+        terms = self._terms(query, cache)
+        if not terms.identifiers or not len(ids):
             return out
         rare = 0
+        id_list = ids.tolist()
         with self._lock:
             main = self._main
-            for token in tokens:
+            for token in terms.identifiers:
                 holders: list[np.ndarray] = []
                 df = 0
                 if main is not None and (token_id := main.vocab_dict.get(token)) is not None:
@@ -466,58 +483,73 @@ class BM25Index:
                     holders.append(np.fromiter(posting, dtype=np.int64, count=len(posting)))
                 if 0 < df <= max_df:
                     rare += 1
-                    held = set(np.concatenate(holders).tolist()) if holders else set()
-                    out += np.fromiter((i in held for i in ids.tolist()), dtype=np.int64, count=len(ids))
-        if rare and rare < min_share * self.tokenizer.content_runs(query):
+                    if holders:
+                        held = set(np.concatenate(holders).tolist())  # at most max_df ids
+                        out += np.fromiter((i in held for i in id_list), dtype=np.int64, count=len(id_list))
+        if rare and rare < min_share * terms.content_runs:
             out[:] = 0
         return out
 
-    def holds_all_terms(self, query: str, ids: np.ndarray) -> np.ndarray:
+    def holds_all_terms(self, query: str, ids: np.ndarray, *, cache: dict | None = None) -> np.ndarray:
         """bool (len(ids),): which of the int64 ``ids`` hold every distinct token of ``query`` (a conjunctive
         match, Lucene's ``coord`` = 1).
 
         Main-segment documents are looked up in each term's column of bm25s's CSC score matrix by binary
         search (its row indices are ascending within a column), delta documents in the term's posting dict,
-        so the cost is O(terms x candidates x log df), never a scan of a posting list.
+        so the cost is O(terms x candidates x log df), never a scan of a posting list. Terms are tried rarest
+        first, and only on the candidates that held every term so far. ``cache``: a per-query dict.
         """
         ids = np.asarray(ids, dtype=np.int64)
-        tokens = sorted(set(self.tokenizer.tokenize(query)))
+        tokens = self._terms(query, cache).distinct
+        ok = np.zeros(len(ids), dtype=bool)
         if not tokens or not len(ids):
-            return np.zeros(len(ids), dtype=bool)
+            return ok
         with self._lock:
             main, main_ids = self._main, self._main_ids
-            if main is not None:  # rarest term first: the conjunction usually fails on it, and the loop stops
-                indptr = main.scores["indptr"]
-                vocab = main.vocab_dict
-                tokens.sort(key=lambda t: (int(indptr[vocab[t] + 1] - indptr[vocab[t]]) if t in vocab else 0, t))
-            ok = np.ones(len(ids), dtype=bool)
-            rows = np.full(len(ids), -1, dtype=np.int64)
+            spans: dict[str, tuple[int, int]] = {}
+            if main is not None:
+                indptr, vocab = main.scores["indptr"], main.vocab_dict
+                for token in tokens:
+                    token_id = vocab.get(token)
+                    if token_id is not None:
+                        spans[token] = (int(indptr[token_id]), int(indptr[token_id + 1]))
+            # rarest term first: the conjunction usually fails on it, and the loop stops
+            df = {t: spans[t][1] - spans[t][0] if t in spans else 0 for t in tokens}
+            df = {t: n + len(self._postings.get(t, ())) for t, n in df.items()}
+            order = sorted(tokens, key=lambda t: (df[t], t))
+            if df[order[0]] == 0:
+                return ok
+            # main candidates: (position in ids, row in the main segment); the others are delta documents
+            at_main = np.zeros(0, dtype=np.int64)
+            rows = at_main
             if main is not None and len(main_ids):
-                pos = np.minimum(np.searchsorted(main_ids, ids), len(main_ids) - 1)
-                found = (main_ids[pos] == ids) & (self._main_alive[pos] > 0)
-                rows[found] = pos[found]
-            in_main = rows >= 0
-            for token in tokens:
-                held = np.zeros(len(ids), dtype=bool)
-                token_id = main.vocab_dict.get(token) if main is not None else None
-                if token_id is not None and in_main.any():
-                    begin, end = int(main.scores["indptr"][token_id]), int(main.scores["indptr"][token_id + 1])
-                    if end > begin:
-                        column = main.scores["indices"][begin:end]
-                        wanted = rows[in_main]
-                        at = np.minimum(np.searchsorted(column, wanted), end - begin - 1)
-                        held[in_main] = column[at] == wanted
-                posting = self._postings.get(token)
-                if posting:
-                    for j in np.flatnonzero(~in_main).tolist():
-                        held[j] = int(ids[j]) in posting
-                ok &= held
-                if not ok.any():
-                    break
+                pos = main_ids.searchsorted(ids)
+                found = (main_ids.take(pos, mode="clip") == ids) & (self._main_alive.take(pos, mode="clip") > 0)
+                at_main = found.nonzero()[0]
+                rows = pos[at_main]
+            delta = [j for j, i in enumerate(ids.tolist()) if i in self._delta_tf] if self._delta_tf else []
+            indices = main.scores["indices"] if main is not None else None
+            for token in order:
+                if len(rows):
+                    span = spans.get(token)
+                    if span is None or span[0] == span[1]:
+                        at_main = rows = at_main[:0]
+                    else:
+                        column = indices[span[0] : span[1]]
+                        keep = column.take(column.searchsorted(rows), mode="clip") == rows
+                        at_main, rows = at_main[keep], rows[keep]
+                if delta:
+                    posting = self._postings.get(token) or {}
+                    delta = [j for j in delta if int(ids[j]) in posting]
+                if not len(rows) and not delta:
+                    return ok
+            ok[at_main] = True
+            ok[delta] = True
         return ok
 
     def exact_matches(
-        self, query: str, ids: np.ndarray, max_df: int, *, min_share: float = 0.25, min_terms: int = 3
+        self, query: str, ids: np.ndarray, max_df: int, *, min_share: float = 0.25, min_terms: int = 3,
+        cache: dict | None = None,
     ) -> np.ndarray:
         """Exact-match strength of each of the int64 ``ids`` for ``query``, int64 (len(ids),); 0 for most.
 
@@ -527,13 +559,16 @@ class BM25Index:
         * the whole query: a candidate holding every distinct token of a query of at least ``min_terms``
           tokens (:meth:`holds_all_terms`, a quoted error message, a name with its words), when at most
           ``max_df`` of the candidates do: ranked above any identifier count, +(1 + identifiers of the query).
+
+        ``cache``: a per-query dict (``Query.cache``), so the query is analysed once per search.
         """
         ids = np.asarray(ids, dtype=np.int64)
-        out = self.identifier_matches(query, ids, max_df, min_share)
-        if len(set(self.tokenizer.tokenize(query))) >= min_terms:
-            full = self.holds_all_terms(query, ids)
+        terms = self._terms(query, cache)
+        out = self.identifier_matches(query, ids, max_df, min_share, cache=cache)
+        if len(terms.distinct) >= min_terms:
+            full = self.holds_all_terms(query, ids, cache=cache)
             if 0 < int(full.sum()) <= max_df:
-                out = out + full.astype(np.int64) * (1 + len(self.tokenizer.identifiers(query)))
+                out = out + full.astype(np.int64) * (1 + len(terms.identifiers))
         return out
 
     def _score_delta(self, tokens: list[str]) -> dict[int, float]:
@@ -727,3 +762,18 @@ def _present_texts(load_texts: Callable[[np.ndarray], list[str]], ids: np.ndarra
                 logger.debug("BM25 merge: rowid %d was deleted by another process meanwhile; left out", doc_id)
         return found
 
+
+class _QueryTerms:
+    """One query's analysis by the index's tokenizer (see :meth:`BM25Index._terms`)."""
+
+    __slots__ = ("content_runs", "distinct", "identifiers", "text", "tokens")
+
+    def __init__(self, text: str, tokenizer: TechnicalTokenizer) -> None:
+        self.text = text
+        self.tokens: list[str] = tokenizer.tokenize(text)
+        """BM25 tokens in order, repeats kept (BM25 counts them)."""
+        self.distinct: list[str] = sorted(set(self.tokens))
+        self.identifiers: list[str] = tokenizer.identifiers(text)
+        """Whole-identifier tokens, distinct, in order of appearance."""
+        self.content_runs: int = tokenizer.content_runs(text)
+        """Runs that give at least one token (the query's content words)."""

@@ -237,3 +237,16 @@ def test_a_weight_of_zero_leaves_an_engine_out_of_every_method():
         # only the sparse engine's opinion counts: its own order among its candidates
         ranked = [k for k, _ in rank_by_score(outcome.scores)]
         assert [k for k in ranked if k in ("a", "b", "c")] == ["a", "b", "c"], name
+
+
+def test_rrf_table_is_the_arithmetic_of_reciprocal_rank_fusion_bit_for_bit():
+    from hybrid_memory.fusion import rrf_table
+
+    runs = {"sparse": ["a", "b", "a", "c"], "dense": ["c", "a"], "empty": []}
+    weights = {"sparse": 0.4, "dense": 0.6, "empty": 0.0}
+    scores, ranks = rrf_table(runs, weights, 60)
+    assert scores == {"a": 0.4 / 61 + 0.6 / 62, "b": 0.4 / 62, "c": 0.4 / 63 + 0.6 / 61}  # exact, same order of sums
+    assert ranks == {"a": {"sparse": 1, "dense": 2}, "b": {"sparse": 2}, "c": {"sparse": 3, "dense": 1}}
+    assert {h.doc_id: h.score for h in reciprocal_rank_fusion(runs, weights, rrf_k=60)} == scores
+    with pytest.raises(InvalidRequestError, match="rrf_k"):
+        rrf_table(runs, weights, -1, validate=True)

@@ -14,7 +14,7 @@ Small pure functions, one formula each (the source is in each docstring):
 
 from .adaptive import apply_identifier_guard, confidence_weights, top_outlier
 from .methods import DEFAULT_FUSION, FUSION_METHODS, FusionInput, FusionMethod, FusionOutcome, fuse
-from .rrf import DEFAULT_RRF_K, FusedHit, reciprocal_rank_fusion
+from .rrf import DEFAULT_RRF_K, FusedHit, reciprocal_rank_fusion, rrf_table
 from .scores import dbsf, distribution_normalize, rank_by_score, theoretical_min_max, tm2c2, zscore_fusion
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "fuse",
     "rank_by_score",
     "reciprocal_rank_fusion",
+    "rrf_table",
     "theoretical_min_max",
     "tm2c2",
     "top_outlier",

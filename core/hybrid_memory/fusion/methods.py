@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .adaptive import apply_identifier_guard, confidence_weights
-from .rrf import reciprocal_rank_fusion
+from .rrf import rrf_table
 from .scores import dbsf, tm2c2, zscore_fusion
 
 __all__ = [
@@ -100,8 +100,9 @@ def fuse_rrf(inp: FusionInput) -> FusionOutcome:
     """Weighted RRF (Cormack et al. 2009): ``sum_e w_e / (rrf_k + rank_e(d))`` with the request weights."""
     weights = _active(inp)
     runs = {name: inp.runs[name] for name in weights}
-    hits = reciprocal_rank_fusion(runs, weights, rrf_k=inp.rrf_k) if weights else []
-    return FusionOutcome({h.doc_id: h.score for h in hits}, weights)
+    if not weights:
+        return FusionOutcome({}, weights)
+    return FusionOutcome(rrf_table(runs, weights, inp.rrf_k, validate=True)[0], weights)
 
 
 def fuse_dbsf(inp: FusionInput) -> FusionOutcome:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from .._exceptions import InvalidRequestError
 
-__all__ = ["DEFAULT_RRF_K", "FusedHit", "reciprocal_rank_fusion"]
+__all__ = ["DEFAULT_RRF_K", "FusedHit", "reciprocal_rank_fusion", "rrf_table"]
 
 DEFAULT_RRF_K = 60
 """Default RRF constant, from Cormack et al. (2009)."""
@@ -62,6 +62,16 @@ def reciprocal_rank_fusion(
             run, rrf_k is negative or not finite, or top_k < 1.
     """
     weights = dict(weights or {})
+    _validate(runs, weights, rrf_k, top_k)
+    scores, ranks = rrf_table(runs, weights, rrf_k)
+    ordered = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+    if top_k is not None:
+        ordered = ordered[:top_k]
+    return [FusedHit(doc_id, score, ranks[doc_id]) for doc_id, score in ordered]
+
+
+def _validate(runs: Mapping[str, Sequence[str]], weights: Mapping[str, float], rrf_k: float, top_k: int | None) -> None:
+    """Raise :class:`InvalidRequestError` for arguments :func:`reciprocal_rank_fusion` refuses."""
     unknown = sorted(set(weights) - set(runs))
     if unknown:
         raise InvalidRequestError(f"weights name runs that are not given: {unknown}; runs are {sorted(runs)}")
@@ -75,21 +85,31 @@ def reciprocal_rank_fusion(
     if top_k is not None and top_k < 1:
         raise InvalidRequestError(f"top_k must be >= 1 or None, got {top_k}")
 
+
+def rrf_table(
+    runs: Mapping[str, Sequence[str]], weights: Mapping[str, float], rrf_k: float, *, validate: bool = False
+) -> tuple[dict[str, float], dict[str, dict[str, int]]]:
+    """The arithmetic of :func:`reciprocal_rank_fusion`, unsorted and without building hits (validated only
+    with ``validate``; the hybrid searcher validated its request already): (doc id -> weighted RRF score,
+    doc id -> run -> 1-based rank). Scores are summed in the order of ``runs``, so they are bit-identical to
+    :func:`reciprocal_rank_fusion`'s; documents whose total weight is 0 have a rank but no score.
+
+    Raises:
+        InvalidRequestError: with ``validate``, for the arguments :func:`reciprocal_rank_fusion` refuses.
+    """
+    if validate:
+        _validate(runs, weights, rrf_k, None)
     scores: dict[str, float] = {}
     ranks: dict[str, dict[str, int]] = {}
     for name, run in runs.items():
         weight = float(weights.get(name, 1.0))
-        seen: set[str] = set()
-        rank = 0
-        for doc_id in run:
-            if doc_id in seen:
-                continue
-            seen.add(doc_id)
-            rank += 1
-            ranks.setdefault(doc_id, {})[name] = rank
+        distinct = run if len(set(run)) == len(run) else list(dict.fromkeys(run))  # first occurrence kept
+        for rank, doc_id in enumerate(distinct, 1):
+            held = ranks.get(doc_id)
+            if held is None:
+                ranks[doc_id] = {name: rank}
+            else:
+                held[name] = rank
             if weight > 0:
                 scores[doc_id] = scores.get(doc_id, 0.0) + weight / (rrf_k + rank)
-    ordered = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
-    if top_k is not None:
-        ordered = ordered[:top_k]
-    return [FusedHit(doc_id, score, ranks[doc_id]) for doc_id, score in ordered]
+    return scores, ranks
