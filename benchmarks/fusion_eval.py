@@ -17,7 +17,16 @@ Rows: ``sparse`` (dense_weight 0), ``dense`` (sparse_weight 0), ``rrf`` at 1/1 a
 dense 0.6 / sparse 0.4, RRF at k = 10, every other method of ``hybrid_memory.fusion.FUSION_METHODS`` at 1/1, and
 the default method at 1/1 and at 0.6/0.4. Columns: nDCG@10 overall and per query class, recall@10 (ranx), p50
 latency of ``HybridMemory.search`` in ms (all rows interleaved query by query after a warm-up, in an order
-shuffled per query with a fixed seed), and p50 of the row over p50 of plain RRF at 1/1 in the same run.
+shuffled per query with a fixed seed; each query runs every row ``--repeats`` times, 3 by default, and the
+fastest counts, as ``timeit`` advises: the slower ones measure the other processes of a shared machine), and
+p50 of the row over p50 of plain RRF at 1/1 in the same run.
+
+Fusion overhead (the target "fusion adds at most 10 % to the hybrid p50"): ``p50(default 1/1) / p50(rrf 1/1)``,
+both through ``memory.search`` with the same request but ``hybrid_params.fusion``, interleaved as above. Both
+rows do the same filter resolution, the same two engine searches (the same hand-off decisions: one
+``HandoffPolicy`` serves every row), the same key lookup and the same response building; what the default adds
+is exactly its fusion stage: the exact cross-scores of the other engine's candidates, the exact-match guard's
+look-ups and the z-score fusion. Wall-clock medians on a shared machine: read the ratio, not the milliseconds.
 
 Two modes:
 
@@ -123,25 +132,33 @@ def evaluate_runs(data: fdata.EvalSet, runs: dict[str, dict[str, dict[str, float
     return out
 
 
-def run_public(data: fdata.EvalSet, memory: Any) -> tuple[dict[str, dict[str, dict[str, float]]], dict[str, float]]:
-    """Every row through ``memory.search``; returns (runs, p50 ms per row)."""
+def run_public(
+    data: fdata.EvalSet, memory: Any, repeats: int = 3
+) -> tuple[dict[str, dict[str, dict[str, float]]], dict[str, float]]:
+    """Every row through ``memory.search``; returns (runs, p50 ms per row). Each query runs every row
+    ``repeats`` times (rows shuffled anew each time); a row's time for the query is the fastest of them."""
     table = rows()
     runs: dict[str, dict[str, dict[str, float]]] = {label: {} for label, _ in table}
     seconds: dict[str, list[float]] = {label: [] for label, _ in table}
     qids = list(data.qrels)
     for i, qid in enumerate(qids[:WARMUP] + qids):
         vector = data.query_vectors[qid]
-        # a seeded shuffle per query: no row always follows the same row (after a single-engine row, the
-        # next hybrid search also pays for waking the executor's threads)
-        order = list(table)
-        random.Random(f"{data.name}:{i}").shuffle(order)
-        for label, params in order:
-            t0 = time.perf_counter()
-            response = memory.search(request(data, qid, params), query_vector=vector)
-            elapsed = time.perf_counter() - t0
-            if i >= WARMUP:
+        best: dict[str, float] = {}
+        for rep in range(repeats):
+            # a seeded shuffle per query and repetition: no row always follows the same row (after a
+            # single-engine row, the next hybrid search also pays for waking the executor's threads)
+            order = list(table)
+            random.Random(f"{data.name}:{i}:{rep}").shuffle(order)
+            for label, params in order:
+                t0 = time.perf_counter()
+                response = memory.search(request(data, qid, params), query_vector=vector)
+                elapsed = time.perf_counter() - t0
+                best[label] = min(elapsed, best.get(label, elapsed))
+                if rep == 0 and i >= WARMUP:
+                    runs[label][qid] = common.run_from_results(response.results)
+        if i >= WARMUP:
+            for label, elapsed in best.items():
                 seconds[label].append(elapsed)
-                runs[label][qid] = common.run_from_results(response.results)
     return runs, {label: common.percentile_ms(s, 50) for label, s in seconds.items()}
 
 
@@ -222,11 +239,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", nargs="+", default=list(fdata.DATASETS), choices=fdata.DATASETS)
     parser.add_argument("--offline", action="store_true", help="apply the methods to gathered candidates; no latency")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed repetitions of every row per query; the fastest counts (default 3)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     common.ensure_core_importable()
     logging.getLogger("bm25s").setLevel(logging.WARNING)
     results: dict[str, Any] = {"top_k": TOP_K, "candidate_multiplier": MULTIPLIER, "mode": "offline" if args.offline else "public API",
+                               "repeats": args.repeats,
                                "datasets": {}}
     all_targets: list[str] = []
     for name in args.datasets:
@@ -236,7 +256,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.offline:
             runs, p50 = run_offline(data, memory), None
         else:
-            runs, p50 = run_public(data, memory)
+            runs, p50 = run_public(data, memory, args.repeats)
         seconds = time.perf_counter() - started
         metrics = evaluate_runs(data, runs)
         memory.close()

@@ -7,7 +7,7 @@ Field names of :class:`SearchRequest` and :class:`SearchResponse` are the wire f
      "metadata_filter": {"environment": "production"}}
 
 ``hybrid_params.fusion`` (optional) names the fusion method; the default, ``"adaptive"``, ranks by a
-query-adaptive convex combination of normalised scores with an exact-identifier guard, and ``"rrf"`` is
+query-adaptive convex combination of normalised scores with an exact-match guard, and ``"rrf"`` is
 plain weighted Reciprocal Rank Fusion. Every result carries ``rrf_score`` whatever the method, and ``score``,
 the value the list is ordered by, when the method is not RRF; the response names the method that ran
 (``fusion``) and the per-engine weights it used (``effective_weights``).
@@ -232,7 +232,7 @@ class HybridParams(BaseModel):
     fusion: str = DEFAULT_FUSION
     """Fusion method, one of ``hybrid_memory.fusion.FUSION_METHODS``: ``"adaptive"`` (default),
     ``"rrf"`` (exactly weighted RRF: 1-based ranks, ties by chunk_id), ``"rrf_guard"``, ``"dbsf"``,
-    ``"tm2c2"``, ``"zscore"``, ``"confidence"``."""
+    ``"tm2c2"``, ``"zscore"``, ``"confidence"``, ``"zscore_guard"``."""
 
     @field_validator("fusion")
     @classmethod

@@ -558,7 +558,8 @@ class BM25Index:
         * rare identifiers (:meth:`identifier_matches` with ``max_df`` and ``min_share``): +1 per identifier;
         * the whole query: a candidate holding every distinct token of a query of at least ``min_terms``
           tokens (:meth:`holds_all_terms`, a quoted error message, a name with its words), when at most
-          ``max_df`` of the candidates do: ranked above any identifier count, +(1 + identifiers of the query).
+          ``max_df`` of the candidates do, and holding them in the query's order (:meth:`holds_in_order`):
+          ranked above any identifier count, +(1 + identifiers of the query).
 
         ``cache``: a per-query dict (``Query.cache``), so the query is analysed once per search.
         """
@@ -568,7 +569,37 @@ class BM25Index:
         if len(terms.distinct) >= min_terms:
             full = self.holds_all_terms(query, ids, cache=cache)
             if 0 < int(full.sum()) <= max_df:
+                full[full] = self.holds_in_order(query, ids[full], cache=cache)
                 out = out + full.astype(np.int64) * (1 + len(terms.identifiers))
+        return out
+
+    def holds_in_order(self, query: str, ids: np.ndarray, *, cache: dict | None = None) -> np.ndarray:
+        """bool (len(ids),): which of the int64 ``ids`` contain the query's tokens in the query's order (an
+        ordered match with any gaps: Lucene's ``SpanNearQuery`` with ``inOrder`` and unlimited slop; Indri's
+        ordered window ``#od``), read from the token ids the index keeps for every document.
+
+        A quoted error message or a name with its words appears in the chunk in that order; a bag of the same
+        common words rarely does. Gaps are allowed because a message written as an f-string has its
+        placeholders between the quoted words. Repeated query tokens must repeat in the document. A document
+        whose token ids are not kept (an index saved in format 1, before its first merge) counts as holding
+        them in order when it holds them all (the plain conjunctive match). ``cache``: a per-query dict.
+        """
+        ids = np.asarray(ids, dtype=np.int64)
+        out = np.zeros(len(ids), dtype=bool)
+        tokens = self._terms(query, cache).tokens
+        with self._lock:
+            wanted = [self._vocab.get(t, -1) for t in tokens]
+            if not wanted or min(wanted) < 0:
+                return out
+            # each token id as the 4 bytes it has in a document's int32 array: the greedy search for the
+            # earliest occurrence of each query token in turn is then a run of bytes.find calls
+            needles = [np.int32(w).tobytes() for w in wanted]
+            for j, doc_id in enumerate(ids.tolist()):
+                doc = self._tokens.get(doc_id)
+                if doc is None:
+                    out[j] = bool(self.holds_all_terms(query, ids[j : j + 1], cache=cache)[0])
+                    continue
+                out[j] = _in_order(np.asarray(doc, dtype=np.int32).tobytes(), needles)
         return out
 
     def _score_delta(self, tokens: list[str]) -> dict[int, float]:
@@ -777,3 +808,17 @@ class _QueryTerms:
         """Whole-identifier tokens, distinct, in order of appearance."""
         self.content_runs: int = tokenizer.content_runs(text)
         """Runs that give at least one token (the query's content words)."""
+
+
+def _in_order(doc: bytes, needles: list[bytes]) -> bool:
+    """Whether the 4-byte tokens ``needles`` occur in ``doc`` (int32 token ids as bytes) in this order, gaps
+    allowed: the earliest occurrence of each in turn (greedy is exact for subsequences), at 4-byte boundaries."""
+    at = 0
+    for needle in needles:
+        found = doc.find(needle, at)
+        while found > 0 and found % 4:  # a match across two tokens' bytes: look on
+            found = doc.find(needle, found + 1)
+        if found < 0:
+            return False
+        at = found + 4
+    return True

@@ -148,12 +148,17 @@ def test_exact_matches_count_rare_identifiers_and_whole_query_matches():
     assert index.exact_matches("E4012 tenant", ids, max_df=1, min_terms=3).tolist() == [0, 0, 0, 0]  # not rare
     # the identifier is one of five content words: a detail, not the subject (share 0.2 < 0.25)
     assert index.identifier_matches("E4012 tenant cache gateway replica", ids, 3, 0.25).tolist() == [0, 0, 0, 0]
-    # whole query: only MAIN[3] holds all of tenant, E4012, rejected, upload -> 1 + 1 identifier = 2, plus 1
+    # whole query: only MAIN[3] ("tenant E4012 rejected upload") holds all of tenant, E4012, rejected, upload,
+    # and in this order -> 1 + 1 identifier = 2, plus 1 for E4012
     assert index.holds_all_terms("rejected upload tenant E4012", ids).tolist() == [False, True, False, False]
-    assert index.exact_matches("rejected upload tenant E4012", ids, max_df=3).tolist() == [0, 3, 1, 0]
-    # three plain words held by two candidates: a rare conjunction when max_df >= 2, else nothing
+    assert index.exact_matches("tenant E4012 rejected upload", ids, max_df=3).tolist() == [0, 3, 1, 0]
+    # the same words in another order are not the quoted text: the identifier alone counts
+    assert index.exact_matches("rejected upload tenant E4012", ids, max_df=3).tolist() == [0, 1, 1, 0]
+    # three plain words held by two candidates (a rare conjunction when max_df >= 2), in this order by the
+    # delta's "tenant upload rejected twice" only (MAIN[3] has rejected before upload)
     assert index.holds_all_terms("tenant upload rejected", ids).tolist() == [False, True, False, True]
-    assert index.exact_matches("tenant upload rejected", ids, max_df=2).tolist() == [0, 1, 0, 1]
+    assert index.holds_in_order("tenant upload rejected", ids).tolist() == [False, False, False, True]
+    assert index.exact_matches("tenant upload rejected", ids, max_df=2).tolist() == [0, 0, 0, 1]
     assert index.exact_matches("tenant upload rejected", ids, max_df=1).tolist() == [0, 0, 0, 0]
     assert index.exact_matches("tenant upload", ids, max_df=3).tolist() == [0, 0, 0, 0]  # under 3 terms
 
@@ -169,3 +174,37 @@ def test_the_default_puts_the_chunk_quoting_an_error_message_first():
         query = "ValueError: Can't close the ZIP file while there is an open writing handle"
         hit = memory.search(query, top_k=3)
         assert hit.fusion == "adaptive" and hit.results[0].chunk_id == "zip-close"
+
+
+def test_whole_query_matches_count_only_in_the_query_order():
+    """holds_in_order: every query token, in the query's order, gaps allowed; exact_matches uses it."""
+    index = BM25Index()
+    index.build([1, 2, 3], [
+        "upload rejected for tenant E4012 by the gateway",  # rejected .. tenant .. E4012 in order, with gaps
+        "tenant E4012 saw the upload rejected",  # same tokens, rejected after tenant
+        "rejected rejected tenant",  # no E4012
+    ])
+    ids = np.array([1, 2, 3], dtype=np.int64)
+    assert index.holds_all_terms("rejected tenant E4012", ids).tolist() == [True, True, False]
+    assert index.holds_in_order("rejected tenant E4012", ids).tolist() == [True, False, False]
+    assert index.holds_in_order("tenant E4012 rejected", ids).tolist() == [False, True, False]
+    assert index.holds_in_order("rejected rejected tenant", ids).tolist() == [False, False, True]  # repeats repeat
+    assert index.holds_in_order("tenant tenant", ids).tolist() == [False, False, False]
+    # E4012 is an identifier held by 2 documents (+1 each); only doc 1 holds the 3-token query in order (+2)
+    assert index.exact_matches("rejected tenant E4012", ids, max_df=3).tolist() == [3, 1, 0]
+    assert index.holds_in_order("tenant tenant", ids).tolist() == [False, False, False]
+    # E4012 is an identifier held by 2 documents (+1 each); only doc 1 holds the 3-token query in order (+2)
+    assert index.exact_matches("rejected tenant E4012", ids, max_df=3).tolist() == [3, 1, 0]
+
+
+def test_in_order_reads_whole_tokens_only():
+    from hybrid_memory.sparse import _in_order
+
+    def b(*ids):
+        return np.array(ids, dtype=np.int32).tobytes()
+
+    # 65536 is bytes 00 00 01 00 and 0 is 00 00 00 00: the bytes of 256 (00 01 00 00) appear at offset 1
+    assert not _in_order(b(65536, 0), [b(256)])
+    assert _in_order(b(65536, 256), [b(256)])
+    assert _in_order(b(7, 3, 9, 3), [b(3), b(3)]) and not _in_order(b(7, 3, 9), [b(3), b(3)])
+    assert _in_order(b(1, 2, 3), [b(1), b(3)]) and not _in_order(b(1, 2, 3), [b(3), b(1)])

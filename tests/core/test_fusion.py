@@ -250,3 +250,27 @@ def test_rrf_table_is_the_arithmetic_of_reciprocal_rank_fusion_bit_for_bit():
     assert {h.doc_id: h.score for h in reciprocal_rank_fusion(runs, weights, rrf_k=60)} == scores
     with pytest.raises(InvalidRequestError, match="rrf_k"):
         rrf_table(runs, weights, -1, validate=True)
+
+
+def test_log_evidence_and_the_adaptive_default_by_hand():
+    from hybrid_memory.fusion import log_evidence
+
+    e = math.e
+    assert log_evidence({"a": e - 1, "b": 0.0, "c": e**2 - 1, "d": -0.5}) == pytest.approx({"a": 1, "b": 0, "c": 2, "d": 0})
+    # sparse list [c, a] (b cross-scored 0), dense list [a, b, c]; log scale gives sparse z (0, -k, +k) for
+    # (a, b, c) with k = sqrt(3/2); dense z (+k, 0, -k). Confidence: the sparse list has 2 scores
+    # (top_outlier 0, weight 1); the dense tail 0.3, 0.1 has mean 0.2, std 0.1: top_outlier 3, weight 4.
+    # alphas 1/5 and 4/5: a = 0.8k, b = -0.2k, c = 0.2k - 0.8k = -0.6k; rescaled: a 1, b 0.4/1.4 = 2/7, c 0.
+    inp = FusionInput(
+        runs={"sparse": ["c", "a"], "dense": ["a", "b", "c"]},
+        scores={"sparse": {"c": e**2 - 1, "a": e - 1, "b": 0.0}, "dense": {"a": 0.5, "b": 0.3, "c": 0.1}},
+        priors={"sparse": 1.0, "dense": 1.0},
+        lower_bounds={"sparse": 0.0, "dense": -1.0},
+    )
+    out = fuse("adaptive", inp)
+    assert out.weights == pytest.approx({"sparse": 0.2, "dense": 0.8})
+    assert out.scores == pytest.approx({"a": 1.0, "b": 2 / 7, "c": 0.0})
+    # the guard puts the exact-match holder c first (1 + 0), a and b keep their order: a = 1.4/2.8 = 1/2,
+    # b = 0.4/2.8 = 1/7; rescaled over [1/7, 1]: a = (1/2 - 1/7) / (6/7) = 5/12, b = 0
+    guarded = fuse("adaptive", FusionInput(**{**inp.__dict__, "identifier_matches": {"c": 1}}))
+    assert rank_by_score(guarded.scores) == [("c", 1.0), ("a", pytest.approx(5 / 12)), ("b", 0.0)]

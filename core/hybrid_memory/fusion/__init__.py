@@ -6,6 +6,7 @@ Small pure functions, one formula each (the source is in each docstring):
 * :func:`dbsf` -- distribution-based score fusion, mean +- 3 sigma (Qdrant);
 * :func:`tm2c2` -- convex combination of theoretical min-max normalised scores (Bruch, Gai and Ingber 2023);
 * :func:`zscore_fusion` -- CombSUM of z-scores over the candidates (Montague and Aslam 2001);
+* :func:`log_evidence` -- BM25's multiplicative spread made additive, log(1 + s), before standardising;
 * :func:`confidence_weights` -- per-query engine weights from how far each engine's top hit stands out;
 * :func:`apply_identifier_guard` -- candidates holding a rare identifier of the query first;
 * :data:`FUSION_METHODS` -- the named methods a request may choose (``hybrid_params.fusion``), each a
@@ -15,7 +16,7 @@ Small pure functions, one formula each (the source is in each docstring):
 from .adaptive import apply_identifier_guard, confidence_weights, top_outlier
 from .methods import DEFAULT_FUSION, FUSION_METHODS, FusionInput, FusionMethod, FusionOutcome, fuse
 from .rrf import DEFAULT_RRF_K, FusedHit, reciprocal_rank_fusion, rrf_table
-from .scores import dbsf, distribution_normalize, rank_by_score, theoretical_min_max, tm2c2, zscore_fusion
+from .scores import dbsf, distribution_normalize, log_evidence, rank_by_score, theoretical_min_max, tm2c2, zscore_fusion
 
 __all__ = [
     "DEFAULT_FUSION",
@@ -30,6 +31,7 @@ __all__ = [
     "dbsf",
     "distribution_normalize",
     "fuse",
+    "log_evidence",
     "rank_by_score",
     "reciprocal_rank_fusion",
     "rrf_table",

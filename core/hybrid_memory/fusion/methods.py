@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from .adaptive import apply_identifier_guard, confidence_weights
 from .rrf import rrf_table
-from .scores import dbsf, tm2c2, zscore_fusion
+from .scores import dbsf, log_evidence, tm2c2, zscore_fusion
 
 __all__ = [
     "DEFAULT_FUSION",
@@ -161,13 +161,41 @@ def fuse_guarded_rrf(inp: FusionInput) -> FusionOutcome:
     return FusionOutcome(apply_identifier_guard(outcome.scores, inp.identifier_matches), outcome.weights)
 
 
-def fuse_adaptive(inp: FusionInput) -> FusionOutcome:
-    """The default: z-score fusion over exact scores (scales set per query by the candidates' own score
-    distributions), then the exact-match guard when the query names a rare identifier or few candidates hold
-    all of its tokens; reported
-    rescaled to [0, 1] over the candidates (best 1)."""
+def fuse_zscore_guard(inp: FusionInput) -> FusionOutcome:
+    """z-score fusion over exact scores with the request weights, then the exact-match guard; reported
+    rescaled to [0, 1] over the candidates (best 1). The default until the log-evidence scale and the
+    per-query weights of :func:`fuse_adaptive`."""
     outcome = fuse_zscore(inp)
     return FusionOutcome(_unit(apply_identifier_guard(outcome.scores, inp.identifier_matches)), outcome.weights)
+
+
+def _evidence_scale(inp: FusionInput) -> dict[str, dict[str, float]]:
+    """Every engine's scores, those of an engine whose theoretical minimum is 0 (BM25) as log(1 + s)."""
+    return {
+        name: log_evidence(scores) if inp.lower_bounds.get(name) == 0 else dict(scores)
+        for name, scores in inp.scores.items()
+    }
+
+
+def fuse_adaptive(inp: FusionInput) -> FusionOutcome:
+    """The default. Three steps, each with its reason:
+
+    1. scale: BM25 (an engine whose scores start at 0) is read as ``log(1 + s)`` (:func:`log_evidence`):
+       a BM25 score is a sum of per-term evidence whose spread over a candidate set is multiplicative
+       (one more rare term adds a whole idf), so its raw candidate scores are right-skewed and a raw z-score
+       lets one lexical outlier outvote any semantic agreement; cosines are bounded and stay linear;
+    2. z-score fusion (:func:`zscore_fusion`) over the exact scores of every candidate in every engine, with
+       per-query convex weights ``prior_e x (1 + top_outlier(list_e))`` (:func:`confidence_weights`): the
+       request weights are the priors, and an engine whose best hit stands out of its own list counts more;
+    3. the exact-match guard (:func:`apply_identifier_guard`): candidates holding a rare identifier of the
+       query, or every query token in the query's order when few candidates do, first.
+
+    Reported rescaled to [0, 1] over the candidates (best 1), which changes no order.
+    """
+    alphas = _confident_alphas(inp)
+    scores = _evidence_scale(inp)
+    fused = zscore_fusion({n: scores.get(n, {}) for n in alphas}, alphas)
+    return FusionOutcome(_unit(apply_identifier_guard(fused, inp.identifier_matches)), alphas)
 
 
 FUSION_METHODS: dict[str, FusionMethod] = {
@@ -179,7 +207,9 @@ FUSION_METHODS: dict[str, FusionMethod] = {
         FusionMethod("tm2c2", fuse_tm2c2, True, False, "convex combination of theoretical min-max scores (Bruch et al. 2023)"),
         FusionMethod("zscore", fuse_zscore, True, False, "CombSUM of z-scores over exact scores (Montague and Aslam 2001)"),
         FusionMethod("confidence", fuse_confidence, True, False, "z-score fusion with per-query confidence weights"),
-        FusionMethod("adaptive", fuse_adaptive, True, True, "z-score fusion over exact scores plus the exact-match guard"),
+        FusionMethod("zscore_guard", fuse_zscore_guard, True, True, "z-score fusion over exact scores plus the exact-match guard"),
+        FusionMethod("adaptive", fuse_adaptive, True, True,
+                     "z-score fusion of log-scaled BM25 and cosines with per-query confidence weights, plus the exact-match guard"),
     )
 }
 """Every method a request may name in ``hybrid_params.fusion``."""
