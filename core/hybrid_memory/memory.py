@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import math
 import os
 import shutil
 import sqlite3
@@ -33,29 +32,28 @@ from pydantic import ValidationError
 from filelock import FileLock, Timeout
 
 from ._exceptions import (
-    DimensionMismatchError,
     DuplicateChunkError,
     InvalidFilterError,
     InvalidRequestError,
     MemoryClosedError,
-    ScopeError,
     StoreBusyError,
     StoreFormatError,
 )
 from ._rwlock import ReadWriteLock
 from .changes import ChangeSet
-from .dedup import DedupPolicy, Match, WriteDecision, WriteResult, as_policy, find_exact, find_near
+from .dedup import DedupPolicy, WriteResult, as_policy
 from .dense import DENSE_KINDS, FaissIndex
 from .embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder, l2_normalize
 from .filter_index import FilterIndex, system_filter
 from .filters import check_metadata, validate_filter
 from .engines import DenseEngine, Query, RowSet, SparseEngine
-from .models import SCOPE_FIELDS, TIME_FIELDS, Chunk, SearchRequest, SearchResponse, SearchResult, StoredChunk, validation_message
+from .models import SCOPE_FIELDS, Chunk, SearchRequest, SearchResponse, SearchResult, StoredChunk, validation_message
 from .scopes import Scope, ScopedMemory, as_scope
 from .searcher import HybridResult, HybridSearcher
 from .sparse import BM25Index
-from .store import CommitResult, NewRow, SQLiteStore, WriteConflict, content_hash
+from .store import CommitResult, NewRow, SQLiteStore, WriteConflict
 from .temporal import RecencyPrior, apply_recency_prior, to_timestamp
+from .write_plan import check_vectors, embed_checked, plan_supersede, plan_write
 from .tokenizer import TechnicalTokenizer
 
 __all__ = ["FORMAT_VERSION", "HybridMemory"]
@@ -607,14 +605,7 @@ class HybridMemory:
         if scope is not None:
             items = [scope.stamp(c) for c in items]
         if vectors is not None:
-            vectors = np.asarray(vectors, dtype=np.float32)
-            if vectors.ndim != 2 or vectors.shape != (len(items), self._dense.dim):
-                raise DimensionMismatchError(
-                    f"vectors must have shape ({len(items)}, {self._dense.dim}) (one row per chunk, the "
-                    f"memory's dimension), got {vectors.shape}"
-                )
-            if not np.isfinite(vectors).all():
-                raise InvalidRequestError("vectors contain NaN or infinite values")
+            vectors = check_vectors(vectors, len(items), self._dense.dim)
         if not items:
             return WriteResult([])
         with self._write_lock:
@@ -640,71 +631,23 @@ class HybridMemory:
         those rows meanwhile (WriteConflict: the caller prepares it again). Caller holds the write lock."""
         existing = self._store.lookup([c.chunk_id for c in items])
         systems = self._store.system_of(list(existing)) if existing else {}
-        items = [_keep_unstated(c, systems.get(c.chunk_id)) for c in items]
-        if scope is not None:
-            foreign = sorted(cid for cid in existing if not scope.contains(systems[cid]))
-            if foreign:
-                raise ScopeError(
-                    f"chunk ids {foreign[:5]} are not available in this scope (the memory holds them outside "
-                    "it); choose other ids, for example uuid4 ones; nothing was written"
-                )
-        if existing and not replace:
-            raise DuplicateChunkError(
-                f"chunk ids already stored: {sorted(existing)[:5]}; use upsert() to replace them"
-            )
-        hashes = [content_hash(c.text) for c in items]
-        scope_keys = [tuple(c.scope_values().values()) for c in items]
-        new_positions = [i for i, c in enumerate(items) if c.chunk_id not in existing]
-        matches: dict[int, Match] = find_exact(
-            [(i, items[i].chunk_id, hashes[i], scope_keys[i]) for i in new_positions],
-            lambda digests, key: self._store.find_hashes(digests, dict(zip(SCOPE_FIELDS, key))),
+        plan = plan_write(
+            items, {cid: (digest, systems[cid]) for cid, (_, digest) in existing.items()},
+            vectors=vectors, replace=replace, policy=policy, scope=scope,
+            embed=self._embed, find_hashes=self._store.find_hashes,
+            near_search=lambda: self._near_candidates(self._sparse.tokenizer.tokenize),
+            tokenize=self._sparse.tokenizer.tokenize,
         )
-        dropped = {i for i in matches if policy.action != "keep"}
-        changed = [
-            i for i, c in enumerate(items)
-            if i not in dropped
-            and (vectors is not None or c.chunk_id not in existing or existing[c.chunk_id][1] != hashes[i])
-        ]
-        if vectors is not None:
-            all_vectors = l2_normalize(vectors)
-            new_vectors = all_vectors[changed] if changed else np.zeros((0, self._dense.dim), np.float32)
-        else:
-            new_vectors = self._embed([items[i].text for i in changed])
-        if policy.near:
-            vector_of = {i: new_vectors[j] for j, i in enumerate(changed)}
-            candidates = [(i, items[i].chunk_id, scope_keys[i]) for i in new_positions
-                          if i not in matches and i in vector_of]
-            if candidates:
-                tokenize = self._sparse.tokenizer.tokenize
-                near = find_near(
-                    candidates, vector_of, {i: tokenize(items[i].text) for i, _, _ in candidates}, policy,
-                    self._near_candidates(tokenize),
-                )
-                matches.update(near)
-                if policy.action != "keep" and near:
-                    dropped |= set(near)
-                    keep = [j for j, i in enumerate(changed) if i not in dropped]
-                    changed = [changed[j] for j in keep]
-                    new_vectors = new_vectors[keep]
-        changed_set = set(changed)
-        unchanged = [i for i in range(len(items)) if i not in changed_set and i not in dropped]
-        merges: dict[str, list[list[str]]] = {}
-        if policy.action == "merge":
-            for i in sorted(dropped):
-                merges.setdefault(matches[i].duplicate_of, []).append([items[i].chunk_id, items[i].source])
+        items, changed, new_vectors, unchanged = plan.items, plan.changed, plan.vectors, plan.unchanged
         old_rowids = [existing[items[i].chunk_id][0] for i in changed if items[i].chunk_id in existing]
         new_rows = [
             NewRow(items[i].chunk_id, items[i].text, items[i].source, items[i].metadata, new_vectors[j],
-                   system=self._system(items[i], systems.get(items[i].chunk_id), merges))
+                   system=plan.system(i))
             for j, i in enumerate(changed)
         ]
         updates = [(existing[items[i].chunk_id][0], items[i].source, items[i].metadata) for i in unchanged]
-        system_updates = [
-            (existing[items[i].chunk_id][0], self._system(items[i], systems.get(items[i].chunk_id), merges))
-            for i in unchanged
-        ]
-        written_ids = {items[i].chunk_id for i in changed} | {items[i].chunk_id for i in unchanged}
-        merge_targets = {cid: refs for cid, refs in merges.items() if cid not in written_ids}
+        system_updates = [(existing[items[i].chunk_id][0], plan.system(i)) for i in unchanged]
+        merge_targets = plan.merge_targets()
         if merge_targets:
             stored = self._store.system_of(list(merge_targets))
             system_updates += [
@@ -730,8 +673,8 @@ class HybridMemory:
                     system_updated=[*system_updates, *extra_updates],
                 ),
             )
-        logger.debug("stored %d chunks (%d re-indexed, %d duplicates dropped)", len(items), len(changed), len(dropped))
-        return WriteResult([self._decision(i, items[i].chunk_id, matches.get(i), policy) for i in range(len(items))])
+        logger.debug("stored %d chunks (%d re-indexed, %d duplicates dropped)", len(items), len(changed), len(plan.dropped))
+        return plan.result()
 
     def _committed(self, result: CommitResult, ours: ChangeSet) -> None:
         """After a local commit (caller holds the index lock alone): first what other processes committed
@@ -743,26 +686,6 @@ class HybridMemory:
         self._apply_changes(ours)
         self._seq = result.seq
         self._dirty = True
-
-    @staticmethod
-    def _decision(position: int, chunk_id: str, match: Match | None, policy: DedupPolicy) -> WriteDecision:
-        if match is None:
-            return WriteDecision(chunk_id, "written", chunk_id)
-        action = {"keep": "kept", "skip": "skipped", "merge": "merged"}[policy.action]
-        return WriteDecision(
-            chunk_id, action, chunk_id if action == "kept" else match.duplicate_of, duplicate_of=match.duplicate_of,
-            kind=match.kind, cosine=match.cosine, overlap=match.overlap,
-        )
-
-    @staticmethod
-    def _system(chunk: Chunk, previous: Mapping[str, Any] | None, merges: Mapping[str, list[list[str]]]) -> dict:
-        """Scope and event-time columns of a chunk version; merges recorded earlier on the id are kept, and
-        ``superseded_by`` is kept while the fact stays closed."""
-        system: dict[str, Any] = {**chunk.scope_values(), "valid_from": chunk.valid_from, "valid_to": chunk.valid_to}
-        previous = previous or {}
-        system["merged"] = list(previous.get("merged") or []) + list(merges.get(chunk.chunk_id, []))
-        system["superseded_by"] = previous.get("superseded_by") if chunk.valid_to is not None else None
-        return system
 
     def _near_candidates(self, tokenize: Any) -> Any:
         """``(vector, scope key) -> [(chunk_id, cosine, tokens)]``: the 5 nearest stored chunks of exactly that
@@ -787,21 +710,7 @@ class HybridMemory:
         return search
 
     def _embed(self, texts: list[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self._dense.dim), dtype=np.float32)
-        vectors = np.asarray(self.embedder.embed_documents(texts), dtype=np.float32)
-        if vectors.shape != (len(texts), self._dense.dim):
-            raise DimensionMismatchError(
-                f"embedder {self.embedder.name!r} returned shape {vectors.shape} for {len(texts)} texts; "
-                f"expected ({len(texts)}, {self._dense.dim})"
-            )
-        if not np.isfinite(vectors).all():
-            bad = int((~np.isfinite(vectors).all(axis=1)).sum())
-            raise InvalidRequestError(
-                f"embedder {self.embedder.name!r} returned NaN or infinite values for {bad} of {len(texts)} texts; "
-                "nothing was stored (check the embedder, or pass vectors= yourself)"
-            )
-        return l2_normalize(vectors)
+        return embed_checked(self.embedder, texts, self._dense.dim)
 
     def _apply_changes(self, changes: ChangeSet) -> None:
         """The one funnel by which every derived index follows the store (caller holds the write lock)."""
@@ -999,34 +908,12 @@ class HybridMemory:
         if chunk.chunk_id in old:
             raise InvalidRequestError(f"chunk {chunk.chunk_id!r} cannot supersede itself; give the new fact a new id")
         with self._write_lock:
-            stored = {c.chunk_id: c for c in self._store.get(old, scope=_bound(scope))}
-            missing = [cid for cid in old if cid not in stored]
-            if missing:
-                raise InvalidRequestError(f"cannot supersede unknown chunk ids {missing[:5]}; nothing was written")
-            rowids = self._store.system_of(old)
-            closed = [(cid, rowids[cid]["superseded_by"]) for cid in old if rowids[cid].get("superseded_by")]
-            if closed:
-                cid, newer = closed[0]
-                raise InvalidRequestError(
-                    f"chunk {cid!r} was already superseded by {newer!r}; supersede {newer!r} instead (a fact's "
-                    "history is never rewritten); nothing was written"
-                )
-            chunk = _inherit_scope(chunk, [rowids[cid] for cid in old])
-            start = chunk.valid_from if chunk.valid_from is not None else time.time()
-            late = [cid for cid, c in stored.items() if c.valid_from is not None and c.valid_from >= start]
-            if late:
-                raise InvalidRequestError(
-                    f"chunks {late[:5]} are valid from {stored[late[0]].valid_from}, not before the new fact's "
-                    f"valid_from {start}; give the new chunk a later valid_from"
-                )
-            chunk = chunk.model_copy(update={"valid_from": start})
+            found = [c.chunk_id for c in self._store.get(old, scope=_bound(scope))]
+            systems = self._store.system_of(found)
+            chunk, closes = plan_supersede(old, chunk, systems, time.time())
             vectors = None if vector is None else np.asarray(vector, dtype=np.float32).reshape(1, -1)
-            closes = [
-                (rowids[cid]["rowid"], {"valid_to": min(start, c.valid_to) if c.valid_to is not None else start,
-                                        "superseded_by": chunk.chunk_id})
-                for cid, c in stored.items()
-            ]
-            self._write([chunk], vectors, replace=True, dedup="keep", scope=scope, extra_updates=closes)
+            updates = [(systems[cid]["rowid"], update) for cid, update in closes]
+            self._write([chunk], vectors, replace=True, dedup="keep", scope=scope, extra_updates=updates)
         return chunk.chunk_id
 
     # -- search -------------------------------------------------------------------------------------
@@ -1409,32 +1296,6 @@ def _checked_filter(metadata_filter: Mapping[str, Any] | None) -> Mapping[str, A
             "metadata filter nests too deeply (thousands of levels); flatten its values"
         ) from exc
     return metadata_filter
-
-
-_KEPT_ON_UPSERT = (*SCOPE_FIELDS, *TIME_FIELDS)
-
-
-def _keep_unstated(chunk: Chunk, stored: Mapping[str, Any] | None) -> Chunk:
-    """A new version of a stored chunk keeps the stored scope and validity fields that it does not state
-    itself (an unscoped re-ingest or edit must not strip a chunk's owner, nor reopen a closed fact); a field
-    given explicitly, even as None, wins."""
-    if stored is None:
-        return chunk
-    kept = {name: stored[name] for name in _KEPT_ON_UPSERT
-            if name not in chunk.model_fields_set and stored.get(name) is not None}
-    return chunk.model_copy(update=kept) if kept else chunk
-
-
-def _inherit_scope(chunk: Chunk, replaced: Sequence[Mapping[str, Any]]) -> Chunk:
-    """The superseding fact takes the scope of the facts it replaces when it states no scope field itself and
-    they all share one scope (so the owner's ``as_of`` searches keep finding the fact)."""
-    if any(name in chunk.model_fields_set for name in SCOPE_FIELDS) or not replaced:
-        return chunk
-    scopes = {tuple(row.get(name) for name in SCOPE_FIELDS) for row in replaced}
-    if len(scopes) != 1:
-        return chunk
-    values = dict(zip(SCOPE_FIELDS, scopes.pop(), strict=True))
-    return chunk.model_copy(update={k: v for k, v in values.items() if v is not None})
 
 
 def _bound(scope: Scope | Mapping[str, Any] | None) -> dict[str, str] | None:

@@ -29,17 +29,17 @@ from typing import Any
 
 import numpy as np
 
-from .._exceptions import DimensionMismatchError, DuplicateChunkError, InvalidRequestError, ScopeError
+from .._exceptions import InvalidRequestError
 from .._rwlock import ReadWriteLock
-from ..dedup import DedupPolicy, Match, WriteResult, as_policy, find_exact, find_near
+from ..dedup import DedupPolicy, WriteResult, as_policy
 from ..embedders import Embedder, SentenceTransformerEmbedder, l2_normalize
 from ..engines import Query
-from ..memory import HybridMemory, _bound, _checked_filter, _inherit_scope, _instant, _keep_unstated
+from ..memory import HybridMemory, _bound, _checked_filter, _instant
 from ..models import SCOPE_FIELDS, TIME_FIELDS, Chunk, SearchRequest, SearchResponse, SearchResult, StoredChunk
 from ..scopes import Scope, as_scope
 from ..searcher import HybridResult, HybridSearcher
-from ..store import content_hash
 from ..temporal import RecencyPrior, apply_recency_prior
+from ..write_plan import check_vectors, embed_checked, plan_supersede, plan_write
 from .base import Backend, ChunkVersion
 
 __all__ = ["BackendMemory"]
@@ -108,20 +108,7 @@ class BackendMemory(HybridMemory):
 
     # -- writes -------------------------------------------------------------------------------------
     def _embed(self, texts: list[str]) -> np.ndarray:
-        dim = int(self.embedder.dim)
-        if not texts:
-            return np.zeros((0, dim), dtype=np.float32)
-        vectors = np.asarray(self.embedder.embed_documents(texts), dtype=np.float32)
-        if vectors.shape != (len(texts), dim):
-            raise DimensionMismatchError(
-                f"embedder {self.embedder.name!r} returned shape {vectors.shape} for {len(texts)} texts; "
-                f"expected ({len(texts)}, {dim})"
-            )
-        if not np.isfinite(vectors).all():
-            raise InvalidRequestError(
-                f"embedder {self.embedder.name!r} returned NaN or infinite values; nothing was stored"
-            )
-        return l2_normalize(vectors)
+        return embed_checked(self.embedder, texts, int(self.embedder.dim))
 
     def _write(
         self,
@@ -139,81 +126,39 @@ class BackendMemory(HybridMemory):
         items = self._validate_chunks(chunks)
         if scope is not None:
             items = [scope.stamp(c) for c in items]
-        dim = int(self.embedder.dim)
         if vectors is not None:
-            vectors = np.asarray(vectors, dtype=np.float32)
-            if vectors.ndim != 2 or vectors.shape != (len(items), dim):
-                raise DimensionMismatchError(
-                    f"vectors must have shape ({len(items)}, {dim}) (one row per chunk, the memory's dimension), "
-                    f"got {vectors.shape}"
-                )
-            if not np.isfinite(vectors).all():
-                raise InvalidRequestError("vectors contain NaN or infinite values")
+            vectors = check_vectors(vectors, len(items), int(self.embedder.dim))
         if not items and not extra_updates:
             return WriteResult([])
         with self._write_lock:
             payloads = self.backend.payloads([c.chunk_id for c in items] + [cid for cid, _ in extra_updates])
             stored = {cid: self.backend._chunk(p) for cid, p in payloads.items()}
             systems = {cid: _system(c) for cid, c in stored.items()}
-            items = [_keep_unstated(c, systems.get(c.chunk_id)) for c in items]
-            existing = [c.chunk_id for c in items if c.chunk_id in stored]
-            if scope is not None:
-                foreign = sorted(cid for cid in existing if not scope.contains(systems[cid]))
-                if foreign:
-                    raise ScopeError(
-                        f"chunk ids {foreign[:5]} are not available in this scope (the memory holds them outside "
-                        "it); choose other ids, for example uuid4 ones; nothing was written"
-                    )
-            if existing and not replace:
-                raise DuplicateChunkError(f"chunk ids already stored: {sorted(existing)[:5]}; use upsert() to replace them")
-            hashes = [content_hash(c.text) for c in items]
-            scope_keys = [tuple(c.scope_values().values()) for c in items]
-            new_positions = [i for i, c in enumerate(items) if c.chunk_id not in stored]
-            matches: dict[int, Match] = find_exact(
-                [(i, items[i].chunk_id, hashes[i], scope_keys[i]) for i in new_positions],
-                lambda digests, key: self.backend.find_hashes(digests, dict(zip(SCOPE_FIELDS, key, strict=True))),
+            tokenize = self.backend.encoder.tokenizer.tokenize
+            plan = plan_write(
+                items, {c.chunk_id: (stored[c.chunk_id].content_hash, systems[c.chunk_id]) for c in items
+                        if c.chunk_id in stored},
+                vectors=vectors, replace=replace, policy=policy, scope=scope,
+                embed=self._embed, find_hashes=self.backend.find_hashes,
+                near_search=lambda: self._near_search(tokenize), tokenize=tokenize,
             )
-            dropped = {i for i in matches if policy.action != "keep"}
-            changed = [i for i, c in enumerate(items) if i not in dropped and (
-                vectors is not None or c.chunk_id not in stored or stored[c.chunk_id].content_hash != hashes[i])]
-            if vectors is not None:
-                given = l2_normalize(vectors)
-                vector_of = {i: given[i] for i in changed}
-            else:
-                embedded = self._embed([items[i].text for i in changed])
-                vector_of = {i: embedded[j] for j, i in enumerate(changed)}
-            if policy.near:
-                tokenize = self.backend.encoder.tokenizer.tokenize
-                candidates = [(i, items[i].chunk_id, scope_keys[i]) for i in new_positions
-                              if i not in matches and i in vector_of]
-                if candidates:
-                    near = find_near(candidates, vector_of, {i: tokenize(items[i].text) for i, _, _ in candidates},
-                                     policy, self._near_search(tokenize))
-                    matches.update(near)
-                    if policy.action != "keep":
-                        dropped |= set(near)
-                        changed = [i for i in changed if i not in dropped]
-            merges: dict[str, list[list[str]]] = {}
-            if policy.action == "merge":
-                for i in sorted(dropped):
-                    merges.setdefault(matches[i].duplicate_of, []).append([items[i].chunk_id, items[i].source])
-            changed_set = set(changed)
+            items = plan.items
+            vector_of = dict(zip(plan.changed, plan.vectors, strict=True))
             now = time.time()
             versions = []
             for i, c in enumerate(items):
-                if i in dropped:
+                if i in plan.dropped:
                     continue
                 prev = stored.get(c.chunk_id)
-                merged = [*(_system(prev)["merged"] if prev else []), *merges.get(c.chunk_id, [])]
+                system = plan.system(i)
                 version = StoredChunk(
-                    **c.model_dump(), content_hash=hashes[i],
+                    **c.model_dump(), content_hash=plan.hashes[i],
                     created_at=prev.created_at if prev else now, updated_at=now,
-                    superseded_by=prev.superseded_by if prev is not None and c.valid_to is not None else None,
-                    merged_ids=[m[0] for m in merged], merged_sources=[m[1] for m in merged],
+                    superseded_by=system["superseded_by"],
+                    merged_ids=[m[0] for m in system["merged"]], merged_sources=[m[1] for m in system["merged"]],
                 )
-                versions.append(ChunkVersion(version, vector_of[i] if i in changed_set else None))
-            written = {c.chunk_id for i, c in enumerate(items) if i not in dropped}
-            targets = {cid: refs for cid, refs in merges.items() if cid not in written}
+                versions.append(ChunkVersion(version, vector_of.get(i)))
+            targets = plan.merge_targets()
             if targets:
                 more = self.backend.payloads(list(targets))
                 payloads.update(more)
@@ -228,8 +173,8 @@ class BackendMemory(HybridMemory):
             seqs = {cid: int(p["seq"]) for cid, p in payloads.items()}
             self.backend.write(versions, seqs)
         logger.debug("stored %d chunks on %s (%d vectors written, %d duplicates dropped)", len(items), self.backend.name,
-                     len(changed), len(dropped))
-        return WriteResult([self._decision(i, items[i].chunk_id, matches.get(i), policy) for i in range(len(items))])
+                     len(plan.changed), len(plan.dropped))
+        return plan.result()
 
     def _near_search(self, tokenize: Any) -> Any:
         """``(vector, scope key) -> [(chunk_id, cosine, tokens)]``: the 5 nearest stored chunks of exactly that
@@ -259,29 +204,9 @@ class BackendMemory(HybridMemory):
         if chunk.chunk_id in old:
             raise InvalidRequestError(f"cannot supersede itself: {chunk.chunk_id!r}; give the new fact a new id")
         with self._write_lock:
-            stored = {c.chunk_id: c for c in self.get(old, scope=scope)}
-            missing = [cid for cid in old if cid not in stored]
-            if missing:
-                raise InvalidRequestError(f"cannot supersede unknown chunk ids {missing[:5]}; nothing was written")
-            closed = [(cid, stored[cid].superseded_by) for cid in old if stored[cid].superseded_by]
-            if closed:
-                cid, newer = closed[0]
-                raise InvalidRequestError(
-                    f"chunk {cid!r} was already superseded by {newer!r}; supersede {newer!r} instead (a fact's "
-                    "history is never rewritten); nothing was written"
-                )
-            chunk = _inherit_scope(chunk, [_system(stored[cid]) for cid in old])
-            start = chunk.valid_from if chunk.valid_from is not None else time.time()
-            late = [cid for cid, c in stored.items() if c.valid_from is not None and c.valid_from >= start]
-            if late:
-                raise InvalidRequestError(
-                    f"chunks {late[:5]} are valid from {stored[late[0]].valid_from}, not before the new fact's "
-                    f"valid_from {start}; give the new chunk a later valid_from"
-                )
-            chunk = chunk.model_copy(update={"valid_from": start})
+            stored = {c.chunk_id: _system(c) for c in self.get(old, scope=scope)}
+            chunk, closes = plan_supersede(old, chunk, stored, time.time())
             vectors = None if vector is None else np.asarray(vector, dtype=np.float32).reshape(1, -1)
-            closes = [(cid, {"valid_to": min(start, c.valid_to) if c.valid_to is not None else start,
-                             "superseded_by": chunk.chunk_id}) for cid, c in stored.items()]
             self._write([chunk], vectors, replace=True, dedup="keep", scope=scope, extra_updates=closes)
         return chunk.chunk_id
 

@@ -1,0 +1,311 @@
+"""The write rules of a memory, as one plan that every storage backend applies.
+
+:func:`plan_write` decides, for one batch of chunks and the versions stored now, everything that does not
+depend on where chunks are stored:
+
+- an upsert keeps the stored scope and validity fields it does not state (:func:`keep_unstated`);
+- ids held outside the caller's scope are refused (:class:`ScopeError`), and so are existing ids on ``add``
+  (:class:`DuplicateChunkError`);
+- exact duplicates (same sha256 text in exactly the same scope) and, when the policy asks, near duplicates
+  (:func:`hybrid_memory.dedup.find_near`) are kept, skipped or merged;
+- which chunks need a new vector: new ids, changed texts, or all when the caller passes vectors; an unchanged
+  text keeps its stored vector and is not re-embedded (a metadata-only change).
+
+:func:`plan_supersede` checks and plans the closing of facts that a new one replaces. The embedded memory
+(:mod:`hybrid_memory.memory`) and :class:`~hybrid_memory.backends.memory.BackendMemory` (Qdrant) apply the
+plans to their storage; neither restates a rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ._exceptions import DimensionMismatchError, DuplicateChunkError, InvalidRequestError, ScopeError
+from .dedup import DedupPolicy, Match, WriteDecision, WriteResult, find_exact, find_near
+from .embedders import Embedder, l2_normalize
+from .models import SCOPE_FIELDS, TIME_FIELDS, Chunk
+from .scopes import Scope
+from .store import content_hash
+
+__all__ = [
+    "WritePlan",
+    "check_vectors",
+    "embed_checked",
+    "inherit_scope",
+    "keep_unstated",
+    "plan_supersede",
+    "plan_write",
+    "system_fields",
+]
+
+_KEPT_ON_UPSERT = (*SCOPE_FIELDS, *TIME_FIELDS)
+
+#: ``(vector float32 (dim,), scope key) -> [(chunk_id, cosine, tokens)]``: the nearest stored chunks of
+#: exactly that scope, for near-duplicate detection
+NearSearch = Callable[[np.ndarray, tuple], list[tuple[str, float, list[str]]]]
+
+
+def keep_unstated(chunk: Chunk, stored: Mapping[str, Any] | None) -> Chunk:
+    """A new version of a stored chunk keeps the stored scope and validity fields that it does not state
+    itself (an unscoped re-ingest or edit must not strip a chunk's owner, nor reopen a closed fact); a field
+    given explicitly, even as None, wins."""
+    if stored is None:
+        return chunk
+    kept = {name: stored[name] for name in _KEPT_ON_UPSERT
+            if name not in chunk.model_fields_set and stored.get(name) is not None}
+    return chunk.model_copy(update=kept) if kept else chunk
+
+
+def inherit_scope(chunk: Chunk, replaced: Sequence[Mapping[str, Any]]) -> Chunk:
+    """The superseding fact takes the scope of the facts it replaces when it states no scope field itself and
+    they all share one scope (so the owner's ``as_of`` searches keep finding the fact)."""
+    if any(name in chunk.model_fields_set for name in SCOPE_FIELDS) or not replaced:
+        return chunk
+    scopes = {tuple(row.get(name) for name in SCOPE_FIELDS) for row in replaced}
+    if len(scopes) != 1:
+        return chunk
+    values = dict(zip(SCOPE_FIELDS, scopes.pop(), strict=True))
+    return chunk.model_copy(update={k: v for k, v in values.items() if v is not None})
+
+
+def system_fields(chunk: Chunk, previous: Mapping[str, Any] | None, merges: Mapping[str, list[list[str]]]) -> dict:
+    """Scope and event-time fields of a chunk version, with ``merged`` ([[chunk_id, source], ...]: merges
+    recorded earlier on the id, then this write's) and ``superseded_by`` (kept while the fact stays closed)."""
+    system: dict[str, Any] = {**chunk.scope_values(), "valid_from": chunk.valid_from, "valid_to": chunk.valid_to}
+    previous = previous or {}
+    system["merged"] = list(previous.get("merged") or []) + list(merges.get(chunk.chunk_id, []))
+    system["superseded_by"] = previous.get("superseded_by") if chunk.valid_to is not None else None
+    return system
+
+
+def check_vectors(vectors: Any, n: int, dim: int) -> np.ndarray:
+    """Caller-given vectors as float32 (n, dim).
+
+    Raises:
+        DimensionMismatchError: another shape.
+        InvalidRequestError: NaN or infinite values.
+    """
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2 or vectors.shape != (n, dim):
+        raise DimensionMismatchError(
+            f"vectors must have shape ({n}, {dim}) (one row per chunk, the memory's dimension), got {vectors.shape}"
+        )
+    if not np.isfinite(vectors).all():
+        raise InvalidRequestError("vectors contain NaN or infinite values")
+    return vectors
+
+
+def embed_checked(embedder: Embedder, texts: Sequence[str], dim: int) -> np.ndarray:
+    """``embedder.embed_documents(texts)`` checked and L2-normalised: float32 (len(texts), dim).
+
+    Raises:
+        DimensionMismatchError: the embedder returned another shape.
+        InvalidRequestError: NaN or infinite values (nothing is stored).
+    """
+    if not texts:
+        return np.zeros((0, dim), dtype=np.float32)
+    vectors = np.asarray(embedder.embed_documents(list(texts)), dtype=np.float32)
+    if vectors.shape != (len(texts), dim):
+        raise DimensionMismatchError(
+            f"embedder {embedder.name!r} returned shape {vectors.shape} for {len(texts)} texts; "
+            f"expected ({len(texts)}, {dim})"
+        )
+    if not np.isfinite(vectors).all():
+        bad = int((~np.isfinite(vectors).all(axis=1)).sum())
+        raise InvalidRequestError(
+            f"embedder {embedder.name!r} returned NaN or infinite values for {bad} of {len(texts)} texts; "
+            "nothing was stored (check the embedder, or pass vectors= yourself)"
+        )
+    return l2_normalize(vectors)
+
+
+@dataclass
+class WritePlan:
+    """What one write does, by position in the batch.
+
+    Attributes:
+        items: the chunks as they will be stored (unstated scope and validity fields filled from the stored
+            versions).
+        hashes: sha256 hex of each item's text.
+        stored: the stored system fields by chunk id, for the ids already stored.
+        changed: positions written with a new vector (new ids, changed texts, or every position when vectors
+            were given), in batch order.
+        vectors: float32 (len(changed), dim), L2-normalised, row j for position ``changed[j]``.
+        unchanged: positions whose stored text and vector stay (source, metadata and system fields replaced).
+        dropped: positions not written (duplicates skipped or merged).
+        matches: the duplicate found for a position, if any.
+        merges: chunk_id of a kept chunk -> [[merged chunk_id, its source], ...] of this write.
+        policy: the dedup policy applied.
+    """
+
+    items: list[Chunk]
+    hashes: list[str]
+    stored: dict[str, Mapping[str, Any]]
+    changed: list[int]
+    vectors: np.ndarray
+    unchanged: list[int]
+    dropped: set[int]
+    matches: dict[int, Match]
+    merges: dict[str, list[list[str]]]
+    policy: DedupPolicy
+    written_ids: set[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.written_ids = {self.items[i].chunk_id for i in (*self.changed, *self.unchanged)}
+
+    def system(self, position: int) -> dict:
+        """The system fields (scope, validity, merged, superseded_by) position ``position`` is stored with."""
+        chunk = self.items[position]
+        return system_fields(chunk, self.stored.get(chunk.chunk_id), self.merges)
+
+    def merge_targets(self) -> dict[str, list[list[str]]]:
+        """Merges into chunks this write does not itself store: their ``merged`` lists must be extended."""
+        return {cid: refs for cid, refs in self.merges.items() if cid not in self.written_ids}
+
+    def result(self) -> WriteResult:
+        """One :class:`~hybrid_memory.dedup.WriteDecision` per input position."""
+        decisions = []
+        for i, chunk in enumerate(self.items):
+            match = self.matches.get(i)
+            if match is None:
+                decisions.append(WriteDecision(chunk.chunk_id, "written", chunk.chunk_id))
+                continue
+            action = {"keep": "kept", "skip": "skipped", "merge": "merged"}[self.policy.action]
+            decisions.append(WriteDecision(
+                chunk.chunk_id, action, chunk.chunk_id if action == "kept" else match.duplicate_of,
+                duplicate_of=match.duplicate_of, kind=match.kind, cosine=match.cosine, overlap=match.overlap,
+            ))
+        return WriteResult(decisions)
+
+
+def plan_write(
+    items: Sequence[Chunk],
+    stored: Mapping[str, tuple[str, Mapping[str, Any]]],
+    *,
+    vectors: np.ndarray | None,
+    replace: bool,
+    policy: DedupPolicy,
+    scope: Scope | None,
+    embed: Callable[[list[str]], np.ndarray],
+    find_hashes: Callable[[list[str], dict[str, str | None]], Mapping[str, str]],
+    near_search: Callable[[], NearSearch],
+    tokenize: Callable[[str], list[str]],
+) -> WritePlan:
+    """Plan a write of validated, scope-stamped ``items`` against the versions stored now.
+
+    Args:
+        items: the batch (ids unique within it).
+        stored: chunk_id -> (content_hash, system fields) of the ids already stored.
+        vectors: caller-given float32 (len(items), dim) (checked by :func:`check_vectors`), or None to embed
+            the changed texts with ``embed``.
+        replace: upsert (True) or add (False: stored ids are refused).
+        policy: what to do with duplicates (:class:`~hybrid_memory.dedup.DedupPolicy`).
+        scope: the caller's scope; stored ids outside it are refused.
+        embed: texts -> float32 (n, dim), L2-normalised (:func:`embed_checked`).
+        find_hashes: (digests, scope fields) -> {digest: chunk_id} of stored chunks in exactly that scope.
+        near_search: builds the near-duplicate search (only called when the policy looks for near ones).
+        tokenize: the BM25 tokenizer, for the near-duplicate token overlap.
+
+    Raises:
+        ScopeError: an id is stored outside ``scope``; nothing is written.
+        DuplicateChunkError: ``replace`` is False and an id is stored.
+        DimensionMismatchError, InvalidRequestError: from ``embed``.
+    """
+    systems = {cid: system for cid, (_, system) in stored.items()}
+    items = [keep_unstated(c, systems.get(c.chunk_id)) for c in items]
+    if scope is not None:
+        foreign = sorted(cid for cid in stored if not scope.contains(systems[cid]))
+        if foreign:
+            raise ScopeError(
+                f"chunk ids {foreign[:5]} are not available in this scope (the memory holds them outside "
+                "it); choose other ids, for example uuid4 ones; nothing was written"
+            )
+    if stored and not replace:
+        raise DuplicateChunkError(f"chunk ids already stored: {sorted(stored)[:5]}; use upsert() to replace them")
+    hashes = [content_hash(c.text) for c in items]
+    scope_keys = [tuple(c.scope_values().values()) for c in items]
+    new_positions = [i for i, c in enumerate(items) if c.chunk_id not in stored]
+    matches: dict[int, Match] = find_exact(
+        [(i, items[i].chunk_id, hashes[i], scope_keys[i]) for i in new_positions],
+        lambda digests, key: find_hashes(digests, dict(zip(SCOPE_FIELDS, key, strict=True))),
+    )
+    dropped = {i for i in matches if policy.action != "keep"}
+    changed = [
+        i for i, c in enumerate(items)
+        if i not in dropped and (vectors is not None or c.chunk_id not in stored or stored[c.chunk_id][0] != hashes[i])
+    ]
+    if vectors is not None:
+        new_vectors = l2_normalize(np.asarray(vectors, dtype=np.float32)[changed]) if changed else \
+            np.zeros((0, np.asarray(vectors).shape[1]), np.float32)
+    else:
+        new_vectors = embed([items[i].text for i in changed])
+    if policy.near:
+        vector_of = {i: new_vectors[j] for j, i in enumerate(changed)}
+        candidates = [(i, items[i].chunk_id, scope_keys[i]) for i in new_positions if i not in matches and i in vector_of]
+        if candidates:
+            near = find_near(candidates, vector_of, {i: tokenize(items[i].text) for i, _, _ in candidates}, policy,
+                             near_search())
+            matches.update(near)
+            if policy.action != "keep" and near:
+                dropped |= set(near)
+                keep = [j for j, i in enumerate(changed) if i not in dropped]
+                changed = [changed[j] for j in keep]
+                new_vectors = new_vectors[keep]
+    changed_set = set(changed)
+    unchanged = [i for i in range(len(items)) if i not in changed_set and i not in dropped]
+    merges: dict[str, list[list[str]]] = {}
+    if policy.action == "merge":
+        for i in sorted(dropped):
+            merges.setdefault(matches[i].duplicate_of, []).append([items[i].chunk_id, items[i].source])
+    return WritePlan(items, hashes, systems, changed, new_vectors, unchanged, dropped, matches, merges, policy)
+
+
+def plan_supersede(
+    old: Sequence[str],
+    chunk: Chunk,
+    stored: Mapping[str, Mapping[str, Any]],
+    now: float,
+) -> tuple[Chunk, list[tuple[str, dict[str, Any]]]]:
+    """Check a supersede and plan it: the new fact as it will be written, and per old id the update that
+    closes it (``valid_to`` = the new fact's ``valid_from``, or the old ``valid_to`` when earlier;
+    ``superseded_by`` = the new id). Bi-temporal invalidation as in Graphiti's edges.
+
+    Args:
+        old: the ids replaced (unique, not the new id).
+        chunk: the new fact, validated and scope-stamped.
+        stored: old chunk_id -> its system fields (scope, ``valid_from``, ``valid_to``, ``superseded_by``),
+            for the old ids found (in the caller's scope).
+        now: Unix seconds, the new fact's ``valid_from`` when it states none.
+
+    Raises:
+        InvalidRequestError: an old id is unknown, already superseded (history is never rewritten), or valid
+            from the new fact's start or later (its interval would be empty); nothing is written.
+    """
+    missing = [cid for cid in old if cid not in stored]
+    if missing:
+        raise InvalidRequestError(f"cannot supersede unknown chunk ids {missing[:5]}; nothing was written")
+    closed = [(cid, stored[cid]["superseded_by"]) for cid in old if stored[cid].get("superseded_by")]
+    if closed:
+        cid, newer = closed[0]
+        raise InvalidRequestError(
+            f"chunk {cid!r} was already superseded by {newer!r}; supersede {newer!r} instead (a fact's "
+            "history is never rewritten); nothing was written"
+        )
+    chunk = inherit_scope(chunk, [stored[cid] for cid in old])
+    start = chunk.valid_from if chunk.valid_from is not None else now
+    late = [cid for cid in old if stored[cid].get("valid_from") is not None and stored[cid]["valid_from"] >= start]
+    if late:
+        raise InvalidRequestError(
+            f"chunks {late[:5]} are valid from {stored[late[0]]['valid_from']}, not before the new fact's "
+            f"valid_from {start}; give the new chunk a later valid_from"
+        )
+    closes = [
+        (cid, {"valid_to": min(start, stored[cid]["valid_to"]) if stored[cid].get("valid_to") is not None else start,
+               "superseded_by": chunk.chunk_id})
+        for cid in old
+    ]
+    return chunk.model_copy(update={"valid_from": start}), closes

@@ -1,0 +1,87 @@
+"""The write rules as a plan, without any storage: which positions get vectors, what is dropped, what closes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hybrid_memory import Chunk, DuplicateChunkError, InvalidRequestError
+from hybrid_memory._exceptions import ScopeError
+from hybrid_memory.dedup import DedupPolicy
+from hybrid_memory.scopes import Scope
+from hybrid_memory.store import content_hash
+from hybrid_memory.write_plan import keep_unstated, plan_supersede, plan_write
+
+SYSTEM = {"tenant": None, "user_id": None, "agent_id": None, "session_id": None, "valid_from": None,
+          "valid_to": None, "merged": [], "superseded_by": None}
+
+
+def embed_rows(texts):
+    """One-hot-ish unit vectors: row j = e_(j mod 4), so the plan's vector rows can be checked by position."""
+    out = np.zeros((len(texts), 4), np.float32)
+    out[np.arange(len(texts)), np.arange(len(texts)) % 4] = 1.0
+    return out
+
+
+def plan(items, stored, **kw):
+    args = dict(vectors=None, replace=True, policy=DedupPolicy(), scope=None, embed=embed_rows,
+                find_hashes=lambda digests, scope: {}, near_search=lambda: None, tokenize=str.split)
+    args.update(kw)
+    return plan_write(items, stored, **args)
+
+
+def test_only_new_and_changed_texts_are_embedded():
+    items = [Chunk(chunk_id="same", text="old text", metadata={"v": 2}), Chunk(chunk_id="edit", text="new"),
+             Chunk(chunk_id="fresh", text="fresh text")]
+    stored = {"same": (content_hash("old text"), SYSTEM), "edit": (content_hash("before"), SYSTEM)}
+    p = plan(items, stored)
+    assert p.changed == [1, 2] and p.unchanged == [0] and p.dropped == set()
+    assert p.vectors.shape == (2, 4) and p.vectors[0, 0] == 1.0 and p.vectors[1, 1] == 1.0
+    assert [d.action for d in p.result().decisions] == ["written", "written", "written"]
+
+
+def test_exact_duplicate_in_the_same_scope_is_skipped_and_merged():
+    items = [Chunk(chunk_id="b", text="disk full on db-1", source="s2")]
+    found = lambda digests, scope: {content_hash("disk full on db-1"): "a"}  # noqa: E731
+    skipped = plan(items, {}, policy=DedupPolicy(action="skip"), find_hashes=found)
+    assert skipped.changed == [] and skipped.dropped == {0} and skipped.vectors.shape == (0, 4)
+    decision = skipped.result().decisions[0]
+    assert (decision.chunk_id, decision.action, decision.stored_id, decision.duplicate_of) == ("b", "skipped", "a", "a")
+    merged = plan(items, {}, policy=DedupPolicy(action="merge"), find_hashes=found)
+    assert merged.merges == {"a": [["b", "s2"]]} and merged.merge_targets() == {"a": [["b", "s2"]]}
+
+
+def test_add_refuses_stored_ids_and_a_scope_refuses_foreign_ones():
+    stored = {"x": (content_hash("t"), {**SYSTEM, "tenant": "acme"})}
+    with pytest.raises(DuplicateChunkError, match=r"chunk ids already stored: \['x'\]"):
+        plan([Chunk(chunk_id="x", text="t")], stored, replace=False)
+    with pytest.raises(ScopeError, match=r"chunk ids \['x'\] are not available in this scope"):
+        plan([Chunk(chunk_id="x", text="t", tenant="globex")], stored, scope=Scope(tenant="globex"))
+
+
+def test_unstated_scope_and_validity_are_kept_stated_ones_win():
+    stored = {**SYSTEM, "tenant": "acme", "valid_to": 50.0}
+    kept = keep_unstated(Chunk(chunk_id="x", text="t"), stored)
+    assert kept.tenant == "acme" and kept.valid_to == 50.0
+    explicit = keep_unstated(Chunk(chunk_id="x", text="t", tenant=None, valid_to=None), stored)
+    assert explicit.tenant is None and explicit.valid_to is None
+
+
+def test_supersede_closes_each_old_fact_at_the_new_start():
+    old = {"a": {**SYSTEM, "tenant": "acme", "valid_from": 10.0},
+           "b": {**SYSTEM, "tenant": "acme", "valid_from": 20.0, "valid_to": 25.0}}
+    chunk, closes = plan_supersede(["a", "b"], Chunk(chunk_id="c", text="new", valid_from=30.0), old, now=99.0)
+    assert chunk.valid_from == 30.0 and chunk.tenant == "acme"  # inherits the one shared scope
+    assert closes == [("a", {"valid_to": 30.0, "superseded_by": "c"}), ("b", {"valid_to": 25.0, "superseded_by": "c"})]
+    chunk, _ = plan_supersede(["a"], Chunk(chunk_id="c", text="new"), old, now=99.0)
+    assert chunk.valid_from == 99.0
+
+
+def test_supersede_refusals():
+    old = {"a": {**SYSTEM, "valid_from": 40.0}, "z": {**SYSTEM, "superseded_by": "y"}}
+    with pytest.raises(InvalidRequestError, match=r"unknown chunk ids \['q'\]"):
+        plan_supersede(["q"], Chunk(chunk_id="c", text="n"), old, now=1.0)
+    with pytest.raises(InvalidRequestError, match="already superseded by 'y'; supersede 'y' instead"):
+        plan_supersede(["z"], Chunk(chunk_id="c", text="n"), old, now=1.0)
+    with pytest.raises(InvalidRequestError, match=r"valid from 40.0, not before the new fact's valid_from 30.0"):
+        plan_supersede(["a"], Chunk(chunk_id="c", text="n", valid_from=30.0), old, now=1.0)
