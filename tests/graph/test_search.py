@@ -1,5 +1,7 @@
 import pytest
 
+from hybrid_memory import InvalidRequestError
+
 from hybrid_memory.graph import NO_DATA_ANSWER, GraphIndex
 from hybrid_memory.graph.tokens import count_tokens, tokenizer_name
 
@@ -36,12 +38,17 @@ def test_token_accounting_is_measured(index):
 
 
 def test_reports_fit_the_token_budget(index):
-    everything = index.global_search("billing-service auth-api search-indexer", token_budget=10_000)
+    question = "billing-service auth-api search-indexer"
+    everything = index.global_search(question, token_budget=10_000, focus=None, evidence=False)
     assert len(everything.hits) == 3
+    assert [h.text for h in everything.hits] == [index.reports[h.community_id].text() for h in everything.hits]
     smallest = min(h.tokens for h in everything.hits)
-    result = index.global_search("billing-service auth-api search-indexer", token_budget=smallest)
+    result = index.global_search(question, token_budget=smallest, focus=None, evidence=False)
     assert [h.tokens for h in result.hits] == [smallest]
     assert result.tokens.report_tokens <= smallest
+    for budget in (smallest, 2 * smallest, 10_000):  # the defaults (focused reports, evidence) fit too
+        got = index.global_search(question, token_budget=budget)
+        assert got.hits and got.tokens.report_tokens == sum(h.tokens for h in got.hits) <= budget
 
 
 def test_no_relevant_report_is_said_not_invented(index):
@@ -124,7 +131,7 @@ def test_answers_tell_apart_no_data_small_budget_and_failed_model(memory):
 
     graph = GraphIndex.build(memory)
     question = next(iter(graph.reports.values())).title
-    full = graph.global_search(question, token_budget=100_000)
+    full = graph.global_search(question, token_budget=100_000, evidence=False)  # focused reports, no evidence
     assert full.hits and not full.no_relevant_reports
     tiny = graph.global_search(question, token_budget=1)
     assert tiny.hits == [] and not tiny.no_relevant_reports
@@ -205,14 +212,47 @@ def test_global_search_adds_the_best_source_sentences_the_budget_allows(embedder
     service = target.summary.split()[0]
     line = f"- {target.summary} ({target.explanation})"
     budget = report.tokens + count_tokens("Evidence:") + 1 + count_tokens(line) + 1
-    result = index.global_search(f"what does {service} read?", token_budget=budget)
+    result = index.global_search(f"what does {service} read?", token_budget=budget, focus=None, evidence_share=0.0)
     (hit,) = result.hits
     assert [(f.summary, f.explanation) for f in hit.evidence] == [(target.summary, target.explanation)]
     assert hit.text == report.text() + "\nEvidence:\n" + line
     assert hit.tokens == count_tokens(hit.text) <= budget
     assert result.quoted_chunk_ids == sorted(report.quoted_chunk_ids + [target.explanation[len("source "):]])
     assert result.tokens.report_tokens == hit.tokens
-    plain = index.global_search(f"what does {service} read?", token_budget=budget, evidence=False)
+    plain = index.global_search(f"what does {service} read?", token_budget=budget, evidence=False, focus=None)
     assert plain.hits[0].evidence == [] and plain.hits[0].text == report.text()
     # a question sharing no term with the unquoted sentences adds none
     assert index.global_search("ERR_DISK_FULL", token_budget=4000).hits[0].evidence == []
+    # focused (the default): the title and the 2 findings sharing most question terms, then evidence
+    focused = index.global_search(f"what does {service} read?", token_budget=4000)
+    (hit,) = focused.hits
+    assert hit.text.splitlines()[0] == report.title
+    assert hit.tokens == count_tokens(hit.text) < report.tokens + 60
+    assert [f.summary for f in hit.evidence][0] == target.summary
+    with pytest.raises(InvalidRequestError, match="evidence_share must be a number in"):
+        index.global_search("x", evidence_share=1.0)
+    with pytest.raises(InvalidRequestError, match="focus must be an int >= 1"):
+        index.global_search("x", focus=0)
+
+
+def test_focus_report_keeps_the_title_and_the_findings_matching_the_question():
+    from hybrid_memory.graph.models import CommunityReport, Finding
+    from hybrid_memory.graph.search import focus_report
+
+    report = CommunityReport(
+        community_id="L0-C0", level=0, title="db-prod-3, billing-service", summary="3 entities.",
+        findings=[Finding(summary="billing-service retries on db-prod-3", explanation="weight 2 from 2 chunk(s)"),
+                  Finding(summary="auth-api reads pg_stat_activity.", explanation="source n4"),
+                  Finding(summary="ledger-service writes invoices.", explanation="source n7"),
+                  Finding(summary="auth-api calls getUserById().", explanation="source n3")],
+        quoted_chunk_ids=["n3", "n4", "n7"],
+    )
+    text, quoted = focus_report(report, "what does auth-api call and read?")
+    assert text == ("db-prod-3, billing-service\n- auth-api reads pg_stat_activity. (source n4)\n"
+                    "- auth-api calls getUserById(). (source n3)")  # report order kept
+    assert quoted == ["n3", "n4"]
+    text, quoted = focus_report(report, "unrelated words only", max_findings=2)
+    assert text == "db-prod-3, billing-service\n- billing-service retries on db-prod-3 (weight 2 from 2 chunk(s))"
+    assert quoted == []
+    llm = report.model_copy(update={"method": "llm"})
+    assert focus_report(llm, "auth-api") == (llm.text(), ["n3", "n4", "n7"])

@@ -55,6 +55,7 @@ from .search import (
     ReportRanker,
     account_tokens,
     add_evidence,
+    focus_report,
     map_reduce_answer,
     select_reports,
 )
@@ -481,14 +482,19 @@ class GraphIndex:
         min_dense_score: float = 0.3,
         dedupe_hierarchy: bool = True,
         evidence: bool = True,
+        focus: int | None = 2,
+        evidence_share: float = 0.2,
     ) -> GlobalSearchResult:
         """Community reports for a question about the whole memory, best first, fitting ``token_budget`` tokens.
 
         Reports are ranked by hybrid search (BM25 + dense, the core's default fusion) over their text; irrelevant ones (no question
         term and dense score < ``min_dense_score``) are dropped; with ``dedupe_hierarchy`` a report whose ancestor
         or descendant is already chosen is skipped. ``no_relevant_reports`` is true when none is left.
-        With ``evidence`` (default), the budget the reports leave takes their source sentences that best match
-        the question (``search.add_evidence``), appended to each hit's text; ``token_budget`` covers both.
+        ``focus`` (default 2): an extractive report is handed over as its title and the ``focus`` findings that
+        share most question terms (``search.focus_report``); None hands over whole reports. With ``evidence``
+        (default), reports get ``1 - evidence_share`` (0.8) of ``token_budget``, then the chosen reports' source
+        sentences that best match the question are appended to their hits (``search.add_evidence``), and the
+        budget still left takes more reports; ``token_budget`` covers everything handed over.
         Raises InvalidRequestError (a ValueError) for a blank question, token_budget < 1, a non-int level or
         max_reports < 1; the message names the fix.
         """
@@ -504,19 +510,37 @@ class GraphIndex:
         if max_reports is not None and (isinstance(max_reports, bool) or not isinstance(max_reports, int)
                                         or max_reports < 1):
             raise InvalidRequestError(f"max_reports must be an int >= 1 or None, got {_SHORT.repr(max_reports)}")
+        if focus is not None and (isinstance(focus, bool) or not isinstance(focus, int) or focus < 1):
+            raise InvalidRequestError(f"focus must be an int >= 1 (findings per report) or None, got {_SHORT.repr(focus)}")
+        if isinstance(evidence_share, bool) or not isinstance(evidence_share, (int, float)) or not (
+            0.0 <= float(evidence_share) < 1.0
+        ):
+            raise InvalidRequestError(f"evidence_share must be a number in [0, 1), got {_SHORT.repr(evidence_share)}")
         chunk_tokens = {cid: e.tokens for cid, e in self.extractions.items()}
         ranked = self._get_ranker().rank(question, level=level)
         parents = {cid: c.parent for cid, c in self.communities.items()} if dedupe_hierarchy else None
+        render = None
+        if focus is not None:
+            def render(report):
+                return focus_report(report, question, max_findings=focus)
+        share = evidence_share if evidence else 0.0
         hits = select_reports(
-            ranked, self.reports, token_budget=token_budget, parents=parents, min_dense_score=min_dense_score,
-            max_reports=max_reports,
+            ranked, self.reports, token_budget=max(1, int(token_budget * (1.0 - share))), parents=parents,
+            min_dense_score=min_dense_score, max_reports=max_reports, render=render,
         )
         if evidence and hits:  # the budget the reports left: their best source sentences for this question
             hits = add_evidence(question, hits, self.reports, token_budget=token_budget)
+        left = token_budget - sum(h.tokens for h in hits)
+        if share and left > 0 and (max_reports is None or len(hits) < max_reports):  # unused share: more reports
+            more = select_reports(
+                ranked, self.reports, token_budget=left, parents=parents, min_dense_score=min_dense_score,
+                max_reports=None if max_reports is None else max_reports - len(hits), chosen=hits, render=render,
+            )
+            hits = hits + [h.model_copy(update={"rank": len(hits) + i + 1}) for i, h in enumerate(more)]
         smallest = None
         if not hits:  # nothing fits: is nothing relevant, or is the budget too small?
             unbounded = select_reports(ranked, self.reports, token_budget=10**12, parents=None,
-                                       min_dense_score=min_dense_score, max_reports=None)
+                                       min_dense_score=min_dense_score, max_reports=None, render=render)
             smallest = min((h.tokens for h in unbounded), default=None)
         return GlobalSearchResult(
             question=question,

@@ -27,6 +27,7 @@ __all__ = [
     "ReportRanker",
     "account_tokens",
     "add_evidence",
+    "focus_report",
     "map_reduce_answer",
     "select_reports",
 ]
@@ -144,6 +145,7 @@ def select_reports(
     min_dense_score: float = 0.3,
     max_reports: int | None = None,
     chosen: Sequence[ReportHit] = (),
+    render: Any = None,
 ) -> list[ReportHit]:
     """Best relevant reports whose tokens fit ``token_budget`` (greedy in rank order; one that does not fit is
     skipped and smaller ones after it may still fit).
@@ -151,7 +153,9 @@ def select_reports(
     A report is relevant when a question term matched it (BM25 rank present) or its dense score is at least
     ``min_dense_score``. With ``parents`` (community id -> parent id), a report whose ancestor or descendant is
     already chosen is skipped, so the budget is not spent twice on the same entities. ``chosen``: hits picked
-    by an earlier pass, which count as chosen (they are not returned again). Pure function.
+    by an earlier pass, which count as chosen (they are not returned again). ``render``: report -> (text,
+    quoted chunk ids) handed over instead of the full report (``focus_report``); its tokens are what counts
+    against the budget. Pure function.
     """
     parents = parents or {}
     before = list(chosen)
@@ -170,9 +174,14 @@ def select_reports(
         lineage = _ancestors(report.community_id, parents)
         if report.community_id in covered or any(a in chosen_ids for a in lineage):
             continue
-        if used + report.tokens > token_budget:
+        if render is not None:
+            text, quoted = render(report)
+            tokens = count_tokens(text)
+        else:
+            text, quoted, tokens = report.text(), list(report.quoted_chunk_ids), report.tokens
+        if used + tokens > token_budget:
             continue
-        used += report.tokens
+        used += tokens
         chosen_ids.add(report.community_id)
         covered.update([report.community_id, *lineage])
         chosen.append(
@@ -185,15 +194,32 @@ def select_reports(
                 sparse_rank=result.sparse_rank,
                 dense_score=result.dense_score,
                 title=report.title,
-                text=report.text(),
-                tokens=report.tokens,
+                text=text,
+                tokens=tokens,
                 chunk_ids=list(report.chunk_ids),
-                quoted_chunk_ids=list(report.quoted_chunk_ids),
+                quoted_chunk_ids=quoted,
             )
         )
         if max_reports is not None and len(chosen) >= max_reports:
             break
     return chosen
+
+
+def focus_report(report: CommunityReport, question: str, *, max_findings: int = 2) -> tuple[str, list[str]]:
+    """(text, quoted chunk ids) of ``report`` focused on ``question``: an extractive report keeps its title and
+    the ``max_findings`` findings sharing the most question terms (the core's BM25 tokenizer; ties keep the
+    report's order; the first finding when none shares a term); a model-written report is handed over whole.
+    Pure function."""
+    if report.method != "extractive" or not report.findings:
+        return report.text(), list(report.quoted_chunk_ids)
+    tokenize = _tokenizer().tokenize
+    terms = set(tokenize(question))
+    scored = sorted(((-len(terms & set(tokenize(f.summary))), i) for i, f in enumerate(report.findings)))
+    keep = sorted(i for score, i in scored[:max_findings] if score < 0) or [0]
+    findings = [report.findings[i] for i in keep]
+    lines = [report.title] + [f"- {f.summary}" + (f" ({f.explanation})" if f.explanation else "") for f in findings]
+    quoted = sorted({f.explanation[len("source "):] for f in findings if f.explanation.startswith("source ")})
+    return "\n".join(line for line in lines if line), quoted
 
 
 @lru_cache(maxsize=1)
@@ -232,9 +258,8 @@ def add_evidence(
         report = reports.get(hit.community_id)
         if report is None:
             continue
-        in_text = {f.summary for f in report.findings}
         for source in report.sources:
-            if source.summary not in in_text:
+            if source.summary not in hit.text:
                 pool.append((h, source, set(tokenize(source.summary))))
     df: dict[str, int] = {}
     for _, _, words in pool:
