@@ -511,7 +511,9 @@ class GraphIndex:
                                         or max_reports < 1):
             raise InvalidRequestError(f"max_reports must be an int >= 1 or None, got {_SHORT.repr(max_reports)}")
         if focus is not None and (isinstance(focus, bool) or not isinstance(focus, int) or focus < 1):
-            raise InvalidRequestError(f"focus must be an int >= 1 (findings per report) or None, got {_SHORT.repr(focus)}")
+            raise InvalidRequestError(
+                f"focus must be an int >= 1 (findings per report) or None, got {_SHORT.repr(focus)}"
+            )
         if isinstance(evidence_share, bool) or not isinstance(evidence_share, (int, float)) or not (
             0.0 <= float(evidence_share) < 1.0
         ):
