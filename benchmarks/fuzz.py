@@ -214,17 +214,24 @@ def run_api(memory: Any, requests: Iterable[Any]) -> tuple[Counter, list[dict]]:
     return outcomes, samples
 
 
-def run_cli(memory_path: Path, requests: Iterable[Any], rng: random.Random, tmp: Path) -> tuple[Counter, list[dict]]:
+def run_cli(memory_path: Path, requests: Iterable[Any], rng: random.Random, tmp: Path,
+            start: int = 0) -> tuple[Counter, list[dict]]:
     """Every request as ``hybrid-memory search --request FILE``, in-process; exit code 2 with a message is a
-    library error, an exception out of ``main`` or a traceback on stderr is escaped."""
+    library error, an exception out of ``main`` or a traceback on stderr is escaped. ``start``: skip the
+    first requests (generated and drawn exactly as in a full run, so request ``i`` is the same; to re-time
+    a window of a run)."""
     from hybrid_memory.cli import main
 
     outcomes: Counter = Counter()
     samples: list[dict] = []
     file = tmp / "request.json"
     for i, request in enumerate(requests):
-        if rng.random() < 0.02:
+        raw = rng.random() < 0.02
+        if raw:
             depth = rng.choice([1_000, 100_000])
+        if i < start:
+            continue
+        if raw:
             file.write_text('{"search_text": "x", "metadata_filter": ' + '{"$and": [' * depth + "{}" + "]}" * depth + "}")
         else:
             try:
@@ -278,6 +285,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=2024)
     parser.add_argument("--no-cli", action="store_true", help="only the API run")
     parser.add_argument("--cli-n", type=int, default=None, help="requests for the CLI run (default: --n; the first ones)")
+    parser.add_argument("--cli-from", type=int, default=0,
+                        help="run only the CLI requests from this index on (same requests as a full run; no API run)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     common.ensure_core_importable()
@@ -289,18 +298,22 @@ def main(argv: list[str] | None = None) -> dict:
         memory_path = Path(tmp) / "memory"
         memory = build_memory(memory_path)
         t0 = time.perf_counter()
-        api, api_samples = run_api(memory, generate(args.n, args.seed))
-        summary["api"] = {"outcomes": dict(api), "seconds": round(time.perf_counter() - t0, 1), "samples": api_samples}
+        if not args.cli_from:
+            api, api_samples = run_api(memory, generate(args.n, args.seed))
+            summary["api"] = {"outcomes": dict(api), "seconds": round(time.perf_counter() - t0, 1),
+                              "samples": api_samples}
         memory.close()
         if not args.no_cli:
+            summary["cli_from"] = args.cli_from
             t0 = time.perf_counter()
-            cli, cli_samples = run_cli(memory_path, generate(cli_n, args.seed), random.Random(args.seed + 1), Path(tmp))
+            cli, cli_samples = run_cli(memory_path, generate(cli_n, args.seed), random.Random(args.seed + 1), Path(tmp),
+                                       start=args.cli_from)
             summary["cli"] = {"outcomes": dict(cli), "seconds": round(time.perf_counter() - t0, 1), "samples": cli_samples}
     rows = []
     for run in ("api", "cli"):
         if run in summary:
             outcomes = summary[run]["outcomes"]
-            rows.append([run, args.n if run == "api" else cli_n, outcomes.get("ok", 0), outcomes.get("library error", 0),
+            rows.append([run, args.n if run == "api" else cli_n - args.cli_from, outcomes.get("ok", 0), outcomes.get("library error", 0),
                          outcomes.get("escaped", 0), outcomes.get("hang", 0), summary[run]["seconds"]])
     print(common.format_table(rows, ["run", "requests", "ok", "library error", "escaped", "hang > 5 s", "seconds"]))
     for run in ("api", "cli"):
