@@ -275,3 +275,47 @@ def test_memory_upsert_replaces_the_vector_in_the_ivf_index():
 def test_unknown_dense_index_kind_is_refused():
     with pytest.raises(InvalidRequestError, match="dense_index must be one of"):
         HybridMemory(embedder=HashingEmbedder(DIM), dense_index="hnsw")
+
+
+def test_the_cost_model_picks_exact_for_narrow_filters_and_the_ivf_for_broad_ones(data, monkeypatch):
+    ids, vectors, queries = data
+    index = ivf_index(ids, vectors)  # 6000 vectors, 128 lists, base nprobe max(32, 128 // 16) = 32
+    assert (index._nprobe(0.25), index._nprobe(0.5)) == (64, 46)  # ceil(32 / sqrt(f))
+    # 25%: exact 1500 rows x 19 x 32/384 = 2375 < IVF 6000 x 64/128 = 3000 tested + 750 eligible x 19 x 32/384
+    assert index._exact_is_cheaper(1500, 64) is True
+    # 50%: exact 3000 x 19/12 = 4750 > IVF 6000 x 46/128 = 2156.25 tested + 1078.1 eligible x 19/12 = 3863.3
+    assert index._exact_is_cheaper(3000, 46) is False
+    exact_calls = []
+    original = FaissIndex._search_exact
+    monkeypatch.setattr(FaissIndex, "_search_exact", lambda self, *a: exact_calls.append(len(a[2])) or original(self, *a))
+    rng = np.random.default_rng(5)
+    for share, path in ((0.25, "exact"), (0.5, "ivf")):
+        allowed = np.sort(rng.choice(ids, size=int(N * share), replace=False))
+        exact_calls.clear()
+        got = index.search(queries[0], 10, RowSet(allowed))
+        assert exact_calls == ([len(allowed)] if path == "exact" else [])
+        assert len(set(i for i, _ in got) & set(exact_top(ids, vectors, queries[0], 10, allowed))) >= 9
+
+
+def test_a_reopened_index_maps_its_base_file_and_never_writes_to_it(data, tmp_path):
+    ids, vectors, queries = data
+    index = ivf_index(ids, vectors)
+    manifest = saved_again(index, None, tmp_path / "a")
+    base = tmp_path / "a" / manifest["vectors"]
+    before = base.read_bytes()
+    again = FaissIndex(DIM, kind="ivf")
+    assert again.load(tmp_path / "a") is True
+    assert isinstance(again._vectors.head, np.memmap) and again._vectors.split == N
+    again.remove(ids[:1])
+    again.add([10**6], -vectors[:1])  # reuses slot 0, inside the mapped base: a private copy of that page
+    again.add([10**6 + 1, 10**6 + 2], vectors[1:3])  # beyond the base: the in-memory tail
+    assert base.read_bytes() == before
+    assert again.search(-vectors[0], 1)[0] == (10**6, pytest.approx(1.0, abs=1e-5))
+    assert np.array_equal(again.vectors(np.array([10**6, ids[5], 10**6 + 2])), np.stack([-vectors[0], vectors[5], vectors[2]]))
+    assert again.score(queries[0], np.array([10**6 + 1, ids[1], 7]))[:2].tolist() == pytest.approx(
+        [float(vectors[1] @ queries[0])] * 2, abs=1e-5)
+    third = saved_again(again, tmp_path / "a", tmp_path / "b")
+    assert third["vectors"] == manifest["vectors"] and third["delta_rows"] == 3  # slot 0 and the two new rows
+    final = FaissIndex(DIM, kind="ivf")
+    assert final.load(tmp_path / "b") is True
+    assert [final.search(q, 10) for q in queries[:5]] == [again.search(q, 10) for q in queries[:5]]
