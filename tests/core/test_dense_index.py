@@ -13,6 +13,7 @@ import pytest
 
 from hybrid_memory import HybridMemory
 from hybrid_memory._exceptions import InvalidRequestError
+import hybrid_memory.dense as dense_module
 from hybrid_memory.dense import FaissIndex, _ivf_ids, default_nlist
 from hybrid_memory.embedders import HashingEmbedder
 from hybrid_memory.engines import RowSet
@@ -280,6 +281,9 @@ def test_unknown_dense_index_kind_is_refused():
 def test_the_cost_model_picks_exact_for_narrow_filters_and_the_ivf_for_broad_ones(data, monkeypatch):
     ids, vectors, queries = data
     index = ivf_index(ids, vectors)  # 6000 vectors, 128 lists, base nprobe max(32, 128 // 16) = 32
+    # 4096 eligible vectors wanted at 46.875 a list: more lists than there are, so every list
+    assert (index._nprobe(0.25), index._nprobe(0.5), index._nprobe(1.0)) == (128, 128, 32)
+    monkeypatch.setattr(dense_module, "FILTER_MIN_CANDIDATES", 0)  # the square-root rule alone
     assert (index._nprobe(0.25), index._nprobe(0.5)) == (64, 46)  # ceil(32 / sqrt(f))
     # 25%: exact 1500 rows x 19 x 32/384 = 2375 < IVF 6000 x 64/128 = 3000 tested + 750 eligible x 19 x 32/384
     assert index._exact_is_cheaper(1500, 64) is True
