@@ -1179,8 +1179,8 @@ class HybridMemory:
             if saved.get("seq", -1) > self._seq:
                 logger.debug("index files on disk are newer (seq %s > %s); not overwritten", saved["seq"], self._seq)
             else:
-                self._save_dir_atomically("bm25", self._sparse.save)
-                # unchanged dense base files are hard-linked from the current folder, not written again
+                # unchanged big files (BM25 main segment, dense base) are hard-linked from the current folders
+                self._save_dir_atomically("bm25", lambda folder: self._sparse.save(folder, previous=self.path / "bm25"))
                 self._save_dir_atomically("dense", lambda folder: self._dense.save(folder, previous=self.path / "dense"))
                 self._save_dir_atomically("filters", lambda folder: self._filters.save(folder, self._seq))
                 (self.path / "dense.faiss").unlink(missing_ok=True)  # the flat index of earlier versions

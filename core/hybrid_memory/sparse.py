@@ -24,7 +24,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import shutil
 import threading
+import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -91,6 +94,7 @@ class BM25Index:
     def _reset_main(self) -> None:
         self._generation += 1
         self._main = None  # bm25s.BM25 | None
+        self._main_token: str | None = None  # names the saved bm25s files that hold exactly this main segment
         self._main_ids = np.zeros(0, dtype=np.int64)
         self._main_alive = np.zeros(0, dtype=np.float32)
         self._main_df = np.zeros(0, dtype=np.int64)
@@ -644,7 +648,7 @@ class BM25Index:
         """Parameters that must match for a saved index to be reused."""
         return {"k1": self.k1, "b": self.b, "method": "lucene", "tokenizer": self.tokenizer.config()}
 
-    def save(self, directory: Path) -> None:
+    def save(self, directory: Path, previous: Path | None = None) -> None:
         """Write the index to ``directory``: the main segment (bm25s npy + json), its id map, the delta's ids and
         the token cache, so a reopened index neither re-tokenizes the delta nor, at its next merge, the main
         segment's documents.
@@ -653,12 +657,17 @@ class BM25Index:
         ``alive.npy`` float32 (main segment), ``delta_ids.npy`` int64, ``tokens.npy`` int32 (every cached
         document's token ids, one after another), ``token_doc_ids.npy`` int64 and ``token_lengths.npy`` int64
         (which document, how many tokens), ``vocab.json`` (tokens in id order) and ``manifest.json``.
+
+        The main segment changes only at a merge (removals are the separate ``alive.npy``), so when
+        ``previous`` (the folder of the last save) holds this very segment (its manifest's ``main_token``),
+        its ``bm25s/`` files are hard-linked instead of written again (400 MB at a million chunks).
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         with self._lock:
-            if self._main is not None:
+            if self._main is not None and not _link_main(previous, directory, self._main_token):
                 self._main.save(str(directory / "bm25s"), show_progress=False)
+                self._main_token = uuid.uuid4().hex
             np.save(directory / "ids.npy", self._main_ids, allow_pickle=False)
             np.save(directory / "alive.npy", self._main_alive, allow_pickle=False)
             delta_ids = np.fromiter(self._delta_tf, dtype=np.int64, count=len(self._delta_tf))
@@ -684,6 +693,7 @@ class BM25Index:
                 "token_docs": len(doc_ids),
                 "tokens": int(lengths.sum()),
                 "vocab_size": len(vocab),
+                "main_token": self._main_token if self._main is not None else None,
             }
         (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
         (directory / "manifest.json").write_text(json.dumps(manifest, indent=2))
@@ -734,6 +744,7 @@ class BM25Index:
             self._tokens = TokenCache()
             if main is not None:
                 self._main = main
+                self._main_token = manifest.get("main_token")
                 self._main_ids = ids.astype(np.int64)
                 self._main_alive = alive.astype(np.float32)
                 self._main_df = np.diff(np.asarray(main.scores["indptr"], dtype=np.int64))
@@ -830,3 +841,22 @@ def _in_order(doc: bytes, needles: list[bytes]) -> bool:
             return False
         at = found + 4
     return True
+
+
+def _link_main(previous: Path | None, directory: Path, token: str | None) -> bool:
+    """Hard-link the ``bm25s/`` files of ``previous`` into ``directory`` when ``previous``'s manifest names the
+    main segment ``token``; False (nothing left behind) when it does not, or without hard links."""
+    if previous is None or token is None:
+        return False
+    previous = Path(previous)
+    try:
+        if json.loads((previous / "manifest.json").read_text()).get("main_token") != token:
+            return False
+        (directory / "bm25s").mkdir()
+        for file in (previous / "bm25s").iterdir():
+            os.link(file, directory / "bm25s" / file.name)
+    except (OSError, ValueError):
+        shutil.rmtree(directory / "bm25s", ignore_errors=True)
+        return False
+    return True
+

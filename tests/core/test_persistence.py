@@ -207,8 +207,9 @@ def test_a_damaged_index_state_file_is_treated_as_missing(tmp_path, state):
         assert [r.chunk_id for r in memory.search("zebra", sparse_weight=1.0, dense_weight=0.0).results] == ["z"]
 
 
-def test_a_save_after_one_upsert_links_the_big_dense_files_and_reopens_identically(tmp_path):
-    """The vectors base file and the IVF file are hard-linked into the new save (same inode), not rewritten;
+def test_a_save_after_one_upsert_links_the_big_files_and_reopens_identically(tmp_path):
+    """The vectors base file, the IVF file and the BM25 main segment are hard-linked into the new save (same
+    inode), not rewritten;
     only the one changed row is written; a reopen from those files gives the same results."""
     path, dim, n = tmp_path / "memory", 32, 6000
     rng = np.random.default_rng(3)
@@ -220,6 +221,8 @@ def test_a_save_after_one_upsert_links_the_big_dense_files_and_reopens_identical
         assert mem.stats()["dense"]["approximate"] is True
     first = json.loads((path / "dense" / "manifest.json").read_text())
     inodes = {name: (path / "dense" / name).stat().st_ino for name in (first["vectors"], first["ivf"])}
+    bm25_main = path / "bm25" / "bm25s" / "data.csc.index.npy"
+    bm25_inode = bm25_main.stat().st_ino
     probes = [vectors[i] / np.linalg.norm(vectors[i]) for i in (5, 17, 400)]
 
     def results(mem):
@@ -236,6 +239,7 @@ def test_a_save_after_one_upsert_links_the_big_dense_files_and_reopens_identical
     second = json.loads((path / "dense" / "manifest.json").read_text())
     assert (second["vectors"], second["ivf"]) == (first["vectors"], first["ivf"])
     assert {name: (path / "dense" / name).stat().st_ino for name in inodes} == inodes
+    assert bm25_main.stat().st_ino == bm25_inode  # the BM25 main segment too (the upsert went to the delta)
     assert (second["base_rows"], second["delta_rows"]) == (n, 1)  # the freed slot, reused by the new version
     with HybridMemory.open(path, **options) as mem:
         assert mem.last_sync["dense"] == {"rebuilt": False, "added": 0, "removed": 0}

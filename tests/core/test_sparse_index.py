@@ -124,6 +124,34 @@ def test_the_delta_is_saved_and_reloaded_without_tokenizing(tmp_path, monkeypatc
     assert np.array_equal(reloaded._tokens[7], index._tokens[7])
 
 
+def test_a_save_links_an_unchanged_main_segment_and_writes_a_merged_one(tmp_path):
+    index = BM25Index(compact_min=10_000)
+    index.build([0, 1, 2, 3], DOCS[:4])
+    index.save(tmp_path / "s1")
+    data = "bm25s/data.csc.index.npy"
+    index.remove([1])  # a removal is alive.npy's business, the main segment stays
+    index.add([7], DOCS[4:5])
+    expected = {query: index.search(query, k=10) for query in QUERIES}
+    index.save(tmp_path / "s2", previous=tmp_path / "s1")
+    assert (tmp_path / "s2" / data).stat().st_ino == (tmp_path / "s1" / data).stat().st_ino
+    assert sorted(p.name for p in (tmp_path / "s2" / "bm25s").iterdir()) == sorted(
+        p.name for p in (tmp_path / "s1" / "bm25s").iterdir())
+    reloaded = BM25Index(compact_min=10_000)
+    assert reloaded.load(tmp_path / "s2")
+    assert {query: reloaded.search(query, k=10) for query in QUERIES} == expected
+    reloaded.save(tmp_path / "s3", previous=tmp_path / "s2")  # still the same segment after a reload
+    assert (tmp_path / "s3" / data).stat().st_ino == (tmp_path / "s1" / data).stat().st_ino
+    reloaded.compact(lambda ids: [DOCS[int(i)] for i in ids])  # a merge: a new main segment
+    merged = {query: reloaded.search(query, k=10) for query in QUERIES}
+    reloaded.save(tmp_path / "s4", previous=tmp_path / "s3")
+    assert (tmp_path / "s4" / data).stat().st_ino != (tmp_path / "s1" / data).stat().st_ino
+    assert (tmp_path / "s4" / data).stat().st_nlink == 1
+    final = BM25Index(compact_min=10_000)
+    assert final.load(tmp_path / "s4") and final.delta_size == 0
+    assert {query: final.search(query, k=10) for query in QUERIES} == merged
+    assert final.ids().tolist() == [0, 2, 3, 7]
+
+
 def test_a_damaged_save_is_reported_as_not_loaded(tmp_path):
     index = BM25Index()
     index.build([0, 1], DOCS[:2])
