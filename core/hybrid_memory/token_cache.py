@@ -107,10 +107,7 @@ class TokenCache(MutableMapping):
         if self._n_gone:
             keep = ~self._gone
             lengths = self._lengths[keep]
-            starts = (self._ends - self._lengths)[keep]
-            # positions of the kept documents' tokens: each kept run's start, then +1 along the run
-            offsets = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-            data = self._data[offsets + np.arange(len(offsets))]
+            data = self._data[np.repeat(keep, self._lengths)]  # each kept document's run of tokens
             ids = self._ids[keep]
         else:
             ids, lengths, data = self._ids, self._lengths, self._data
