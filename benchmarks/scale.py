@@ -413,20 +413,22 @@ def phase_search(n: int, directory: Path, n_queries: int, n_writes: int, out: Pa
     rng = np.random.default_rng(SEED + 3)
     extra = _mixture(rng, corpus.centers, 2 * (n_writes + 1))
 
+    salt = os.getpid()  # probe ids and markers new to a memory reused by --search-only
+
     def top_ids(marker: str, vector: np.ndarray) -> list[str]:
         return [r.chunk_id for r in memory.search(marker, query_vector=vector, top_k=5).results]
 
     def add_one(j: int) -> None:
-        marker = f"ADDPROBE{j:05d}"
+        marker = f"ADDPROBE{salt}X{j:05d}"
         t0 = time.perf_counter()
-        memory.add([{"chunk_id": f"new{j:05d}", "text": f"{marker} fresh note", "metadata": {"tenant": "t1"}}],
+        memory.add([{"chunk_id": f"new{salt}-{j:05d}", "text": f"{marker} fresh note", "metadata": {"tenant": "t1"}}],
                    vectors=extra[j : j + 1])
         write_alone["add_to_searchable"].append(time.perf_counter() - t0)
-        assert top_ids(marker, extra[j])[0] == f"new{j:05d}", "added chunk not found"
+        assert top_ids(marker, extra[j])[0] == f"new{salt}-{j:05d}", "added chunk not found"
 
     def upsert_one(j: int) -> None:
         cid = f"c{(j * 7919) % n:07d}"
-        marker = f"UPPROBE{j:05d}"
+        marker = f"UPPROBE{salt}X{j:05d}"
         v = extra[n_writes + 1 + j]
         t0 = time.perf_counter()
         memory.upsert([{"chunk_id": cid, "text": f"{marker} rewritten", "metadata": {"tenant": "t2"}}], vectors=v[None])
@@ -434,10 +436,15 @@ def phase_search(n: int, directory: Path, n_queries: int, n_writes: int, out: Pa
         assert top_ids(marker, v)[0] == cid, "upserted chunk not found"
 
     def delete_target(j: int) -> tuple[str, str, np.ndarray]:
-        cid = f"c{(j * 104729 + 13) % n:07d}"
-        vector = memory._dense.vectors(memory._store.lookup([cid]).get(cid)[:1])[0]
+        for step in range(n):  # the first chunk still there (a reused memory lost earlier runs' targets)
+            cid = f"c{(j * 104729 + 13 + step * 7) % n:07d}"
+            if cid not in taken and (found := memory._store.lookup([cid]).get(cid)) is not None:
+                break
+        taken.add(cid)
+        vector = memory._dense.vectors(found[:1])[0]
         return cid, memory.get([cid])[0].text.split()[0], vector  # its unique INC id finds it
 
+    taken: set[str] = set()
     targets = [delete_target(j) for j in range(n_writes + 1)]  # looked up before the clock starts
 
     def delete_one(j: int) -> None:
