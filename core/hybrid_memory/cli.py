@@ -1,4 +1,4 @@
-"""The ``hybrid-memory`` command: demo, ingest, search, stats (and ``graph`` with the graph extra).
+"""The ``hybrid-memory`` command: demo, ingest, search, stats, mcp, export-qdrant (and ``graph`` with the graph extra).
 
 Every command that searches prints the response JSON on stdout; progress bars and logs go to stderr.
 """
@@ -347,6 +347,11 @@ def build_parser() -> argparse.ArgumentParser:
     from .mcp_server import register_cli as register_mcp
 
     register_mcp(sub, memory_args)
+
+    # `export-qdrant` (issue 9); qdrant-client / qdrant-edge are imported only when it runs
+    from .backends.export import register_cli as register_export
+
+    register_export(sub, memory_args)
     return parser
 
 

@@ -137,7 +137,8 @@ def test_delete(mem):
     assert [c.chunk_id for c in mem.iter_chunks()][-1] == "reset"  # deleted and added again: at the end
 
 
-def test_filters_restrict_both_engines(mem):
+def test_filters_restrict_both_engines(indexed):
+    mem = indexed
     mem.add(_note_chunks())
     flt = {"$and": [{"environment": "production"}, {"severity": {"$lte": 1}}]}
     assert _ids(mem.search("HTTP 504 PostgreSQL connection pool", top_k=5, metadata_filter=flt)) == ["prod-504"]
@@ -242,7 +243,7 @@ def test_fusion_of_the_returned_legs_is_the_core_fusion(engine, tmp_path):
             Leg(SPARSE, backend.encoder.query(query), None, depth), Leg(DENSE, vector, None, depth)])
         legs = {}
         for name, found in (("sparse", sparse), ("dense", dense)):
-            scores = {payload["chunk_id"]: score for _, score, payload in found}
+            scores = {payload["chunk_id"]: score for _, score, payload, _ in found}
             legs[name] = (sorted(scores, key=lambda c: (-scores[c], c)), scores)
         rrf = mem.search(query, top_k=3, fusion="rrf", sparse_weight=0.4, dense_weight=0.6)
         expected = {}
@@ -259,7 +260,7 @@ def test_fusion_of_the_returned_legs_is_the_core_fusion(engine, tmp_path):
         cross = {}
         for name, using, vec in (("sparse", SPARSE, backend.encoder.query(query)), ("dense", DENSE, vector)):
             found = backend.collection.query_batch([Leg(using, vec, {"must": [{"has_id": pids}]}, len(pids))])[0]
-            got = {payload["chunk_id"]: score for _, score, payload in found}
+            got = {payload["chunk_id"]: score for _, score, payload, _ in found}
             cross[name] = {c: got.get(c, 0.0) for c in union}
             assert all(math.isclose(cross[name][c], s, rel_tol=1e-6) for c, s in legs[name][1].items())
         for method in ("zscore", "dbsf", "tm2c2"):
@@ -293,6 +294,31 @@ def test_bm25_scores_equal_the_embedded_backend_with_matching_parameters(engine,
             assert _ids(a) == _ids(b), query
             assert [r.sparse_score for r in b.results] == pytest.approx([r.sparse_score for r in a.results], rel=1e-5)
             assert _ids(embedded.search(query, top_k=3)) == _ids(qdrant.search(query, top_k=3)), query
+        # the exact-match guard reads the same rare identifiers and whole-query matches from both backends
+        from hybrid_memory.engines import Query
+
+        for query in [*queries, "getUserById", "v2.3.1 10.0.0.12", "PostgreSQL connection pool exhausted"]:
+            found = []
+            for memory in (embedded, qdrant):
+                q = Query(query)
+                if memory is qdrant:
+                    q.cache["qdrant_legs"] = ("sparse", "dense")
+                found.append(memory._searcher.candidates(q, top_k=2, depth=4, weights={}, fusion="adaptive")
+                             .input.identifier_matches)
+            assert found[0] == found[1], query
+        # "postgresql" is a rare identifier (2 chunks hold it: +1) and both 504 notes hold every token of the query
+        # ("exhausted" and "exhaustion" stem alike), 2 <= top_k: +(1 + 1 identifier)
+        assert found[0] == {"prod-504": 3, "stage-504": 3}
+
+
+def test_order_tests_need_a_float_index_on_qdrant_edge(tmp_path):
+    _need("qdrant-edge")
+    with open_memory("qdrant-edge", tmp_path) as mem:  # no indexed_keys
+        mem.add(_note_chunks())
+        with pytest.raises(InvalidFilterError, match="\\$gt on 'severity'.*indexed_keys=\\{'severity': 'float'\\}"):
+            mem.search("HTTP 504", metadata_filter={"severity": {"$gt": 1}})
+        assert mem.count({"severity": {"$in": [1, 2]}}) == 4  # equality needs no index
+        assert mem.count(as_of=1e9) == 6  # the validity times are always indexed
 
 
 @pytest.mark.parametrize("engine", QDRANT)

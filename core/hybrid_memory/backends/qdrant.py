@@ -3,8 +3,10 @@
 **Points.** A chunk is one point, id ``uuid5(NAMESPACE, chunk_id)`` (Qdrant ids are unsigned integers or
 UUIDs), the chunk id in the payload. Payload: ``chunk_id``, ``text``, ``source``, ``metadata`` (as given),
 ``sys`` (scope fields, ``valid_from`` / ``valid_to``, ``superseded_by``, ``merged``), ``content_hash``,
-``created_at``, ``updated_at``, ``seq`` (first-insertion order, nanoseconds) and the typed filter fields ``f``
-(:mod:`hybrid_memory.backends.qdrant_filters`). Payload indexes: the scope fields (keyword), ``content_hash``,
+``created_at``, ``updated_at``, ``seq`` (first-insertion order, nanoseconds), the typed filter fields ``f``
+(:mod:`hybrid_memory.backends.qdrant_filters`), and ``doc``, the same source, metadata, system fields and
+times as JSON text, which is what reads return: Qdrant (Edge 0.9, measured) re-reads payload floats with up
+to 1 ULP of error, while a string comes back as written. Payload indexes: the scope fields (keyword), ``content_hash``,
 ``seq`` and the metadata keys the caller declares (``indexed_keys``; keyword, float, integer and bool kinds).
 
 **BM25 on Qdrant.** The sparse vector ``bm25`` holds, for each distinct token of
@@ -31,12 +33,14 @@ only Qdrant's own fusion of the legs, whose weighted RRF differs from this libra
 fetched as they are and fused client-side by the core's :class:`~hybrid_memory.searcher.HybridSearcher`,
 every method of :data:`~hybrid_memory.fusion.FUSION_METHODS` available and exact). Each leg carries the
 translated filter, so it is applied inside Qdrant before ranking, at depth ``candidate_multiplier × top_k``.
-The adaptive fusion's exact cross-scores are one more request per engine restricted to the candidates
-(``has_id``), and its exact-match guard reads document frequencies and token sets from the sparse vectors.
+The adaptive fusion's exact cross-scores are one more batched request, both legs restricted to the
+candidates (``has_id``), and its exact-match guard reads document frequencies (one-term sparse queries, cut
+at ``top_k + 1``) and the candidates' token sets from the sparse vectors.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
@@ -60,6 +64,9 @@ from .qdrant_collection import DENSE, SPARSE, ClientCollection, Collection, Edge
 from .qdrant_filters import FIELDS, field_name, filterable_fields, translate
 
 __all__ = ["NAMESPACE", "QdrantBackend", "QdrantFilter", "SparseEncoder", "engine_id", "point_id", "token_index"]
+
+_STORED = ("chunk_id", "text", "content_hash", "seq", "doc")
+"""Payload keys a read returns (the typed filter fields ``f`` are for Qdrant's filters only)."""
 
 NAMESPACE = uuid.UUID("5c0c3f2e-8a47-5d0e-9a51-6b7d2f7c1e90")
 """The uuid5 namespace of point ids (fixed: the same chunk id maps to the same point everywhere)."""
@@ -190,10 +197,51 @@ class _Legs:
             names.append(n)
         if legs:
             for n, found in zip(names, self.backend.collection.query_batch(legs), strict=True):
-                hits = [(self.backend.remember(pid, payload["chunk_id"]), score) for pid, score, payload in found]
+                hits = [(self.backend.remember(pid, payload["chunk_id"]), score) for pid, score, payload, _ in found]
                 hits.sort(key=lambda h: (-h[1], h[0]))
                 cache[n] = (key, k, hits)
         return cache[name][2][:k]
+
+
+    def cross(self, name: str, query: Query, ids: np.ndarray) -> np.ndarray:
+        """float64 (len(ids),): leg ``name``'s exact scores of engine ids. The first call of a query scores every
+        candidate either leg returned, in both active legs, in one batched request (restricted by
+        ``has_id``); later calls read that. A known id a leg does not return scores 0 for BM25 (no query term)
+        and nan for the dense leg; an id no leg returned is asked for on its own."""
+        ids = np.asarray(ids, dtype=np.int64)
+        cache = query.cache.setdefault("qdrant_cross", {})
+        known = self.backend._ids
+        wanted = {int(i) for i in ids}
+        if name not in cache or not wanted <= cache[name][0]:
+            hits = query.cache.get("qdrant_hits", {})
+            union = wanted | {doc for entry in hits.values() for doc, _ in entry[2]}
+            union = {doc for doc in union if doc in known}
+            names = [n for n in query.cache.get("qdrant_legs", ("sparse", "dense")) if n in ("sparse", "dense")]
+            if name not in names:
+                names.append(name)
+            vectors = {"sparse": self.backend.encoder.query(query.text), "dense": None}
+            if "dense" in names:
+                vectors["dense"] = self.vector(query).tolist()
+            pids = [known[doc][0] for doc in sorted(union)]
+            scored = [n for n in names if pids and (n == "dense" or vectors["sparse"][0])]
+            legs = [Leg(SPARSE if n == "sparse" else DENSE, vectors[n], {"must": [{"has_id": pids}]}, len(pids),
+                        tokens=n == "sparse") for n in scored]
+            # the exact-match guard's document frequencies ride along, cut at the legs' depth (> top_k)
+            depth = max((entry[1] for entry in hits.values()), default=0)
+            identifiers = self.backend.encoder.tokenizer.identifiers(query.text) if depth else []
+            legs += [Leg(SPARSE, ([token_index(t)], [1.0]), None, depth, ()) for t in identifiers]
+            found = self.backend.collection.query_batch(legs) if legs else []
+            by_name = dict(zip(scored, found, strict=False))
+            if identifiers:
+                query.cache["qdrant_df"] = (depth, found[len(scored):])
+            for n in names:
+                scores = {engine_id(pid): score for pid, score, _, _ in by_name.get(n, [])}
+                if n == "sparse":  # the token sets of the candidates holding a query term, for the guard
+                    query.cache["qdrant_tokens"] = {pid: tokens for pid, _, _, tokens in by_name.get(n, [])}
+                cache[n] = (union, scores)
+        union, scores = cache[name]
+        missing = 0.0 if name == "sparse" else np.nan
+        return np.array([scores.get(int(i), missing if int(i) in union else np.nan) for i in ids], dtype=np.float64)
 
 
 class QdrantSparseEngine:
@@ -213,15 +261,19 @@ class QdrantSparseEngine:
 
     def score(self, query: Query, ids: np.ndarray) -> np.ndarray:
         """Exact BM25 scores of the int64 ``ids``, float64; 0 for a known id without a query term, nan for an
-        unknown one. One request restricted to the ids (``has_id``); idf stays collection-wide."""
-        return self.backend.score_ids(SPARSE, self.backend.encoder.query(query.text), ids, missing=0.0)
+        unknown one. Restricted to the candidates (``has_id``); idf stays collection-wide (see ``_Legs.cross``)."""
+        return self.legs.cross("sparse", query, ids)
 
     def exact_matches(self, query: Query, ids: np.ndarray, max_df: int, min_share: float = 0.25,
                       min_terms: int = 3) -> np.ndarray:
         """int64 (len(ids),): exact-match strength, the rule of ``BM25Index.exact_matches`` (rare identifiers
         +1 each; the whole query held by at most ``max_df`` candidates +(1 + identifiers)), with document
         frequencies read from Qdrant (a one-term sparse query, cut at ``max_df + 1``)."""
-        return self.backend.exact_matches(query.text, np.asarray(ids, dtype=np.int64), max_df, min_share, min_terms)
+        ids = np.asarray(ids, dtype=np.int64)
+        cross = query.cache.get("qdrant_cross", {}).get("sparse")
+        covered = cross is not None and set(ids.tolist()) <= cross[0] and "qdrant_tokens" in query.cache
+        return self.backend.exact_matches(query.text, ids, max_df, min_share, min_terms, query.cache.get("qdrant_df"),
+                                          query.cache["qdrant_tokens"] if covered else None)
 
 
 class QdrantDenseEngine:
@@ -240,7 +292,7 @@ class QdrantDenseEngine:
 
     def score(self, query: Query, ids: np.ndarray) -> np.ndarray:
         """Cosines of the int64 ``ids`` with the query vector, float64 (nan for unknown ids)."""
-        return self.backend.score_ids(DENSE, self.legs.vector(query).tolist(), ids, missing=np.nan)
+        return self.legs.cross("dense", query, ids)
 
 
 class QdrantBackend:
@@ -282,6 +334,7 @@ class QdrantBackend:
         self.indexed_keys = keys
         self.name = "qdrant-edge" if isinstance(collection, EdgeCollection) else "qdrant"
         self.dim: int | None = None
+        self.exact_ranges: set[tuple[str, str]] | None = set()
         self._ids: dict[int, tuple[str, str]] = {}
         self._lock = threading.Lock()
 
@@ -338,12 +391,19 @@ class QdrantBackend:
     # -- setup --------------------------------------------------------------------------------------
     def open(self, dim: int) -> None:
         """Create the collection or check its schema; create the payload indexes. Raises StoreFormatError."""
-        indexes = {f"{FIELDS}.{field_name(SYSTEM, f)}.s": "keyword" for f in SCOPE_FIELDS}
-        indexes.update({"content_hash": "keyword", "seq": "integer", "chunk_id": "keyword"})
-        for key, kind in self.indexed_keys.items():
-            sub = {"keyword": "s", "float": "n", "integer": "i", "bool": "b"}[kind]
-            indexes[f"{FIELDS}.{field_name(METADATA, key)}.{sub}"] = "keyword" if kind == "bool" else kind
-        self.collection.ensure(int(dim), indexes if self.payload_indexes else {})
+        # the validity times' float indexes are always made: as_of's order tests are exact only through them
+        indexes = {f"{FIELDS}.{field_name(SYSTEM, f)}.n": "float" for f in TIME_FIELDS}
+        if self.payload_indexes:
+            indexes.update({f"{FIELDS}.{field_name(SYSTEM, f)}.s": "keyword" for f in SCOPE_FIELDS})
+            indexes.update({"content_hash": "keyword", "seq": "integer", "chunk_id": "keyword"})
+            for key, kind in self.indexed_keys.items():
+                sub = {"keyword": "s", "float": "n", "integer": "i", "bool": "b"}[kind]
+                indexes[f"{FIELDS}.{field_name(METADATA, key)}.{sub}"] = "keyword" if kind == "bool" else kind
+        self.collection.ensure(int(dim), indexes)
+        exact = {(SYSTEM, f) for f in TIME_FIELDS}
+        if self.payload_indexes:
+            exact |= {(METADATA, k) for k, kind in self.indexed_keys.items() if kind == "float"}
+        self.exact_ranges = None if getattr(self.collection, "local", False) else exact
         self.dim = int(dim)
 
     def engines(self, embedder: Any) -> dict[str, Any]:
@@ -363,29 +423,12 @@ class QdrantBackend:
         known = self._ids
         return {int(i): known[int(i)][1] for i in ids if int(i) in known}
 
-    def score_ids(self, using: str, vector: Any, ids: np.ndarray, *, missing: float) -> np.ndarray:
-        """float64 (len(ids),): the leg's scores of the given engine ids (one request restricted to them);
-        a known id the leg does not return scores ``missing``, an unknown id nan."""
-        ids = np.asarray(ids, dtype=np.int64)
-        out = np.full(len(ids), np.nan)
-        pids = [self._ids.get(int(i), (None,))[0] for i in ids]
-        wanted = [p for p in pids if p is not None]
-        if not wanted:
-            return out
-        for j, p in enumerate(pids):
-            if p is not None:
-                out[j] = missing
-        if using == SPARSE and not vector[0]:
-            return out
-        found = self.collection.query_batch([Leg(using, vector, {"must": [{"has_id": wanted}]}, len(wanted))])[0]
-        score_of = {pid: score for pid, score, _ in found}
-        for j, p in enumerate(pids):
-            if p in score_of:
-                out[j] = score_of[p]
-        return out
-
-    def exact_matches(self, text: str, ids: np.ndarray, max_df: int, min_share: float, min_terms: int) -> np.ndarray:
-        """See :meth:`QdrantSparseEngine.exact_matches`."""
+    def exact_matches(self, text: str, ids: np.ndarray, max_df: int, min_share: float, min_terms: int,
+                      holders: tuple[int, list] | None = None, tokens: Mapping[str, list[int]] | None = None) -> np.ndarray:
+        """See :meth:`QdrantSparseEngine.exact_matches`. ``holders``: (limit, one-term query hits per identifier)
+        and ``tokens``: {point id: sparse indices} of the candidates holding a query term, both fetched in the
+        query's cross-score batch over every candidate (a candidate absent from ``tokens`` holds no query term);
+        None reads the candidates' sparse vectors here."""
         tokenizer = self.encoder.tokenizer
         out = np.zeros(len(ids), dtype=np.int64)
         if not len(ids):
@@ -393,23 +436,27 @@ class QdrantBackend:
         pids = [self._ids.get(int(i), (None,))[0] for i in ids]
         identifiers = tokenizer.identifiers(text)
         if identifiers:
-            legs = [Leg(SPARSE, ([token_index(t)], [1.0]), None, max_df + 1, ()) for t in identifiers]
+            if holders is not None and holders[0] > max_df and len(holders[1]) == len(identifiers):
+                per_token = holders[1]
+            else:
+                per_token = self.collection.query_batch(
+                    [Leg(SPARSE, ([token_index(t)], [1.0]), None, max_df + 1, ()) for t in identifiers])
             rare = 0
-            for found in self.collection.query_batch(legs):
+            for found in per_token:
                 if 0 < len(found) <= max_df:
                     rare += 1
-                    held = {pid for pid, _, _ in found}
+                    held = {pid for pid, _, _, _ in found}
                     out += np.fromiter((p in held for p in pids), dtype=np.int64, count=len(pids))
             if rare and rare < min_share * tokenizer.content_runs(text):
                 out[:] = 0
-        tokens = set(tokenizer.tokenize(text))
-        if len(tokens) >= min_terms:
-            wanted = {token_index(t) for t in tokens}
-            records = {r.id: r for r in self.collection.retrieve([p for p in pids if p is not None], vectors=True)}
-            full = np.fromiter(
-                (p in records and wanted <= set(records[p].sparse[0] if records[p].sparse else ()) for p in pids),
-                dtype=bool, count=len(pids),
-            )
+        distinct = set(tokenizer.tokenize(text))
+        if len(distinct) >= min_terms:
+            wanted = {token_index(t) for t in distinct}
+            if tokens is None:
+                records = self.collection.retrieve([p for p in pids if p is not None], vectors=[SPARSE], payload=False)
+                tokens = {r.id: r.sparse[0] if r.sparse else [] for r in records}
+            holds = {pid: wanted <= set(indices) for pid, indices in tokens.items()}
+            full = np.fromiter((holds.get(p, False) for p in pids), dtype=bool, count=len(pids))
             if 0 < int(full.sum()) <= max_df:
                 out = out + full.astype(np.int64) * (1 + len(identifiers))
         return out
@@ -427,19 +474,21 @@ class QdrantBackend:
         parts = [n for n in (node, sys_node) if n != ("all",)]
         if not parts:
             return None
-        flt = translate(parts[0] if len(parts) == 1 else ("and", tuple(parts)))
+        flt = translate(parts[0] if len(parts) == 1 else ("and", tuple(parts)), self.exact_ranges)
         return None if flt is None else QdrantFilter(flt)
 
     # -- reads --------------------------------------------------------------------------------------
     @staticmethod
     def _chunk(payload: Mapping[str, Any]) -> StoredChunk:
-        sys = payload.get("sys") or {}
+        """The stored chunk, read from the payload's ``doc`` JSON text (exact: Qdrant re-reads payload floats
+        with up to 1 ULP of error, a string is kept as it is)."""
+        doc = json.loads(payload["doc"])
+        sys = doc["sys"]
         merged = sys.get("merged") or []
         return StoredChunk(
-            chunk_id=payload["chunk_id"], text=payload["text"], source=payload.get("source", ""),
-            metadata=payload.get("metadata") or {},
+            chunk_id=payload["chunk_id"], text=payload["text"], source=doc["source"], metadata=doc["metadata"],
             **{name: sys.get(name) for name in (*SCOPE_FIELDS, *TIME_FIELDS)},
-            content_hash=payload["content_hash"], created_at=payload["created_at"], updated_at=payload["updated_at"],
+            content_hash=payload["content_hash"], created_at=doc["created_at"], updated_at=doc["updated_at"],
             superseded_by=sys.get("superseded_by"),
             merged_ids=[m[0] for m in merged], merged_sources=[m[1] for m in merged],
         )
@@ -449,7 +498,7 @@ class QdrantBackend:
         out: dict[str, dict[str, Any]] = {}
         ids = list(dict.fromkeys(chunk_ids))
         for start in range(0, len(ids), 1000):
-            for record in self.collection.retrieve([point_id(c) for c in ids[start:start + 1000]]):
+            for record in self.collection.retrieve([point_id(c) for c in ids[start:start + 1000]], payload=_STORED):
                 out[record.payload["chunk_id"]] = record.payload
         return out
 
@@ -481,7 +530,7 @@ class QdrantBackend:
         those with exactly these scope values (a None field: chunks without it), best first."""
         found = self.collection.query_batch([Leg(DENSE, np.asarray(vector, dtype=np.float32).tolist(),
                                                  {"must": self._exact_scope(scope_values)}, k, ("chunk_id", "text"))])[0]
-        return [(p["chunk_id"], score, p["text"]) for _, score, p in found]
+        return [(p["chunk_id"], score, p["text"]) for _, score, p, _ in found]
 
     @staticmethod
     def _exact_scope(scope_values: Mapping[str, str | None]) -> list[dict[str, Any]]:
@@ -518,12 +567,15 @@ class QdrantBackend:
     # -- writes -------------------------------------------------------------------------------------
     def _payload(self, chunk: StoredChunk, seq: int) -> dict[str, Any]:
         system = {name: getattr(chunk, name) for name in (*SCOPE_FIELDS, *TIME_FIELDS)}
+        sys = {**system, "superseded_by": chunk.superseded_by,
+               "merged": [[i, s] for i, s in zip(chunk.merged_ids, chunk.merged_sources, strict=True)]}
+        doc = {"source": chunk.source, "metadata": chunk.metadata, "sys": sys, "created_at": chunk.created_at,
+               "updated_at": chunk.updated_at}
         return {
             "chunk_id": chunk.chunk_id, "text": chunk.text, "source": chunk.source, "metadata": chunk.metadata,
-            "sys": {**system, "superseded_by": chunk.superseded_by,
-                    "merged": [[i, s] for i, s in zip(chunk.merged_ids, chunk.merged_sources, strict=True)]},
-            "content_hash": chunk.content_hash, "created_at": chunk.created_at, "updated_at": chunk.updated_at,
-            "seq": seq, FIELDS: filterable_fields(chunk.metadata, system),
+            "sys": sys, "content_hash": chunk.content_hash, "created_at": chunk.created_at,
+            "updated_at": chunk.updated_at, "seq": seq, "doc": json.dumps(doc, ensure_ascii=False),
+            FIELDS: filterable_fields(chunk.metadata, system),
         }
 
     def write(self, versions: Sequence[ChunkVersion], seqs: Mapping[str, int] | None = None) -> None:

@@ -62,10 +62,12 @@ class Leg:
     filter: Mapping[str, Any] | None
     limit: int
     payload: Sequence[str] = ("chunk_id",)
+    tokens: bool = False
+    """Also return each hit's sparse ``bm25`` indices (the 4th element of :data:`ScoredId`)."""
 
 
-ScoredId = tuple[str, float, dict[str, Any]]
-"""``(point id, score, payload)`` of a query hit."""
+ScoredId = tuple[str, float, dict[str, Any], "list[int] | None"]
+"""``(point id, score, payload, sparse indices or None)`` of a query hit."""
 
 
 class Collection(Protocol):
@@ -75,11 +77,21 @@ class Collection(Protocol):
     def upsert(self, points: Sequence[Point]) -> None: ...
     def set_payload(self, point_id: str, payload: dict[str, Any]) -> None: ...
     def delete(self, ids: Sequence[str]) -> None: ...
-    def retrieve(self, ids: Sequence[str], *, vectors: bool = False) -> list[Record]: ...
+    def retrieve(self, ids: Sequence[str], *, vectors: bool | Sequence[str] = False,
+                 payload: bool | Sequence[str] = True) -> list[Record]: ...
     def scroll(self, flt: Mapping[str, Any] | None, limit: int, offset: Any, payload: Any) -> tuple[list[Record], Any]: ...
     def count(self, flt: Mapping[str, Any] | None) -> int: ...
     def query_batch(self, legs: Sequence[Leg]) -> list[list[ScoredId]]: ...
     def close(self) -> None: ...
+
+
+def _indices(vector: Any) -> list[int]:
+    sparse = (vector or {}).get(SPARSE)
+    return list(sparse.indices) if sparse is not None else []
+
+
+def _names(value: bool | Sequence[str]) -> bool | list[str]:
+    return value if isinstance(value, bool) else list(value)
 
 
 def _mismatch(what: str, found: Any, wanted: Any, where: str) -> StoreFormatError:
@@ -125,6 +137,8 @@ class ClientCollection:
             "write_consistency_factor": write_consistency_factor,
         }
         self._ordering = None if ordering is None else models.WriteOrdering(ordering)
+        # local mode evaluates filters in Python on the payload as written (no float re-reading)
+        self.local = type(getattr(client, "_client", None)).__name__ == "QdrantLocal"
 
     def ensure(self, dim: int, indexes: Mapping[str, str]) -> None:
         """Create the collection unless it exists, else check its schema; create the payload indexes
@@ -184,17 +198,18 @@ class ClientCollection:
     def _record(r: Any, vectors: bool) -> Record:
         dense = sparse = None
         if vectors and r.vector:
-            dense = list(r.vector.get(DENSE) or []) or None
+            dense = list(r.vector[DENSE]) if r.vector.get(DENSE) is not None else None
             sv = r.vector.get(SPARSE)
             sparse = (list(sv.indices), list(sv.values)) if sv is not None else ([], [])
         return Record(str(r.id), dict(r.payload or {}), dense, sparse)
 
-    def retrieve(self, ids: Sequence[str], *, vectors: bool = False) -> list[Record]:
-        """Points by id (unknown ids left out; any order)."""
+    def retrieve(self, ids: Sequence[str], *, vectors: bool | Sequence[str] = False,
+                 payload: bool | Sequence[str] = True) -> list[Record]:
+        """Points by id (unknown ids left out; any order); ``vectors`` / ``payload``: all, none, or these names."""
         if not ids:
             return []
-        found = self.client.retrieve(self.name, list(ids), with_payload=True, with_vectors=vectors)
-        return [self._record(r, vectors) for r in found]
+        found = self.client.retrieve(self.name, list(ids), with_payload=_names(payload), with_vectors=_names(vectors))
+        return [self._record(r, bool(vectors)) for r in found]
 
     def scroll(self, flt: Mapping[str, Any] | None, limit: int, offset: Any, payload: Any = True) -> tuple[list[Record], Any]:
         """A page of points matching the filter in id order, and the offset of the next page (None: last)."""
@@ -216,10 +231,11 @@ class ClientCollection:
             query = m.SparseVector(indices=leg.vector[0], values=leg.vector[1]) if leg.using == SPARSE else leg.vector
             requests.append(m.QueryRequest(
                 query=query, using=leg.using, filter=to_client_filter(leg.filter), limit=leg.limit,
-                with_payload=list(leg.payload), with_vector=False,
+                with_payload=list(leg.payload), with_vector=[SPARSE] if leg.tokens else False,
             ))
         responses = self.client.query_batch_points(self.name, requests=requests)
-        return [[(str(p.id), float(p.score), dict(p.payload or {})) for p in r.points] for r in responses]
+        return [[(str(p.id), float(p.score), dict(p.payload or {}), _indices(p.vector) if leg.tokens else None)
+                 for p in r.points] for leg, r in zip(legs, responses, strict=True)]
 
     def close(self) -> None:
         """Close the client."""
@@ -284,16 +300,18 @@ class EdgeCollection:
     def _record(r: Any, vectors: bool) -> Record:
         dense = sparse = None
         if vectors and r.vector:
-            dense = list(r.vector.get(DENSE) or []) or None
+            dense = list(r.vector[DENSE]) if r.vector.get(DENSE) is not None else None
             sv = r.vector.get(SPARSE)
             sparse = (list(sv.indices), list(sv.values)) if sv is not None else ([], [])
         return Record(str(r.id), dict(r.payload or {}), dense, sparse)
 
-    def retrieve(self, ids: Sequence[str], *, vectors: bool = False) -> list[Record]:
-        """Points by id (unknown ids left out)."""
+    def retrieve(self, ids: Sequence[str], *, vectors: bool | Sequence[str] = False,
+                 payload: bool | Sequence[str] = True) -> list[Record]:
+        """Points by id (unknown ids left out); ``vectors`` / ``payload``: all, none, or these names."""
         if not ids:
             return []
-        return [self._record(r, vectors) for r in self.shard.retrieve(list(ids), with_payload=True, with_vector=vectors)]
+        found = self.shard.retrieve(list(ids), with_payload=_names(payload), with_vector=_names(vectors))
+        return [self._record(r, bool(vectors)) for r in found]
 
     def scroll(self, flt: Mapping[str, Any] | None, limit: int, offset: Any, payload: Any = True) -> tuple[list[Record], Any]:
         """A page of points matching the filter in id order, and the next offset (None: last page)."""
@@ -314,10 +332,11 @@ class EdgeCollection:
             vector = qe.SparseVector(*leg.vector) if leg.using == SPARSE else leg.vector
             requests.append(qe.QueryRequest(
                 limit=leg.limit, query=qe.Query.Nearest(vector, using=leg.using), filter=to_edge_filter(leg.filter),
-                with_payload=list(leg.payload), with_vector=False,
+                with_payload=list(leg.payload), with_vector=[SPARSE] if leg.tokens else False,
             ))
         responses = self.shard.query_batch(qe.QueryBatchRequest(requests))
-        return [[(str(p.id), float(p.score), dict(p.payload or {})) for p in r] for r in responses]
+        return [[(str(p.id), float(p.score), dict(p.payload or {}), _indices(p.vector) if leg.tokens else None)
+                 for p in r] for leg, r in zip(legs, responses, strict=True)]
 
     def close(self) -> None:
         """Flush and close the shard."""

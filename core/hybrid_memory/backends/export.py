@@ -1,0 +1,162 @@
+"""Copy an embedded memory into a Qdrant collection, with the vectors it stores (no re-embedding).
+
+Every chunk is copied as it is stored: text, source, metadata, scope and validity fields, ``superseded_by``,
+merged ids, ``created_at`` / ``updated_at``, and its stored dense vector; the BM25 sparse vector is computed
+from the text by the library's tokenizer (:class:`~hybrid_memory.backends.qdrant.SparseEncoder`). The
+insertion order is kept (``iter_chunks`` order). Writing is an upsert by chunk id, so a copy that was
+interrupted can be run again; chunks deleted from the embedded memory since an earlier copy are not removed
+from the collection.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .._exceptions import DimensionMismatchError
+from .base import ChunkVersion
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..memory import HybridMemory
+    from .qdrant import QdrantBackend
+
+__all__ = ["export_to_qdrant"]
+
+logger = logging.getLogger(__name__)
+
+
+def export_to_qdrant(
+    memory: HybridMemory,
+    backend: QdrantBackend,
+    *,
+    batch_size: int = 256,
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """Copy every chunk of an embedded ``memory`` with its stored vector into ``backend``'s collection.
+
+    Args:
+        memory: an open embedded :class:`~hybrid_memory.HybridMemory` (read only).
+        backend: the target; opened here for the memory's embedding dimension (created when absent, schema
+            checked when present).
+        batch_size: chunks per upsert request (default 256).
+        progress: called with the number of chunks copied after each batch (the CLI's progress bar).
+
+    Returns:
+        The number of chunks copied.
+
+    Raises:
+        StoreFormatError: the collection exists with another schema (dimension, distance, sparse modifier).
+        DimensionMismatchError: a stored vector does not have the memory's dimension.
+    """
+    dim = int(memory.embedder.dim)
+    backend.open(dim)
+    store = memory._store  # the embedded store: the vectors live there, keyed by rowid
+    copied = 0
+    position = 0
+    batch = []
+    for chunk in memory.iter_chunks():
+        batch.append(chunk)
+        if len(batch) >= batch_size:
+            copied += _copy(store, backend, batch, dim, position)
+            position += len(batch)
+            batch = []
+            if progress is not None:
+                progress(copied)
+    if batch:
+        copied += _copy(store, backend, batch, dim, position)
+        if progress is not None:
+            progress(copied)
+    logger.info("copied %d chunks to %s", copied, backend.name)
+    return copied
+
+
+def _copy(store, backend, batch, dim: int, position: int) -> int:  # noqa: ANN001
+    rows = store.lookup([c.chunk_id for c in batch])
+    found, _, vectors = store.index_rows([rows[c.chunk_id][0] for c in batch if c.chunk_id in rows], dim)
+    vector_of = {int(r): vectors[j] for j, r in enumerate(found)}
+    versions, seqs = [], {}
+    for j, chunk in enumerate(batch):
+        rowid = rows.get(chunk.chunk_id, (None,))[0]
+        vector = vector_of.get(rowid)
+        if vector is None:  # deleted while the copy ran
+            continue
+        if vector.shape != (dim,) or not np.isfinite(vector).all():
+            raise DimensionMismatchError(f"stored vector of {chunk.chunk_id!r} has shape {vector.shape}, not ({dim},)")
+        versions.append(ChunkVersion(chunk, vector))
+        seqs[chunk.chunk_id] = position + j
+    backend.write(versions, seqs)
+    return len(versions)
+
+
+# -- the command ------------------------------------------------------------------------------------
+def _cmd_export(args) -> int:  # noqa: ANN001
+    """``hybrid-memory export-qdrant``: copy the memory at ``--memory`` into the collection; prints a JSON line."""
+    import json
+
+    from ..cli import open_memory
+    from .qdrant import QdrantBackend
+
+    options = {k: v for k, v in {
+        "shard_number": args.shard_number, "replication_factor": args.replication_factor,
+        "write_consistency_factor": args.write_consistency_factor, "write_ordering": args.write_ordering,
+    }.items() if v is not None}
+    if args.edge_path:
+        if options or args.url:
+            from .._exceptions import HybridMemoryError
+
+            raise HybridMemoryError("--edge-path takes no --url or cluster options (an Edge shard is one local shard)")
+        backend = QdrantBackend.edge(args.edge_path, indexed_keys=args.index_key)
+    else:
+        if not args.url:
+            from .._exceptions import HybridMemoryError
+
+            raise HybridMemoryError("give --url (a Qdrant server, e.g. http://localhost:6333) or --edge-path DIR")
+        backend = QdrantBackend.client(args.url, collection=args.collection, api_key=args.api_key,
+                                       indexed_keys=args.index_key, **options)
+    with open_memory(args, show_progress=False) as memory:
+        total = memory.count()
+        bar = None
+        if not args.quiet:
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, unit="chunk", desc="export-qdrant", file=sys.stderr)
+        last = [0]
+
+        def progress(done: int) -> None:
+            if bar is not None:
+                bar.update(done - last[0])
+            last[0] = done
+
+        try:
+            copied = export_to_qdrant(memory, backend, progress=progress)
+        finally:
+            if bar is not None:
+                bar.close()
+            backend.close()
+    target = args.edge_path or f"{args.url} collection {args.collection}"
+    print(json.dumps({"copied": copied, "memory": str(args.memory), "target": str(target)}))
+    return 0
+
+
+def register_cli(sub, memory_args) -> None:  # noqa: ANN001
+    """Add ``export-qdrant`` to the ``hybrid-memory`` command's subparsers."""
+    p = sub.add_parser("export-qdrant", help="copy a memory into a Qdrant collection with its stored vectors (no re-embedding)")
+    memory_args(p)
+    p.add_argument("--url", default=None, help="Qdrant server URL, e.g. http://localhost:6333")
+    p.add_argument("--api-key", default=None, help="the server's API key (or set it in the URL's environment)")
+    p.add_argument("--collection", default="hybrid_memory", help="collection name (default hybrid_memory)")
+    p.add_argument("--edge-path", default=None, help="write a Qdrant Edge shard in this directory instead of a server")
+    p.add_argument("--shard-number", type=int, default=None, help="shards of a new collection (server default)")
+    p.add_argument("--replication-factor", type=int, default=None, help="replicas of each shard of a new collection")
+    p.add_argument("--write-consistency-factor", type=int, default=None,
+                   help="replicas that must confirm a write, for a new collection")
+    p.add_argument("--write-ordering", choices=("weak", "medium", "strong"), default=None,
+                   help="Qdrant write ordering of the copy's upserts")
+    p.add_argument("--index-key", action="append", default=[], metavar="KEY",
+                   help="metadata key to create a keyword payload index for; repeatable")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_export)

@@ -1,0 +1,82 @@
+"""hybrid-memory export-qdrant: an embedded memory copied into Qdrant with its stored vectors (no re-embedding),
+its scope, validity and history, in insertion order; the copy searches like the original."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from hybrid_memory import HashingEmbedder, HybridMemory
+from hybrid_memory.cli import main
+
+from .conftest import _note_chunks
+
+pytest.importorskip("qdrant_edge", reason="qdrant-edge-py is not installed (pip install 'hybrid-memory[qdrant]')")
+
+
+class NoEmbedding(HashingEmbedder):
+    """Refuses to embed documents: proves the copy reads the stored vectors."""
+
+    def embed_documents(self, texts):
+        raise AssertionError(f"re-embedded {len(texts)} texts")
+
+    def embed_query(self, text):
+        return HashingEmbedder(self.dim).embed_query(text)
+
+
+def _memory(folder):
+    rng = np.random.default_rng(7)
+    vectors = rng.normal(size=(6, 16)).astype(np.float32)  # not what HashingEmbedder would give
+    with HybridMemory(folder, embedder=HashingEmbedder(16)) as mem:
+        mem.add(_note_chunks(), vectors=vectors)
+        mem.upsert([{"chunk_id": "u1", "text": "Dana prefers PostgreSQL", "user_id": "u1", "valid_from": 10.0}])
+        mem.supersede("u1", {"chunk_id": "u2", "text": "Dana prefers SQLite now", "valid_from": 20.0})
+        mem.delete(["poem"])
+    return vectors
+
+
+def test_cli_copies_chunks_vectors_and_history(tmp_path, capsys):
+    vectors = _memory(tmp_path / "mem")
+    code = main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16",
+                 "--edge-path", str(tmp_path / "shard"), "-q"])
+    assert code == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["copied"] == 7
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as source:
+        originals = list(source.iter_chunks())
+        # dense only: the copied vectors answer exactly as the stored ones (BM25's avgdl differs by design)
+        expected = [(r.chunk_id, r.dense_score) for r in source.search("HTTP 504 PostgreSQL", top_k=4, sparse_weight=0).results]
+    with HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=NoEmbedding(16)) as copy:
+        copied = list(copy.iter_chunks())
+        diffs = [(a.chunk_id, k, v, b.model_dump()[k]) for a, b in zip(copied, originals, strict=True)
+                 for k, v in a.model_dump().items() if v != b.model_dump()[k]]
+        assert diffs == []
+        assert copy.get(["u1"])[0].superseded_by == "u2" and copy.count(scope={"user_id": "u1"}) == 2
+        assert copy.count(as_of=15.0, scope={"user_id": "u1"}) == 1
+        stored = copy.backend.vectors(["prod-504", "reset"])
+        norm = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+        assert np.allclose(stored["prod-504"], norm[0], atol=1e-6) and np.allclose(stored["reset"], norm[3], atol=1e-6)
+        got = [(r.chunk_id, r.dense_score) for r in copy.search("HTTP 504 PostgreSQL", top_k=4, sparse_weight=0).results]
+        assert [c for c, _ in got] == [c for c, _ in expected] and len(got) == 4
+        assert [s for _, s in got] == pytest.approx([s for _, s in expected], abs=1e-6)
+
+
+def test_cli_refuses_bad_targets(tmp_path, capsys):
+    _memory(tmp_path / "mem")
+    assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16", "-q"]) == 2
+    assert "give --url" in capsys.readouterr().err
+    assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16", "-q",
+                 "--edge-path", str(tmp_path / "s"), "--shard-number", "2"]) == 2
+    assert "takes no --url or cluster options" in capsys.readouterr().err
+    assert main(["export-qdrant", "--memory", str(tmp_path / "missing"), "--edge-path", str(tmp_path / "s2"), "-q"]) == 2
+    assert "no memory at" in capsys.readouterr().err
+    # the dimension is checked against an existing target
+    assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16", "-q",
+                 "--edge-path", str(tmp_path / "s3")]) == 0
+    capsys.readouterr()
+    other = tmp_path / "mem8"
+    with HybridMemory(other, embedder=HashingEmbedder(8)) as mem:
+        mem.add([{"chunk_id": "x", "text": "eight dims"}])
+    assert main(["export-qdrant", "--memory", str(other), "--hashing-dim", "8", "-q", "--edge-path", str(tmp_path / "s3")]) == 2
+    assert "does not fit this memory" in capsys.readouterr().err
