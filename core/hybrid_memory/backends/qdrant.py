@@ -90,6 +90,18 @@ def token_index(token: str) -> int:
     return zlib.crc32(token.encode("utf-8"))
 
 
+def _in_order(doc: list[str], query: list[str]) -> bool:
+    """The query's tokens occur in ``doc`` in the query's order, gaps allowed (each at its earliest place after
+    the previous one; a repeated query token must repeat): ``BM25Index.holds_in_order``'s rule."""
+    position = 0
+    for token in query:
+        try:
+            position = doc.index(token, position) + 1
+        except ValueError:
+            return False
+    return True
+
+
 class SparseEncoder:
     """Texts to BM25 sparse vectors for a collection with Qdrant's IDF modifier (module docstring).
 
@@ -267,7 +279,7 @@ class QdrantSparseEngine:
     def exact_matches(self, query: Query, ids: np.ndarray, max_df: int, min_share: float = 0.25,
                       min_terms: int = 3) -> np.ndarray:
         """int64 (len(ids),): exact-match strength, the rule of ``BM25Index.exact_matches`` (rare identifiers
-        +1 each; the whole query held by at most ``max_df`` candidates +(1 + identifiers)), with document
+        +1 each; the whole query held, in order, by at most ``max_df`` candidates +(1 + identifiers)), with document
         frequencies read from Qdrant (a one-term sparse query, cut at ``max_df + 1``)."""
         ids = np.asarray(ids, dtype=np.int64)
         cross = query.cache.get("qdrant_cross", {}).get("sparse")
@@ -458,6 +470,13 @@ class QdrantBackend:
             holds = {pid: wanted <= set(indices) for pid, indices in tokens.items()}
             full = np.fromiter((holds.get(p, False) for p in pids), dtype=bool, count=len(pids))
             if 0 < int(full.sum()) <= max_df:
+                # and in the query's order, gaps allowed (BM25Index.holds_in_order), read from the stored texts
+                order = tokenizer.tokenize(text)
+                held = [p for p, f in zip(pids, full.tolist(), strict=True) if f]
+                texts = {r.id: r.payload.get("text", "") for r in self.collection.retrieve(held, payload=["text"])}
+                in_order = {p: _in_order(tokenizer.tokenize(texts.get(p, "")), order) for p in held}
+                full = np.fromiter((f and in_order.get(p, False) for p, f in zip(pids, full.tolist(), strict=True)),
+                                   dtype=bool, count=len(pids))
                 out = out + full.astype(np.int64) * (1 + len(identifiers))
         return out
 
