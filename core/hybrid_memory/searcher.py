@@ -27,7 +27,11 @@ import numpy as np
 from .engines import Engine, Hit, Query, RowSet
 from .fusion import DEFAULT_FUSION, DEFAULT_RRF_K, FUSION_METHODS, FusionInput, rank_by_score, rrf_table
 
-__all__ = ["Candidates", "EngineRun", "HandoffPolicy", "HybridHit", "HybridResult", "HybridSearcher"]
+#: at most this many hits are read from one engine to break a tie at its candidate cut (see ``_run``)
+TIE_DEPTH_LIMIT = 512
+
+__all__ = ["TIE_DEPTH_LIMIT", "Candidates", "EngineRun", "HandoffPolicy", "HybridHit", "HybridResult", "HybridSearcher"]
+
 
 class HandoffPolicy:
     """Whether running engines in the executor pays, decided from the costs measured on recent searches.
@@ -188,18 +192,24 @@ class HybridSearcher:
 
     @staticmethod
     def _run(engine: Engine, query: Query, depth: int, allowed: RowSet | None) -> list[Hit]:
-        """The engine's hits down to ``depth``, plus every hit tied with the one at ``depth``.
+        """The engine's hits down to ``depth``, plus the hits tied with the one at ``depth``, up to
+        :data:`TIE_DEPTH_LIMIT` hits in all.
 
         Engines order equal scores by engine id (insertion history), so a list cut at ``depth`` could drop a
         tied document whose key sorts first. Asking one more than ``depth`` shows whether the cut falls
-        inside a tie; if so the search is repeated deeper until the tie ends (rare: only exact ties).
+        inside a tie; if so the search is repeated deeper (doubling) until the tie ends or the list holds
+        ``max(TIE_DEPTH_LIMIT, depth + 1)`` hits. Within that limit the tie is broken by key exactly, so the
+        results do not depend on ``top_k``; a tie larger than the limit (a query part every chunk holds
+        equally) is broken among the engine's first hits of the tie, still deterministically, instead of
+        reading every tied chunk (at 1M chunks that was 100k keys and seconds per search).
         """
+        limit = max(TIE_DEPTH_LIMIT, depth + 1)
         k = depth + 1
         while True:
             hits = engine.search(query, k, allowed)
-            if len(hits) < k or hits[-1][1] != hits[depth - 1][1]:
+            if len(hits) < k or hits[-1][1] != hits[depth - 1][1] or k >= limit:
                 return hits
-            k *= 2
+            k = min(k * 2, limit)
 
     def _gather(self, query: Query, depth: int, active: list[str], allowed: RowSet | None) -> dict[str, list[Hit]]:
         if allowed is not None and len(allowed) == 0:
