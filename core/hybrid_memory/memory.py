@@ -588,6 +588,26 @@ class HybridMemory:
             raise DuplicateChunkError(f"chunk ids repeated in one call: {repeated[:5]}; give each id once")
         return valid
 
+    def _prepare_write(
+        self,
+        chunks: Iterable[Chunk | Mapping[str, Any]],
+        vectors: Any,
+        dedup: DedupPolicy | str | None,
+        scope: Scope | Mapping[str, Any] | None,
+        dim: int,
+    ) -> tuple[Scope | None, DedupPolicy, list[Chunk], np.ndarray | None]:
+        """What every write does first, on any backend: the memory is open, chunks valid and stamped with
+        the scope, caller-given vectors float32 (len(chunks), dim) and finite, the dedup policy resolved."""
+        self._check_open()
+        scope = as_scope(scope)
+        policy = as_policy(dedup, self.dedup)
+        items = self._validate_chunks(chunks)
+        if scope is not None:
+            items = [scope.stamp(c) for c in items]
+        if vectors is not None:
+            vectors = check_vectors(vectors, len(items), dim)
+        return scope, policy, items, vectors
+
     def _write(
         self,
         chunks: Iterable[Chunk | Mapping[str, Any]],
@@ -598,14 +618,7 @@ class HybridMemory:
         scope: Scope | Mapping[str, Any] | None = None,
         extra_updates: Sequence[tuple[int, Mapping[str, Any]]] = (),
     ) -> WriteResult:
-        self._check_open()
-        scope = as_scope(scope)
-        policy = as_policy(dedup, self.dedup)
-        items = self._validate_chunks(chunks)
-        if scope is not None:
-            items = [scope.stamp(c) for c in items]
-        if vectors is not None:
-            vectors = check_vectors(vectors, len(items), self._dense.dim)
+        scope, policy, items, vectors = self._prepare_write(chunks, vectors, dedup, scope, self._dense.dim)
         if not items:
             return WriteResult([])
         with self._write_lock:

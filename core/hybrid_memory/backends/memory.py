@@ -39,7 +39,7 @@ from ..models import SCOPE_FIELDS, TIME_FIELDS, Chunk, SearchRequest, SearchResp
 from ..scopes import Scope, as_scope
 from ..searcher import HybridResult, HybridSearcher
 from ..temporal import RecencyPrior, apply_recency_prior
-from ..write_plan import check_vectors, embed_checked, plan_supersede, plan_write
+from ..write_plan import embed_checked, plan_supersede, plan_write
 from .base import Backend, ChunkVersion
 
 __all__ = ["BackendMemory"]
@@ -120,14 +120,7 @@ class BackendMemory(HybridMemory):
         scope: Scope | Mapping[str, Any] | None = None,
         extra_updates: Sequence[tuple[str, Mapping[str, Any]]] = (),
     ) -> WriteResult:
-        self._check_open()
-        scope = as_scope(scope)
-        policy = as_policy(dedup, self.dedup)
-        items = self._validate_chunks(chunks)
-        if scope is not None:
-            items = [scope.stamp(c) for c in items]
-        if vectors is not None:
-            vectors = check_vectors(vectors, len(items), int(self.embedder.dim))
+        scope, policy, items, vectors = self._prepare_write(chunks, vectors, dedup, scope, int(self.embedder.dim))
         if not items and not extra_updates:
             return WriteResult([])
         with self._write_lock:
