@@ -15,7 +15,7 @@ import pytest
 CORE = [
     "CallableEmbedder", "Chunk", "DedupPolicy", "DimensionMismatchError", "DuplicateChunkError", "Embedder",
     "FusedHit", "HashingEmbedder", "HybridMemory", "HybridMemoryError", "HybridParams", "InvalidFilterError",
-    "InvalidRequestError", "MAX_SEARCH_TEXT_CHARS", "MAX_TOP_K", "MAX_WEIGHT", "MemoryClosedError", "MissingDependencyError",
+    "InvalidRequestError", "MAX_SEARCH_TEXT_CHARS", "MAX_TOP_K", "MAX_WEIGHT", "MemoryClosedError", "BackendUnavailableError", "MissingDependencyError",
     "RecencyPrior", "Scope", "ScopeError", "ScopedMemory", "SearchRequest", "SearchResponse", "SearchResult",
     "SentenceTransformerEmbedder", "StoreBusyError", "StoreFormatError", "StoredChunk", "WriteDecision",
     "WriteResult", "reciprocal_rank_fusion",

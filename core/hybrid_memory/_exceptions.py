@@ -11,12 +11,14 @@ The whole tree::
     ├── DimensionMismatchError (ValueError) a vector's dimension differs from the memory's
     ├── StoreFormatError                   a memory directory is missing, damaged, or from another version/embedder
     ├── StoreBusyError                     another process held the memory's write lock longer than the busy timeout
+    ├── BackendUnavailableError (ConnectionError) a backend's server (Qdrant) could not be reached or opened
     └── MissingDependencyError (ImportError) an optional extra is not installed; the message has the pip line
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "BackendUnavailableError",
     "DimensionMismatchError",
     "DuplicateChunkError",
     "HybridMemoryError",
@@ -67,6 +69,11 @@ class StoreFormatError(HybridMemoryError):
 
 class StoreBusyError(HybridMemoryError):
     """Another process kept the memory's SQLite write lock longer than the busy timeout; nothing was written."""
+
+
+class BackendUnavailableError(HybridMemoryError, ConnectionError):
+    """A backend (a Qdrant server or local-mode folder) could not be reached or opened; nothing was written.
+    The message names the target and the underlying error."""
 
 
 class MissingDependencyError(HybridMemoryError, ImportError):

@@ -282,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the ``hybrid-memory`` command."""
     parser = argparse.ArgumentParser(
         prog="hybrid-memory",
-        description="Long-term memory for agents: BM25 + dense vectors fused with weighted RRF.",
+        description="Long-term memory for agents: BM25 + dense vectors, fused query by query (adaptive by default, weighted RRF on request).",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
     sub = parser.add_subparsers(dest="command", required=True)

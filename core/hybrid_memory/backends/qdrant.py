@@ -40,6 +40,8 @@ at ``top_k + 1``) and the candidates' token sets from the sparse vectors.
 
 from __future__ import annotations
 
+import re
+
 import json
 import math
 import threading
@@ -52,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from .._exceptions import InvalidRequestError
+from .._exceptions import BackendUnavailableError, HybridMemoryError, InvalidRequestError
 from ..embedders import l2_normalize
 from ..engines import Hit, Query
 from ..filter_index import system_filter
@@ -380,7 +382,20 @@ class QdrantBackend:
 
         Raises:
             MissingDependencyError: qdrant-client is not installed.
+            InvalidRequestError: a host:port without its scheme, a wrong client type, or a bad write_ordering.
         """
+        if write_ordering not in (None, "weak", "medium", "strong"):
+            raise InvalidRequestError(f"write_ordering must be 'weak', 'medium' or 'strong', got {write_ordering!r}")
+        if isinstance(client_or_url, str) and re.fullmatch(r"[\w.-]+:\d+(/.*)?", client_or_url):
+            raise InvalidRequestError(
+                f"{client_or_url!r} looks like a server address without its scheme: give the URL, "
+                f"'http://{client_or_url}' (or a directory path for qdrant-client's local mode)"
+            )
+        if not isinstance(client_or_url, str) and not hasattr(client_or_url, "collection_exists"):
+            raise InvalidRequestError(
+                "client_or_url must be a qdrant_client.QdrantClient, a server URL ('http://host:6333'), "
+                f"':memory:' or a local-mode directory, got {type(client_or_url).__name__}"
+            )
         if isinstance(client_or_url, str):
             try:
                 from qdrant_client import QdrantClient
@@ -402,7 +417,13 @@ class QdrantBackend:
 
     # -- setup --------------------------------------------------------------------------------------
     def open(self, dim: int) -> None:
-        """Create the collection or check its schema; create the payload indexes. Raises StoreFormatError."""
+        """Create the collection or check its schema; create the payload indexes.
+
+        Raises:
+            StoreFormatError: the collection's schema differs.
+            BackendUnavailableError: the server or folder could not be reached or opened (connection refused,
+                timeout, HTTP error, an unusable path); the message names the collection and the cause.
+        """
         # the validity times' float indexes are always made: as_of's order tests are exact only through them
         indexes = {f"{FIELDS}.{field_name(SYSTEM, f)}.n": "float" for f in TIME_FIELDS}
         if self.payload_indexes:
@@ -411,7 +432,16 @@ class QdrantBackend:
             for key, kind in self.indexed_keys.items():
                 sub = {"keyword": "s", "float": "n", "integer": "i", "bool": "b"}[kind]
                 indexes[f"{FIELDS}.{field_name(METADATA, key)}.{sub}"] = "keyword" if kind == "bool" else kind
-        self.collection.ensure(int(dim), indexes)
+        try:
+            self.collection.ensure(int(dim), indexes)
+        except HybridMemoryError:
+            raise
+        except Exception as exc:  # the client's transport errors, or the shard folder's OS errors
+            raise BackendUnavailableError(
+                f"could not open the Qdrant collection {getattr(self.collection, 'name', '')!r} ({self.name}): "
+                f"{type(exc).__name__}: {exc}; check that the server is running at that URL (and the API key), "
+                "or that the local folder is a directory this process can write"
+            ) from exc
         exact = {(SYSTEM, f) for f in TIME_FIELDS}
         if self.payload_indexes:
             exact |= {(METADATA, k) for k, kind in self.indexed_keys.items() if kind == "float"}
