@@ -52,6 +52,18 @@ class Record:
     sparse: tuple[list[int], list[float]] | None = None
 
 
+def _to_record(r: Any, vectors: bool) -> Record:
+    """A point as the client or the Edge shard returns it (same shape: ``id``, ``payload``, ``vector`` by
+    name, the sparse one with ``indices`` / ``values``) as a :class:`Record`."""
+    dense = sparse = None
+    if vectors and r.vector:
+        dense = list(r.vector[DENSE]) if r.vector.get(DENSE) is not None else None
+        sv = r.vector.get(SPARSE)
+        sparse = (list(sv.indices), list(sv.values)) if sv is not None else ([], [])
+    return Record(str(r.id), dict(r.payload or {}), dense, sparse)
+
+
+
 @dataclass(frozen=True)
 class Leg:
     """One leg of a batched query: ``using`` ``"dense"`` (``vector`` a list of floats) or ``"bm25"`` (``vector``
@@ -194,22 +206,13 @@ class ClientCollection:
         if ids:
             self.client.delete(self.name, self._m.PointIdsList(points=list(ids)), wait=True, ordering=self._ordering)
 
-    @staticmethod
-    def _record(r: Any, vectors: bool) -> Record:
-        dense = sparse = None
-        if vectors and r.vector:
-            dense = list(r.vector[DENSE]) if r.vector.get(DENSE) is not None else None
-            sv = r.vector.get(SPARSE)
-            sparse = (list(sv.indices), list(sv.values)) if sv is not None else ([], [])
-        return Record(str(r.id), dict(r.payload or {}), dense, sparse)
-
     def retrieve(self, ids: Sequence[str], *, vectors: bool | Sequence[str] = False,
                  payload: bool | Sequence[str] = True) -> list[Record]:
         """Points by id (unknown ids left out; any order); ``vectors`` / ``payload``: all, none, or these names."""
         if not ids:
             return []
         found = self.client.retrieve(self.name, list(ids), with_payload=_names(payload), with_vectors=_names(vectors))
-        return [self._record(r, bool(vectors)) for r in found]
+        return [_to_record(r, bool(vectors)) for r in found]
 
     def scroll(self, flt: Mapping[str, Any] | None, limit: int, offset: Any, payload: Any = True) -> tuple[list[Record], Any]:
         """A page of points matching the filter in id order, and the offset of the next page (None: last)."""
@@ -217,7 +220,7 @@ class ClientCollection:
             self.name, scroll_filter=to_client_filter(flt), limit=limit, offset=offset, with_payload=payload,
             with_vectors=False,
         )
-        return [self._record(r, False) for r in records], nxt
+        return [_to_record(r, False) for r in records], nxt
 
     def count(self, flt: Mapping[str, Any] | None) -> int:
         """Exact number of points matching the filter."""
@@ -296,29 +299,20 @@ class EdgeCollection:
         if ids:
             self.shard.update(self._qe.UpdateOperation.delete_points(list(ids)))
 
-    @staticmethod
-    def _record(r: Any, vectors: bool) -> Record:
-        dense = sparse = None
-        if vectors and r.vector:
-            dense = list(r.vector[DENSE]) if r.vector.get(DENSE) is not None else None
-            sv = r.vector.get(SPARSE)
-            sparse = (list(sv.indices), list(sv.values)) if sv is not None else ([], [])
-        return Record(str(r.id), dict(r.payload or {}), dense, sparse)
-
     def retrieve(self, ids: Sequence[str], *, vectors: bool | Sequence[str] = False,
                  payload: bool | Sequence[str] = True) -> list[Record]:
         """Points by id (unknown ids left out); ``vectors`` / ``payload``: all, none, or these names."""
         if not ids:
             return []
         found = self.shard.retrieve(list(ids), with_payload=_names(payload), with_vector=_names(vectors))
-        return [self._record(r, bool(vectors)) for r in found]
+        return [_to_record(r, bool(vectors)) for r in found]
 
     def scroll(self, flt: Mapping[str, Any] | None, limit: int, offset: Any, payload: Any = True) -> tuple[list[Record], Any]:
         """A page of points matching the filter in id order, and the next offset (None: last page)."""
         records, nxt = self.shard.scroll(self._qe.ScrollRequest(
             offset=offset, limit=limit, filter=to_edge_filter(flt), with_payload=payload, with_vector=False,
         ))
-        return [self._record(r, False) for r in records], nxt
+        return [_to_record(r, False) for r in records], nxt
 
     def count(self, flt: Mapping[str, Any] | None) -> int:
         """Exact number of points matching the filter."""
