@@ -52,11 +52,13 @@ def open_memory(args: argparse.Namespace, *, must_exist: bool = True, show_progr
     """
     from .embedders import HashingEmbedder
     from .memory import HybridMemory
+    from .paths import STORE_FILE, memory_path
 
     dim = getattr(args, "hashing_dim", None)
     if dim is not None and dim < 1:
         raise HybridMemoryError(f"--hashing-dim must be >= 1, got {dim}")
-    if must_exist and not (Path(args.memory) / "store.sqlite3").is_file():
+    folder = memory_path(args.memory, "--memory")  # a file, not a folder: refused with the fix
+    if must_exist and not (folder / STORE_FILE).is_file():
         raise HybridMemoryError(
             f"no memory at {args.memory}; create it with: hybrid-memory ingest FILE_OR_FOLDER --memory {args.memory}"
         )

@@ -47,6 +47,7 @@ from .embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder, l
 from .filter_index import FilterIndex, system_filter
 from .filters import check_metadata, validate_filter
 from .engines import DenseEngine, Query, RowSet, SparseEngine
+from .paths import EDGE_CONFIG, STORE_FILE, memory_path
 from .models import SCOPE_FIELDS, Chunk, SearchRequest, SearchResponse, SearchResult, StoredChunk, validation_message
 from .scopes import Scope, ScopedMemory, as_scope
 from .searcher import HybridResult, HybridSearcher
@@ -121,8 +122,9 @@ class HybridMemory:
 
     Raises:
         StoreFormatError: the directory was written by another format version or another embedder.
-        InvalidRequestError: ``path`` is a file, cannot be created (``/proc/nope``, a path below a file), or is
-            a folder this process cannot write; the message names the path.
+        InvalidRequestError: ``path`` is a file, cannot be created (``/proc/nope``, a path below a file), is
+            a folder this process cannot write, holds a Qdrant Edge shard, or is not a str / os.PathLike
+            (``HybridMemory(5)``) or is empty; the message names the path and the fix.
 
     Thread-safe: searches may run from many threads while others write. Several processes may open one
     directory and all may write (SQLite serialises the write transactions); each search first applies what
@@ -166,6 +168,9 @@ class HybridMemory:
         Raises:
             MissingDependencyError: the ``qdrant`` extra is not installed.
             StoreFormatError: the collection exists with another schema (dimension, distance, sparse modifier).
+            InvalidRequestError: ``edge_path`` is a file, or is (or lies inside) an embedded memory's folder
+                (a shard and a memory never share a folder: use another one); cluster options with ``edge_path``.
+            BackendUnavailableError: the server could not be reached (the message names the URL and collection).
         """
         from .backends.qdrant import QdrantBackend
 
@@ -176,7 +181,7 @@ class HybridMemory:
                        if k in options]
             if cluster:
                 raise InvalidRequestError(f"{cluster} configure a Qdrant cluster; an Edge shard takes none of them")
-            backend = QdrantBackend.edge(str(edge_path), **options)
+            backend = QdrantBackend.edge(edge_path, **options)
         else:
             backend = QdrantBackend.client(client_or_url, collection=collection, api_key=api_key, **options)
         return cls(backend=backend, embedder=embedder, **memory_options)
@@ -206,7 +211,7 @@ class HybridMemory:
             raise InvalidRequestError(f"candidate_multiplier must be an int >= 1, got {candidate_multiplier!r}")
         if synchronous not in ("full", "normal"):
             raise InvalidRequestError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
-        self.path = Path(path) if path is not None else None
+        self.path = memory_path(path) if path is not None else None
         self.candidate_multiplier = candidate_multiplier
         self.show_progress = show_progress
         self.dedup = as_policy(dedup, DedupPolicy())
@@ -214,8 +219,11 @@ class HybridMemory:
             raise InvalidRequestError(f"recency_prior must be a RecencyPrior or None, got {recency_prior!r}")
         self.recency_prior = recency_prior
         if self.path is not None:
-            if self.path.exists() and not self.path.is_dir():
-                raise InvalidRequestError(f"memory path {self.path} is a file; give a directory")
+            if not (self.path / STORE_FILE).exists() and (self.path / EDGE_CONFIG).exists():
+                raise InvalidRequestError(
+                    f"{self.path} holds a Qdrant Edge shard ({EDGE_CONFIG}), not an embedded memory; open the shard "
+                    f"with HybridMemory.qdrant(edge_path={str(self.path)!r}), or give another folder for a new memory"
+                )
             try:
                 self.path.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
@@ -260,7 +268,7 @@ class HybridMemory:
     def _open_store(self, **options: Any) -> SQLiteStore:
         if self.path is None:
             return SQLiteStore(None, **options)
-        db = self.path / "store.sqlite3"
+        db = self.path / STORE_FILE
         if not db.exists() and (self.path / "manifest.json").exists():
             raise StoreFormatError(
                 f"{db} is missing but {self.path} holds a memory manifest: the chunks are gone. Restore "
@@ -283,9 +291,11 @@ class HybridMemory:
         Raises:
             StoreFormatError: there is no memory at ``path`` (a mistyped path must not silently give an empty
                 memory) unless ``create=True``; or as the constructor.
+            InvalidRequestError: ``path`` is a regular file (a memory is a folder; for its ``store.sqlite3`` the
+                message names the folder), not a str / os.PathLike, or empty.
         """
-        folder = Path(path)
-        if not create and not (folder / "store.sqlite3").exists() and not (folder / "manifest.json").exists():
+        folder = memory_path(path)
+        if not create and not (folder / STORE_FILE).exists() and not (folder / "manifest.json").exists():
             raise StoreFormatError(
                 f"no memory at {folder}; create one with HybridMemory({str(folder)!r}) or "
                 f"HybridMemory.open(..., create=True)"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 
 import pytest
@@ -308,3 +309,108 @@ def test_nul_free_text_round_trips_unchanged_through_the_store(tmp_path, embedde
         row = memory._store._conn.execute("SELECT length(text) FROM chunks").fetchone()
         assert row == (len(text),)  # SQLite sees the whole text (a NUL would have cut length() there)
 
+
+
+# -- a Qdrant Edge shard and an embedded memory never share a folder (fresh-user review, session 3) -----------
+@pytest.fixture
+def embedded_folder(tmp_path, embedder, note_chunks):
+    folder = tmp_path / "mem"
+    with HybridMemory(folder, embedder=embedder) as memory:
+        memory.add(note_chunks())
+    return folder
+
+
+def _listing(folder):
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("inside", ["", "shard", "bm25/shard"])
+def test_an_edge_shard_inside_an_embedded_memory_is_refused(embedded_folder, embedder, inside):
+    before = _listing(embedded_folder)
+    edge_path = embedded_folder / inside if inside else embedded_folder
+    with pytest.raises(InvalidRequestError, match=rf"edge_path {edge_path} is inside the embedded memory folder "
+                                                  rf"{embedded_folder} \(it holds store.sqlite3\); a Qdrant Edge "
+                                                  r"shard must not share a memory's folder: use another folder, e.g. "
+                                                  rf"{embedded_folder}-edge"):
+        HybridMemory.qdrant(edge_path=edge_path, embedder=embedder)
+    assert _listing(embedded_folder) == before  # no shard file written, nothing of the memory touched
+    with HybridMemory.open(embedded_folder, embedder=embedder) as memory:
+        assert memory.count() == 6
+
+
+def test_export_to_an_edge_path_inside_the_memory_is_exit_2_naming_the_fix(embedded_folder, capsys):
+    from hybrid_memory.cli import main
+
+    before = _listing(embedded_folder)
+    code = main(["export-qdrant", "--memory", str(embedded_folder), "--hashing-dim", "64", "--edge-path",
+                 str(embedded_folder), "-q"])
+    assert code == 2
+    assert "a Qdrant Edge shard must not share a memory's folder: use another folder" in capsys.readouterr().err
+    assert _listing(embedded_folder) == before
+
+
+def test_an_edge_path_that_is_a_file_is_an_invalid_request(tmp_path, embedder):
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(InvalidRequestError, match=r"edge_path .*notes.txt is a file; a Qdrant Edge shard is a folder "
+                                                  r"\(created when absent\): give a folder path"):
+        HybridMemory.qdrant(edge_path=tmp_path / "notes.txt", embedder=embedder)
+    with pytest.raises(InvalidRequestError, match=r"edge_path .*notes.txt/shard lies below the file .*notes.txt; a "
+                                                  r"Qdrant Edge shard is a folder"):
+        HybridMemory.qdrant(edge_path=tmp_path / "notes.txt" / "shard", embedder=embedder)
+    assert (tmp_path / "notes.txt").read_text() == "x"
+
+
+def test_an_embedded_memory_is_not_created_in_an_edge_shard_folder(tmp_path, embedder):
+    pytest.importorskip("qdrant_edge", reason="the qdrant extra is not installed: pip install 'hybrid-memory[qdrant]'")
+    shard = tmp_path / "shard"
+    with HybridMemory.qdrant(edge_path=shard, embedder=embedder, payload_indexes=False) as edge:
+        edge.add([{"chunk_id": "a", "text": "kept in the shard"}])
+    before = _listing(shard)
+    with pytest.raises(InvalidRequestError, match=r"holds a Qdrant Edge shard \(edge_config.json\), not an embedded "
+                                                  r"memory; open the shard with HybridMemory.qdrant\(edge_path="):
+        HybridMemory(shard, embedder=embedder)
+    assert _listing(shard) == before
+    with HybridMemory.qdrant(edge_path=shard, embedder=embedder, payload_indexes=False) as edge:
+        assert [c.chunk_id for c in edge.iter_chunks()] == ["a"]
+
+
+# -- open() of a file, and a path that is not a path -------------------------------------------------------------
+def test_open_of_a_regular_file_says_a_memory_is_a_folder(tmp_path, embedder):
+    (tmp_path / "notes.jsonl").write_text("{}\n")
+    with pytest.raises(InvalidRequestError, match=r"memory path .*notes.jsonl is a file; give a directory: a memory "
+                                                  r"is a folder \(holding store.sqlite3 and its index files\), not one "
+                                                  r"file$"):
+        HybridMemory.open(tmp_path / "notes.jsonl", embedder=embedder)
+    assert (tmp_path / "notes.jsonl").read_text() == "{}\n"
+
+
+def test_open_of_the_store_file_names_its_folder(embedded_folder, embedder):
+    with pytest.raises(InvalidRequestError, match=rf"is a file; give a directory: .*: its folder is {embedded_folder}$"):
+        HybridMemory.open(embedded_folder / "store.sqlite3", embedder=embedder)
+    with HybridMemory.open(embedded_folder, embedder=embedder) as memory:
+        assert memory.count() == 6
+
+
+def test_cli_memory_that_is_a_file_is_exit_2_saying_a_memory_is_a_folder(tmp_path, capsys):
+    from hybrid_memory.cli import main
+
+    (tmp_path / "notes.jsonl").write_text("{}\n")
+    assert main(["search", "x", "--memory", str(tmp_path / "notes.jsonl"), "--hashing-dim", "8"]) == 2
+    assert "is a file; give a directory: a memory is a folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path, shown", [(5, "int: 5"), (b"mem", "bytes: b'mem'"), (["mem"], "list: ['mem']")])
+def test_a_path_that_is_not_a_path_is_an_invalid_request_naming_what_is_accepted(path, shown, embedder):
+    message = (rf"path must be a memory folder path, a str or os.PathLike such as pathlib.Path \(or None for a memory "
+               rf"kept in process memory only\), got {re.escape(shown)}; a Qdrant memory is HybridMemory.qdrant")
+    with pytest.raises(InvalidRequestError, match=message):
+        HybridMemory(path, embedder=embedder)
+    with pytest.raises(InvalidRequestError, match=message):
+        HybridMemory.open(path, embedder=embedder)
+
+
+def test_an_empty_path_is_refused_not_taken_as_the_current_directory(tmp_path, embedder, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidRequestError, match=r"path is empty; give a memory folder, e.g. './memory'"):
+        HybridMemory("", embedder=embedder)
+    assert list(tmp_path.iterdir()) == []

@@ -50,6 +50,7 @@ import uuid
 import zlib
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -353,8 +354,12 @@ class QdrantBackend:
         self._lock = threading.Lock()
 
     @classmethod
-    def edge(cls, path: str, **kwargs: Any) -> QdrantBackend:
-        """A backend over a Qdrant Edge shard in the directory ``path`` (created when absent)."""
+    def edge(cls, path: str | Path, **kwargs: Any) -> QdrantBackend:
+        """A backend over a Qdrant Edge shard in the directory ``path`` (created when absent).
+
+        Raises:
+            InvalidRequestError: ``path`` is a file, or is (or lies inside) an embedded memory's folder.
+        """
         return cls(EdgeCollection(path), **kwargs)
 
     @classmethod

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .._exceptions import StoreFormatError, missing_dependency
+from ..paths import check_edge_path
 from .qdrant_filters import to_client_filter, to_edge_filter
 
 __all__ = ["ClientCollection", "Collection", "EdgeCollection", "Leg", "Point", "Record", "ScoredId"]
@@ -247,9 +248,16 @@ class ClientCollection:
 
 # -- qdrant-edge ------------------------------------------------------------------------------------
 class EdgeCollection:
-    """A collection as one ``qdrant_edge.EdgeShard`` in a directory (created when absent)."""
+    """A collection as one ``qdrant_edge.EdgeShard`` in a directory (created when absent).
+
+    Raises:
+        InvalidRequestError: ``path`` is a file (or below one), or is (or lies inside) an embedded memory's
+            folder (:func:`hybrid_memory.paths.check_edge_path`); checked before anything is written.
+        MissingDependencyError: qdrant-edge-py is not installed.
+    """
 
     def __init__(self, path: str | Path) -> None:
+        path = check_edge_path(path)
         try:
             import qdrant_edge
         except ImportError as exc:  # pragma: no cover - the extra is installed in CI

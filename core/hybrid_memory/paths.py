@@ -1,0 +1,94 @@
+"""Checks of the folders a memory or a Qdrant Edge shard is kept in, before anything is created there.
+
+An embedded memory is a folder holding :data:`STORE_FILE` (the SQLite store, the source of truth) and its
+derived index files; a Qdrant Edge shard is a folder holding :data:`EDGE_CONFIG` and its segments. The two
+must never share a folder: each writes files the other does not know, and deleting one (``rm -r`` of the
+folder) would delete the other. These checks refuse the mix-up, and the paths that cannot be folders, with an
+:class:`~hybrid_memory.InvalidRequestError` naming the fix, before a single file is written.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ._exceptions import InvalidRequestError
+
+__all__ = ["EDGE_CONFIG", "STORE_FILE", "check_edge_path", "embedded_memory_at", "memory_path"]
+
+STORE_FILE = "store.sqlite3"
+"""The SQLite store of an embedded memory, inside its folder."""
+
+EDGE_CONFIG = "edge_config.json"
+"""The file a Qdrant Edge shard (qdrant-edge-py 0.x) writes first in its folder."""
+
+
+def memory_path(path: Any, what: str = "path") -> Path:
+    """The memory folder ``path`` as a :class:`~pathlib.Path`, refused when it cannot be one.
+
+    Args:
+        path: a ``str`` or ``os.PathLike`` (e.g. ``pathlib.Path``).
+        what: the argument's name in the message.
+
+    Raises:
+        InvalidRequestError: ``path`` is another type (``5``, bytes, a client object), an empty string (which
+            would mean the current directory), or an existing regular file (a memory is a folder).
+    """
+    if isinstance(path, bytes) or not isinstance(path, str | os.PathLike):
+        raise InvalidRequestError(
+            f"{what} must be a memory folder path, a str or os.PathLike such as pathlib.Path (or None for a memory "
+            f"kept in process memory only), got {type(path).__name__}: {path!r:.80}; a Qdrant memory is "
+            "HybridMemory.qdrant(...) or HybridMemory(backend=...)"
+        )
+    folder = Path(path)
+    if not os.fspath(path):
+        raise InvalidRequestError(f"{what} is empty; give a memory folder, e.g. './memory' (or None for a memory "
+                                  "kept in process memory only)")
+    if folder.exists() and not folder.is_dir():
+        hint = f": its folder is {folder.parent}" if folder.name == STORE_FILE else ""
+        raise InvalidRequestError(
+            f"memory path {folder} is a file; give a directory: a memory is a folder (holding {STORE_FILE} and its "
+            f"index files), not one file{hint}"
+        )
+    return folder
+
+
+def embedded_memory_at(path: Path) -> Path | None:
+    """The folder of the embedded memory that ``path`` is, or lies inside (``path`` or an ancestor holds
+    :data:`STORE_FILE`); None when there is none."""
+    absolute = path.absolute()
+    for folder in (absolute, *absolute.parents):
+        if (folder / STORE_FILE).is_file():
+            return folder
+    return None
+
+
+def check_edge_path(path: Any) -> Path:
+    """The folder ``path`` for a Qdrant Edge shard, refused when the shard cannot or must not be kept there.
+
+    Raises:
+        InvalidRequestError: ``path`` is not a str / os.PathLike, is empty, is a regular file or lies below one,
+            or is (or lies inside) an embedded memory's folder: the message says to use another folder.
+    """
+    if isinstance(path, bytes) or not isinstance(path, str | os.PathLike) or not os.fspath(path):
+        raise InvalidRequestError(f"edge_path must be a folder path (str or os.PathLike), got {path!r:.80}")
+    folder = Path(path)
+    for existing in (folder.absolute(), *folder.absolute().parents):
+        if existing.exists():
+            if not existing.is_dir():
+                where = "is a file" if existing == folder.absolute() else f"lies below the file {existing}"
+                raise InvalidRequestError(
+                    f"edge_path {folder} {where}; a Qdrant Edge shard is a folder (created when absent): give a "
+                    "folder path"
+                )
+            break
+    memory = embedded_memory_at(folder)
+    if memory is not None:
+        raise InvalidRequestError(
+            f"edge_path {folder} is inside the embedded memory folder {memory} (it holds {STORE_FILE}); a Qdrant "
+            "Edge shard must not share a memory's folder: use another folder, e.g. "
+            f"{memory.parent / (memory.name + '-edge')} (hybrid-memory export-qdrant --edge-path copies the memory "
+            "there)"
+        )
+    return folder
