@@ -110,9 +110,10 @@ def _check_ingest_args(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
 
 
 def _read_inputs(paths: Sequence[str], args: argparse.Namespace, extra: dict[str, Any],
-                 skipped: list[str]) -> Iterator[Chunk]:
+                 skipped: list[str], empty: list[str] | None = None) -> Iterator[Chunk]:
     """Chunks of every path, in order. A folder's file that cannot be read as text (not UTF-8, binary, no
-    permission) is skipped with a warning and its path appended to ``skipped``; a bad .jsonl line stops the
+    permission) is skipped with a warning and its path appended to ``skipped``; a file with no text (empty,
+    white space only) gives no chunk and its path is appended to ``empty``; a bad .jsonl line stops the
     ingest (the message names the line)."""
     from .ingest import read_beir_corpus, read_text_folder
 
@@ -125,7 +126,8 @@ def _read_inputs(paths: Sequence[str], args: argparse.Namespace, extra: dict[str
         path = Path(raw)
         if path.is_dir():
             yield from read_text_folder(path, chunk_size=args.chunk_size, chunk_overlap=chunk_overlap, metadata=extra,
-                                        id_prefix=args.id_prefix, on_unreadable=skip)
+                                        id_prefix=args.id_prefix, on_unreadable=skip,
+                                        on_empty=None if empty is None else lambda p: empty.append(str(p)))
         else:
             for chunk in read_beir_corpus(path):
                 yield chunk.model_copy(update={"metadata": {**chunk.metadata, **extra}}) if extra else chunk
@@ -182,11 +184,12 @@ def _refuse_cross_folder_overwrite(memory: Any, batch: list[Chunk]) -> None:
 def _cmd_ingest(args: argparse.Namespace) -> int:
     extra, scope = _check_ingest_args(args)  # before the memory is opened (and created)
     skipped: list[str] = []
+    empty: list[str] = []
     with open_memory(args, must_exist=False) as memory:
         before = memory.count()
         target = memory.scoped(scope) if scope else memory
         try:
-            count, repeated = _ingest(memory, _read_inputs(args.paths, args, extra, skipped), progress=not args.quiet,
+            count, repeated = _ingest(memory, _read_inputs(args.paths, args, extra, skipped, empty), progress=not args.quiet,
                                       target=target)
         except HybridMemoryError as exc:
             stored = memory.count() - before
@@ -199,7 +202,10 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
         if skipped:
             logger.warning("%d unreadable files were skipped (listed above); fix them and run the same command "
                            "again", len(skipped))
-        summary = {"ingested": count, "repeated_ids": repeated, "skipped_files": len(skipped),
+        if empty:
+            shown = ", ".join(empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
+            logger.warning("%d files held no text (empty or white space only) and gave no chunk: %s", len(empty), shown)
+        summary = {"ingested": count, "repeated_ids": repeated, "skipped_files": len(skipped), "empty_files": len(empty),
                    "chunks": memory.count(), "memory": str(memory.path)}
         if scope:
             summary["scope"] = scope.bound()
@@ -210,13 +216,18 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 def _request_from_args(args: argparse.Namespace) -> dict[str, Any]:
     request: dict[str, Any] = {}
     if args.request:
-        request = _load_json(Path(args.request).read_text(encoding="utf-8"), args.request)
+        request = _load_json(_read_request_file(args.request), f"--request {args.request}")
         if not isinstance(request, dict):
             raise HybridMemoryError(
-                f"{args.request} must hold one JSON object (query_id, search_text, top_k, ...), "
+                f"--request {args.request} must hold one JSON object (query_id, search_text, top_k, ...), "
                 f"got a JSON {type(request).__name__}"
             )
-    if args.text:
+        if args.text is not None and "search_text" in request:
+            raise HybridMemoryError(
+                f"two search texts: {args.text!r} on the command line and search_text {request['search_text']!r:.80} "
+                f"in --request {args.request}; give one (drop the positional text, or the file's search_text)"
+            )
+    if args.text is not None:
         request["search_text"] = args.text
     if args.top_k is not None:
         request["top_k"] = args.top_k
@@ -237,6 +248,24 @@ def _request_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if "search_text" not in request:
         raise HybridMemoryError("give the search text, or --request FILE.json with a search_text")
     return request
+
+
+def _read_request_file(path: str) -> str:
+    """The text of the ``--request`` file. Raises HybridMemoryError naming the file (missing, a folder,
+    unreadable, not UTF-8)."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise HybridMemoryError(f"--request {path}: no such file (give the path of a JSON file holding the request, "
+                                "e.g. examples/incident_memory/request.json)") from None
+    except IsADirectoryError:
+        raise HybridMemoryError(f"--request {path} is a folder; give the path of a JSON file holding the request") from None
+    except UnicodeDecodeError as exc:
+        raise HybridMemoryError(f"--request {path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as "
+                                "UTF-8 JSON") from None
+    except OSError as exc:
+        raise HybridMemoryError(f"--request {path}: cannot be read ({exc.strerror or exc}); check its "
+                                "permissions") from None
 
 
 def _load_json(text: str, where: str) -> Any:
@@ -322,9 +351,12 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.set_defaults(func=_cmd_ingest)
 
     search = sub.add_parser("search", help="search and print the response JSON")
-    search.add_argument("text", nargs="?", help="search text (or give --request)")
+    search.add_argument("text", nargs="?", help="search text (or give --request; not both texts: a positional text "
+                        "with a --request file holding search_text is refused)")
     memory_args(search)
-    search.add_argument("--request", help="a JSON file in the request shape (query_id, search_text, top_k, ...)")
+    search.add_argument("--request", metavar="FILE", help=(
+        "a JSON file in the request shape (query_id, search_text, top_k, ...); --top-k, --filter and the weight "
+        "options replace the file's fields of the same name"))
     search.add_argument("--top-k", type=int, default=None)
     search.add_argument("--filter", help='metadata filter as JSON, e.g. \'{"environment": "production"}\'')
     search.add_argument("--dense-weight", dest="dense_weight", type=float, default=None)

@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ._exceptions import InvalidRequestError
+from .filters import check_metadata
 from .models import SCOPE_FIELDS, TIME_FIELDS, Chunk
 
 __all__ = [
@@ -89,8 +90,10 @@ def read_beir_corpus(path: StrPath, *, source: str | None = None) -> Iterator[Ch
 
     Raises:
         InvalidRequestError: a line is not a JSON object, lacks ``_id`` or ``text``, has a non-string
-            ``title``/``text``, a non-object ``metadata``, or yields an invalid chunk (empty text,
-            empty id). The message names the file and the 1-based line number.
+            ``title``/``text``, a non-object ``metadata`` or one breaking the metadata rules
+            (:func:`~hybrid_memory.filters.check_metadata`: a key starting with ``$``, which is reserved for filter
+            operators, or a value JSON cannot store), or yields an invalid chunk (empty text, empty id). The
+            message names the file and the 1-based line number.
         FileNotFoundError: the file does not exist.
     """
     path_str = os.fspath(path)
@@ -113,6 +116,10 @@ def read_beir_corpus(path: StrPath, *, source: str | None = None) -> Iterator[Ch
                 f"{where}: 'metadata' must be a JSON object, got {type(metadata).__name__}"
             )
         metadata = dict(metadata)
+        try:
+            check_metadata(metadata)  # a key starting with '$' (reserved for operators), a value JSON cannot hold
+        except InvalidRequestError as exc:
+            raise InvalidRequestError(f"{where}: document {str(doc_id)!r}: {exc}") from exc
         if title.strip():
             metadata.setdefault("title", title)
         own = {name: doc[name] for name in (*SCOPE_FIELDS, *TIME_FIELDS) if doc.get(name) is not None}
@@ -137,6 +144,7 @@ def read_text_folder(
     glob: str | Sequence[str] = DEFAULT_GLOBS,
     id_prefix: str | None = None,
     on_unreadable: Callable[[Path, str], None] | None = None,
+    on_empty: Callable[[Path], None] | None = None,
 ) -> Iterator[Chunk]:
     """Yield chunks of the ``.md`` and ``.txt`` files under ``folder``, files in sorted relative-path order.
 
@@ -172,6 +180,8 @@ def read_text_folder(
             which text files do not hold and binary ones do, or an OS error such as a permission denied): None
             (default) raises InvalidRequestError naming it; a callable ``(path, reason)`` is called and the
             file is skipped (the CLI logs a warning and counts it), so one bad file does not stop a folder.
+        on_empty: called with the path of each file that gives no chunk (empty, or white space only); such a
+            file is also logged at INFO. The CLI counts them (``empty_files``) and logs a warning.
 
     Yields:
         Chunk, file by file, chunks in document order.
@@ -182,7 +192,7 @@ def read_text_folder(
             names it). Checked when the iterator is created, before the first chunk is asked for.
     """
     root, chunk_size, chunk_overlap = _checked_folder_args(folder, chunk_size, chunk_overlap)
-    return _text_folder_chunks(root, chunk_size, chunk_overlap, metadata, glob, id_prefix, on_unreadable)
+    return _text_folder_chunks(root, chunk_size, chunk_overlap, metadata, glob, id_prefix, on_unreadable, on_empty)
 
 
 def _checked_folder_args(folder: StrPath, chunk_size: Any, chunk_overlap: Any) -> tuple[Path, int, int]:
@@ -201,6 +211,7 @@ def _checked_folder_args(folder: StrPath, chunk_size: Any, chunk_overlap: Any) -
 def _text_folder_chunks(
     root: Path, chunk_size: int, chunk_overlap: int, metadata: Mapping[str, Any] | None, glob: str | Sequence[str],
     id_prefix: str | None, on_unreadable: Callable[[Path, str], None] | None,
+    on_empty: Callable[[Path], None] | None = None,
 ) -> Iterator[Chunk]:
     patterns = [glob] if isinstance(glob, str) else list(glob)
     base_metadata = dict(metadata or {})
@@ -225,6 +236,11 @@ def _text_folder_chunks(
             continue
         splitter = markdown_splitter if file_path.suffix.lower() in (".md", ".markdown") else text_splitter
         pieces = [piece for piece in splitter.chunks(content) if piece.strip()]
+        if not pieces:
+            logger.info("%s holds no text (empty or white space only): no chunk", file_path)
+            if on_empty is not None:
+                on_empty(file_path)
+            continue
         path = f"{prefix}{rel}"
         for n, piece in enumerate(pieces):
             yield Chunk(

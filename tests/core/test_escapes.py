@@ -414,3 +414,185 @@ def test_an_empty_path_is_refused_not_taken_as_the_current_directory(tmp_path, e
     with pytest.raises(InvalidRequestError, match=r"path is empty; give a memory folder, e.g. './memory'"):
         HybridMemory("", embedder=embedder)
     assert list(tmp_path.iterdir()) == []
+
+
+# -- JSONL metadata keys reserved for operators name the file and line -------------------------------------------
+def test_a_dollar_metadata_key_in_jsonl_names_the_file_and_line(tmp_path):
+    from hybrid_memory.ingest import read_beir_corpus
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "a", "text": "fine"}\n\n{"_id": "b", "text": "x", "metadata": {"$gt": 1}}\n')
+    chunks = read_beir_corpus(corpus)
+    assert next(chunks).chunk_id == "a"
+    with pytest.raises(InvalidRequestError, match=rf"^{re.escape(str(corpus))}, line 3: document 'b': metadata key "
+                                                  r"'\$gt' cannot be filtered on: a key may not start with '\$' "
+                                                  r"\(reserved for operators\); rename it$"):
+        next(chunks)
+
+
+def test_cli_ingest_of_a_dollar_metadata_key_names_the_line_and_stores_nothing_of_it(tmp_path, capsys):
+    from hybrid_memory.cli import main
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "a", "text": "fine"}\n{"_id": "b", "text": "x", "metadata": {"$or": 1}}\n')
+    memory = str(tmp_path / "mem")
+    assert main(["ingest", str(corpus), "--memory", memory, "--hashing-dim", "8", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert f"{corpus}, line 2: document 'b': metadata key '$or' cannot be filtered on" in err
+    assert "the memory now holds 0 chunks, 0 new from this run" in err  # the line stops the ingest before its batch
+
+
+# -- `search --request FILE`: the file named, and one search text ------------------------------------------------
+@pytest.fixture
+def cli_memory(tmp_path, capsys):
+    from hybrid_memory.cli import main
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "a", "text": "alpha ERR_A"}\n{"_id": "b", "text": "beta ERR_B"}\n')
+    memory = str(tmp_path / "mem")
+    assert main(["ingest", str(corpus), "--memory", memory, "--hashing-dim", "8", "-q"]) == 0
+    capsys.readouterr()
+    return memory
+
+
+def _request_file(tmp_path, name, content):
+    path = tmp_path / name
+    if content is None:
+        path.mkdir()
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return path
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("missing.json", "skip", r"--request {path}: no such file \(give the path of a JSON file holding the request"),
+    ("folder.json", None, r"--request {path} is a folder; give the path of a JSON file holding the request"),
+    ("latin1.json", b'{"search_text": "caf\xe9"}', r"--request {path}: not UTF-8 text \(invalid continuation byte "
+                                                    r"at byte 20\); save it as UTF-8 JSON"),
+    ("bad.json", "{bad", r"--request {path}: invalid JSON \(Expecting property name enclosed in double quotes at "
+                         r"line 1 column 2\)"),
+])
+def test_a_bad_request_file_is_exit_2_naming_the_file(tmp_path, capsys, cli_memory, name, content, message):
+    from hybrid_memory.cli import main
+
+    path = tmp_path / name if content == "skip" else _request_file(tmp_path, name, content)
+    assert main(["search", "--memory", cli_memory, "--hashing-dim", "8", "--request", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert re.search(message.format(path=re.escape(str(path))), err), err
+    assert "Traceback" not in err
+
+
+def test_an_unreadable_request_file_is_exit_2_naming_the_file(tmp_path, capsys, cli_memory, monkeypatch):
+    from pathlib import Path
+
+    from hybrid_memory.cli import main
+
+    path = _request_file(tmp_path, "locked.json", '{"search_text": "alpha"}')
+    real_read_text = Path.read_text
+
+    def read_text(self, *args, **kwargs):  # root ignores chmod, so the permission error is simulated
+        if self.name == "locked.json":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    assert main(["search", "--memory", cli_memory, "--hashing-dim", "8", "--request", str(path)]) == 2
+    assert f"--request {path}: cannot be read (Permission denied); check its permissions" in capsys.readouterr().err
+
+
+def test_a_positional_text_and_a_request_files_search_text_are_refused(tmp_path, capsys, cli_memory):
+    from hybrid_memory.cli import main
+
+    path = _request_file(tmp_path, "req.json", '{"search_text": "ERR_A", "top_k": 1}')
+    assert main(["search", "ERR_B", "--memory", cli_memory, "--hashing-dim", "8", "--request", str(path)]) == 2
+    assert (f"two search texts: 'ERR_B' on the command line and search_text 'ERR_A' in --request {path}; give one "
+            "(drop the positional text, or the file's search_text)") in capsys.readouterr().err
+    # either alone works; a file without search_text takes the positional text, and --top-k replaces the file's
+    assert main(["search", "--memory", cli_memory, "--hashing-dim", "8", "--request", str(path)]) == 0
+    assert [r["chunk_id"] for r in json.loads(capsys.readouterr().out)["results"]] == ["a"]
+    no_text = _request_file(tmp_path, "no_text.json", '{"top_k": 1}')
+    assert main(["search", "ERR_B", "--memory", cli_memory, "--hashing-dim", "8", "--request", str(no_text)]) == 0
+    assert [r["chunk_id"] for r in json.loads(capsys.readouterr().out)["results"]] == ["b"]
+    assert main(["search", "--memory", cli_memory, "--hashing-dim", "8", "--request", str(path), "--top-k", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["total_retrieved"] == 2
+
+
+# -- an empty .md of a folder is counted and logged ---------------------------------------------------------------
+def test_empty_files_of_a_folder_are_counted_and_logged(tmp_path, capsys, caplog):
+    from hybrid_memory.cli import main
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "good.md").write_text("alpha ERR_GOOD1")
+    (docs / "empty.md").write_text("")
+    (docs / "blank.txt").write_text("  \n\t\n")
+    memory = str(tmp_path / "mem")
+    caplog.set_level(logging.INFO, logger="hybrid_memory")
+    assert main(["ingest", str(docs), "--memory", memory, "--hashing-dim", "8", "-q"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["ingested"], summary["empty_files"], summary["skipped_files"], summary["chunks"]) == (1, 2, 0, 1)
+    messages = [(r.levelname, r.getMessage()) for r in caplog.records if r.name.startswith("hybrid_memory")]
+    assert ("INFO", f"{docs / 'blank.txt'} holds no text (empty or white space only): no chunk") in messages
+    assert ("INFO", f"{docs / 'empty.md'} holds no text (empty or white space only): no chunk") in messages
+    assert ("WARNING", f"2 files held no text (empty or white space only) and gave no chunk: {docs / 'blank.txt'}, "
+                       f"{docs / 'empty.md'}") in messages
+
+
+def test_read_text_folder_reports_empty_files_to_on_empty(tmp_path):
+    from hybrid_memory.ingest import read_text_folder
+
+    (tmp_path / "a.md").write_text("# Title\n\nbody")
+    (tmp_path / "b.md").write_text("\n\n")
+    empty = []
+    chunks = list(read_text_folder(tmp_path, id_prefix="", on_empty=empty.append))
+    assert [c.chunk_id for c in chunks] == ["a.md#0"]
+    assert empty == [tmp_path / "b.md"]
+
+
+# -- export-qdrant --api-key: sent to --url, QDRANT_API_KEY read when absent ---------------------------------------
+def test_export_qdrant_help_says_where_the_api_key_goes(capsys):
+    from hybrid_memory.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["export-qdrant", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert ("API key of the Qdrant server given by --url, sent to that server only (qdrant-client's api-key header); "
+            "when the flag is absent the QDRANT_API_KEY environment variable is read") in help_text
+
+
+@pytest.mark.parametrize("flag, env, sent", [(None, "from-env", "from-env"), ("from-flag", "from-env", "from-flag"),
+                                             (None, None, None), (None, "", None)])
+def test_export_qdrant_sends_the_flag_or_the_environment_key(tmp_path, capsys, cli_memory, monkeypatch, flag, env, sent):
+    pytest.importorskip("qdrant_client", reason="the qdrant extra is not installed: pip install 'hybrid-memory[qdrant]'")
+    import qdrant_client
+
+    from hybrid_memory.cli import main
+
+    seen = {}
+
+    class Recorder:  # stands for qdrant_client.QdrantClient: records what the CLI gives it, then fails to connect
+        def __init__(self, *args, **kwargs):
+            seen.update(kwargs)
+            raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(qdrant_client, "QdrantClient", Recorder)
+    if env is None:
+        monkeypatch.delenv("QDRANT_API_KEY", raising=False)
+    else:
+        monkeypatch.setenv("QDRANT_API_KEY", env)
+    argv = ["export-qdrant", "--memory", cli_memory, "--hashing-dim", "8", "--url", "http://127.0.0.1:1", "-q"]
+    assert main(argv + (["--api-key", flag] if flag else [])) == 2
+    assert seen == {"url": "http://127.0.0.1:1", "api_key": sent}
+    capsys.readouterr()
+
+
+def test_export_qdrant_refuses_an_api_key_with_an_edge_path(tmp_path, capsys, cli_memory):
+    from hybrid_memory.cli import main
+
+    argv = ["export-qdrant", "--memory", cli_memory, "--hashing-dim", "8", "--edge-path", str(tmp_path / "shard"),
+            "--api-key", "k"]
+    assert main(argv) == 2
+    assert "--edge-path takes no --url, --api-key or cluster options" in capsys.readouterr().err
+    assert not (tmp_path / "shard").exists()

@@ -68,7 +68,7 @@ def test_cli_refuses_bad_targets(tmp_path, capsys):
     assert "give --url" in capsys.readouterr().err
     assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16", "-q",
                  "--edge-path", str(tmp_path / "s"), "--shard-number", "2"]) == 2
-    assert "takes no --url or cluster options" in capsys.readouterr().err
+    assert "takes no --url, --api-key or cluster options" in capsys.readouterr().err
     assert main(["export-qdrant", "--memory", str(tmp_path / "missing"), "--edge-path", str(tmp_path / "s2"), "-q"]) == 2
     assert "no memory at" in capsys.readouterr().err
     # the dimension is checked against an existing target

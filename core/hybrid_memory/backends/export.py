@@ -11,6 +11,7 @@ from the collection.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -94,7 +95,9 @@ def _copy(store, backend, batch, dim: int, position: int) -> int:  # noqa: ANN00
 
 # -- the command ------------------------------------------------------------------------------------
 def _cmd_export(args) -> int:  # noqa: ANN001
-    """``hybrid-memory export-qdrant``: copy the memory at ``--memory`` into the collection; prints a JSON line."""
+    """``hybrid-memory export-qdrant``: copy the memory at ``--memory`` into the collection; prints a JSON line.
+
+    The API key is ``--api-key``, else the ``QDRANT_API_KEY`` environment variable (empty: none)."""
     import json
 
     from ..cli import open_memory
@@ -105,17 +108,19 @@ def _cmd_export(args) -> int:  # noqa: ANN001
         "write_consistency_factor": args.write_consistency_factor, "write_ordering": args.write_ordering,
     }.items() if v is not None}
     if args.edge_path:
-        if options or args.url:
+        if options or args.url or args.api_key:
             from .._exceptions import HybridMemoryError
 
-            raise HybridMemoryError("--edge-path takes no --url or cluster options (an Edge shard is one local shard)")
+            raise HybridMemoryError("--edge-path takes no --url, --api-key or cluster options (an Edge shard is one "
+                                    "local shard)")
         backend = QdrantBackend.edge(args.edge_path, indexed_keys=args.index_key)
     else:
         if not args.url:
             from .._exceptions import HybridMemoryError
 
             raise HybridMemoryError("give --url (a Qdrant server, e.g. http://localhost:6333) or --edge-path DIR")
-        backend = QdrantBackend.client(args.url, collection=args.collection, api_key=args.api_key,
+        api_key = args.api_key if args.api_key is not None else os.environ.get("QDRANT_API_KEY") or None
+        backend = QdrantBackend.client(args.url, collection=args.collection, api_key=api_key,
                                        indexed_keys=args.index_key, **options)
     with open_memory(args, show_progress=False) as memory:
         total = memory.count()
@@ -147,7 +152,10 @@ def register_cli(sub, memory_args) -> None:  # noqa: ANN001
     p = sub.add_parser("export-qdrant", help="copy a memory into a Qdrant collection with its stored vectors (no re-embedding)")
     memory_args(p)
     p.add_argument("--url", default=None, help="Qdrant server URL, e.g. http://localhost:6333")
-    p.add_argument("--api-key", default=None, help="the server's API key (or set it in the URL's environment)")
+    p.add_argument("--api-key", default=None, help=(
+        "API key of the Qdrant server given by --url, sent to that server only (qdrant-client's api-key header); "
+        "when the flag is absent the QDRANT_API_KEY environment variable is read (keeps the key out of the shell "
+        "history); not used with --edge-path"))
     p.add_argument("--collection", default="hybrid_memory", help="collection name (default hybrid_memory)")
     p.add_argument("--edge-path", default=None, help="write a Qdrant Edge shard in this directory instead of a server")
     p.add_argument("--shard-number", type=int, default=None, help="shards of a new collection (server default)")
