@@ -818,7 +818,9 @@ def _map_npy(path: Path, shape: tuple[int, int]) -> np.ndarray:
     array = np.load(path, mmap_mode="c", allow_pickle=False)
     if array.dtype != np.float32 or not array.flags.c_contiguous or array.shape != shape:
         raise ValueError(f"{Path(path).name} holds {array.dtype} {array.shape}, expected float32 {shape}")
-    return array
+    # a plain ndarray view (the map stays open through ``.base``): slices and gathers of an ``np.memmap`` are
+    # memmaps, each paying ``memmap.__array_finalize__``
+    return array.view(np.ndarray)
 
 
 class _Rows:

@@ -1037,24 +1037,27 @@ class HybridMemory:
         }
 
     def _response(self, req: SearchRequest, result: HybridResult) -> SearchResponse:
-        # fusion ran on chunk ids (identity and tie-breaks); full rows are loaded for the winners only, by
-        # rowid, so the text is that of the version scored. A rowid another process replaced during this
-        # search falls back to the chunk's current version; a chunk deleted meanwhile is left out.
-        by_rowid = self._store.rows_by_rowid([hit.doc_id for hit in result.hits])
+        # fusion ran on chunk ids (identity and tie-breaks); text, source and metadata are loaded for the
+        # winners only, by rowid, so they are those of the version scored. A rowid another process replaced
+        # during this search falls back to the chunk's current version; a chunk deleted meanwhile is left out.
+        by_rowid = self._store.hit_rows([hit.doc_id for hit in result.hits])
         gone = [hit.key for hit in result.hits if hit.doc_id not in by_rowid]
-        current = {c.chunk_id: c for c in self._store.get(gone)} if gone else {}
+        if gone:
+            by_rowid.update({c.chunk_id: (c.text, c.source, c.metadata) for c in self._store.get(gone)})
         results = []
         for hit in result.hits:
-            row = by_rowid.get(hit.doc_id) or current.get(hit.key)
+            row = by_rowid.get(hit.doc_id) or by_rowid.get(hit.key)
             if row is None:
                 continue
+            text, source, metadata = row
+            # built without re-validation: every value comes from the store or the searcher, already typed
             results.append(
-                SearchResult(
+                SearchResult.model_construct(
                     chunk_id=hit.key,
                     rrf_score=hit.rrf_score,
-                    text=row.text,
-                    source=row.source,
-                    metadata=row.metadata,
+                    text=text,
+                    source=source,
+                    metadata=metadata,
                     score=None if result.method == "rrf" and hit.score == hit.rrf_score else hit.score,
                     sparse_rank=hit.ranks.get("sparse"),
                     sparse_score=hit.raw_scores.get("sparse"),
@@ -1062,7 +1065,7 @@ class HybridMemory:
                     dense_score=hit.raw_scores.get("dense"),
                 )
             )
-        return SearchResponse(
+        return SearchResponse.model_construct(
             query_id=req.query_id,
             total_retrieved=len(results),
             results=results,

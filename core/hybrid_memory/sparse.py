@@ -732,6 +732,12 @@ class BM25Index:
                                        load_vocab=manifest["format_version"] < 2)
                 if int(main.scores["num_docs"]) != len(ids) or len(alive) != len(ids):
                     raise ValueError("id map and bm25s index disagree")
+                # plain ndarray views of the maps (the mapping stays open through ``.base``): every slice of an
+                # ``np.memmap`` is a memmap whose ``__array_finalize__`` costs more than the slice itself, which
+                # was a third of a search's CPU at 100k chunks
+                for name in ("data", "indices", "indptr"):
+                    if isinstance(main.scores.get(name), np.memmap):
+                        main.scores[name] = main.scores[name].view(np.ndarray)
             cache = None
             if manifest["format_version"] >= 2:
                 cache = self._read_cache(directory, manifest, main)

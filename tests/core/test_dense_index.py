@@ -309,7 +309,8 @@ def test_a_reopened_index_maps_its_base_file_and_never_writes_to_it(data, tmp_pa
     before = base.read_bytes()
     again = FaissIndex(DIM, kind="ivf")
     assert again.load(tmp_path / "a") is True
-    assert isinstance(again._vectors.head, np.memmap) and again._vectors.split == N
+    head = again._vectors.head
+    assert type(head) is np.ndarray and isinstance(head.base, np.memmap) and again._vectors.split == N  # a view of the map
     again.remove(ids[:1])
     again.add([10**6], -vectors[:1])  # reuses slot 0, inside the mapped base: a private copy of that page
     again.add([10**6 + 1, 10**6 + 2], vectors[1:3])  # beyond the base: the in-memory tail
