@@ -11,7 +11,7 @@ The whole tree::
     ├── DimensionMismatchError (ValueError) a vector's dimension differs from the memory's
     ├── StoreFormatError                   a memory directory is missing, damaged, or from another version/embedder
     ├── StoreBusyError                     another process held the memory's write lock longer than the busy timeout
-    ├── BackendUnavailableError (ConnectionError) a backend's server (Qdrant) could not be reached or opened
+    ├── BackendUnavailableError (ConnectionError) a backend's server (Qdrant) could not be reached: at open or later
     └── MissingDependencyError (ImportError) an optional extra is not installed; the message has the pip line
 """
 
@@ -72,8 +72,10 @@ class StoreBusyError(HybridMemoryError):
 
 
 class BackendUnavailableError(HybridMemoryError, ConnectionError):
-    """A backend (a Qdrant server or local-mode folder) could not be reached or opened; nothing was written.
-    The message names the target and the underlying error."""
+    """A backend (a Qdrant server or local-mode folder) could not be reached or opened: at open, or later (the
+    server went away mid-session: connection refused or lost, a timeout, HTTP 502/503/504, gRPC UNAVAILABLE).
+    The message names the target (URL, collection), the underlying error, and what happened to the call: a read
+    or a refused open changed nothing; a write may be partly stored and is safe to run again (an upsert)."""
 
 
 class MissingDependencyError(HybridMemoryError, ImportError):

@@ -13,14 +13,15 @@ idempotent.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .._exceptions import StoreFormatError, missing_dependency
+from .._exceptions import BackendUnavailableError, StoreFormatError, missing_dependency
 from ..paths import check_edge_path
 from .qdrant_filters import to_client_filter, to_edge_filter
 
@@ -115,6 +116,52 @@ def _mismatch(what: str, found: Any, wanted: Any, where: str) -> StoreFormatErro
 
 
 # -- qdrant-client ----------------------------------------------------------------------------------
+_UNAVAILABLE_HTTP = frozenset({502, 503, 504})
+"""HTTP statuses that mean the server (or the proxy in front of it) cannot serve now: Bad Gateway, Service
+Unavailable, Gateway Timeout (RFC 9110, section 15.6)."""
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a ``qdrant_client`` call, means the server could not be reached.
+
+    qdrant-client 1.x wraps every transport failure of its REST client (``httpx.ConnectError``,
+    ``ReadTimeout``, ``RemoteProtocolError``, ...) in ``qdrant_client.http.exceptions.ResponseHandlingException``
+    (``ApiClient.send_inner``) and raises ``UnexpectedResponse`` for an HTTP error status; its gRPC client raises
+    ``grpc.RpcError`` with status ``UNAVAILABLE`` (connection refused or lost) or ``DEADLINE_EXCEEDED`` (timeout).
+    A ResponseHandlingException around a response it could not parse is not a connection loss.
+    """
+    try:
+        import httpx
+        from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+    except ImportError:  # pragma: no cover - qdrant-client depends on httpx
+        return False
+    if isinstance(exc, ResponseHandlingException):
+        return isinstance(exc.source, httpx.TransportError | OSError)
+    if isinstance(exc, UnexpectedResponse):
+        return exc.status_code in _UNAVAILABLE_HTTP
+    if isinstance(exc, httpx.TransportError | ConnectionError | TimeoutError):
+        return True
+    try:
+        import grpc
+    except ImportError:  # pragma: no cover - REST-only installations
+        return False
+    if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
+        return exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    return False
+
+
+def _cause(exc: BaseException) -> str:
+    """One line naming the transport error (the httpx error inside qdrant-client's wrapper, a gRPC status)."""
+    source = getattr(exc, "source", None)
+    if source is not None:
+        exc = source
+    code = getattr(exc, "code", None)
+    if callable(code) and hasattr(exc, "details"):  # grpc.RpcError
+        return f"gRPC {code().name}: {exc.details()}"
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:200]}"
+
+
 class ClientCollection:
     """A collection through ``qdrant_client`` (server, cluster, or local mode).
 
@@ -152,6 +199,24 @@ class ClientCollection:
         self._ordering = None if ordering is None else models.WriteOrdering(ordering)
         # local mode evaluates filters in Python on the payload as written (no float re-reading)
         self.local = type(getattr(client, "_client", None)).__name__ == "QdrantLocal"
+        self.target = _target(client)
+
+    @contextlib.contextmanager
+    def _reached(self, what: str, *, write: bool = False) -> Iterator[None]:
+        """Turn the client's connection-loss errors (:func:`_connection_lost`) inside the block into
+        :class:`BackendUnavailableError` naming the server, the collection and what to do; other errors pass."""
+        try:
+            yield
+        except Exception as exc:
+            if not _connection_lost(exc):
+                raise
+            after = ("this write may be partly stored (earlier batches of it): writes are upserts by chunk id, so "
+                     "run the same call again once the server answers" if write else
+                     "nothing was changed; run the call again once the server answers")
+            raise BackendUnavailableError(
+                f"the Qdrant server at {self.target} could not be reached ({what}, collection {self.name!r}): "
+                f"{_cause(exc)}; check that it is running and reachable at that URL (and the API key); {after}"
+            ) from exc
 
     def ensure(self, dim: int, indexes: Mapping[str, str]) -> None:
         """Create the collection unless it exists, else check its schema; create the payload indexes
@@ -192,40 +257,43 @@ class ClientCollection:
     def upsert(self, points: Sequence[Point]) -> None:
         """Write points (vectors and payload) in one batch; waits until applied."""
         if points:
-            self.client.upsert(
-                self.name,
-                [self._m.PointStruct(id=p.id, vector=self._vectors(p), payload=p.payload) for p in points],
-                wait=True, ordering=self._ordering,
-            )
+            structs = [self._m.PointStruct(id=p.id, vector=self._vectors(p), payload=p.payload) for p in points]
+            with self._reached("upsert points", write=True):
+                self.client.upsert(self.name, structs, wait=True, ordering=self._ordering)
 
     def set_payload(self, point_id: str, payload: dict[str, Any]) -> None:
         """Replace a point's whole payload, keeping its vectors (a metadata-only change)."""
-        self.client.overwrite_payload(self.name, payload, points=[point_id], wait=True, ordering=self._ordering)
+        with self._reached("overwrite a payload", write=True):
+            self.client.overwrite_payload(self.name, payload, points=[point_id], wait=True, ordering=self._ordering)
 
     def delete(self, ids: Sequence[str]) -> None:
         """Delete points by id (unknown ids are no error)."""
         if ids:
-            self.client.delete(self.name, self._m.PointIdsList(points=list(ids)), wait=True, ordering=self._ordering)
+            with self._reached("delete points", write=True):
+                self.client.delete(self.name, self._m.PointIdsList(points=list(ids)), wait=True, ordering=self._ordering)
 
     def retrieve(self, ids: Sequence[str], *, vectors: bool | Sequence[str] = False,
                  payload: bool | Sequence[str] = True) -> list[Record]:
         """Points by id (unknown ids left out; any order); ``vectors`` / ``payload``: all, none, or these names."""
         if not ids:
             return []
-        found = self.client.retrieve(self.name, list(ids), with_payload=_names(payload), with_vectors=_names(vectors))
+        with self._reached("retrieve points"):
+            found = self.client.retrieve(self.name, list(ids), with_payload=_names(payload), with_vectors=_names(vectors))
         return [_to_record(r, bool(vectors)) for r in found]
 
     def scroll(self, flt: Mapping[str, Any] | None, limit: int, offset: Any, payload: Any = True) -> tuple[list[Record], Any]:
         """A page of points matching the filter in id order, and the offset of the next page (None: last)."""
-        records, nxt = self.client.scroll(
-            self.name, scroll_filter=to_client_filter(flt), limit=limit, offset=offset, with_payload=payload,
-            with_vectors=False,
-        )
+        with self._reached("scroll points"):
+            records, nxt = self.client.scroll(
+                self.name, scroll_filter=to_client_filter(flt), limit=limit, offset=offset, with_payload=payload,
+                with_vectors=False,
+            )
         return [_to_record(r, False) for r in records], nxt
 
     def count(self, flt: Mapping[str, Any] | None) -> int:
         """Exact number of points matching the filter."""
-        return int(self.client.count(self.name, count_filter=to_client_filter(flt), exact=True).count)
+        with self._reached("count points"):
+            return int(self.client.count(self.name, count_filter=to_client_filter(flt), exact=True).count)
 
     def query_batch(self, legs: Sequence[Leg]) -> list[list[ScoredId]]:
         """Every leg in one ``query_batch_points`` request; hits per leg, best first."""
@@ -237,13 +305,27 @@ class ClientCollection:
                 query=query, using=leg.using, filter=to_client_filter(leg.filter), limit=leg.limit,
                 with_payload=list(leg.payload), with_vector=[SPARSE] if leg.tokens else False,
             ))
-        responses = self.client.query_batch_points(self.name, requests=requests)
+        with self._reached("query"):
+            responses = self.client.query_batch_points(self.name, requests=requests)
         return [[(str(p.id), float(p.score), dict(p.payload or {}), _indices(p.vector) if leg.tokens else None)
                  for p in r.points] for leg, r in zip(legs, responses, strict=True)]
 
     def close(self) -> None:
         """Close the client."""
         self.client.close()
+
+
+def _target(client: Any) -> str:
+    """Where a ``QdrantClient`` sends its requests, for messages: the REST URL (and the gRPC port when gRPC is
+    preferred), ``local mode at PATH``, or the client's repr."""
+    inner = getattr(client, "_client", None)
+    uri = getattr(inner, "rest_uri", None)
+    if uri:
+        return f"{uri} (gRPC port {inner._grpc_port})" if getattr(inner, "_prefer_grpc", False) else str(uri)
+    location = getattr(inner, "location", None)
+    if type(inner).__name__ == "QdrantLocal":
+        return f"local mode {location}"
+    return repr(client)
 
 
 # -- qdrant-edge ------------------------------------------------------------------------------------
