@@ -311,6 +311,93 @@ def test_bm25_scores_equal_the_embedded_backend_with_matching_parameters(engine,
         assert found[0] == {"prod-504": 3, "stage-504": 3}
 
 
+@pytest.mark.parametrize("engine", QDRANT)
+@pytest.mark.parametrize("weights", [{}, {"dense": 0.0}], ids=["both-legs", "sparse-only"])
+def test_exact_match_guard_counts_equal_the_embedded_backend(engine, weights, tmp_path):
+    """The guard's counts per candidate (rare identifiers +1 each, the whole query in order +(1 + identifiers))
+    are the embedded SparseEngine.exact_matches counts, over the same candidates: with both legs (its inputs
+    ride in the cross-score request) and with the sparse leg alone (fetched in one request of their own)."""
+    from hybrid_memory.engines import Query
+
+    chunks = [*_note_chunks(),
+              {"chunk_id": "pool-a", "text": "PostgreSQL connection pool exhausted again on db-prod-3"},
+              {"chunk_id": "pool-b", "text": "connection pool PostgreSQL exhausted, order differs"},
+              {"chunk_id": "ids", "text": "getUserById and ERR_CONN_RESET seen together on v2.3.1"}]
+    cases = {  # query -> counts worked out by hand (top_k=2: rare means held by at most 2 chunks)
+        # the identifier is in 2 chunks (+1 each), both hold getuserbyid/get/user/id in order (+(1 + 1))
+        "getUserById": {"auth-user": 3, "ids": 3},
+        # err_conn_reset in 2 chunks (+1 each); only "reset" also holds elasticsearch (+2)
+        "ERR_CONN_RESET Elasticsearch": {"reset": 3, "ids": 1},
+        # postgresql is in 4 chunks (not rare) and 4 hold every token (more than top_k): nothing
+        "PostgreSQL connection pool exhausted": {},
+        # v2.3.1 in 2 chunks, 10.0.0.12 in 1 (both rare); "upgrade" holds the whole query in order (+(1 + 2))
+        "v2.3.1 10.0.0.12": {"upgrade": 5, "ids": 1},
+        # e1243 is rare (+1); "upgrade" holds all three tokens but e1243 comes first there: not in order
+        "certificate expired E1243": {"upgrade": 1},
+    }
+    with HybridMemory(embedder=HashingEmbedder(64)) as embedded, open_memory(engine, tmp_path) as qdrant:
+        embedded.add(chunks)
+        qdrant.add(chunks)
+        for text, expected in cases.items():
+            found = []
+            for memory in (embedded, qdrant):
+                q = Query(text)
+                if memory is qdrant:
+                    q.cache["qdrant_legs"] = tuple(n for n in ("sparse", "dense") if weights.get(n, 1.0) > 0)
+                found.append(memory._searcher.candidates(q, top_k=2, depth=6, weights=weights, fusion="adaptive")
+                             .input.identifier_matches)
+            assert found[0] == found[1] == expected, text
+
+
+@pytest.mark.parametrize("engine", QDRANT)
+def test_search_legs_carry_no_payload_and_the_id_map_fills_once(engine, tmp_path):
+    """A search asks Qdrant for ids and scores only: one batched request with both legs (RRF), one more for
+    the adaptive fusion's cross-scores and guard, and one retrieve of the top_k's text for the response (plus
+    the texts of the chunks holding the whole query, when few do, for the guard's in-order test). A
+    backend that never saw the points (a reopened shard, another process's writes) reads their chunk ids once,
+    in one retrieve; deletes drop them from the id map."""
+    from hybrid_memory.backends.qdrant import engine_id, point_id
+
+    if engine == "qdrant-edge":
+        with open_memory(engine, tmp_path) as first:
+            first.add(_note_chunks())
+        mem = open_memory(engine, tmp_path)
+    else:
+        mem = open_memory(engine, tmp_path)
+        mem.add(_note_chunks())
+        mem.backend._ids.clear()  # as a process that did not write them
+    with mem:
+        collection = mem.backend.collection
+        calls = []
+        for name in ("query_batch", "retrieve"):
+            real = getattr(collection, name)
+
+            def spy(*args, _real=real, _name=name, **kwargs):
+                calls.append((_name, args, kwargs))
+                return _real(*args, **kwargs)
+
+            setattr(collection, name, spy)
+        first = mem.search("billing-service HTTP 504", top_k=3, fusion="rrf")  # depth 6: every chunk, no tie to deepen
+        assert sorted(_ids(first)[:2]) == ["prod-504", "stage-504"]  # the two chunks naming the 504 lead
+        assert [c[0] for c in calls] == ["query_batch", "retrieve", "retrieve"]
+        assert [(leg.limit, leg.payload) for leg in calls[0][1][0]] == [(7, ()), (7, ())]  # ids and scores only
+        assert calls[1][2]["payload"] == ["chunk_id"] and len(calls[1][1][0]) == len(mem.backend._ids) == 6
+        assert calls[2][2]["payload"] == ["text", "doc"] and calls[2][1][0] == [point_id(c) for c in _ids(first)]
+        calls.clear()
+        again = mem.search("billing-service HTTP 504", top_k=3)  # adaptive: cross-scores and guard, one request
+        assert sorted(_ids(again)[:2]) == ["prod-504", "stage-504"]
+        # both 504 notes hold every query token (2 <= top_k): their texts are read for the in-order test
+        assert [c[0] for c in calls] == ["query_batch", "query_batch", "retrieve", "retrieve"]
+        assert all(leg.payload == () for c in calls[:2] for leg in c[1][0])
+        assert calls[2][2]["payload"] == ["text"] and sorted(calls[2][1][0]) == sorted(
+            point_id(c) for c in ("prod-504", "stage-504"))
+        notes = {c["chunk_id"]: c for c in _note_chunks()}
+        assert [(r.text, r.source, r.metadata) for r in again.results] == [
+            (notes[c]["text"], "notes", notes[c]["metadata"]) for c in _ids(again)]
+        mem.delete(["prod-504"])
+        assert engine_id(point_id("prod-504")) not in mem.backend._ids and len(mem.backend._ids) == 5
+
+
 def test_order_tests_need_a_float_index_on_qdrant_edge(tmp_path):
     _need("qdrant-edge")
     with open_memory("qdrant-edge", tmp_path) as mem:  # no indexed_keys

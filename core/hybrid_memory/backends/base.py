@@ -76,6 +76,11 @@ class Backend(Protocol):
         """Stored chunks by id (unknown ids left out)."""
         ...
 
+    def hit_rows(self, chunk_ids: Sequence[str]) -> dict[str, tuple[str, str | None, dict[str, Any]]]:
+        """chunk_id -> (text, source, metadata) of stored chunks (unknown ids left out): what a search result
+        shows, read for the top_k only."""
+        ...
+
     def find_hashes(self, digests: Sequence[str], scope_values: Mapping[str, str | None]) -> dict[str, str]:
         """content_hash -> chunk_id of the oldest stored chunk with that hash in exactly that scope."""
         ...

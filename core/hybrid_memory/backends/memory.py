@@ -34,6 +34,7 @@ from .._rwlock import ReadWriteLock
 from ..dedup import DedupPolicy, WriteResult, as_policy
 from ..embedders import Embedder, SentenceTransformerEmbedder, l2_normalize
 from ..engines import Query
+from ..fusion import FUSION_METHODS
 from ..memory import HybridMemory, _bound, _checked_filter, _instant
 from ..models import SCOPE_FIELDS, TIME_FIELDS, Chunk, SearchRequest, SearchResponse, SearchResult, StoredChunk
 from ..scopes import Scope, as_scope
@@ -266,6 +267,8 @@ class BackendMemory(HybridMemory):
         query.cache["qdrant_legs"] = tuple(
             name for name, w in (("sparse", params.sparse_weight), ("dense", params.dense_weight)) if w > 0
         )
+        # only the adaptive fusion reads the exact-match guard: the others need not fetch its inputs
+        query.cache["qdrant_guard"] = FUSION_METHODS[params.fusion].identifiers
         return query
 
     def _with_prior(self, req: SearchRequest, result: HybridResult, prior: RecencyPrior | None) -> HybridResult:
@@ -277,11 +280,12 @@ class BackendMemory(HybridMemory):
         return dataclasses.replace(result, hits=apply_recency_prior(result.hits, times, prior, now, req.top_k))
 
     def _response(self, req: SearchRequest, result: HybridResult) -> SearchResponse:
-        rows = self.backend.get([hit.key for hit in result.hits])
+        # only what a result shows, for the top_k alone (the legs carried ids and scores only)
+        rows = self.backend.hit_rows([hit.key for hit in result.hits])
         results = [
             SearchResult(
-                chunk_id=hit.key, rrf_score=hit.rrf_score, text=rows[hit.key].text, source=rows[hit.key].source,
-                metadata=rows[hit.key].metadata,
+                chunk_id=hit.key, rrf_score=hit.rrf_score, text=rows[hit.key][0], source=rows[hit.key][1],
+                metadata=rows[hit.key][2],
                 score=None if result.method == "rrf" and hit.score == hit.rrf_score else hit.score,
                 sparse_rank=hit.ranks.get("sparse"), sparse_score=hit.raw_scores.get("sparse"),
                 dense_rank=hit.ranks.get("dense"), dense_score=hit.raw_scores.get("dense"),

@@ -33,9 +33,14 @@ only Qdrant's own fusion of the legs, whose weighted RRF differs from this libra
 fetched as they are and fused client-side by the core's :class:`~hybrid_memory.searcher.HybridSearcher`,
 every method of :data:`~hybrid_memory.fusion.FUSION_METHODS` available and exact). Each leg carries the
 translated filter, so it is applied inside Qdrant before ranking, at depth ``candidate_multiplier × top_k``.
-The adaptive fusion's exact cross-scores are one more batched request, both legs restricted to the
-candidates (``has_id``), and its exact-match guard reads document frequencies (one-term sparse queries, cut
-at ``top_k + 1``) and the candidates' token sets from the sparse vectors.
+The legs return ids and scores only: no payload (Edge keeps payload on disk, reading ``chunk_id`` per hit
+cost ~0.4 ms a leg on SciFact), chunk ids come from a client-side id map (:class:`QdrantBackend`), and only
+the final ``top_k`` are read, in one ``retrieve`` of ``text`` and ``doc``. The score-based fusions' exact
+cross-scores are one more batched request, both legs restricted to the candidates (``has_id``); the
+adaptive fusion's exact-match guard rides in the same request: document frequencies of the query's
+identifiers (one-term sparse queries over the collection, cut at the legs' depth, > ``top_k``) and which
+candidates hold each distinct query token (one-term sparse queries restricted to the candidates). The query
+is tokenized once per search.
 """
 
 from __future__ import annotations
@@ -44,7 +49,6 @@ import re
 
 import json
 import math
-import threading
 import time
 import uuid
 import zlib
@@ -66,7 +70,8 @@ from .base import ChunkVersion
 from .qdrant_collection import DENSE, SPARSE, ClientCollection, Collection, EdgeCollection, Leg, Point
 from .qdrant_filters import FIELDS, field_name, filterable_fields, translate
 
-__all__ = ["NAMESPACE", "QdrantBackend", "QdrantFilter", "SparseEncoder", "engine_id", "point_id", "token_index"]
+__all__ = ["MIN_TERMS", "NAMESPACE", "QdrantBackend", "QdrantFilter", "SparseEncoder", "engine_id", "point_id",
+           "point_uuid", "token_index"]
 
 _STORED = ("chunk_id", "text", "content_hash", "seq", "doc")
 """Payload keys a read returns (the typed filter fields ``f`` are for Qdrant's filters only)."""
@@ -78,14 +83,24 @@ DEFAULT_AVGDL = 256.0
 """Default average document length (tokens) of the BM25 length normalisation: Qdrant's ``Bm25`` ``avg_len``."""
 
 
+MIN_TERMS = 3
+"""The exact-match guard's whole-query match applies to queries of at least this many distinct tokens
+(``BM25Index.exact_matches``'s ``min_terms``)."""
+
+
+def point_uuid(chunk_id: str) -> uuid.UUID:
+    """The Qdrant point id of a chunk as a UUID: ``uuid5(NAMESPACE, chunk_id)``."""
+    return uuid.uuid5(NAMESPACE, chunk_id)
+
+
 def point_id(chunk_id: str) -> str:
     """The Qdrant point id of a chunk: ``str(uuid5(NAMESPACE, chunk_id))``."""
     return str(uuid.uuid5(NAMESPACE, chunk_id))
 
 
-def engine_id(pid: str) -> int:
+def engine_id(pid: str | uuid.UUID) -> int:
     """The int64 engine id of a point: the top 63 bits of its UUID (non-negative)."""
-    return uuid.UUID(pid).int >> 65
+    return (pid if isinstance(pid, uuid.UUID) else uuid.UUID(pid)).int >> 65
 
 
 def token_index(token: str) -> int:
@@ -103,6 +118,26 @@ def _in_order(doc: list[str], query: list[str]) -> bool:
         except ValueError:
             return False
     return True
+
+
+def _terms(tokens: Sequence[str]) -> list[int]:
+    """The sparse indices of the distinct tokens, ascending (colliding tokens share one)."""
+    return sorted({token_index(t) for t in tokens})
+
+
+def _df_leg(token: str, limit: int) -> Leg:
+    """A one-term query over the whole collection: its first ``limit`` holders (a document frequency, cut)."""
+    return Leg(SPARSE, ([token_index(token)], [1.0]), None, limit, ())
+
+
+def _term_leg(index: int, restrict: Mapping[str, Any], limit: int) -> Leg:
+    """A one-term query restricted to candidates (``restrict``, a ``has_id`` filter of ``limit`` ids): which hold it."""
+    return Leg(SPARSE, ([index], [1.0]), restrict, limit, ())
+
+
+def _holders(terms: Sequence[int], found: Sequence[Sequence[Any]]) -> dict[int, set[int]]:
+    """{sparse index: engine ids of the hits of its one-term leg}."""
+    return {i: {uid.int >> 65 for uid, _, _, _ in hits} for i, hits in zip(terms, found, strict=True)}
 
 
 class SparseEncoder:
@@ -134,9 +169,10 @@ class SparseEncoder:
         indices = sorted(tf)
         return indices, [tf[i] / (tf[i] + norm) for i in indices]
 
-    def query(self, text: str) -> tuple[list[int], list[float]]:
-        """(indices, counts): a query token repeated counts once per occurrence, as in bm25s."""
-        counts = Counter(token_index(t) for t in self.tokenizer.tokenize(text))
+    def query(self, text: str, tokens: Sequence[str] | None = None) -> tuple[list[int], list[float]]:
+        """(indices, counts): a query token repeated counts once per occurrence, as in bm25s. ``tokens``: the
+        text's tokens when already computed (``self.tokenizer.tokenize(text)``)."""
+        counts = Counter(token_index(t) for t in (self.tokenizer.tokenize(text) if tokens is None else tokens))
         indices = sorted(counts)
         return indices, [float(counts[i]) for i in indices]
 
@@ -175,7 +211,13 @@ def _flt(allowed: QdrantFilter | None) -> Mapping[str, Any] | None:
 class _Legs:
     """Runs the active legs of one query in one batched request, memoised on the :class:`Query` (both
     engines of one search read the same response). ``query.cache["qdrant_legs"]`` names the active legs
-    (BackendMemory sets it from the weights; default both)."""
+    (BackendMemory sets it from the weights; default both); ``query.cache["qdrant_guard"]`` says whether the
+    fusion reads the exact-match guard (BackendMemory sets it from the method; default True).
+
+    The legs return ids and scores only (no payload, no vectors): chunk ids come from the backend's id map
+    (:meth:`QdrantBackend.keys`). Per query, ``query.cache`` keeps the query's tokens and sparse vector
+    (tokenized once per search), the point UUID of every hit (``qdrant_uid``: the cross-scores' ``has_id``
+    reuses them), each leg's hits, the cross-scores and the guard's inputs."""
 
     def __init__(self, backend: QdrantBackend, embedder: Any) -> None:
         self.backend = backend
@@ -187,76 +229,113 @@ class _Legs:
             query.vector = l2_normalize(vector)[0]
         return query.vector
 
+    def tokens(self, query: Query) -> list[str]:
+        """The query's tokens (the library's tokenizer), once per query."""
+        tokens = query.cache.get("qdrant_query_tokens")
+        if tokens is None:
+            tokens = query.cache["qdrant_query_tokens"] = self.backend.encoder.tokenizer.tokenize(query.text)
+        return tokens
+
+    def identifiers(self, query: Query) -> list[str]:
+        """The query's identifiers (``TechnicalTokenizer.identifiers``), once per query."""
+        found = query.cache.get("qdrant_identifiers")
+        if found is None:
+            found = query.cache["qdrant_identifiers"] = self.backend.encoder.tokenizer.identifiers(query.text)
+        return found
+
+    def sparse(self, query: Query) -> tuple[list[int], list[float]]:
+        """The sparse query vector (:meth:`SparseEncoder.query`), once per query."""
+        vector = query.cache.get("qdrant_sparse")
+        if vector is None:
+            vector = query.cache["qdrant_sparse"] = self.backend.encoder.query(query.text, self.tokens(query))
+        return vector
+
     def hits(self, name: str, query: Query, k: int, allowed: QdrantFilter | None) -> list[Hit]:
-        key = repr(_flt(allowed))
+        flt = _flt(allowed)
+        key = repr(flt)
         cache = query.cache.setdefault("qdrant_hits", {})
         got = cache.get(name)
         if got is not None and got[0] == key and (got[1] >= k or len(got[2]) < got[1]):
             return got[2][:k]
+        # a leg held for this filter at depth >= k, or one that returned fewer hits than it asked (it holds
+        # every match), is not asked again when the other leg must go deeper (a tie at its cut)
         active = [n for n in query.cache.get("qdrant_legs", ("sparse", "dense"))
-                  if n == name or not (n in cache and cache[n][0] == key and cache[n][1] >= k)]
+                  if n == name or not (n in cache and cache[n][0] == key
+                                       and (cache[n][1] >= k or len(cache[n][2]) < cache[n][1]))]
         legs, names = [], []
         for n in active:
             if n == "sparse":
-                vector = self.backend.encoder.query(query.text)
+                vector = self.sparse(query)
                 if not vector[0]:
                     cache[n] = (key, k, [])
                     continue
-                legs.append(Leg(SPARSE, vector, _flt(allowed), k))
+                legs.append(Leg(SPARSE, vector, flt, k, ()))
             else:
                 dense = self.vector(query)
                 if not np.any(dense):  # no direction: nothing, as DenseEngine
                     cache[n] = (key, k, [])
                     continue
-                legs.append(Leg(DENSE, dense.tolist(), _flt(allowed), k))
+                legs.append(Leg(DENSE, dense.tolist(), flt, k, ()))
             names.append(n)
         if legs:
-            for n, found in zip(names, self.backend.collection.query_batch(legs), strict=True):
-                hits = [(self.backend.remember(pid, payload["chunk_id"]), score) for pid, score, payload, _ in found]
+            found = self.backend.collection.query_batch(legs)
+            self.backend.learn(found, query.cache.setdefault("qdrant_uid", {}))
+            for n, scored in zip(names, found, strict=True):
+                hits = [(uid.int >> 65, score) for uid, score, _, _ in scored]
                 hits.sort(key=lambda h: (-h[1], h[0]))
                 cache[n] = (key, k, hits)
         return cache[name][2][:k]
 
-
     def cross(self, name: str, query: Query, ids: np.ndarray) -> np.ndarray:
         """float64 (len(ids),): leg ``name``'s exact scores of engine ids. The first call of a query scores every
         candidate either leg returned, in both active legs, in one batched request (restricted by
-        ``has_id``); later calls read that. A known id a leg does not return scores 0 for BM25 (no query term)
-        and nan for the dense leg; an id no leg returned is asked for on its own."""
+        ``has_id``), with the exact-match guard's one-term document-frequency queries in the same request;
+        later calls read that. A known id a leg does not return scores 0 for BM25 (no query term) and nan
+        for the dense leg; an id no leg returned is asked for on its own."""
         ids = np.asarray(ids, dtype=np.int64)
         cache = query.cache.setdefault("qdrant_cross", {})
-        known = self.backend._ids
-        wanted = {int(i) for i in ids}
+        wanted = set(ids.tolist())
         if name not in cache or not wanted <= cache[name][0]:
             hits = query.cache.get("qdrant_hits", {})
+            uids = query.cache.setdefault("qdrant_uid", {})
             union = wanted | {doc for entry in hits.values() for doc, _ in entry[2]}
-            union = {doc for doc in union if doc in known}
+            for doc in union - uids.keys():  # not a hit of this query: its UUID from the id map
+                chunk_id = self.backend._ids.get(doc)
+                if chunk_id is not None:
+                    uids[doc] = point_uuid(chunk_id)
+            union = {doc for doc in union if doc in uids}
             names = [n for n in query.cache.get("qdrant_legs", ("sparse", "dense")) if n in ("sparse", "dense")]
             if name not in names:
                 names.append(name)
-            vectors = {"sparse": self.backend.encoder.query(query.text), "dense": None}
-            if "dense" in names:
-                vectors["dense"] = self.vector(query).tolist()
-            pids = [known[doc][0] for doc in sorted(union)]
-            scored = [n for n in names if pids and (n == "dense" or vectors["sparse"][0])]
-            legs = [Leg(SPARSE if n == "sparse" else DENSE, vectors[n], {"must": [{"has_id": pids}]}, len(pids),
-                        tokens=n == "sparse") for n in scored]
-            # the exact-match guard's document frequencies ride along, cut at the legs' depth (> top_k)
+            guard = query.cache.get("qdrant_guard", True)
+            sparse = self.sparse(query)
+            targets = [uids[doc] for doc in sorted(union)]
+            restrict = {"must": [{"has_id": targets}]}  # one object: Edge converts it once for every leg
+            scored = [n for n in names if targets and (n == "dense" or sparse[0])]
             depth = max((entry[1] for entry in hits.values()), default=0)
-            identifiers = self.backend.encoder.tokenizer.identifiers(query.text) if depth else []
-            legs += [Leg(SPARSE, ([token_index(t)], [1.0]), None, depth, ()) for t in identifiers]
+            identifiers = self.identifiers(query) if depth and guard else []
+            tokens = self.tokens(query)
+            terms = _terms(tokens) if guard and targets and len(set(tokens)) >= MIN_TERMS else []
+            legs = [Leg(SPARSE, sparse, restrict, len(targets), ()) if n == "sparse"
+                    else Leg(DENSE, self.vector(query).tolist(), restrict, len(targets), ()) for n in scored]
+            # the exact-match guard's inputs ride along: document frequencies of the identifiers (one-term
+            # queries cut at the legs' depth, > top_k) and which candidates hold each distinct query term
+            # (one-term legs over the candidates: measured cheaper than returning the candidates' sparse
+            # vectors with the sparse leg and testing them here)
+            legs += [_df_leg(t, depth) for t in identifiers]
+            legs += [_term_leg(i, restrict, len(targets)) for i in terms]
             found = self.backend.collection.query_batch(legs) if legs else []
             by_name = dict(zip(scored, found, strict=False))
+            rest = found[len(scored):]
             if identifiers:
-                query.cache["qdrant_df"] = (depth, found[len(scored):])
+                query.cache["qdrant_df"] = (depth, rest[:len(identifiers)])
+            if terms:
+                query.cache["qdrant_terms"] = _holders(terms, rest[len(identifiers):])
             for n in names:
-                scores = {engine_id(pid): score for pid, score, _, _ in by_name.get(n, [])}
-                if n == "sparse":  # the token sets of the candidates holding a query term, for the guard
-                    query.cache["qdrant_tokens"] = {pid: tokens for pid, _, _, tokens in by_name.get(n, [])}
-                cache[n] = (union, scores)
+                cache[n] = (union, {uid.int >> 65: score for uid, score, _, _ in by_name.get(n, [])})
         union, scores = cache[name]
         missing = 0.0 if name == "sparse" else np.nan
-        return np.array([scores.get(int(i), missing if int(i) in union else np.nan) for i in ids], dtype=np.float64)
+        return np.array([scores.get(i, missing if i in union else np.nan) for i in ids.tolist()], dtype=np.float64)
 
 
 class QdrantSparseEngine:
@@ -280,15 +359,17 @@ class QdrantSparseEngine:
         return self.legs.cross("sparse", query, ids)
 
     def exact_matches(self, query: Query, ids: np.ndarray, max_df: int, min_share: float = 0.25,
-                      min_terms: int = 3) -> np.ndarray:
+                      min_terms: int = MIN_TERMS) -> np.ndarray:
         """int64 (len(ids),): exact-match strength, the rule of ``BM25Index.exact_matches`` (rare identifiers
         +1 each; the whole query held, in order, by at most ``max_df`` candidates +(1 + identifiers)), with document
         frequencies read from Qdrant (a one-term sparse query, cut at ``max_df + 1``)."""
         ids = np.asarray(ids, dtype=np.int64)
         cross = query.cache.get("qdrant_cross", {}).get("sparse")
-        covered = cross is not None and set(ids.tolist()) <= cross[0] and "qdrant_tokens" in query.cache
-        return self.backend.exact_matches(query.text, ids, max_df, min_share, min_terms, query.cache.get("qdrant_df"),
-                                          query.cache["qdrant_tokens"] if covered else None)
+        covered = cross is not None and set(ids.tolist()) <= cross[0] and "qdrant_terms" in query.cache
+        return self.backend.exact_matches(
+            query.text, ids, max_df, min_share, min_terms, query.cache.get("qdrant_df"),
+            query.cache["qdrant_terms"] if covered else None, uids=query.cache.get("qdrant_uid"),
+            query_tokens=self.legs.tokens(query), identifiers=self.legs.identifiers(query))
 
 
 class QdrantDenseEngine:
@@ -325,7 +406,15 @@ class QdrantBackend:
         payload_indexes: create the payload indexes on open (default True; False only for throwaway
             collections such as tests, where each index costs ~0.15 s on Edge and filters give the same ids).
 
-    Thread-safe: Qdrant serialises writes; the id map is guarded by a lock.
+    Thread-safe: Qdrant serialises writes; the id map is a dict whose entries never change meaning (a point id
+    is the uuid5 of its chunk id), so concurrent searches may fill it in any order.
+
+    **The id map.** Searches read only ids and scores from Qdrant; the chunk ids come from a client-side map
+    engine id -> chunk id, filled by this process's writes and, for a point it has not seen (written by
+    another process, or before a reopen), by one ``retrieve`` of the unknown hits' ``chunk_id`` per search.
+    Deletes through this backend drop their entries. So the map holds at most one entry per point this
+    process wrote or found in a response, bounded by the points the collection has held; about 150 bytes an
+    entry (measured with tracemalloc: a 20-character chunk id), ~150 MB at a million points.
     """
 
     def __init__(
@@ -350,8 +439,7 @@ class QdrantBackend:
         self.name = "qdrant-edge" if isinstance(collection, EdgeCollection) else "qdrant"
         self.dim: int | None = None
         self.exact_ranges: set[tuple[str, str]] | None = set()
-        self._ids: dict[int, tuple[str, str]] = {}
-        self._lock = threading.Lock()
+        self._ids: dict[int, str] = {}
 
     @classmethod
     def edge(cls, path: str | Path, **kwargs: Any) -> QdrantBackend:
@@ -459,59 +547,88 @@ class QdrantBackend:
         return {"sparse": QdrantSparseEngine(legs), "dense": QdrantDenseEngine(legs)}
 
     # -- ids ----------------------------------------------------------------------------------------
-    def remember(self, pid: str, chunk_id: str) -> int:
-        """The engine id of a point seen in a response, kept for :meth:`keys` and exact re-scoring."""
-        doc = engine_id(pid)
-        self._ids[doc] = (pid, chunk_id)
-        return doc
+    def learn(self, found: Sequence[Sequence[Any]], uids: dict[int, uuid.UUID]) -> None:
+        """Note the engine id -> point UUID of every hit of ``found`` (lists of ``ScoredId``) in ``uids``, and
+        read the chunk ids of the points the id map lacks, in one ``retrieve`` (a point deleted meanwhile stays
+        unknown, and :meth:`keys` leaves it out)."""
+        known = self._ids
+        unknown: dict[int, uuid.UUID] = {}
+        for scored in found:
+            for uid, _, _, _ in scored:
+                doc = uid.int >> 65
+                uids[doc] = uid
+                if doc not in known:
+                    unknown[doc] = uid
+        if unknown:
+            for record in self.collection.retrieve([str(u) for u in unknown.values()], payload=["chunk_id"]):
+                known[engine_id(record.id)] = record.payload["chunk_id"]
 
     def keys(self, ids: Sequence[int]) -> dict[int, str]:
-        """Engine ids -> chunk ids, for ids this process has seen in a response."""
+        """Engine ids -> chunk ids, for ids this process has written or seen in a response."""
         known = self._ids
-        return {int(i): known[int(i)][1] for i in ids if int(i) in known}
+        return {int(i): known[int(i)] for i in ids if int(i) in known}
+
+    def _uuids(self, docs: Sequence[int], uids: Mapping[int, uuid.UUID] | None) -> list[uuid.UUID | None]:
+        """Point UUIDs of engine ids: from a query's hits, else from the id map (None: unknown)."""
+        uids = uids or {}
+        known = self._ids
+        return [uids.get(d) or (point_uuid(known[d]) if d in known else None) for d in docs]
 
     def exact_matches(self, text: str, ids: np.ndarray, max_df: int, min_share: float, min_terms: int,
-                      holders: tuple[int, list] | None = None, tokens: Mapping[str, list[int]] | None = None) -> np.ndarray:
-        """See :meth:`QdrantSparseEngine.exact_matches`. ``holders``: (limit, one-term query hits per identifier)
-        and ``tokens``: {point id: sparse indices} of the candidates holding a query term, both fetched in the
-        query's cross-score batch over every candidate (a candidate absent from ``tokens`` holds no query term);
-        None reads the candidates' sparse vectors here."""
+                      holders: tuple[int, list] | None = None, term_holders: Mapping[int, set[int]] | None = None,
+                      *, uids: Mapping[int, uuid.UUID] | None = None, query_tokens: Sequence[str] | None = None,
+                      identifiers: Sequence[str] | None = None) -> np.ndarray:
+        """See :meth:`QdrantSparseEngine.exact_matches`.
+
+        ``holders``: (limit, one-term query hits per identifier, over the collection) and ``term_holders``:
+        {sparse index of a distinct query token: the engine ids among ``ids`` that hold it}, both fetched in
+        the query's cross-score batch; None fetches what is missing here, in one batched request (one-term
+        sparse queries: a point holds a token exactly when the query scores it, idf > 0 and tf part > 0).
+        ``uids``: the query's engine id -> point UUID; ``query_tokens`` and ``identifiers``: the text's
+        tokens and identifiers when already computed.
+        """
         tokenizer = self.encoder.tokenizer
         out = np.zeros(len(ids), dtype=np.int64)
         if not len(ids):
             return out
-        pids = [self._ids.get(int(i), (None,))[0] for i in ids]
-        identifiers = tokenizer.identifiers(text)
+        docs = [int(i) for i in ids]
+        if identifiers is None:
+            identifiers = tokenizer.identifiers(text)
+        order = list(tokenizer.tokenize(text) if query_tokens is None else query_tokens)
+        terms = _terms(order) if len(set(order)) >= min_terms else []
+        need_df = bool(identifiers) and not (holders is not None and holders[0] > max_df
+                                             and len(holders[1]) == len(identifiers))
+        need_terms = bool(terms) and term_holders is None
+        if need_df or need_terms:
+            targets = [u for u in self._uuids(docs, uids) if u is not None] if need_terms else []
+            restrict = {"must": [{"has_id": targets}]}
+            legs = [_df_leg(t, max_df + 1) for t in identifiers] if need_df else []
+            legs += [_term_leg(i, restrict, len(targets)) for i in terms] if targets else []
+            found = self.collection.query_batch(legs) if legs else []
+            if need_df:
+                holders = (max_df + 1, found[:len(identifiers)])
+            if need_terms:
+                term_holders = _holders(terms, found[len(identifiers) if need_df else 0:]) if targets else {}
         if identifiers:
-            if holders is not None and holders[0] > max_df and len(holders[1]) == len(identifiers):
-                per_token = holders[1]
-            else:
-                per_token = self.collection.query_batch(
-                    [Leg(SPARSE, ([token_index(t)], [1.0]), None, max_df + 1, ()) for t in identifiers])
             rare = 0
-            for found in per_token:
+            for found in holders[1]:
                 if 0 < len(found) <= max_df:
                     rare += 1
-                    held = {pid for pid, _, _, _ in found}
-                    out += np.fromiter((p in held for p in pids), dtype=np.int64, count=len(pids))
+                    held = {uid.int >> 65 for uid, _, _, _ in found}
+                    out += np.fromiter((d in held for d in docs), dtype=np.int64, count=len(docs))
             if rare and rare < min_share * tokenizer.content_runs(text):
                 out[:] = 0
-        distinct = set(tokenizer.tokenize(text))
-        if len(distinct) >= min_terms:
-            wanted = {token_index(t) for t in distinct}
-            if tokens is None:
-                records = self.collection.retrieve([p for p in pids if p is not None], vectors=[SPARSE], payload=False)
-                tokens = {r.id: r.sparse[0] if r.sparse else [] for r in records}
-            holds = {pid: wanted <= set(indices) for pid, indices in tokens.items()}
-            full = np.fromiter((holds.get(p, False) for p in pids), dtype=bool, count=len(pids))
+        if terms:
+            counts = Counter(d for held in term_holders.values() for d in held)
+            full = np.fromiter((counts.get(d, 0) == len(terms) for d in docs), dtype=bool, count=len(docs))
             if 0 < int(full.sum()) <= max_df:
                 # and in the query's order, gaps allowed (BM25Index.holds_in_order), read from the stored texts
-                order = tokenizer.tokenize(text)
-                held = [p for p, f in zip(pids, full.tolist(), strict=True) if f]
-                texts = {r.id: r.payload.get("text", "") for r in self.collection.retrieve(held, payload=["text"])}
-                in_order = {p: _in_order(tokenizer.tokenize(texts.get(p, "")), order) for p in held}
-                full = np.fromiter((f and in_order.get(p, False) for p, f in zip(pids, full.tolist(), strict=True)),
-                                   dtype=bool, count=len(pids))
+                held = [d for d, f in zip(docs, full.tolist(), strict=True) if f]
+                pids = [str(u) for u in self._uuids(held, uids) if u is not None]
+                texts = {engine_id(r.id): r.payload.get("text", "") for r in self.collection.retrieve(pids, payload=["text"])}
+                in_order = {d: _in_order(tokenizer.tokenize(texts.get(d, "")), order) for d in held}
+                full = np.fromiter((f and in_order.get(d, False) for d, f in zip(docs, full.tolist(), strict=True)),
+                                   dtype=bool, count=len(docs))
                 out = out + full.astype(np.int64) * (1 + len(identifiers))
         return out
 
@@ -559,6 +676,17 @@ class QdrantBackend:
     def get(self, chunk_ids: Sequence[str]) -> dict[str, StoredChunk]:
         """Stored chunks by id (unknown ids left out)."""
         return {cid: self._chunk(p) for cid, p in self.payloads(chunk_ids).items()}
+
+    def hit_rows(self, chunk_ids: Sequence[str]) -> dict[str, tuple[str, str | None, dict[str, Any]]]:
+        """chunk_id -> (text, source, metadata) of the stored chunks (unknown ids left out): what a search
+        result shows, read in one ``retrieve`` of the ``text`` and ``doc`` payload keys."""
+        ids = list(dict.fromkeys(chunk_ids))
+        by_pid = {point_id(c): c for c in ids}
+        out: dict[str, tuple[str, str | None, dict[str, Any]]] = {}
+        for record in self.collection.retrieve(list(by_pid), payload=["text", "doc"]):
+            doc = json.loads(record.payload["doc"])
+            out[by_pid[record.id]] = (record.payload["text"], doc["source"], doc["metadata"])
+        return out
 
     def find_hashes(self, digests: Sequence[str], scope_values: Mapping[str, str | None]) -> dict[str, str]:
         """content_hash -> chunk_id of the oldest stored chunk (lowest ``seq``) with that hash and exactly
@@ -643,7 +771,8 @@ class QdrantBackend:
             chunk = version.chunk
             seq = seqs.get(chunk.chunk_id, base + j)
             payload = self._payload(chunk, seq)
-            pid = point_id(chunk.chunk_id)
+            uid = point_uuid(chunk.chunk_id)
+            pid = str(uid)
             if version.vector is None:
                 self.collection.set_payload(pid, payload)
             else:
@@ -651,12 +780,19 @@ class QdrantBackend:
                                     self.encoder.document(chunk.text), payload))
         for start in range(0, len(points), 256):
             self.collection.upsert(points[start:start + 256])
+        known = self._ids
+        for version in versions:  # the id map learns every point written (searches then read no payload)
+            cid = version.chunk.chunk_id
+            known[point_uuid(cid).int >> 65] = cid
 
     def delete(self, chunk_ids: Sequence[str]) -> None:
         """Delete chunks by id."""
-        ids = [point_id(c) for c in chunk_ids]
+        uids = [point_uuid(c) for c in chunk_ids]
+        ids = [str(u) for u in uids]
         for start in range(0, len(ids), 1000):
             self.collection.delete(ids[start:start + 1000])
+        for u in uids:
+            self._ids.pop(u.int >> 65, None)
 
     def vectors(self, chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:
         """chunk_id -> stored dense vector, float32 (dim,)."""

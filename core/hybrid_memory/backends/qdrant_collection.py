@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import uuid
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -69,7 +70,8 @@ def _to_record(r: Any, vectors: bool) -> Record:
 @dataclass(frozen=True)
 class Leg:
     """One leg of a batched query: ``using`` ``"dense"`` (``vector`` a list of floats) or ``"bm25"`` (``vector``
-    (indices, values)), the REST JSON filter, the result limit and the payload keys to return."""
+    (indices, values)), the REST JSON filter, the result limit and the payload keys to return (``()``: none,
+    ids and scores only; Qdrant Edge then reads no payload at all, measured ~0.4 ms per leg saved on SciFact)."""
 
     using: str
     vector: Any
@@ -80,8 +82,9 @@ class Leg:
     """Also return each hit's sparse ``bm25`` indices (the 4th element of :data:`ScoredId`)."""
 
 
-ScoredId = tuple[str, float, dict[str, Any], "list[int] | None"]
-"""``(point id, score, payload, sparse indices or None)`` of a query hit."""
+ScoredId = tuple[uuid.UUID, float, dict[str, Any], "list[int] | None"]
+"""``(point id, score, payload, sparse indices or None)`` of a query hit; the id as a :class:`uuid.UUID` (what
+Qdrant Edge returns; the client's string ids are parsed), the payload ``{}`` when the leg asked for none."""
 
 
 class Collection(Protocol):
@@ -106,6 +109,10 @@ def _indices(vector: Any) -> list[int]:
 
 def _names(value: bool | Sequence[str]) -> bool | list[str]:
     return value if isinstance(value, bool) else list(value)
+
+
+def _uuid(pid: Any) -> uuid.UUID:
+    return pid if isinstance(pid, uuid.UUID) else uuid.UUID(str(pid))
 
 
 def _mismatch(what: str, found: Any, wanted: Any, where: str) -> StoreFormatError:
@@ -303,11 +310,11 @@ class ClientCollection:
             query = m.SparseVector(indices=leg.vector[0], values=leg.vector[1]) if leg.using == SPARSE else leg.vector
             requests.append(m.QueryRequest(
                 query=query, using=leg.using, filter=to_client_filter(leg.filter), limit=leg.limit,
-                with_payload=list(leg.payload), with_vector=[SPARSE] if leg.tokens else False,
+                with_payload=list(leg.payload) or False, with_vector=[SPARSE] if leg.tokens else False,
             ))
         with self._reached("query"):
             responses = self.client.query_batch_points(self.name, requests=requests)
-        return [[(str(p.id), float(p.score), dict(p.payload or {}), _indices(p.vector) if leg.tokens else None)
+        return [[(_uuid(p.id), float(p.score), dict(p.payload or {}), _indices(p.vector) if leg.tokens else None)
                  for p in r.points] for leg, r in zip(legs, responses, strict=True)]
 
     def close(self) -> None:
@@ -412,15 +419,24 @@ class EdgeCollection:
         """Every leg in one ``query_batch`` call of the shard; hits per leg, best first."""
         qe = self._qe
         requests = []
+        converted: dict[int, Any] = {}  # legs sharing one filter object convert it once
         for leg in legs:
             vector = qe.SparseVector(*leg.vector) if leg.using == SPARSE else leg.vector
+            key = id(leg.filter)
+            if key not in converted:
+                converted[key] = to_edge_filter(leg.filter)
             requests.append(qe.QueryRequest(
-                limit=leg.limit, query=qe.Query.Nearest(vector, using=leg.using), filter=to_edge_filter(leg.filter),
-                with_payload=list(leg.payload), with_vector=[SPARSE] if leg.tokens else False,
+                limit=leg.limit, query=qe.Query.Nearest(vector, using=leg.using), filter=converted[key],
+                with_payload=list(leg.payload) or False, with_vector=[SPARSE] if leg.tokens else False,
             ))
         responses = self.shard.query_batch(qe.QueryBatchRequest(requests))
-        return [[(str(p.id), float(p.score), dict(p.payload or {}), _indices(p.vector) if leg.tokens else None)
-                 for p in r] for leg, r in zip(legs, responses, strict=True)]
+        out = []
+        for leg, r in zip(legs, responses, strict=True):
+            if leg.tokens or leg.payload:
+                out.append([(p.id, p.score, dict(p.payload or {}), _indices(p.vector) if leg.tokens else None) for p in r])
+            else:  # ids and scores only: the common case, kept lean (Edge returns UUID ids and float scores)
+                out.append([(p.id, p.score, {}, None) for p in r])
+        return out
 
     def close(self) -> None:
         """Flush and close the shard."""
