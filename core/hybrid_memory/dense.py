@@ -27,6 +27,16 @@ Layout (one job: rank ids by inner product with a query, restricted to an allowe
   has grown ``retrain_growth`` times since the last training, so ``nlist`` tracks ``sqrt(n)``; searches
   keep using the current index (or the exact scan) meanwhile.
 
+**All-zero vectors carry no dense evidence.** A stored vector of all zeros (a placeholder a caller sent, or a
+bag-of-words embedding of a text without a known token) has no direction: its inner product with every query
+is 0, which says nothing about relevance, yet a fusion that standardises the dense scores would read 0 as far
+below the list and sink a chunk that BM25 alone found. So such a row is held (it keeps its place in the store,
+the id map and saves) but :meth:`FaissIndex.search` never returns it and :meth:`FaissIndex.score` gives it
+``nan``, the value of an id without a vector: the searcher then drops the cross-score and the chunk is judged
+by its other engine only, as an all-zero *query* vector already skips the dense engine. Refusing such vectors
+at write time was the alternative; it would break callers that send placeholder vectors for chunks they have
+no embedding of, and an embedder can produce one itself (a text of stop words for a hashing embedder).
+
 Saved as immutable, token-named base files (``vectors.<token>.npy``, ``ivf.<token>.faiss``; ``numpy.save``
 and ``faiss.write_index``, no pickle) plus the rows written since (``delta_*.npy``), ``slot_ids.npy`` and
 ``manifest.json``; a save links unchanged base files instead of rewriting them (:meth:`FaissIndex.save`), and a
@@ -207,6 +217,8 @@ class FaissIndex:
         self._base_name: str | None = None
         self._base_rows = 0
         self._dirty = np.zeros(0, dtype=bool)  # by slot < _base_rows: overwritten since the base was written
+        self._zero = np.zeros(0, dtype=bool)  # by id: the live vector is all zeros (no dense evidence)
+        self._n_zero = 0
         self._ivf_file: str | None = None
         self._ivf_changes = 0
 
@@ -268,6 +280,9 @@ class FaissIndex:
         bits[: len(self._alive_bits)] = self._alive_bits
         self._alive_bits = bits
         self._alive_selector = None
+        zero = np.zeros(size, dtype=bool)
+        zero[: len(self._zero)] = self._zero
+        self._zero = zero
 
     def _grow_slots(self, needed: int) -> None:
         """Room for ``needed`` slots (caller holds the lock); see :meth:`_Rows.reserve`."""
@@ -290,7 +305,7 @@ class FaissIndex:
     def add(self, ids: Sequence[int], vectors: np.ndarray) -> None:
         """Add float32 (n, dim) vectors (L2-normalised by the caller) under new int64 ids (n,), >= 0.
 
-        Searchable on return. Cost: a copy into the matrix plus, with an IVF, one quantizer search per vector.
+        Searchable on return; an all-zero vector is held but never returned nor scored (module docstring). Cost: a copy into the matrix plus, with an IVF, one quantizer search per vector.
 
         Raises:
             DimensionMismatchError: the vectors' dimension is not ``dim``.
@@ -322,6 +337,10 @@ class FaissIndex:
             self._slot_of[ids] = slots
             np.bitwise_or.at(self._alive_bits, ids >> 3, (1 << (ids & 7)).astype(np.uint8))
             self._n_alive += n
+            zero = ~vectors.any(axis=1)
+            if zero.any():
+                self._zero[ids[zero]] = True
+                self._n_zero += int(zero.sum())
             if self._ivf is not None:
                 self._ivf.add_with_ids(vectors, ids)
                 self._ivf_changes += n
@@ -345,6 +364,9 @@ class FaissIndex:
             self._slot_ids[slots] = -1
             self._free.extend(slots.tolist())
             self._n_alive -= len(ids)
+            if self._n_zero:
+                self._n_zero -= int(self._zero[ids].sum())
+                self._zero[ids] = False
             if self._ivf is not None or self._building:
                 self._tombstones.extend(ids.tolist())
                 self._ivf_changes += len(ids)
@@ -522,6 +544,13 @@ class FaissIndex:
         order = np.lexsort((ids, -scores))[:k]
         return [(int(ids[i]), float(scores[i])) for i in order]
 
+    def _top_directed(self, ids: np.ndarray, scores: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """:meth:`_top` of the live ``ids`` whose vector is not all zeros (caller holds the lock)."""
+        if self._n_zero:
+            keep = ~self._zero[ids]
+            ids, scores = ids[keep], scores[keep]
+        return self._top(ids, scores, k)
+
     def search(self, query: np.ndarray, k: int, allowed: RowSet | np.ndarray | None = None) -> list[tuple[int, float]]:
         """Top ``k`` ids by inner product with the query, among ``allowed``.
 
@@ -536,7 +565,8 @@ class FaissIndex:
 
         Returns:
             ``(id, inner product)`` pairs (float32 products as float), score descending then id ascending;
-            fewer than k when fewer vectors are eligible.
+            fewer than k when fewer vectors are eligible. All-zero vectors are never eligible (no direction,
+            no evidence: module docstring).
         """
         import faiss
 
@@ -564,14 +594,15 @@ class FaissIndex:
             else:
                 selector = None
             params = faiss.SearchParametersIVF(sel=selector, nprobe=nprobe)
-            depth = min(self.rerank * k, self._n_alive)
+            # all-zero rows the IVF may propose are dropped at the re-rank: probe as many more (at most rerank × k)
+            depth = min(self.rerank * k + min(self._n_zero, self.rerank * k), self._n_alive)
             _, labels = self._ivf.search(query, depth, params=params)
             labels = labels[0][labels[0] >= 0]
             slots = self._slots(labels)
             held = slots >= 0
             labels, slots = labels[held], slots[held]
             scores = self._vectors.dot(slots, query[0])
-        return self._top(labels, scores, k)
+            return self._top_directed(labels, scores, k)
 
     def _search_exact(self, query: np.ndarray, k: int, allowed: RowSet | None) -> list[tuple[int, float]]:
         """Exact scan over the allowed rows only (caller holds the lock)."""
@@ -581,14 +612,14 @@ class FaissIndex:
             if self._free:
                 live = ids >= 0
                 ids, scores = ids[live], scores[live]
-            return self._top(ids, scores, k)
+            return self._top_directed(ids, scores, k)
         if len(allowed) * 5 > self._n_slots * 3:
             # a broad set: one contiguous matmul over every row, then keep the allowed live ones (scoring over
             # 60% of the rows one by one costs more than scoring them all: 0.29 vs 0.175 µs a row)
             scores = self._vectors.dot_prefix(self._n_slots, query)
             ids = self._slot_ids[: self._n_slots]
             keep = allowed.contains(ids)
-            return self._top(ids[keep], scores[keep], k)
+            return self._top_directed(ids[keep], scores[keep], k)
         ids = allowed.ids
         slots = self._slots(ids)
         held = slots >= 0
@@ -596,12 +627,13 @@ class FaissIndex:
             ids, slots = ids[held], slots[held]
         if not len(ids):
             return []
-        return self._top(ids, self._vectors.dot(slots, query), k)
+        return self._top_directed(ids, self._vectors.dot(slots, query), k)
 
     def score(self, query: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """Exact inner products of the float32 (dim,) ``query`` with the vectors of int64 ``ids``.
 
-        Returns float64 (len(ids),); ids not in the index score ``nan``. One gather and one matvec.
+        Returns float64 (len(ids),); ids not in the index, and ids whose vector is all zeros (no dense
+        evidence: module docstring), score ``nan``. One gather and one matvec.
         """
         query = self._check(np.asarray(query, dtype=np.float32).reshape(1, -1))[0]
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -611,6 +643,10 @@ class FaissIndex:
             held = slots >= 0
             if held.any():
                 out[held] = self._vectors.dot(slots[held], query).astype(np.float64)
+                if self._n_zero:
+                    zero = np.zeros(len(ids), dtype=bool)
+                    zero[held] = self._zero[ids[held]]
+                    out[zero] = np.nan
         return out
 
     def vectors(self, ids: np.ndarray) -> np.ndarray:
@@ -695,6 +731,7 @@ class FaissIndex:
                 "ivf": ivf_file,
                 "has_ivf": ivf_file is not None,
                 "trained_n": self._trained_n,
+                "zero_ids": np.flatnonzero(self._zero).tolist(),  # live ids whose vector is all zeros
             }
             (directory / "manifest.json").write_text(json.dumps(manifest, indent=2))
             if not linked:
@@ -751,6 +788,7 @@ class FaissIndex:
             live = slot_ids[live_slots]
             if len(live) != manifest["n_alive"] or int(live.sum()) != manifest["ids_sum"] or not _distinct(live):
                 raise ValueError("id map does not match the manifest (files from two saves)")
+            zero_ids = _zero_ids(manifest, live, live_slots, vectors)
             ivf, ivf_file, replayed = None, None, 0
             if manifest["has_ivf"]:
                 ivf_file = manifest["ivf"] if version >= 2 else "ivf.faiss"
@@ -774,7 +812,9 @@ class FaissIndex:
                 mask = np.zeros(len(self._slot_of), dtype=bool)
                 mask[live] = True
                 self._alive_bits = np.packbits(mask, bitorder="little")
+                self._zero[zero_ids] = True
             self._n_alive = len(live)
+            self._n_zero = len(zero_ids)
             self._ivf = ivf
             self._trained_n = int(manifest["trained_n"]) if ivf is not None else 0
             if version >= 2:  # format 1 files carry no token: the next save writes a base of its own
@@ -784,6 +824,19 @@ class FaissIndex:
                 self._ivf_file = ivf_file
                 self._ivf_changes = replayed
         return True
+
+
+def _zero_ids(manifest: dict[str, Any], live: np.ndarray, live_slots: np.ndarray, vectors: _Rows) -> np.ndarray:
+    """int64: the live ids whose vector is all zeros, from the manifest (saves since the zero-vector rule), else
+    found by one pass over the live rows (an older save). Raises ValueError for an id that is not live."""
+    if "zero_ids" in manifest:
+        zero = np.asarray(manifest["zero_ids"], dtype=np.int64).reshape(-1)
+        if len(zero) and not np.isin(zero, live).all():
+            raise ValueError("zero_ids names ids that are not live")
+        return zero
+    found = [live[start : start + 65_536][~vectors.gather(live_slots[start : start + 65_536]).any(axis=1)]
+             for start in range(0, len(live), 65_536)]
+    return np.concatenate(found).astype(np.int64) if found else np.zeros(0, dtype=np.int64)
 
 
 def _distinct(ids: np.ndarray) -> bool:

@@ -255,7 +255,8 @@ class DenseEngine:
         """See :meth:`Engine.search`; scores are inner products of unit vectors (cosines).
 
         A query vector of all zeros (a stop-word-only query for a bag-of-words embedder) carries no
-        direction, so nothing is returned instead of arbitrary rows scoring 0.
+        direction, so nothing is returned instead of arbitrary rows scoring 0; likewise a stored all-zero
+        vector is never returned (see :mod:`hybrid_memory.dense`).
         """
         vector = self.query_vector(query)
         if not np.any(vector):
@@ -263,5 +264,6 @@ class DenseEngine:
         return self.index.search(vector, k, allowed)
 
     def score(self, query: Query, ids: np.ndarray) -> np.ndarray:
-        """See :meth:`Engine.score`: inner products with the stored vectors of ``ids``."""
+        """See :meth:`Engine.score`: inner products with the stored vectors of ``ids``; ``nan`` (no dense
+        evidence) for an id whose stored vector is all zeros, as for an id without a vector."""
         return self.index.score(self.query_vector(query), ids)

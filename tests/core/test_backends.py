@@ -462,3 +462,24 @@ def test_near_duplicates_skip_and_merge(mem):
     other_scope = mem.write([{"chunk_id": "d", "text": "Dana prefers PostgreSQL for the billing-service",
                               "user_id": "u9"}], dedup="skip")
     assert other_scope.decisions[0].action == "written" and mem.count() == 2
+
+
+def test_an_all_zero_vector_is_no_dense_evidence_on_every_backend(engine, tmp_path):
+    """A chunk stored with an all-zero vector, the only BM25 hit: first under adaptive (it ranked last when its
+    cosine 0 was standardised against the dense list), never returned by the dense leg alone."""
+    notes = [("a", "apple orchard notes", [1.0, 0.0, 0.0, 0.0]), ("b", "banana plantation notes", [0.0, 1.0, 0.0, 0.0]),
+             ("c", "cherry blossom notes", [0.0, 0.0, 1.0, 0.0]), ("z", "quasar telescope log", [0.0, 0.0, 0.0, 0.0])]
+    query = np.array([1.0, 1.0, 1.0, 0.0], dtype=np.float32) / np.sqrt(3.0)
+    memory = open_memory(engine, tmp_path, embedder=HashingEmbedder(dim=4))
+    try:
+        memory.add([{"chunk_id": cid, "text": text} for cid, text, _ in notes],
+                   vectors=np.array([v for _, _, v in notes], dtype=np.float32))
+        response = memory.search("quasar", top_k=4, query_vector=query)
+        assert response.fusion == "adaptive"
+        assert _ids(response)[0] == "z" and sorted(_ids(response)[1:]) == ["a", "b", "c"]
+        assert (response.results[0].dense_rank, response.results[0].dense_score) == (None, None)
+        dense_only = memory.search("quasar", top_k=4, query_vector=query, dense_weight=1.0, sparse_weight=0.0)
+        assert sorted(_ids(dense_only)) == ["a", "b", "c"]
+        assert [c.chunk_id for c in memory.get(["z"])] == ["z"]  # stored, with its text
+    finally:
+        memory.close()

@@ -208,3 +208,107 @@ def test_in_order_reads_whole_tokens_only():
     assert _in_order(b(65536, 256), [b(256)])
     assert _in_order(b(7, 3, 9, 3), [b(3), b(3)]) and not _in_order(b(7, 3, 9), [b(3), b(3)])
     assert _in_order(b(1, 2, 3), [b(1), b(3)]) and not _in_order(b(1, 2, 3), [b(3), b(1)])
+
+
+# -- an all-zero stored vector carries no dense evidence (fresh-user review, session 3) -------------------------
+ZERO_NOTES = [  # "quasar" is in z only; a, b, c are equally close to the query vector below (cosine 1/sqrt(3))
+    ("a", "apple orchard notes", [1.0, 0.0, 0.0, 0.0]),
+    ("b", "banana plantation notes", [0.0, 1.0, 0.0, 0.0]),
+    ("c", "cherry blossom notes", [0.0, 0.0, 1.0, 0.0]),
+    ("z", "quasar telescope log", [0.0, 0.0, 0.0, 0.0]),  # a placeholder vector from the caller
+]
+ZERO_QUERY = np.array([1.0, 1.0, 1.0, 0.0], dtype=np.float32) / np.sqrt(3.0)
+
+
+def _zero_vector_memory(path=None):
+    memory = HybridMemory(path, embedder=HashingEmbedder(4))
+    memory.add([{"chunk_id": cid, "text": text} for cid, text, _ in ZERO_NOTES],
+               vectors=np.array([v for _, _, v in ZERO_NOTES], dtype=np.float32))
+    return memory
+
+
+def _assert_zero_vector_chunk_judged_by_bm25_alone(memory):
+    response = memory.search("quasar", top_k=4, query_vector=ZERO_QUERY)  # the default fusion: adaptive
+    assert response.fusion == "adaptive"
+    # By hand. BM25 (log1p) over the 4 candidates: z = L, a = b = c = 0 -> z-scores +sqrt(3), -1/sqrt(3) each.
+    # Dense: z has no score (nan, dropped: the mean, z = 0); a, b, c all 1/sqrt(3): std 0, every z-score 0.
+    # Fused: z = alpha_s * sqrt(3) > 0 > a = b = c = -alpha_s / sqrt(3); rescaled to [0, 1]: z 1, the rest 0.
+    assert [r.chunk_id for r in response.results] == ["z", "a", "b", "c"]
+    assert [r.score for r in response.results] == [1.0, 0.0, 0.0, 0.0]
+    top = response.results[0]
+    assert (top.sparse_rank, top.dense_rank, top.dense_score) == (1, None, None)
+    assert [r.dense_score for r in response.results[1:]] == pytest.approx([1 / np.sqrt(3.0)] * 3, abs=1e-6)
+    # the dense list [a, b, c] is flat (top_outlier 0): weights = the priors 1 and 1, made convex
+    assert response.effective_weights == pytest.approx({"sparse": 0.5, "dense": 0.5})
+    # rrf: z scores 1/61 from its BM25 rank alone (no dense rank), as a, whose dense rank 1 also gives 1/61
+    rrf = memory.search("quasar", top_k=4, query_vector=ZERO_QUERY, fusion="rrf")
+    assert {r.chunk_id: r.rrf_score for r in rrf.results} == pytest.approx(
+        {"a": 1 / 61, "z": 1 / 61, "b": 1 / 62, "c": 1 / 63})
+    assert [r.chunk_id for r in rrf.results] == ["a", "z", "b", "c"]  # the tie at 1/61 by chunk id
+
+
+def test_a_zero_vector_chunk_that_only_bm25_finds_ranks_first_under_adaptive():
+    """It used to rank last: its cosine 0 was standardised far below the dense list (a, b, c at 0.577)."""
+    with _zero_vector_memory() as memory:
+        _assert_zero_vector_chunk_judged_by_bm25_alone(memory)
+
+
+def test_the_dense_engine_never_returns_nor_scores_a_zero_vector_row():
+    with _zero_vector_memory() as memory:
+        rowid = {cid: memory._store.lookup([cid])[cid][0] for cid, _, _ in ZERO_NOTES}
+        hits = memory._dense.search(ZERO_QUERY, 10)
+        assert sorted(i for i, _ in hits) == sorted(rowid[c] for c in "abc")  # 3 of the 4 rows: z is not eligible
+        ids = np.array([rowid[c] for c in "abcz"] + [10_000], dtype=np.int64)
+        scores = memory._dense.score(ZERO_QUERY, ids)
+        assert scores[:3] == pytest.approx([1 / np.sqrt(3.0)] * 3, abs=1e-6)
+        assert np.isnan(scores[3]) and np.isnan(scores[4])  # zero vector, and an id without a vector: alike
+        engine = memory._searcher.engines["dense"]
+        query = Query("quasar", ZERO_QUERY)
+        assert rowid["z"] not in [i for i, _ in engine.search(query, 10, None)]
+        assert np.isnan(engine.score(query, np.array([rowid["z"]], dtype=np.int64))[0])
+        assert memory._dense.vectors(np.array([rowid["z"]])).tolist() == [[0.0] * 4]  # still held, as stored
+        # the dense engine alone: a, b, c (tied, by chunk id), never z
+        dense_only = memory.search("quasar", top_k=4, query_vector=ZERO_QUERY, dense_weight=1.0, sparse_weight=0.0)
+        assert [r.chunk_id for r in dense_only.results] == ["a", "b", "c"]
+
+
+def test_the_zero_vector_rule_survives_a_reopen_and_an_older_save(tmp_path):
+    import json
+
+    with _zero_vector_memory(tmp_path / "mem"):
+        pass
+    manifest_path = tmp_path / "mem" / "dense" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    with HybridMemory.open(tmp_path / "mem", embedder=HashingEmbedder(4)) as memory:
+        z = memory._store.lookup(["z"])["z"][0]
+        assert manifest["zero_ids"] == [z]  # saved, so a reopen reads no vector to find it
+        _assert_zero_vector_chunk_judged_by_bm25_alone(memory)
+    del manifest["zero_ids"]  # a save from before the rule: found by one pass over the rows on load
+    manifest_path.write_text(json.dumps(manifest))
+    with HybridMemory.open(tmp_path / "mem", embedder=HashingEmbedder(4)) as memory:
+        assert memory._dense._n_zero == 1
+        _assert_zero_vector_chunk_judged_by_bm25_alone(memory)
+
+
+def test_zero_vector_rows_are_dropped_from_the_ivf_path_and_forgotten_on_remove():
+    from hybrid_memory.dense import FaissIndex
+
+    rng = np.random.default_rng(7)
+    vectors = rng.normal(size=(5000, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors[::500] = 0.0  # 10 placeholder rows: ids 0, 500, ..., 4500
+    index = FaissIndex(8, kind="ivf", nprobe=128)  # 5,000 vectors: 128 lists (39 training points each), all probed
+    index.add(np.arange(5000), vectors)
+    index.maintain()
+    assert index.approximate  # the IVF serves unfiltered searches
+    query = vectors[1]
+    hits = index.search(query, 5000)  # every row the IVF proposes, exactly re-scored
+    returned = {i for i, _ in hits}
+    assert returned.isdisjoint(range(0, 5000, 500))
+    assert len(returned) == 4990  # every other row is eligible
+    assert np.isnan(index.score(query, np.array([0, 500]))).all()
+    index.remove([500])
+    index.add([500], vectors[1:2])  # the id now holds a real vector: eligible and scored again
+    assert [i for i, _ in index.search(query, 2)] == [1, 500]  # the same vector twice: tie broken by id
+    assert index.score(query, np.array([500]))[0] == pytest.approx(1.0)
+    assert index._n_zero == 9

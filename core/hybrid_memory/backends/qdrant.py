@@ -761,8 +761,10 @@ class QdrantBackend:
         }
 
     def write(self, versions: Sequence[ChunkVersion], seqs: Mapping[str, int] | None = None) -> None:
-        """Write chunk versions: with a vector, one batched upsert (vectors and payload); without, the payload
-        is replaced and the stored vectors are kept. ``seqs``: the first-insertion order of chunks already
+        """Write chunk versions: with a vector, one batched upsert (vectors and payload; an all-zero vector is
+        left out, so the point has no dense vector: never returned by the dense leg, nan as a dense cross-score,
+        the embedded rule of :mod:`hybrid_memory.dense`); without, the payload is replaced and the stored
+        vectors are kept. ``seqs``: the first-insertion order of chunks already
         stored (new chunks get the current time in nanoseconds, increasing within the batch)."""
         seqs = dict(seqs or {})
         base = time.time_ns()
@@ -776,7 +778,9 @@ class QdrantBackend:
             if version.vector is None:
                 self.collection.set_payload(pid, payload)
             else:
-                points.append(Point(pid, np.asarray(version.vector, dtype=np.float32).tolist(),
+                dense = np.asarray(version.vector, dtype=np.float32)
+                # an all-zero vector has no direction: written without one, so it is never dense evidence
+                points.append(Point(pid, dense.tolist() if np.any(dense) else None,
                                     self.encoder.document(chunk.text), payload))
         for start in range(0, len(points), 256):
             self.collection.upsert(points[start:start + 256])

@@ -36,8 +36,10 @@ DENSE, SPARSE = "dense", "bm25"
 
 @dataclass(frozen=True)
 class Point:
-    """A point to write: uuid string id, float32 unit vector (dim,) as a list (None: keep the stored vectors),
-    sparse BM25 vector as (indices uint32, values float), and the payload."""
+    """A point to write: uuid string id, float32 unit vector (dim,) as a list (None: the point has no dense
+    vector, for an all-zero one: no direction, no dense evidence, see :mod:`hybrid_memory.dense`; the dense leg
+    never returns it and its dense cross-score is nan), sparse BM25 vector as (indices uint32, values float),
+    and the payload."""
 
     id: str
     dense: list[float] | None
@@ -259,7 +261,10 @@ class ClientCollection:
 
     def _vectors(self, point: Point) -> dict[str, Any]:
         indices, values = point.sparse
-        return {DENSE: point.dense, SPARSE: self._m.SparseVector(indices=indices, values=values)}
+        vectors: dict[str, Any] = {SPARSE: self._m.SparseVector(indices=indices, values=values)}
+        if point.dense is not None:
+            vectors[DENSE] = point.dense
+        return vectors
 
     def upsert(self, points: Sequence[Point]) -> None:
         """Write points (vectors and payload) in one batch; waits until applied."""
@@ -384,7 +389,8 @@ class EdgeCollection:
         qe = self._qe
         if points:
             self.shard.update(qe.UpdateOperation.upsert_points([
-                qe.Point(p.id, {DENSE: p.dense, SPARSE: qe.SparseVector(*p.sparse)}, p.payload) for p in points
+                qe.Point(p.id, {SPARSE: qe.SparseVector(*p.sparse), **({} if p.dense is None else {DENSE: p.dense})},
+                         p.payload) for p in points
             ]))
 
     def set_payload(self, point_id: str, payload: dict[str, Any]) -> None:
