@@ -1,6 +1,7 @@
 """Fusion functions: hand-computed scores for weighted RRF, DBSF, TM2C2, z-score fusion, confidence weights and
 the identifier guard; 1-based ranks, id identity, tie-breaking, purity; every named method on one input."""
 
+import dataclasses
 import math
 
 import pytest
@@ -273,5 +274,5 @@ def test_log_evidence_and_the_adaptive_default_by_hand():
     assert out.scores == pytest.approx({"a": 1.0, "b": 2 / 7, "c": 0.0})
     # the guard puts the exact-match holder c first (1 + 0), a and b keep their order: a = 1.4/2.8 = 1/2,
     # b = 0.4/2.8 = 1/7; rescaled over [1/7, 1]: a = (1/2 - 1/7) / (6/7) = 5/12, b = 0
-    guarded = fuse("adaptive", FusionInput(**{**inp.__dict__, "identifier_matches": {"c": 1}}))
+    guarded = fuse("adaptive", dataclasses.replace(inp, identifier_matches={"c": 1}))
     assert rank_by_score(guarded.scores) == [("c", 1.0), ("a", pytest.approx(5 / 12)), ("b", 0.0)]

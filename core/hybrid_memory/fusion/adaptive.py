@@ -9,7 +9,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-__all__ = ["apply_identifier_guard", "confidence_weights", "top_outlier"]
+import numpy as np
+
+__all__ = ["apply_identifier_guard", "confidence_weights", "guard_columns", "top_outlier"]
 
 
 def top_outlier(scores: Sequence[float]) -> float:
@@ -26,9 +28,10 @@ def top_outlier(scores: Sequence[float]) -> float:
     """
     if len(scores) < 3:
         return 0.0
-    rest = [float(s) for s in scores[1:]]
-    mean = math.fsum(rest) / len(rest)
-    std = math.sqrt(math.fsum((s - mean) ** 2 for s in rest) / len(rest))
+    rest = np.asarray(scores[1:], dtype=np.float64)
+    mean = rest.sum() / len(rest)
+    centred = rest - mean
+    std = math.sqrt((centred @ centred) / len(rest))
     gap = float(scores[0]) - mean
     if not std > 0:
         return 10.0 if gap > 0 else 0.0
@@ -79,10 +82,17 @@ def apply_identifier_guard(scores: Mapping[str, float], matches: Mapping[str, in
         matches: key -> exact-match strength (number of distinct rare identifiers of the query the candidate
             contains; the searcher ranks a whole-query match above any identifier count).
     """
-    if not any(matches.get(key, 0) for key in scores):
-        return dict(scores)
-    low, high = min(scores.values()), max(scores.values())
+    keys = list(scores)
+    values = np.fromiter(scores.values(), dtype=np.float64, count=len(keys))
+    counts = np.array([matches.get(key, 0) for key in keys], dtype=np.float64)
+    return dict(zip(keys, guard_columns(values, counts).tolist(), strict=True))
+
+
+def guard_columns(scores: np.ndarray, matches: np.ndarray) -> np.ndarray:
+    """:func:`apply_identifier_guard` over aligned float64 (n,) arrays of fused scores and exact-match
+    strengths; returns float64 (n,) (``scores`` itself when no candidate matches)."""
+    if not len(scores) or not matches.any():
+        return scores
+    low, high = scores.min(), scores.max()
     span = high - low
-    return {
-        key: matches.get(key, 0) + ((score - low) / (2 * span) if span > 0 else 0.0) for key, score in scores.items()
-    }
+    return matches + ((scores - low) / (2 * span) if span > 0 else 0.0)

@@ -8,12 +8,16 @@ evaluation can apply every method to the same input, exactly as the library does
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
-from .adaptive import apply_identifier_guard, confidence_weights
+import numpy as np
+
+from .adaptive import apply_identifier_guard, confidence_weights, guard_columns
 from .rrf import rrf_table
-from .scores import dbsf, log_evidence, tm2c2, zscore_fusion
+from .scores import dbsf, tm2c2, zscore_columns
 
 __all__ = [
     "DEFAULT_FUSION",
@@ -63,6 +67,22 @@ class FusionInput:
         """Raw scores of engine ``name``'s candidate list, best first."""
         scores = self.scores.get(name, {})
         return [scores[key] for key in self.runs.get(name, ()) if key in scores]
+
+    @cached_property
+    def columns(self) -> tuple[list[str], dict[str, np.ndarray], np.ndarray]:
+        """The input as aligned arrays, built once: (every candidate key, sorted; engine -> float64 (n,) raw
+        score of each key, ``nan`` where the engine gave none; float64 (n,) exact-match strength of each key).
+        The score-based methods compute on these (a search fuses some 40 candidates, where a dictionary
+        pass per step cost more than the arithmetic)."""
+        keys = self.keys()
+        nan = math.nan
+        table = {
+            name: np.array([scores.get(key, nan) for key in keys], dtype=np.float64)
+            for name, scores in self.scores.items()
+        }
+        matches = self.identifier_matches
+        strength = np.array([matches.get(key, 0) for key in keys], dtype=np.float64) if matches else np.zeros(len(keys))
+        return keys, table, strength
 
     def tops(self) -> dict[str, float]:
         """engine -> best raw score of its own list (engines with an empty list left out)."""
@@ -120,14 +140,27 @@ def fuse_tm2c2(inp: FusionInput) -> FusionOutcome:
     return FusionOutcome(scores, {n: w / total for n, w in weights.items()})
 
 
-def _unit(scores: dict[str, float]) -> dict[str, float]:
+def _unit(keys: list[str], fused: np.ndarray) -> dict[str, float]:
     """Min-max over the candidates to [0, 1], order unchanged (all equal: all 1), so the best candidate scores 1
     and post-fusion steps that scale by the top score (the recency prior) see a positive scale."""
-    if not scores:
-        return scores
-    low, high = min(scores.values()), max(scores.values())
+    if not keys:
+        return {}
+    low, high = fused.min(), fused.max()
     span = high - low
-    return {k: (v - low) / span if span > 0 else 1.0 for k, v in scores.items()}
+    unit = (fused - low) / span if span > 0 else np.ones(len(keys))
+    return dict(zip(keys, unit.tolist(), strict=True))
+
+
+def _zscores(inp: FusionInput, alphas: Mapping[str, float], *, log_bm25: bool = False) -> tuple[list[str], np.ndarray]:
+    """(keys, float64 (n,) :func:`~hybrid_memory.fusion.scores.zscore_fusion` of ``inp``'s exact scores with the
+    convex weights ``alphas``); with ``log_bm25``, an engine whose theoretical minimum is 0 (BM25) read as
+    ``log(1 + s)`` first (:func:`~hybrid_memory.fusion.scores.log_evidence`)."""
+    keys, table, _ = inp.columns
+    columns = {
+        name: np.log1p(np.maximum(table[name], 0.0)) if log_bm25 and inp.lower_bounds.get(name) == 0 else table[name]
+        for name in alphas if name in table
+    }
+    return keys, zscore_columns(columns, alphas, len(keys))
 
 
 def fuse_zscore(inp: FusionInput) -> FusionOutcome:
@@ -135,8 +168,8 @@ def fuse_zscore(inp: FusionInput) -> FusionOutcome:
     reported rescaled to [0, 1] over the candidates (best 1), which changes no order."""
     weights = _active(inp)
     total = sum(weights.values())
-    scores = zscore_fusion({n: inp.scores.get(n, {}) for n in weights}, weights)
-    return FusionOutcome(_unit(scores), {n: w / total for n, w in weights.items()})
+    alphas = {n: w / total for n, w in weights.items()}
+    return FusionOutcome(_unit(*_zscores(inp, alphas)), alphas)
 
 
 def _confident_alphas(inp: FusionInput) -> dict[str, float]:
@@ -151,8 +184,7 @@ def _confident_alphas(inp: FusionInput) -> dict[str, float]:
 def fuse_confidence(inp: FusionInput) -> FusionOutcome:
     """z-score fusion with per-query weights: prior x (1 + top-hit z-score of the engine's list), made convex."""
     alphas = _confident_alphas(inp)
-    scores = zscore_fusion({n: inp.scores.get(n, {}) for n in alphas}, alphas)
-    return FusionOutcome(_unit(scores), alphas)
+    return FusionOutcome(_unit(*_zscores(inp, alphas)), alphas)
 
 
 def fuse_guarded_rrf(inp: FusionInput) -> FusionOutcome:
@@ -165,37 +197,34 @@ def fuse_zscore_guard(inp: FusionInput) -> FusionOutcome:
     """z-score fusion over exact scores with the request weights, then the exact-match guard; reported
     rescaled to [0, 1] over the candidates (best 1). The default until the log-evidence scale and the
     per-query weights of :func:`fuse_adaptive`."""
-    outcome = fuse_zscore(inp)
-    return FusionOutcome(_unit(apply_identifier_guard(outcome.scores, inp.identifier_matches)), outcome.weights)
-
-
-def _evidence_scale(inp: FusionInput) -> dict[str, dict[str, float]]:
-    """Every engine's scores, those of an engine whose theoretical minimum is 0 (BM25) as log(1 + s)."""
-    return {
-        name: log_evidence(scores) if inp.lower_bounds.get(name) == 0 else dict(scores)
-        for name, scores in inp.scores.items()
-    }
+    weights = _active(inp)
+    total = sum(weights.values())
+    alphas = {n: w / total for n, w in weights.items()}
+    keys, fused = _zscores(inp, alphas)
+    return FusionOutcome(_unit(keys, guard_columns(fused, inp.columns[2])), alphas)
 
 
 def fuse_adaptive(inp: FusionInput) -> FusionOutcome:
     """The default. Three steps, each with its reason:
 
-    1. scale: BM25 (an engine whose scores start at 0) is read as ``log(1 + s)`` (:func:`log_evidence`):
-       a BM25 score is a sum of per-term evidence whose spread over a candidate set is multiplicative
-       (one more rare term adds a whole idf), so its raw candidate scores are right-skewed and a raw z-score
-       lets one lexical outlier outvote any semantic agreement; cosines are bounded and stay linear;
-    2. z-score fusion (:func:`zscore_fusion`) over the exact scores of every candidate in every engine, with
-       per-query convex weights ``prior_e x (1 + top_outlier(list_e))`` (:func:`confidence_weights`): the
-       request weights are the priors, and an engine whose best hit stands out of its own list counts more;
+    1. scale: BM25 (an engine whose scores start at 0) is read as ``log(1 + s)``
+       (:func:`~hybrid_memory.fusion.scores.log_evidence`): a BM25 score is a sum of per-term evidence whose
+       spread over a candidate set is multiplicative (one more rare term adds a whole idf), so its raw
+       candidate scores are right-skewed and a raw z-score lets one lexical outlier outvote any semantic
+       agreement; cosines are bounded and stay linear;
+    2. z-score fusion (:func:`~hybrid_memory.fusion.scores.zscore_fusion`) over the exact scores of every
+       candidate in every engine, with per-query convex weights ``prior_e x (1 + top_outlier(list_e))``
+       (:func:`confidence_weights`): the request weights are the priors, and an engine whose best hit stands
+       out of its own list counts more;
     3. the exact-match guard (:func:`apply_identifier_guard`): candidates holding a rare identifier of the
        query, or every query token in the query's order when few candidates do, first.
 
-    Reported rescaled to [0, 1] over the candidates (best 1), which changes no order.
+    Reported rescaled to [0, 1] over the candidates (best 1), which changes no order. Computed on
+    :attr:`FusionInput.columns` with the array forms of those functions (same formulas).
     """
     alphas = _confident_alphas(inp)
-    scores = _evidence_scale(inp)
-    fused = zscore_fusion({n: scores.get(n, {}) for n in alphas}, alphas)
-    return FusionOutcome(_unit(apply_identifier_guard(fused, inp.identifier_matches)), alphas)
+    keys, fused = _zscores(inp, alphas, log_bm25=True)
+    return FusionOutcome(_unit(keys, guard_columns(fused, inp.columns[2])), alphas)
 
 
 FUSION_METHODS: dict[str, FusionMethod] = {

@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 __all__ = [
     "dbsf",
     "distribution_normalize",
@@ -19,6 +21,7 @@ __all__ = [
     "rank_by_score",
     "theoretical_min_max",
     "tm2c2",
+    "zscore_columns",
     "zscore_fusion",
 ]
 
@@ -155,23 +158,38 @@ def zscore_fusion(scores: Mapping[str, Mapping[str, float]], weights: Mapping[st
     ``scores[e]``: with exact cross-scores that is every candidate of every engine, so both engines are
     standardised over the same documents, and each engine's scale (BM25's unbounded sums, the narrow band of
     cosines) drops out without a bound to guess. A key without a score from ``e`` gets ``z_e = 0`` (the
-    mean: no evidence either way); std 0 gives every key ``z_e = 0``.
+    mean: no evidence either way); std 0 gives every key ``z_e = 0``. The arithmetic is
+    :func:`zscore_columns`'s, over the keys of every engine in sorted order.
 
     Raises:
         ValueError: no weight is > 0.
     """
     alphas = _convex(weights, scores)
-    fused: dict[str, float] = {key: 0.0 for run in scores.values() for key in run}
+    keys = sorted({key for run in scores.values() for key in run})
+    nan = math.nan
+    columns = {name: np.array([scores[name].get(key, nan) for key in keys], dtype=np.float64) for name in alphas}
+    return dict(zip(keys, zscore_columns(columns, alphas, len(keys)).tolist(), strict=True))
+
+
+def zscore_columns(columns: Mapping[str, np.ndarray], alphas: Mapping[str, float], n: int) -> np.ndarray:
+    """:func:`zscore_fusion` over aligned arrays: ``columns[e]`` is float64 (n,), engine ``e``'s raw score of
+    each candidate, ``nan`` where it has none (z = 0 there); ``alphas`` the convex weights. Returns float64
+    (n,) ``sum_e alpha_e * z_e`` (population mean and std over each column's scored entries)."""
+    fused = np.zeros(n, dtype=np.float64)
     for name, alpha in alphas.items():
-        values = list(scores[name].values())
-        if not values:
+        column = columns.get(name)
+        if column is None:
             continue
-        mean = math.fsum(values) / len(values)
-        std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
+        scored = ~np.isnan(column)
+        values = column[scored]
+        if not len(values):
+            continue
+        mean = values.sum() / len(values)
+        centred = values - mean
+        std = math.sqrt((centred @ centred) / len(values))
         if not std > 0:
             continue
-        for key, value in scores[name].items():
-            fused[key] += alpha * (value - mean) / std
+        fused[scored] += alpha * (centred / std)
     return fused
 
 
