@@ -15,7 +15,7 @@ from typing import Any
 
 from ._exceptions import InvalidRequestError
 
-__all__ = ["EDGE_CONFIG", "STORE_FILE", "check_edge_path", "embedded_memory_at", "memory_path"]
+__all__ = ["EDGE_CONFIG", "STORE_FILE", "check_edge_path", "check_local_mode_path", "embedded_memory_at", "memory_path"]
 
 STORE_FILE = "store.sqlite3"
 """The SQLite store of an embedded memory, inside its folder."""
@@ -71,24 +71,34 @@ def check_edge_path(path: Any) -> Path:
         InvalidRequestError: ``path`` is not a str / os.PathLike, is empty, is a regular file or lies below one,
             or is (or lies inside) an embedded memory's folder: the message says to use another folder.
     """
+    return _foreign_folder(path, "edge_path", "a Qdrant Edge shard", "-edge",
+                           " (hybrid-memory export-qdrant --edge-path copies the memory there)")
+
+
+def check_local_mode_path(path: Any) -> Path:
+    """The folder ``path`` for qdrant-client's local mode (``QdrantClient(path=...)``), refused as
+    :func:`check_edge_path` refuses an Edge shard's: a file, or an embedded memory's folder (local mode writes
+    ``collection/``, ``meta.json`` and ``.lock`` there)."""
+    return _foreign_folder(path, "client_or_url", "a qdrant-client local-mode folder", "-qdrant", "")
+
+
+def _foreign_folder(path: Any, what: str, kind: str, suffix: str, hint: str) -> Path:
     if isinstance(path, bytes) or not isinstance(path, str | os.PathLike) or not os.fspath(path):
-        raise InvalidRequestError(f"edge_path must be a folder path (str or os.PathLike), got {path!r:.80}")
+        raise InvalidRequestError(f"{what} must be a folder path (str or os.PathLike), got {path!r:.80}")
     folder = Path(path)
     for existing in (folder.absolute(), *folder.absolute().parents):
         if existing.exists():
             if not existing.is_dir():
                 where = "is a file" if existing == folder.absolute() else f"lies below the file {existing}"
                 raise InvalidRequestError(
-                    f"edge_path {folder} {where}; a Qdrant Edge shard is a folder (created when absent): give a "
-                    "folder path"
+                    f"{what} {folder} {where}; {kind} is a folder (created when absent): give a folder path"
                 )
             break
     memory = embedded_memory_at(folder)
     if memory is not None:
         raise InvalidRequestError(
-            f"edge_path {folder} is inside the embedded memory folder {memory} (it holds {STORE_FILE}); a Qdrant "
-            "Edge shard must not share a memory's folder: use another folder, e.g. "
-            f"{memory.parent / (memory.name + '-edge')} (hybrid-memory export-qdrant --edge-path copies the memory "
-            "there)"
+            f"{what} {folder} is inside the embedded memory folder {memory} (it holds {STORE_FILE}); "
+            f"{kind} must not share a memory's folder: use another folder, e.g. "
+            f"{memory.parent / (memory.name + suffix)}{hint}"
         )
     return folder

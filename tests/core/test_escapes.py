@@ -596,3 +596,21 @@ def test_export_qdrant_refuses_an_api_key_with_an_edge_path(tmp_path, capsys, cl
     assert main(argv) == 2
     assert "--edge-path takes no --url, --api-key or cluster options" in capsys.readouterr().err
     assert not (tmp_path / "shard").exists()
+
+
+def test_a_qdrant_local_mode_folder_inside_an_embedded_memory_is_refused(embedded_folder, embedder, tmp_path):
+    pytest.importorskip("qdrant_client", reason="the qdrant extra is not installed: pip install 'hybrid-memory[qdrant]'")
+    before = _listing(embedded_folder)
+    with pytest.raises(InvalidRequestError, match=rf"client_or_url {embedded_folder} is inside the embedded memory "
+                                                  rf"folder {embedded_folder} \(it holds store.sqlite3\); a "
+                                                  r"qdrant-client local-mode folder must not share a memory's folder: "
+                                                  rf"use another folder, e.g. {embedded_folder}-qdrant$"):
+        HybridMemory.qdrant(str(embedded_folder), embedder=embedder)
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(InvalidRequestError, match=r"client_or_url .*notes.txt is a file; a qdrant-client local-mode "
+                                                  r"folder is a folder \(created when absent\)"):
+        HybridMemory.qdrant(str(tmp_path / "notes.txt"), embedder=embedder)
+    assert _listing(embedded_folder) == before
+    with HybridMemory.qdrant(str(tmp_path / "local"), embedder=embedder, payload_indexes=False) as local:
+        local.add([{"chunk_id": "a", "text": "a folder of its own works"}])
+        assert local.count() == 1

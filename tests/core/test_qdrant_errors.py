@@ -110,3 +110,81 @@ def test_errors_that_are_not_a_lost_connection_pass_unchanged():
     assert _connection_lost(UnexpectedResponse(503, "Service Unavailable", b"", httpx.Headers()))
     assert not _connection_lost(UnexpectedResponse(404, "Not Found", b"", httpx.Headers()))
     assert not _connection_lost(ValueError("x"))
+
+
+@pytest.fixture
+def answering_server():
+    """A real HTTP server on a free loopback port that answers every request with the status and JSON body set
+    in ``reply`` (as a Qdrant server, or the proxy in front of it, would), for qdrant-client's real transport."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    reply = {"status": 404, "body": {}}
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(length)
+            data = json.dumps(reply["body"]).encode()
+            self.send_response(reply["status"])
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PUT = do_DELETE = _answer
+
+        def log_message(self, *args):  # quiet
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", reply
+    server.shutdown()
+    server.server_close()
+    thread.join(10)
+
+
+def _memory_on(url):
+    from qdrant_client import QdrantClient
+
+    remote = QdrantClient(url=url, check_compatibility=False, timeout=5)
+    local = QdrantClient(":memory:")
+    for name in ("collection_exists", "create_collection", "get_collection", "create_payload_index"):
+        setattr(remote, name, getattr(local, name))  # the collection existed while the memory opened
+    return HybridMemory.qdrant(remote, collection="notes", embedder=HashingEmbedder(dim=8), payload_indexes=False)
+
+
+def test_a_collection_deleted_after_open_is_a_store_format_error_naming_it(answering_server):
+    from hybrid_memory import StoreFormatError
+
+    url, reply = answering_server
+    reply.update(status=404, body={"status": {"error": "Not found: Collection `notes` doesn't exist!"}, "time": 0.0})
+    memory = _memory_on(url)
+    for call, what in ((lambda: memory.search("HTTP 504"), "query"), (lambda: memory.count(), "count points"),
+                       (lambda: memory.add([{"chunk_id": "a", "text": "HTTP 504"}]), "retrieve points")):
+        with pytest.raises(StoreFormatError, match=rf"^the Qdrant collection 'notes' at {url} no longer exists "
+                                                   rf"\({what}: HTTP 404 Not Found: Not found: Collection `notes` "
+                                                   r"doesn't exist!\); it was deleted after this memory opened: open "
+                                                   r"the memory again to create it empty"):
+            call()
+    memory.close()
+
+
+def test_a_503_from_the_server_or_its_proxy_is_backend_unavailable(answering_server):
+    url, reply = answering_server
+    reply.update(status=503, body={"status": {"error": "Service Unavailable: shard is being transferred"}})
+    memory = _memory_on(url)
+    with pytest.raises(BackendUnavailableError, match=rf"^the Qdrant server at {url} could not be reached \(query, "
+                                                      r"collection 'notes'\): HTTP 503 Service Unavailable: Service "
+                                                      r"Unavailable: shard is being transferred; check that it is "
+                                                      r"running"):
+        memory.search("HTTP 504")
+    reply.update(status=400, body={"status": {"error": "Wrong input: bad request"}})  # not a lost connection
+    from qdrant_client.http.exceptions import UnexpectedResponse
+
+    with pytest.raises(UnexpectedResponse):
+        memory.count()
+    memory.close()

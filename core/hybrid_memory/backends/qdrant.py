@@ -65,6 +65,7 @@ from ..engines import Hit, Query
 from ..filter_index import system_filter
 from ..filters import METADATA, SYSTEM, parse_filter
 from ..models import SCOPE_FIELDS, TIME_FIELDS, StoredChunk
+from ..paths import check_local_mode_path
 from ..tokenizer import TechnicalTokenizer
 from .base import ChunkVersion
 from .qdrant_collection import DENSE, SPARSE, ClientCollection, Collection, EdgeCollection, Leg, Point
@@ -475,7 +476,8 @@ class QdrantBackend:
 
         Raises:
             MissingDependencyError: qdrant-client is not installed.
-            InvalidRequestError: a host:port without its scheme, a wrong client type, or a bad write_ordering.
+            InvalidRequestError: a host:port without its scheme, a wrong client type, a bad write_ordering, or a
+                local-mode directory that is a file or lies inside an embedded memory's folder.
         """
         if write_ordering not in (None, "weak", "medium", "strong"):
             raise InvalidRequestError(f"write_ordering must be 'weak', 'medium' or 'strong', got {write_ordering!r}")
@@ -501,7 +503,7 @@ class QdrantBackend:
             elif client_or_url == ":memory:":
                 client = QdrantClient(":memory:")
             else:
-                client = QdrantClient(path=client_or_url)
+                client = QdrantClient(path=str(check_local_mode_path(client_or_url)))
         else:
             client = client_or_url
         coll = ClientCollection(client, collection, shard_number=shard_number, replication_factor=replication_factor,

@@ -14,6 +14,7 @@ idempotent.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import uuid
 import warnings
@@ -159,6 +160,22 @@ def _connection_lost(exc: BaseException) -> bool:
     return False
 
 
+def _collection_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` is the server's answer that the collection does not exist: HTTP 404 (Qdrant answers
+    ``Not found: Collection ... doesn't exist!``) or gRPC ``NOT_FOUND``."""
+    try:
+        from qdrant_client.http.exceptions import UnexpectedResponse
+    except ImportError:  # pragma: no cover
+        return False
+    if isinstance(exc, UnexpectedResponse):
+        return exc.status_code == 404
+    try:
+        import grpc
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(exc, grpc.RpcError) and hasattr(exc, "code") and exc.code() == grpc.StatusCode.NOT_FOUND
+
+
 def _cause(exc: BaseException) -> str:
     """One line naming the transport error (the httpx error inside qdrant-client's wrapper, a gRPC status)."""
     source = getattr(exc, "source", None)
@@ -167,6 +184,13 @@ def _cause(exc: BaseException) -> str:
     code = getattr(exc, "code", None)
     if callable(code) and hasattr(exc, "details"):  # grpc.RpcError
         return f"gRPC {code().name}: {exc.details()}"
+    status = getattr(exc, "status_code", None)
+    if status is not None and hasattr(exc, "content"):  # UnexpectedResponse: the status and Qdrant's error text
+        try:
+            detail = json.loads(exc.content)["status"]["error"]
+        except Exception:  # noqa: BLE001 - a proxy's page, not Qdrant's JSON
+            detail = exc.content[:200].decode("utf-8", "replace")
+        return f"HTTP {status} {exc.reason_phrase}: {' '.join(str(detail).split())}".rstrip(": ")
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text[:200]}"
 
@@ -217,6 +241,12 @@ class ClientCollection:
         try:
             yield
         except Exception as exc:
+            if _collection_gone(exc):
+                raise StoreFormatError(
+                    f"the Qdrant collection {self.name!r} at {self.target} no longer exists ({what}: {_cause(exc)}); "
+                    "it was deleted after this memory opened: open the memory again to create it empty, or restore "
+                    "it from a Qdrant snapshot"
+                ) from exc
             if not _connection_lost(exc):
                 raise
             after = ("this write may be partly stored (earlier batches of it): writes are upserts by chunk id, so "
