@@ -315,8 +315,8 @@ def test_bm25_scores_equal_the_embedded_backend_with_matching_parameters(engine,
 @pytest.mark.parametrize("weights", [{}, {"dense": 0.0}], ids=["both-legs", "sparse-only"])
 def test_exact_match_guard_counts_equal_the_embedded_backend(engine, weights, tmp_path):
     """The guard's counts per candidate (rare identifiers +1 each, the whole query in order +(1 + identifiers))
-    are the embedded SparseEngine.exact_matches counts, over the same candidates: with both legs (its inputs
-    ride in the cross-score request) and with the sparse leg alone (fetched in one request of their own)."""
+    are the embedded SparseEngine.exact_matches counts, over the same candidates: with both legs and with the
+    sparse leg alone (its inputs ride with the legs), and read by the backend on its own."""
     from hybrid_memory.engines import Query
 
     chunks = [*_note_chunks(),
@@ -344,9 +344,13 @@ def test_exact_match_guard_counts_equal_the_embedded_backend(engine, weights, tm
                 q = Query(text)
                 if memory is qdrant:
                     q.cache["qdrant_legs"] = tuple(n for n in ("sparse", "dense") if weights.get(n, 1.0) > 0)
-                found.append(memory._searcher.candidates(q, top_k=2, depth=6, weights=weights, fusion="adaptive")
-                             .input.identifier_matches)
+                candidates = memory._searcher.candidates(q, top_k=2, depth=6, weights=weights, fusion="adaptive")
+                found.append(candidates.input.identifier_matches)
             assert found[0] == found[1] == expected, text
+            # the backend's own reads (no inputs fetched with the legs): one-term queries and a retrieve
+            keys = sorted(candidates.id_of)
+            counts = qdrant.backend.exact_matches(text, np.array([candidates.id_of[k] for k in keys]), 2, 0.25, 3)
+            assert {k: int(c) for k, c in zip(keys, counts, strict=True) if c} == expected, text
 
 
 @pytest.mark.parametrize("engine", QDRANT)

@@ -282,8 +282,10 @@ class BackendMemory(HybridMemory):
     def _response(self, req: SearchRequest, result: HybridResult) -> SearchResponse:
         # only what a result shows, for the top_k alone (the legs carried ids and scores only)
         rows = self.backend.hit_rows([hit.key for hit in result.hits])
+        # built without re-validation, as the embedded memory's: every value comes from the backend's stored
+        # payload or from the searcher, already typed
         results = [
-            SearchResult(
+            SearchResult.model_construct(
                 chunk_id=hit.key, rrf_score=hit.rrf_score, text=rows[hit.key][0], source=rows[hit.key][1],
                 metadata=rows[hit.key][2],
                 score=None if result.method == "rrf" and hit.score == hit.rrf_score else hit.score,
@@ -292,8 +294,8 @@ class BackendMemory(HybridMemory):
             )
             for hit in result.hits if hit.key in rows  # a chunk deleted during the search is left out
         ]
-        return SearchResponse(query_id=req.query_id, total_retrieved=len(results), results=results,
-                              fusion=result.method, effective_weights=result.weights)
+        return SearchResponse.model_construct(query_id=req.query_id, total_retrieved=len(results), results=results,
+                                              fusion=result.method, effective_weights=result.weights)
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def flush(self) -> None:

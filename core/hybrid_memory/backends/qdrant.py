@@ -36,19 +36,20 @@ translated filter, so it is applied inside Qdrant before ranking, at depth ``can
 The legs return ids and scores only: no payload (Edge keeps payload on disk, reading ``chunk_id`` per hit
 cost ~0.4 ms a leg on SciFact), chunk ids come from a client-side id map (:class:`QdrantBackend`), and only
 the final ``top_k`` are read, in one ``retrieve`` of ``text`` and ``doc``. The score-based fusions' exact
-cross-scores are one more batched request, both legs restricted to the candidates (``has_id``); the
-adaptive fusion's exact-match guard rides in the same request: document frequencies of the query's
-identifiers (one-term sparse queries over the collection, cut at the legs' depth, > ``top_k``) and which
-candidates hold each distinct query token (one-term sparse queries restricted to the candidates). The query
-is tokenized once per search.
+cross-scores are one more batched request, each leg restricted (``has_id``) to the candidates only the
+other leg returned. The adaptive fusion's exact-match guard rides along: the document frequencies of the
+query's identifiers are one-term sparse queries over the collection in the legs' request (cut at the legs'
+depth, > ``top_k``), and whether a candidate holds every distinct query token is read from the sparse
+vectors the sparse leg and its cross-scores return (measured on SciFact: cheaper than one one-term query
+per token over the candidates, which returns ~10x more point ids to convert). The query is tokenized once
+per search.
 """
 
 from __future__ import annotations
 
-import re
-
 import json
 import math
+import re
 import time
 import uuid
 import zlib
@@ -59,7 +60,11 @@ from typing import Any
 
 import numpy as np
 
-from .._exceptions import BackendUnavailableError, HybridMemoryError, InvalidRequestError
+from .._exceptions import (
+    BackendUnavailableError,
+    HybridMemoryError,
+    InvalidRequestError,
+)
 from ..embedders import l2_normalize
 from ..engines import Hit, Query
 from ..filter_index import system_filter
@@ -68,7 +73,15 @@ from ..models import SCOPE_FIELDS, TIME_FIELDS, StoredChunk
 from ..paths import check_local_mode_path
 from ..tokenizer import TechnicalTokenizer
 from .base import ChunkVersion
-from .qdrant_collection import DENSE, SPARSE, ClientCollection, Collection, EdgeCollection, Leg, Point
+from .qdrant_collection import (
+    DENSE,
+    SPARSE,
+    ClientCollection,
+    Collection,
+    EdgeCollection,
+    Leg,
+    Point,
+)
 from .qdrant_filters import FIELDS, field_name, filterable_fields, translate
 
 __all__ = ["MIN_TERMS", "NAMESPACE", "QdrantBackend", "QdrantFilter", "SparseEncoder", "engine_id", "point_id",
@@ -129,16 +142,6 @@ def _terms(tokens: Sequence[str]) -> list[int]:
 def _df_leg(token: str, limit: int) -> Leg:
     """A one-term query over the whole collection: its first ``limit`` holders (a document frequency, cut)."""
     return Leg(SPARSE, ([token_index(token)], [1.0]), None, limit, ())
-
-
-def _term_leg(index: int, restrict: Mapping[str, Any], limit: int) -> Leg:
-    """A one-term query restricted to candidates (``restrict``, a ``has_id`` filter of ``limit`` ids): which hold it."""
-    return Leg(SPARSE, ([index], [1.0]), restrict, limit, ())
-
-
-def _holders(terms: Sequence[int], found: Sequence[Sequence[Any]]) -> dict[int, set[int]]:
-    """{sparse index: engine ids of the hits of its one-term leg}."""
-    return {i: {uid.int >> 65 for uid, _, _, _ in hits} for i, hits in zip(terms, found, strict=True)}
 
 
 class SparseEncoder:
@@ -218,7 +221,8 @@ class _Legs:
     The legs return ids and scores only (no payload, no vectors): chunk ids come from the backend's id map
     (:meth:`QdrantBackend.keys`). Per query, ``query.cache`` keeps the query's tokens and sparse vector
     (tokenized once per search), the point UUID of every hit (``qdrant_uid``: the cross-scores' ``has_id``
-    reuses them), each leg's hits, the cross-scores and the guard's inputs."""
+    reuses them), each leg's hits, the cross-scores and the guard's inputs (``qdrant_df``: the identifiers'
+    one-term hits; ``qdrant_whole``: the sparse hits holding every distinct query token, and the ids checked)."""
 
     def __init__(self, backend: QdrantBackend, embedder: Any) -> None:
         self.backend = backend
@@ -264,13 +268,15 @@ class _Legs:
                   if n == name or not (n in cache and cache[n][0] == key
                                        and (cache[n][1] >= k or len(cache[n][2]) < cache[n][1]))]
         legs, names = [], []
+        guard = bool(query.cache.get("qdrant_guard", True))
+        with_tokens = self.guard_tokens(query)
         for n in active:
             if n == "sparse":
                 vector = self.sparse(query)
                 if not vector[0]:
                     cache[n] = (key, k, [])
                     continue
-                legs.append(Leg(SPARSE, vector, flt, k, ()))
+                legs.append(Leg(SPARSE, vector, flt, k, (), tokens=with_tokens))
             else:
                 dense = self.vector(query)
                 if not np.any(dense):  # no direction: nothing, as DenseEngine
@@ -278,65 +284,87 @@ class _Legs:
                     continue
                 legs.append(Leg(DENSE, dense.tolist(), flt, k, ()))
             names.append(n)
+        identifiers = self.identifiers(query) if guard and "sparse" in names else []
         if legs:
-            found = self.backend.collection.query_batch(legs)
+            # the exact-match guard's document frequencies ride along: one-term queries over the collection,
+            # cut at the legs' depth (> top_k)
+            found = self.backend.collection.query_batch(legs + [_df_leg(t, k) for t in identifiers])
+            if identifiers:
+                query.cache["qdrant_df"] = (k, found[len(legs):])
+            found = found[:len(legs)]
             self.backend.learn(found, query.cache.setdefault("qdrant_uid", {}))
             for n, scored in zip(names, found, strict=True):
                 hits = [(uid.int >> 65, score) for uid, score, _, _ in scored]
                 hits.sort(key=lambda h: (-h[1], h[0]))
                 cache[n] = (key, k, hits)
+                if n == "sparse" and with_tokens:  # which hits hold the whole query, for the guard
+                    self._keep_vectors(query, scored)
         return cache[name][2][:k]
 
     def cross(self, name: str, query: Query, ids: np.ndarray) -> np.ndarray:
-        """float64 (len(ids),): leg ``name``'s exact scores of engine ids. The first call of a query scores every
-        candidate either leg returned, in both active legs, in one batched request (restricted by
-        ``has_id``), with the exact-match guard's one-term document-frequency queries in the same request;
-        later calls read that. A known id a leg does not return scores 0 for BM25 (no query term) and nan
-        for the dense leg; an id no leg returned is asked for on its own."""
+        """float64 (len(ids),): leg ``name``'s exact scores of engine ids. The first call of a query scores, in
+        one batched request, each active leg over the candidates the other legs returned and it did not
+        (restricted by ``has_id``; its own hits keep the scores it returned); later calls read that. With the
+        exact-match guard on, the sparse leg also returns the sparse vectors of those candidates. A known id
+        a leg does not return scores 0 for BM25 (no query term) and nan for the dense leg; an id no leg
+        returned is asked for on its own."""
         ids = np.asarray(ids, dtype=np.int64)
         cache = query.cache.setdefault("qdrant_cross", {})
         wanted = set(ids.tolist())
         if name not in cache or not wanted <= cache[name][0]:
-            hits = query.cache.get("qdrant_hits", {})
-            uids = query.cache.setdefault("qdrant_uid", {})
-            union = wanted | {doc for entry in hits.values() for doc, _ in entry[2]}
-            for doc in union - uids.keys():  # not a hit of this query: its UUID from the id map
-                chunk_id = self.backend._ids.get(doc)
-                if chunk_id is not None:
-                    uids[doc] = point_uuid(chunk_id)
-            union = {doc for doc in union if doc in uids}
-            names = [n for n in query.cache.get("qdrant_legs", ("sparse", "dense")) if n in ("sparse", "dense")]
-            if name not in names:
-                names.append(name)
-            guard = query.cache.get("qdrant_guard", True)
-            sparse = self.sparse(query)
-            targets = [uids[doc] for doc in sorted(union)]
-            restrict = {"must": [{"has_id": targets}]}  # one object: Edge converts it once for every leg
-            scored = [n for n in names if targets and (n == "dense" or sparse[0])]
-            depth = max((entry[1] for entry in hits.values()), default=0)
-            identifiers = self.identifiers(query) if depth and guard else []
-            tokens = self.tokens(query)
-            terms = _terms(tokens) if guard and targets and len(set(tokens)) >= MIN_TERMS else []
-            legs = [Leg(SPARSE, sparse, restrict, len(targets), ()) if n == "sparse"
-                    else Leg(DENSE, self.vector(query).tolist(), restrict, len(targets), ()) for n in scored]
-            # the exact-match guard's inputs ride along: document frequencies of the identifiers (one-term
-            # queries cut at the legs' depth, > top_k) and which candidates hold each distinct query term
-            # (one-term legs over the candidates: measured cheaper than returning the candidates' sparse
-            # vectors with the sparse leg and testing them here)
-            legs += [_df_leg(t, depth) for t in identifiers]
-            legs += [_term_leg(i, restrict, len(targets)) for i in terms]
-            found = self.backend.collection.query_batch(legs) if legs else []
-            by_name = dict(zip(scored, found, strict=False))
-            rest = found[len(scored):]
-            if identifiers:
-                query.cache["qdrant_df"] = (depth, rest[:len(identifiers)])
-            if terms:
-                query.cache["qdrant_terms"] = _holders(terms, rest[len(identifiers):])
-            for n in names:
-                cache[n] = (union, {uid.int >> 65: score for uid, score, _, _ in by_name.get(n, [])})
+            self._score_union(name, query, wanted, cache)
         union, scores = cache[name]
         missing = 0.0 if name == "sparse" else np.nan
         return np.array([scores.get(i, missing if i in union else np.nan) for i in ids.tolist()], dtype=np.float64)
+
+    def _score_union(self, name: str, query: Query, wanted: set[int], cache: dict) -> None:
+        hits = query.cache.get("qdrant_hits", {})
+        uids = query.cache.setdefault("qdrant_uid", {})
+        union = wanted | {doc for entry in hits.values() for doc, _ in entry[2]}
+        for doc in union - uids.keys():  # not a hit of this query: its UUID from the id map
+            chunk_id = self.backend._ids.get(doc)
+            if chunk_id is not None:
+                uids[doc] = point_uuid(chunk_id)
+        union = {doc for doc in union if doc in uids}
+        names = [n for n in query.cache.get("qdrant_legs", ("sparse", "dense")) if n in ("sparse", "dense")]
+        if name not in names:
+            names.append(name)
+        sparse = self.sparse(query)
+        with_tokens = self.guard_tokens(query)
+        own = {n: dict(hits[n][2]) if n in hits else {} for n in names}
+        legs, scored = [], []
+        for n in names:
+            targets = [uids[doc] for doc in sorted(union - own[n].keys())]
+            if not targets or (n == "sparse" and not sparse[0]):
+                continue
+            restrict = {"must": [{"has_id": targets}]}
+            legs.append(Leg(SPARSE, sparse, restrict, len(targets), (), tokens=with_tokens) if n == "sparse"
+                        else Leg(DENSE, self.vector(query).tolist(), restrict, len(targets), ()))
+            scored.append(n)
+        found = self.backend.collection.query_batch(legs) if legs else []
+        by_name = dict(zip(scored, found, strict=True))
+        for n in names:
+            scores = own[n]
+            scores.update((uid.int >> 65, score) for uid, score, _, _ in by_name.get(n, []))
+            if n == "sparse" and with_tokens:
+                self._keep_vectors(query, by_name.get(n, []))
+            cache[n] = (union, scores)
+
+    def guard_tokens(self, query: Query) -> bool:
+        """Whether this query's sparse hits should carry their sparse vectors: the fusion reads the exact-match
+        guard and the query has enough distinct tokens for its whole-query match."""
+        return bool(query.cache.get("qdrant_guard", True)) and len(set(self.tokens(query))) >= MIN_TERMS
+
+    def _keep_vectors(self, query: Query, scored: Sequence[Any]) -> None:
+        """Note which sparse hits hold every distinct query token (their sparse indices are at hand), and which
+        ids the note covers (a covered id absent from the holders holds at most some of the tokens)."""
+        wanted = set(_terms(self.tokens(query)))
+        held, covered = query.cache.setdefault("qdrant_whole", (set(), set()))
+        for uid, _, _, indices in scored:
+            doc = uid.int >> 65
+            covered.add(doc)
+            if wanted.issubset(indices or ()):
+                held.add(doc)
 
 
 class QdrantSparseEngine:
@@ -363,14 +391,19 @@ class QdrantSparseEngine:
                       min_terms: int = MIN_TERMS) -> np.ndarray:
         """int64 (len(ids),): exact-match strength, the rule of ``BM25Index.exact_matches`` (rare identifiers
         +1 each; the whole query held, in order, by at most ``max_df`` candidates +(1 + identifiers)), with document
-        frequencies read from Qdrant (a one-term sparse query, cut at ``max_df + 1``)."""
+        frequencies read from Qdrant (a one-term sparse query, cut at ``max_df + 1``) and the whole-query test
+        from the sparse vectors the sparse leg and its cross-scores returned."""
         ids = np.asarray(ids, dtype=np.int64)
-        cross = query.cache.get("qdrant_cross", {}).get("sparse")
-        covered = cross is not None and set(ids.tolist()) <= cross[0] and "qdrant_terms" in query.cache
+        whole = query.cache.get("qdrant_whole")
+        held = None
+        if whole is not None:
+            scored = query.cache.get("qdrant_cross", {}).get("sparse", (set(),))[0]
+            if set(ids.tolist()) <= whole[1] | scored:
+                held = whole[0]  # a candidate the sparse queries scored but did not return holds no query token
         return self.backend.exact_matches(
-            query.text, ids, max_df, min_share, min_terms, query.cache.get("qdrant_df"),
-            query.cache["qdrant_terms"] if covered else None, uids=query.cache.get("qdrant_uid"),
-            query_tokens=self.legs.tokens(query), identifiers=self.legs.identifiers(query))
+            query.text, ids, max_df, min_share, min_terms, query.cache.get("qdrant_df"), held,
+            uids=query.cache.get("qdrant_uid"), query_tokens=self.legs.tokens(query),
+            identifiers=self.legs.identifiers(query))
 
 
 class QdrantDenseEngine:
@@ -577,17 +610,16 @@ class QdrantBackend:
         return [uids.get(d) or (point_uuid(known[d]) if d in known else None) for d in docs]
 
     def exact_matches(self, text: str, ids: np.ndarray, max_df: int, min_share: float, min_terms: int,
-                      holders: tuple[int, list] | None = None, term_holders: Mapping[int, set[int]] | None = None,
-                      *, uids: Mapping[int, uuid.UUID] | None = None, query_tokens: Sequence[str] | None = None,
+                      holders: tuple[int, list] | None = None, whole: set[int] | None = None, *,
+                      uids: Mapping[int, uuid.UUID] | None = None, query_tokens: Sequence[str] | None = None,
                       identifiers: Sequence[str] | None = None) -> np.ndarray:
         """See :meth:`QdrantSparseEngine.exact_matches`.
 
-        ``holders``: (limit, one-term query hits per identifier, over the collection) and ``term_holders``:
-        {sparse index of a distinct query token: the engine ids among ``ids`` that hold it}, both fetched in
-        the query's cross-score batch; None fetches what is missing here, in one batched request (one-term
-        sparse queries: a point holds a token exactly when the query scores it, idf > 0 and tf part > 0).
-        ``uids``: the query's engine id -> point UUID; ``query_tokens`` and ``identifiers``: the text's
-        tokens and identifiers when already computed.
+        ``holders``: (limit, one-term query hits per identifier over the collection), fetched with the legs;
+        ``whole``: the engine ids among ``ids`` holding every distinct query token, read from the sparse
+        vectors the sparse queries returned. None fetches what is missing here, in one batched request and
+        one ``retrieve`` of the candidates' sparse vectors. ``uids``: the query's engine id -> point UUID;
+        ``query_tokens`` and ``identifiers``: the text's tokens and identifiers when already computed.
         """
         tokenizer = self.encoder.tokenizer
         out = np.zeros(len(ids), dtype=np.int64)
@@ -597,21 +629,9 @@ class QdrantBackend:
         if identifiers is None:
             identifiers = tokenizer.identifiers(text)
         order = list(tokenizer.tokenize(text) if query_tokens is None else query_tokens)
-        terms = _terms(order) if len(set(order)) >= min_terms else []
-        need_df = bool(identifiers) and not (holders is not None and holders[0] > max_df
-                                             and len(holders[1]) == len(identifiers))
-        need_terms = bool(terms) and term_holders is None
-        if need_df or need_terms:
-            targets = [u for u in self._uuids(docs, uids) if u is not None] if need_terms else []
-            restrict = {"must": [{"has_id": targets}]}
-            legs = [_df_leg(t, max_df + 1) for t in identifiers] if need_df else []
-            legs += [_term_leg(i, restrict, len(targets)) for i in terms] if targets else []
-            found = self.collection.query_batch(legs) if legs else []
-            if need_df:
-                holders = (max_df + 1, found[:len(identifiers)])
-            if need_terms:
-                term_holders = _holders(terms, found[len(identifiers) if need_df else 0:]) if targets else {}
         if identifiers:
+            if holders is None or holders[0] <= max_df or len(holders[1]) != len(identifiers):
+                holders = (max_df + 1, self.collection.query_batch([_df_leg(t, max_df + 1) for t in identifiers]))
             rare = 0
             for found in holders[1]:
                 if 0 < len(found) <= max_df:
@@ -620,9 +640,13 @@ class QdrantBackend:
                     out += np.fromiter((d in held for d in docs), dtype=np.int64, count=len(docs))
             if rare and rare < min_share * tokenizer.content_runs(text):
                 out[:] = 0
-        if terms:
-            counts = Counter(d for held in term_holders.values() for d in held)
-            full = np.fromiter((counts.get(d, 0) == len(terms) for d in docs), dtype=bool, count=len(docs))
+        if len(set(order)) >= min_terms:
+            if whole is None:
+                wanted = set(_terms(order))
+                pids = [str(u) for u in self._uuids(docs, uids) if u is not None]
+                records = self.collection.retrieve(pids, vectors=[SPARSE], payload=False)
+                whole = {engine_id(r.id) for r in records if r.sparse and wanted.issubset(r.sparse[0])}
+            full = np.fromiter((d in whole for d in docs), dtype=bool, count=len(docs))
             if 0 < int(full.sum()) <= max_df:
                 # and in the query's order, gaps allowed (BM25Index.holds_in_order), read from the stored texts
                 held = [d for d, f in zip(docs, full.tolist(), strict=True) if f]
