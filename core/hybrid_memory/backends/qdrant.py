@@ -447,8 +447,9 @@ class QdrantBackend:
     engine id -> chunk id, filled by this process's writes and, for a point it has not seen (written by
     another process, or before a reopen), by one ``retrieve`` of the unknown hits' ``chunk_id`` per search.
     Deletes through this backend drop their entries. So the map holds at most one entry per point this
-    process wrote or found in a response, bounded by the points the collection has held; about 150 bytes an
-    entry (measured with tracemalloc: a 20-character chunk id), ~150 MB at a million points.
+    process wrote or found in a response, bounded by the points the collection has held (a point another
+    process deleted keeps its entry, harmless: Qdrant no longer returns it); about 160 bytes an entry
+    (tracemalloc, 20-character chunk ids: 157 bytes), ~160 MB at a million points.
     """
 
     def __init__(

@@ -106,8 +106,9 @@ class Collection(Protocol):
 
 
 def _indices(vector: Any) -> list[int]:
+    """The ``bm25`` sparse indices of a returned vector (both libraries build a fresh list: not copied again)."""
     sparse = (vector or {}).get(SPARSE)
-    return list(sparse.indices) if sparse is not None else []
+    return sparse.indices if sparse is not None else []
 
 
 def _names(value: bool | Sequence[str]) -> bool | list[str]:
