@@ -269,7 +269,7 @@ class _Legs:
                                        and (cache[n][1] >= k or len(cache[n][2]) < cache[n][1]))]
         legs, names = [], []
         guard = bool(query.cache.get("qdrant_guard", True))
-        with_tokens = self.guard_tokens(query)
+        with_tokens = "sparse" in active and self.guard_tokens(query)  # a dense-only search tokenizes nothing
         for n in active:
             if n == "sparse":
                 vector = self.sparse(query)
