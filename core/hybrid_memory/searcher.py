@@ -77,6 +77,17 @@ class HandoffPolicy:
         fastest = None if not times or any(t is None for t in times) else min(times)
         return overhead, fastest
 
+    def slowest_first(self, names: Sequence[str]) -> list[str]:
+        """``names`` with the engine of the largest median time first (the order given while any is
+        unmeasured; ties keep it). The calling thread runs the first: a worker woken for the faster engine
+        then finishes while the caller is still busy, so the wake-up is hidden behind the slower engine
+        instead of added to it."""
+        times = [statistics.median(self._engine[n]) if self._engine.get(n) else None for n in names]
+        if any(t is None for t in times):
+            return list(names)
+        order = sorted(range(len(names)), key=lambda i: -times[i])  # stable: ties keep the given order
+        return [names[i] for i in order]
+
     def concurrent(self, names: Sequence[str]) -> bool:
         """Run the engines ``names`` concurrently for this search?"""
         overhead, fastest = self.costs(names)
@@ -152,9 +163,9 @@ class HybridSearcher:
     Args:
         engines: the engines, by their ``name`` (``{"sparse": ..., "dense": ...}``).
         keys: maps engine ids to string keys; ids it leaves out are dropped (deleted meanwhile).
-        executor: runs the engines of :meth:`search` in parallel: the calling thread runs the first engine
-            (in ``engines`` order) while the executor runs the others, when the ``policy`` finds that this
-            pays (None: always one after the other in the caller's thread). :meth:`asearch` uses
+        executor: runs the engines of :meth:`search` in parallel: the calling thread runs the engine with
+            the largest measured time (the first in ``engines`` order until both are measured) while the
+            executor runs the others, when the ``policy`` finds that this pays (None: always one after the other in the caller's thread). :meth:`asearch` uses
             ``asyncio.to_thread`` instead.
         identifier_max_df: an identifier of the query is *rare* when at most this many documents hold it,
             and a whole-query (conjunctive) match counts when at most this many candidates hold every query
@@ -217,13 +228,15 @@ class HybridSearcher:
         policy = self.policy
         if self.executor is None or len(active) < 2 or not policy.concurrent(active):
             return {name: self._timed_run(name, query, depth, allowed)[0] for name in active}
-        # the calling thread runs the first engine itself while the executor runs the others: one thread
-        # hand-off per search instead of one per engine (each costs a wake-up, far more on a busy machine)
+        # the calling thread runs the slowest engine itself while the executor runs the others: one thread
+        # hand-off per search instead of one per engine (each costs a wake-up, far more on a busy machine),
+        # and the worker's wake-up overlaps the longest run instead of lengthening it
+        order = policy.slowest_first(active)
         started = time.perf_counter()
         futures = {
-            name: self.executor.submit(self._timed_run, name, query, depth, allowed) for name in active[1:]
+            name: self.executor.submit(self._timed_run, name, query, depth, allowed) for name in order[1:]
         }
-        out = {active[0]: self._timed_run(active[0], query, depth, allowed)}
+        out = {order[0]: self._timed_run(order[0], query, depth, allowed)}
         out.update({name: future.result() for name, future in futures.items()})
         policy.record_concurrent(time.perf_counter() - started, [seconds for _, seconds in out.values()])
         return {name: out[name][0] for name in active}

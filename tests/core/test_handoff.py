@@ -87,3 +87,26 @@ def test_a_policy_that_finds_no_gain_runs_both_engines_in_the_caller():
     concurrent, _ = _searcher(HandoffPolicy(), None)
     same = concurrent.search(Query("q"), top_k=3, depth=2, weights={}, fusion="adaptive")
     assert [(h.key, h.score) for h in inline.hits] == [(h.key, h.score) for h in same.hits]
+
+
+def test_the_caller_runs_the_slowest_measured_engine():
+    policy = HandoffPolicy()
+    assert policy.slowest_first(["sparse", "dense"]) == ["sparse", "dense"]  # unmeasured: the given order
+    policy.record_engine("sparse", 0.004)
+    assert policy.slowest_first(["sparse", "dense"]) == ["sparse", "dense"]  # dense still unmeasured
+    policy.record_engine("dense", 0.008)
+    assert policy.slowest_first(["sparse", "dense"]) == ["dense", "sparse"]
+    policy.record_engine("dense", 0.001)
+    policy.record_engine("dense", 0.001)  # median of 0.008, 0.001, 0.001: 0.001 < 0.004
+    assert policy.slowest_first(["sparse", "dense"]) == ["sparse", "dense"]
+    policy.record_engine("dense", 0.004)
+    policy.record_engine("dense", 0.004)  # median 0.004: a tie keeps the given order
+    assert policy.slowest_first(["dense", "sparse"]) == ["dense", "sparse"]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="worker") as pool:
+        searcher, engines = _searcher(HandoffPolicy(), pool)
+        searcher.policy.record_engine("sparse", 0.001)
+        searcher.policy.record_engine("dense", 0.002)  # overhead unmeasured: concurrent
+        result = searcher.search(Query("q"), top_k=3, depth=2, weights={}, fusion="rrf")
+    assert [h.key for h in result.hits] == ["k2", "k1", "k3"]  # the same fused list whoever ran what
+    assert engines["dense"].threads == [threading.current_thread().name]
+    assert engines["sparse"].threads[0].startswith("worker")
