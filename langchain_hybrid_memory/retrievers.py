@@ -17,7 +17,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import AliasChoices, ConfigDict, Field, PrivateAttr, model_validator
 
-from hybrid_memory._adapter_support import build_owned
+from hybrid_memory._adapter_support import build_owned, refuse_memory_argument
 from hybrid_memory.models import make_chunk
 from hybrid_memory import (
     Chunk,
@@ -224,10 +224,11 @@ class HybridMemoryRetriever(BaseRetriever):
             **kwargs: retriever fields (``k``, ``metadata_filter``, weights, ``rrf_k``).
 
         Raises:
-            InvalidRequestError: ``ids`` of another length than ``documents``, or a document the core
-                refuses (empty text, metadata that is not JSON).
+            InvalidRequestError: ``ids`` of another length than ``documents``, a document the core
+                refuses (empty text, metadata that is not JSON), or ``memory=`` (this builds its own).
             StoreFormatError: ``path`` holds a memory built with another embedder.
         """
+        refuse_memory_argument(kwargs, "HybridMemoryRetriever.from_documents")
         return build_owned(
             HybridMemory(path, embedder=as_core_embedder(embedding)),
             lambda memory: cls(memory=memory, **kwargs),
@@ -250,6 +251,7 @@ class HybridMemoryRetriever(BaseRetriever):
         Raises:
             InvalidRequestError: ``metadatas`` or ``ids`` of another length than ``texts``.
         """
+        refuse_memory_argument(kwargs, "HybridMemoryRetriever.from_texts")
         texts = list(texts)
         if metadatas is not None and len(metadatas) != len(texts):
             raise InvalidRequestError(f"got {len(metadatas)} metadatas for {len(texts)} texts")
@@ -268,6 +270,7 @@ class HybridMemoryRetriever(BaseRetriever):
         Raises:
             StoreFormatError: the folder was built with another embedder or format version.
         """
+        refuse_memory_argument(kwargs, "HybridMemoryRetriever.from_path")
         return build_owned(
             HybridMemory.open(path, embedder=as_core_embedder(embedding)), lambda memory: cls(memory=memory, **kwargs)
         )

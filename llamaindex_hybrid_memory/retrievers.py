@@ -16,7 +16,7 @@ from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
 from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
 
-from hybrid_memory._adapter_support import build_owned
+from hybrid_memory._adapter_support import build_owned, refuse_memory_argument
 from hybrid_memory.models import make_chunk
 from hybrid_memory import Chunk, HybridMemory, HybridParams, ScopedMemory, SearchRequest, SearchResponse, SearchResult
 from hybrid_memory.dedup import DedupPolicy
@@ -189,7 +189,8 @@ class HybridMemoryRetriever(BaseRetriever):
 
         Raises:
             StoreFormatError: ``path`` holds a memory built with another embedder.
-            InvalidRequestError: a document with empty text, or metadata that is not JSON.
+            InvalidRequestError: a document with empty text, metadata that is not JSON, or ``memory=``
+                (this builds its own memory).
         """
         return cls.from_nodes(documents, embed_model, path=path, **kwargs)
 
@@ -203,6 +204,7 @@ class HybridMemoryRetriever(BaseRetriever):
         **kwargs: Any,
     ) -> HybridMemoryRetriever:
         """Build a memory from LlamaIndex nodes (``chunk_id = node.node_id``); see :meth:`from_documents`."""
+        refuse_memory_argument(kwargs, "HybridMemoryRetriever.from_nodes")
         return build_owned(
             HybridMemory(path, embedder=as_core_embedder(embed_model)),
             lambda memory: cls(memory, **kwargs),
@@ -220,6 +222,7 @@ class HybridMemoryRetriever(BaseRetriever):
         Raises:
             StoreFormatError: the folder was built with another embedder or format version.
         """
+        refuse_memory_argument(kwargs, "HybridMemoryRetriever.from_path")
         return build_owned(
             HybridMemory.open(path, embedder=as_core_embedder(embed_model)), lambda memory: cls(memory, **kwargs)
         )

@@ -75,3 +75,21 @@ def test_a_retriever_never_closed_is_healed_by_the_next_open_once(tmp_path):
         memory._executor.shutdown()
         memory._store.close()
     assert syncs == [{"bm25": True, "dense": True}, {"bm25": False, "dense": False}]
+
+
+def test_constructors_that_build_a_memory_refuse_memory_before_creating_anything(tmp_path):
+    held = HybridMemory(embedder=HashingEmbedder(16))
+    calls = [
+        lambda: LangChainRetriever.from_documents([Document(page_content="x")], memory=held, path=tmp_path / "a"),
+        lambda: LangChainRetriever.from_texts(["x"], memory=held, path=tmp_path / "b"),
+        lambda: LangChainRetriever.from_path(tmp_path / "c", memory=held),
+        lambda: LlamaRetriever.from_documents([TextNode(text="x", id_="n")], memory=held, path=tmp_path / "d"),
+        lambda: LlamaRetriever.from_nodes([TextNode(text="x", id_="n")], memory=held, path=tmp_path / "e"),
+        lambda: LlamaRetriever.from_path(tmp_path / "f", memory=held),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidRequestError, match=r"builds its own memory .* construct the retriever with it"):
+            call()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no folder was created
+    assert held.count() == 0  # the held memory is untouched and still open
+    held.close()

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["GRAPH_EXTRA_MODULES", "build_owned", "coerce_embedder", "extra_installed", "lazy_exports", "missing_modules"]
+__all__ = ["GRAPH_EXTRA_MODULES", "build_owned", "refuse_memory_argument", "coerce_embedder", "extra_installed", "lazy_exports", "missing_modules"]
 
 #: the top-level modules the ``graph`` extra installs and ``hybrid_memory.graph`` needs
 GRAPH_EXTRA_MODULES: tuple[str, ...] = ("networkx", "graspologic_native", "json_repair")
@@ -81,6 +81,24 @@ def coerce_embedder(
         f"{argument} must be a {framework} or a hybrid_memory Embedder "
         f"(name, dim, embed_documents, embed_query), got {type(embedder).__name__}"
     )
+
+
+def refuse_memory_argument(kwargs: Mapping[str, Any], method: str) -> None:
+    """Refuse ``memory=`` in a constructor that builds its own memory (``from_documents``, ``from_path``, ...),
+    before anything is created: a LangChain or LlamaIndex user reaching for "load these documents into my
+    memory" would otherwise get a bare ``TypeError`` about a repeated keyword.
+
+    Raises:
+        InvalidRequestError: ``kwargs`` holds ``memory``.
+    """
+    if "memory" in kwargs:
+        from hybrid_memory._exceptions import InvalidRequestError
+
+        raise InvalidRequestError(
+            f"{method} builds its own memory (path=... for a folder, or in RAM) and takes no memory=; for a "
+            "memory you already hold, construct the retriever with it (Retriever(memory=memory)) and add "
+            "documents to it (the retriever's add method, or memory.upsert(...))"
+        )
 
 
 def build_owned(memory: Any, make: Callable[[Any], R], fill: Callable[[R], object] | None = None) -> R:

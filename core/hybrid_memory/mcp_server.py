@@ -311,6 +311,17 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+def _port(text: str) -> int:
+    """argparse type of ``--port``: an integer 1-65535 (argparse reports anything else with exit 2)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer 1-65535, got {text!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 1-65535, got {port}; choose another --port")
+    return port
+
+
 def register_cli(sub: Any, memory_args: Callable[[argparse.ArgumentParser], None]) -> None:
     """Add the ``mcp`` subcommand to the ``hybrid-memory`` parser."""
     mcp = sub.add_parser("mcp", help="serve the memory to agents over MCP (stdio, or --http on 127.0.0.1)")
@@ -319,5 +330,5 @@ def register_cli(sub: Any, memory_args: Callable[[argparse.ArgumentParser], None
                      help="bind every tool to this scope (tenant, user_id, agent_id, session_id); repeatable")
     mcp.add_argument("--read-only", action="store_true", help="serve only the read tools")
     mcp.add_argument("--http", action="store_true", help="Streamable HTTP on 127.0.0.1 instead of stdio")
-    mcp.add_argument("--port", type=int, default=8765, help="port of --http (default 8765)")
+    mcp.add_argument("--port", type=_port, default=8765, help="TCP port of --http, 1-65535 (default 8765)")
     mcp.set_defaults(func=_cmd_mcp)

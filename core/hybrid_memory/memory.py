@@ -1299,7 +1299,11 @@ class HybridMemory:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise MemoryClosedError("this memory is closed; open it again with HybridMemory.open(path)")
+            reopen = (
+                f"open it again with HybridMemory.open(path) ({self.path})" if self.path is not None
+                else "open it again with HybridMemory.open(path) for a folder; an in-RAM memory's chunks are gone with it"
+            )
+            raise MemoryClosedError(f"this memory is closed; {reopen}")
 
     def __enter__(self) -> HybridMemory:
         return self

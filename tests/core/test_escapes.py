@@ -74,6 +74,12 @@ def test_every_call_on_a_closed_memory_is_a_memory_closed_error(tmp_path, embedd
                  lambda: memory.delete(["prod-504"]), lambda: memory.stats()):
         with pytest.raises(MemoryClosedError, match=r"this memory is closed; open it again with HybridMemory.open"):
             call()
+    with pytest.raises(MemoryClosedError, match=r"HybridMemory.open\(path\) \(" + str(tmp_path / "mem").replace("/", "\\/")):
+        memory.search("x")  # the folder to reopen is named
+    in_ram = HybridMemory(embedder=embedder)
+    in_ram.close()
+    with pytest.raises(MemoryClosedError, match="an in-RAM memory's chunks are gone with it"):
+        in_ram.search("x")
     assert issubclass(MemoryClosedError, InvalidRequestError) and issubclass(MemoryClosedError, HybridMemoryError)
     with HybridMemory.open(tmp_path / "mem", embedder=embedder) as again:  # nothing stored was lost
         assert again.count() == 6

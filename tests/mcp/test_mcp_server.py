@@ -157,6 +157,16 @@ def test_cli_mcp_refuses_a_missing_memory_and_bad_scopes(tmp_path, capsys):
     assert parse_scope([]) is None
 
 
+@pytest.mark.parametrize(("port", "message"), [("99999", "must be 1-65535, got 99999; choose another --port"),
+                                               ("-5", "must be 1-65535, got -5"), ("http", "must be an integer 1-65535")])
+def test_cli_mcp_port_out_of_range_is_an_argument_error(tmp_path, capsys, port, message):
+    HybridMemory(tmp_path / "m", embedder=HashingEmbedder(8)).close()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["mcp", "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "--http", "--port", port])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
 async def test_list_memories_pages_by_keyset_so_deletes_between_pages_skip_nothing(memory):
     memory.upsert([{"chunk_id": f"p{i:02d}", "text": f"page note {i}", "user_id": "u9"} for i in range(25)])
     async with client(build_server(memory, scope={"user_id": "u9"})) as c:
