@@ -48,7 +48,7 @@ from .filter_index import FilterIndex, system_filter
 from .filters import check_metadata, validate_filter
 from .engines import DenseEngine, Query, RowSet, SparseEngine
 from .paths import EDGE_CONFIG, STORE_FILE, memory_path
-from .models import SCOPE_FIELDS, Chunk, SearchRequest, SearchResponse, SearchResult, StoredChunk, validation_message
+from .models import SCOPE_FIELDS, Chunk, SearchRequest, SearchResponse, StoredChunk, build_response, validation_message
 from .scopes import Scope, ScopedMemory, as_scope
 from .searcher import HybridResult, HybridSearcher
 from .sparse import BM25Index
@@ -1042,36 +1042,8 @@ class HybridMemory:
         # during this search falls back to the chunk's current version; a chunk deleted meanwhile is left out.
         by_rowid = self._store.hit_rows([hit.doc_id for hit in result.hits])
         gone = [hit.key for hit in result.hits if hit.doc_id not in by_rowid]
-        if gone:
-            by_rowid.update({c.chunk_id: (c.text, c.source, c.metadata) for c in self._store.get(gone)})
-        results = []
-        for hit in result.hits:
-            row = by_rowid.get(hit.doc_id) or by_rowid.get(hit.key)
-            if row is None:
-                continue
-            text, source, metadata = row
-            # built without re-validation: every value comes from the store or the searcher, already typed
-            results.append(
-                SearchResult.model_construct(
-                    chunk_id=hit.key,
-                    rrf_score=hit.rrf_score,
-                    text=text,
-                    source=source,
-                    metadata=metadata,
-                    score=None if result.method == "rrf" and hit.score == hit.rrf_score else hit.score,
-                    sparse_rank=hit.ranks.get("sparse"),
-                    sparse_score=hit.raw_scores.get("sparse"),
-                    dense_rank=hit.ranks.get("dense"),
-                    dense_score=hit.raw_scores.get("dense"),
-                )
-            )
-        return SearchResponse.model_construct(
-            query_id=req.query_id,
-            total_retrieved=len(results),
-            results=results,
-            fusion=result.method,
-            effective_weights=result.weights,
-        )
+        current = {c.chunk_id: (c.text, c.source, c.metadata) for c in self._store.get(gone)} if gone else {}
+        return build_response(req, result, lambda hit: by_rowid.get(hit.doc_id) or current.get(hit.key))
 
     def search(
         self,

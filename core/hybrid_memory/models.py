@@ -20,7 +20,7 @@ import reprlib
 import uuid
 from typing import Any
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -354,3 +354,26 @@ class SearchResponse(BaseModel):
                 f"total_retrieved ({self.total_retrieved}) must equal the number of results ({len(self.results)})"
             )
         return self
+
+
+def build_response(
+    req: SearchRequest, result: Any, row_of: Callable[[Any], tuple[str, str | None, dict[str, Any]] | None]
+) -> SearchResponse:
+    """The response to ``req`` from a searcher's ``HybridResult``: one :class:`SearchResult` per hit for which
+    ``row_of(hit)`` gives ``(text, source, metadata)`` (None: the chunk was deleted during the search, left
+    out). Both memories build their responses here. Built without re-validation: every value comes from a
+    store or from the searcher, already typed."""
+    results = []
+    for hit in result.hits:
+        row = row_of(hit)
+        if row is None:
+            continue
+        text, source, metadata = row
+        results.append(SearchResult.model_construct(
+            chunk_id=hit.key, rrf_score=hit.rrf_score, text=text, source=source, metadata=metadata,
+            score=None if result.method == "rrf" and hit.score == hit.rrf_score else hit.score,
+            sparse_rank=hit.ranks.get("sparse"), sparse_score=hit.raw_scores.get("sparse"),
+            dense_rank=hit.ranks.get("dense"), dense_score=hit.raw_scores.get("dense"),
+        ))
+    return SearchResponse.model_construct(query_id=req.query_id, total_retrieved=len(results), results=results,
+                                          fusion=result.method, effective_weights=result.weights)

@@ -710,16 +710,6 @@ class SQLiteStore:
             for rowid, (_, text, source, metadata) in self._select("rowid, text, source, metadata", rowids).items()
         }
 
-    def rows_by_rowid(self, rowids: Sequence[int]) -> dict[int, StoredChunk]:
-        """rowid -> the stored chunk version of that rowid, for the given rowids that still exist."""
-        return {
-            rowid: _stored(row[1:])
-            for rowid, row in self._select(
-                f"rowid, chunk_id, text, source, metadata, content_hash, created_at, updated_at, {_SYSTEM_SELECT}",
-                rowids,
-            ).items()
-        }
-
     def system_of(self, chunk_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """chunk_id -> its :data:`SYSTEM_COLUMNS` values (``merged`` decoded) and ``rowid``, for stored ids."""
         found: dict[str, dict[str, Any]] = {}

@@ -36,7 +36,7 @@ from ..embedders import Embedder, SentenceTransformerEmbedder, l2_normalize
 from ..engines import Query
 from ..fusion import FUSION_METHODS
 from ..memory import HybridMemory, _bound, _checked_filter, _instant
-from ..models import SCOPE_FIELDS, TIME_FIELDS, Chunk, SearchRequest, SearchResponse, SearchResult, StoredChunk
+from ..models import SCOPE_FIELDS, TIME_FIELDS, Chunk, SearchRequest, SearchResponse, StoredChunk, build_response
 from ..scopes import Scope, as_scope
 from ..searcher import HybridResult, HybridSearcher
 from ..temporal import RecencyPrior, apply_recency_prior
@@ -280,22 +280,10 @@ class BackendMemory(HybridMemory):
         return dataclasses.replace(result, hits=apply_recency_prior(result.hits, times, prior, now, req.top_k))
 
     def _response(self, req: SearchRequest, result: HybridResult) -> SearchResponse:
-        # only what a result shows, for the top_k alone (the legs carried ids and scores only)
+        # only what a result shows, for the top_k alone (the legs carried ids and scores only); a chunk
+        # deleted during the search is left out
         rows = self.backend.hit_rows([hit.key for hit in result.hits])
-        # built without re-validation, as the embedded memory's: every value comes from the backend's stored
-        # payload or from the searcher, already typed
-        results = [
-            SearchResult.model_construct(
-                chunk_id=hit.key, rrf_score=hit.rrf_score, text=rows[hit.key][0], source=rows[hit.key][1],
-                metadata=rows[hit.key][2],
-                score=None if result.method == "rrf" and hit.score == hit.rrf_score else hit.score,
-                sparse_rank=hit.ranks.get("sparse"), sparse_score=hit.raw_scores.get("sparse"),
-                dense_rank=hit.ranks.get("dense"), dense_score=hit.raw_scores.get("dense"),
-            )
-            for hit in result.hits if hit.key in rows  # a chunk deleted during the search is left out
-        ]
-        return SearchResponse.model_construct(query_id=req.query_id, total_retrieved=len(results), results=results,
-                                              fusion=result.method, effective_weights=result.weights)
+        return build_response(req, result, lambda hit: rows.get(hit.key))
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def flush(self) -> None:
