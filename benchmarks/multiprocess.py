@@ -7,7 +7,8 @@ Usage::
 
 The writer (its own process) upserts chunks one at a time, re-upserts an earlier chunk with new text
 every 11th step and deletes an earlier chunk every 7th, appending ``A``/``U``/``D <chunk_id>`` to an
-acknowledgement file only after the call returned. Each reader (its own process, its own
+acknowledgement file only after the call returned (and ``P <chunk_id>`` just before a delete starts: its commit
+is visible to other processes before the call returns). Each reader (its own process, its own
 ``HybridMemory`` on the same directory) loops: read the acknowledgements, then run a sparse-only search
 for one bucket token (``bucketN``: 400 consecutive chunks share one), and check that
 
@@ -60,6 +61,9 @@ def _read_acks(path: Path, state: dict) -> None:
         elif kind == "D":
             state["acked"].get(n // BUCKET, set()).discard(chunk_id)
             state["deleted"].add(chunk_id)
+        elif kind == "P":  # a delete about to start: from here on the chunk may or may not show
+            state["pending"].add(chunk_id)
+            continue
         state["writes"] += 1
 
 
@@ -90,6 +94,10 @@ def writer(path: str, ack_path: str, seconds: float, start, stop_barrier, out) -
                     result["reupserts"] += 1
                 if n % 7 == 6 and len(live) > 2:
                     m = live.pop(rng.randrange(len(live) - 1))
+                    # a delete is visible to other processes once its commit lands, before delete() returns and
+                    # "D" is written: "P" first, so a reader never counts a chunk it rightly missed as lost
+                    ack.write(f"P c{m}\n")
+                    ack.flush()
                     memory.delete([f"c{m}"])
                     ack.write(f"D c{m}\n")
                     ack.flush()
@@ -113,7 +121,7 @@ def reader(index: int, path: str, ack_path: str, seconds: float, start, stop_bar
         rng = random.Random(index)
         start.wait()
         memory = HybridMemory.open(path, embedder=HashingEmbedder(DIM))
-        state = {"offset": 0, "acked": {}, "deleted": set(), "writes": 0}
+        state = {"offset": 0, "acked": {}, "deleted": set(), "pending": set(), "writes": 0}
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             _read_acks(Path(ack_path), state)
@@ -131,7 +139,7 @@ def reader(index: int, path: str, ack_path: str, seconds: float, start, stop_bar
             result["searches"] += 1
             result["checked"] += len(expected)
             _read_acks(Path(ack_path), state)  # a delete acknowledged during the search may or may not show
-            missing = expected - found - state["deleted"]
+            missing = expected - found - state["deleted"] - state["pending"]
             back = found & deleted
             if missing or back:
                 result["missing"] += len(missing)
