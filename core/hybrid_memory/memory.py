@@ -48,7 +48,7 @@ from .filter_index import FilterIndex, system_filter
 from .filters import check_metadata, validate_filter
 from .engines import DenseEngine, Query, RowSet, SparseEngine
 from .paths import EDGE_CONFIG, STORE_FILE, memory_path
-from .models import SCOPE_FIELDS, Chunk, SearchRequest, SearchResponse, StoredChunk, build_response, validation_message
+from .models import _SHORT, SCOPE_FIELDS, Chunk, SearchRequest, SearchResponse, StoredChunk, build_response, validation_message
 from .scopes import Scope, ScopedMemory, as_scope
 from .searcher import HybridResult, HybridSearcher
 from .sparse import BM25Index
@@ -944,10 +944,14 @@ class HybridMemory:
     def make_request(request: SearchRequest | Mapping[str, Any] | str | None = None, /, **fields: Any) -> SearchRequest:
         """Build a validated :class:`SearchRequest` from a request, a mapping or a query string plus fields.
 
-        ``dense_weight``, ``sparse_weight``, ``rrf_k_constant`` and ``fusion`` may be given as top-level shortcuts.
+        ``fields`` override the request's ``top_k``, ``metadata_filter``, ``as_of``, ``query_id`` and
+        ``hybrid_params``; ``dense_weight``, ``sparse_weight``, ``rrf_k_constant`` and ``fusion`` may be given as
+        top-level shortcuts that override those of ``hybrid_params``. ``search_text`` is not an override: given
+        both in ``request`` (its text, or its ``search_text``) and as a keyword, the two must be equal.
 
         Raises:
-            InvalidRequestError: a field is invalid; the message names it.
+            InvalidRequestError: a field is invalid (the message names it), or two different search texts were
+                given (in ``request`` and as ``search_text=``).
             InvalidFilterError: the metadata filter is malformed.
         """
         if isinstance(request, SearchRequest):
@@ -961,6 +965,13 @@ class HybridMemory:
         else:
             raise InvalidRequestError(
                 f"request must be a SearchRequest, a mapping or the search text, got {type(request).__name__}"
+            )
+        if "search_text" in fields and "search_text" in data and fields["search_text"] != data["search_text"]:
+            # two texts is a mistake, not an override: searching one of them silently would answer another question
+            raise InvalidRequestError(
+                f"two search texts: {_SHORT.repr(data['search_text'])} in the request and search_text="
+                f"{_SHORT.repr(fields['search_text'])} as a keyword; give the search text once (drop search_text=, "
+                "or leave it out of the request)"
             )
         shortcuts = {key: fields.pop(key) for key in _SHORTCUTS if key in fields}
         data.update(fields)
@@ -1068,7 +1079,8 @@ class HybridMemory:
                 after fusion: see :class:`~hybrid_memory.temporal.RecencyPrior`.
             **fields: request fields overriding ``request`` (``top_k``, ``metadata_filter``, ``as_of``,
                 ``query_id``, ``hybrid_params``, or the shortcuts ``dense_weight``, ``sparse_weight``,
-                ``rrf_k_constant``).
+                ``rrf_k_constant``, ``fusion``, which override those of ``hybrid_params``). ``search_text`` is
+                not overridden: given in ``request`` too, it must be the same text (else InvalidRequestError).
 
         Each engine returns ``candidate_multiplier × top_k`` candidates; an engine whose weight is 0 is not
         run. Results are ordered by score descending, ties by chunk_id.
@@ -1082,8 +1094,8 @@ class HybridMemory:
         that chunk is left out.
 
         Raises:
-            InvalidRequestError: a request field is invalid (the message names it), or ``query_vector`` has
-                the wrong shape.
+            InvalidRequestError: a request field is invalid (the message names it), ``search_text=`` differs
+                from the request's text, or ``query_vector`` has the wrong shape.
             InvalidFilterError: the metadata filter is malformed.
         """
         self._check_open()

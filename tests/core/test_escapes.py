@@ -620,3 +620,29 @@ def test_a_qdrant_local_mode_folder_inside_an_embedded_memory_is_refused(embedde
     with HybridMemory.qdrant(str(tmp_path / "local"), embedder=embedder, payload_indexes=False) as local:
         local.add([{"chunk_id": "a", "text": "a folder of its own works"}])
         assert local.count() == 1
+
+
+# -- two search texts: one in the request, another as search_text= ------------------------------------------
+@pytest.mark.parametrize("request_", [{"search_text": "PostgreSQL"}, "PostgreSQL"])
+def test_two_different_search_texts_are_refused_naming_both_and_the_fix(memory, request_):
+    with pytest.raises(InvalidRequestError, match=r"two search texts: 'PostgreSQL' in the request and "
+                                                   r"search_text='Elasticsearch' as a keyword; give the search "
+                                                   r"text once \(drop search_text=, or leave it out of the request\)"):
+        memory.search(request_, search_text="Elasticsearch")
+    model = memory.make_request("PostgreSQL", top_k=2)
+    with pytest.raises(InvalidRequestError, match="two search texts"):
+        memory.search(model, search_text="Elasticsearch")
+    with pytest.raises(InvalidRequestError, match="two search texts"):
+        memory.scoped(user_id="alice").search(request_, search_text="Elasticsearch")
+    assert memory.count() == 6  # nothing stored is touched
+
+
+def test_the_same_search_text_twice_is_accepted_and_documented_overrides_still_override(memory):
+    text = "PostgreSQL Elasticsearch"  # BM25 alone (dense_weight=0): three notes hold one of the two words
+    assert len(memory.search({"search_text": text, "top_k": 5}, dense_weight=0).results) == 3
+    response = memory.search({"search_text": text, "top_k": 5}, search_text=text, top_k=1, dense_weight=0)
+    assert len(response.results) == 1  # top_k= overrides the request's top_k, as documented
+    # metadata_filter= is documented as an override of the request's filter: the keyword's filter is the one used
+    response = memory.search({"search_text": "PostgreSQL HTTP 504", "metadata_filter": {"environment": "staging"}},
+                             metadata_filter={"environment": "production"}, top_k=5, dense_weight=0)
+    assert [r.chunk_id for r in response.results] == ["prod-504"]
