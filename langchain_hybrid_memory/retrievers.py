@@ -217,7 +217,10 @@ class HybridMemoryRetriever(BaseRetriever):
             documents: the documents; each keeps its ``id`` as ``chunk_id`` when it has one.
             embedding: a LangChain ``Embeddings`` (bridged by
                 :class:`~langchain_hybrid_memory.embeddings.LangChainEmbedder`), a core ``Embedder``, or
-                None for the core's default embedder.
+                None: for a new memory the core's default (the offline all-MiniLM-L6-v2); when ``path``
+                already holds a memory, the embedder it was built with, as :class:`~hybrid_memory.HybridMemory`
+                resolves it (a ``HashingEmbedder`` is rebuilt from the folder's manifest, else the default
+                MiniLM is used: a memory built with a LangChain model needs that model passed again).
             ids: chunk ids overriding ``Document.id``, same length as ``documents``.
             path: folder of a persisted memory (created if absent; existing chunks with the same ids are
                 replaced); None keeps the memory in RAM.
@@ -226,7 +229,9 @@ class HybridMemoryRetriever(BaseRetriever):
         Raises:
             InvalidRequestError: ``ids`` of another length than ``documents``, a document the core
                 refuses (empty text, metadata that is not JSON), or ``memory=`` (this builds its own).
-            StoreFormatError: ``path`` holds a memory built with another embedder.
+            StoreFormatError: ``path`` holds a memory built with another embedder than ``embedding`` (with
+                None: one that cannot be rebuilt from the folder); the message names both; nothing stored
+                is changed. Pass the embedder the memory was built with.
         """
         refuse_memory_argument(kwargs, "HybridMemoryRetriever.from_documents")
         return build_owned(
@@ -246,10 +251,12 @@ class HybridMemoryRetriever(BaseRetriever):
         path: str | PathLike[str] | None = None,
         **kwargs: Any,
     ) -> HybridMemoryRetriever:
-        """Build a memory from texts (uuid4 ids unless ``ids`` is given); see :meth:`from_documents`.
+        """Build a memory from texts (uuid4 ids unless ``ids`` is given); see :meth:`from_documents` (with
+        ``embedding=None`` and a ``path`` holding a memory, the embedder that memory was built with is used).
 
         Raises:
             InvalidRequestError: ``metadatas`` or ``ids`` of another length than ``texts``.
+            StoreFormatError: ``path`` holds a memory built with another embedder (see :meth:`from_documents`).
         """
         refuse_memory_argument(kwargs, "HybridMemoryRetriever.from_texts")
         texts = list(texts)
@@ -265,7 +272,9 @@ class HybridMemoryRetriever(BaseRetriever):
     def from_path(cls, path: str | PathLike[str], embedding: Any = None, **kwargs: Any) -> HybridMemoryRetriever:
         """Open the memory folder at ``path`` (built by any adapter or the core) and wrap it.
 
-        ``embedding`` must be the embedder the memory was built with (same ``name`` and ``dim``).
+        ``embedding`` must be the embedder the memory was built with (same ``name`` and ``dim``); None
+        rebuilds it from the folder when it is a ``HashingEmbedder`` or the default MiniLM (see
+        :meth:`from_documents`).
 
         Raises:
             StoreFormatError: the folder was built with another embedder or format version.

@@ -182,13 +182,18 @@ class HybridMemoryRetriever(BaseRetriever):
                 when a document is longer than a chunk should be.
             embed_model: a LlamaIndex ``BaseEmbedding`` (bridged by
                 :class:`~llamaindex_hybrid_memory.embeddings.LlamaIndexEmbedder`), a core ``Embedder``,
-                or None for the core's default embedder.
+                or None: for a new memory the core's default (the offline all-MiniLM-L6-v2); when ``path``
+                already holds a memory, the embedder it was built with, as :class:`~hybrid_memory.HybridMemory`
+                resolves it (a ``HashingEmbedder`` is rebuilt from the folder's manifest, else the default
+                MiniLM is used: a memory built with a LlamaIndex model needs that model passed again).
             path: folder of a persisted memory (created if absent; existing chunks with the same ids are
                 replaced); None keeps the memory in RAM.
             **kwargs: retriever parameters (``similarity_top_k``, ``filters``, weights, ``rrf_k``).
 
         Raises:
-            StoreFormatError: ``path`` holds a memory built with another embedder.
+            StoreFormatError: ``path`` holds a memory built with another embedder than ``embed_model`` (with
+                None: one that cannot be rebuilt from the folder); the message names both; nothing stored
+                is changed. Pass the embedder the memory was built with.
             InvalidRequestError: a document with empty text, metadata that is not JSON, or ``memory=``
                 (this builds its own memory).
         """
@@ -217,7 +222,9 @@ class HybridMemoryRetriever(BaseRetriever):
     ) -> HybridMemoryRetriever:
         """Open the memory folder at ``path`` (built by any adapter or the core) and wrap it.
 
-        ``embed_model`` must be the embedder the memory was built with (same ``name`` and ``dim``).
+        ``embed_model`` must be the embedder the memory was built with (same ``name`` and ``dim``); None
+        rebuilds it from the folder when it is a ``HashingEmbedder`` or the default MiniLM (see
+        :meth:`from_documents`).
 
         Raises:
             StoreFormatError: the folder was built with another embedder or format version.

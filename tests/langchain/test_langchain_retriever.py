@@ -267,3 +267,43 @@ def test_bad_settings_fail_at_construction_with_the_core_error():
     assert issubclass(InvalidFilterError, ValueError)
     with pytest.raises(InvalidRequestError, match="text"):
         document_to_chunk(Document(page_content="", id="empty"))
+
+
+# --- reopening a folder: embedding=None uses the embedder the folder was built with ---------------------------
+
+
+def test_from_documents_on_an_existing_folder_without_embedding_reuses_the_stored_embedder(tmp_path):
+    from hybrid_memory import StoreFormatError
+
+    folder = tmp_path / "mem"
+    with HybridMemoryRetriever.from_texts(["HTTP 504 billing"], HashingEmbedder(dim=24), ids=["t0"], path=folder):
+        pass
+    # no embedding: the folder's hashing-24 embedder is rebuilt (the default MiniLM, 384 dimensions, would
+    # fail the dimension check)
+    with HybridMemoryRetriever.from_documents([Document(id="t1", page_content="kafka consumer lag")], path=folder,
+                                              k=5) as retriever:
+        assert (retriever.memory.embedder.name, retriever.memory.embedder.dim) == ("hashing-24", 24)
+        assert sorted(c.chunk_id for c in retriever.memory.iter_chunks()) == ["t0", "t1"]
+        assert [d.id for d in retriever.invoke("kafka lag", k=1)] == ["t1"]
+    with HybridMemoryRetriever.from_texts(["auth token expired"], ids=["t2"], path=folder) as retriever:
+        assert retriever.memory.embedder.name == "hashing-24" and retriever.memory.count() == 3
+    # an explicit embedder that differs is refused naming both and the fix; nothing stored is lost
+    with pytest.raises(StoreFormatError, match=r"was built with embedder 'hashing-24' \(dim 24\), not 'hashing-32' "
+                                               r"\(dim 32\); open it with the same embedder"):
+        HybridMemoryRetriever.from_texts(["never stored"], HashingEmbedder(dim=32), ids=["t3"], path=folder)
+    with HybridMemory.open(folder) as memory:
+        assert sorted(c.chunk_id for c in memory.iter_chunks()) == ["t0", "t1", "t2"]
+
+
+def test_a_folder_built_with_a_langchain_model_needs_that_model_again(tmp_path):
+    from hybrid_memory import StoreFormatError
+
+    folder = tmp_path / "mem"
+    fake = DeterministicFakeEmbedding(size=16)
+    with HybridMemoryRetriever.from_texts(["HTTP 504 billing"], fake, ids=["t0"], path=folder):
+        pass
+    with pytest.raises(StoreFormatError, match=r"was built with embedder 'langchain:DeterministicFakeEmbedding.*"
+                                               r"open it with the same embedder"):
+        HybridMemoryRetriever.from_texts(["kafka lag"], ids=["t1"], path=folder)
+    with HybridMemoryRetriever.from_texts(["kafka lag"], fake, ids=["t1"], path=folder) as retriever:
+        assert retriever.memory.count() == 2

@@ -262,3 +262,24 @@ def test_bad_settings_fail_at_construction_with_the_core_error():
         HybridMemoryRetriever(memory, dense_weight=0.0, sparse_weight=0.0)
     with pytest.raises(InvalidRequestError, match="text"):
         node_to_chunk(TextNode(text="", id_="empty"))
+
+
+def test_from_documents_on_an_existing_folder_without_embed_model_reuses_the_stored_embedder(tmp_path):
+    from hybrid_memory import HybridMemory, StoreFormatError
+
+    folder = tmp_path / "mem"
+    with HybridMemoryRetriever.from_documents([Document(text="HTTP 504 billing", id_="d0")], HashingEmbedder(dim=24),
+                                              path=folder):
+        pass
+    with HybridMemoryRetriever.from_nodes([TextNode(id_="d1", text="kafka consumer lag")], path=folder,
+                                          similarity_top_k=1) as retriever:
+        assert (retriever.memory.embedder.name, retriever.memory.embedder.dim) == ("hashing-24", 24)
+        assert [n.node.node_id for n in retriever.retrieve("kafka lag")] == ["d1"]
+        assert retriever.memory.count() == 2
+    with pytest.raises(StoreFormatError, match=r"was built with embedder 'hashing-24' \(dim 24\), not "
+                                               r"'llamaindex:MockEmbedding:unknown' \(dim 8\); open it with the "
+                                               r"same embedder"):
+        HybridMemoryRetriever.from_documents([Document(text="never stored", id_="d2")], MockEmbedding(embed_dim=8),
+                                             path=folder)
+    with HybridMemory.open(folder) as memory:
+        assert sorted(c.chunk_id for c in memory.iter_chunks()) == ["d0", "d1"]
