@@ -88,10 +88,13 @@ def _ingest_scope(args: argparse.Namespace) -> Any:
 
 def _check_ingest_args(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     """Every check of ``ingest`` that needs no memory, run before the memory folder is created: the paths
-    exist and are .jsonl files or folders, ``--metadata`` pairs, ``--chunk-size``, the scope options.
+    exist and are .jsonl files or folders, none of them is ``--memory`` itself, holds it, or is a memory's own
+    folder (a memory inside a folder is skipped by :func:`~hybrid_memory.ingest.read_text_folder`),
+    ``--metadata`` pairs, ``--chunk-size``, the scope options.
 
     Returns ``(metadata added to every chunk, Scope or None)``. Raises HybridMemoryError naming the fix."""
     from .filters import check_metadata
+    from .ingest import read_text_folder
 
     for raw in args.paths:
         path = Path(raw)
@@ -99,6 +102,16 @@ def _check_ingest_args(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
             raise HybridMemoryError(f"{path}: no such file or folder (check the path; ingest reads .jsonl files and folders)")
         if not path.is_dir() and path.suffix != ".jsonl":
             raise HybridMemoryError(f"{path}: give a BEIR-style .jsonl file or a folder of .md/.txt files")
+        memory = Path(args.memory).absolute()
+        if path.is_dir() and (memory == path.absolute() or memory in path.absolute().parents):
+            # a memory inside the folder is skipped by the walk; one that IS the folder (or holds it) would
+            # write its store among the documents and then refuse to read them
+            raise HybridMemoryError(
+                f"--memory {args.memory} is the folder being ingested ({path}) or holds it; keep the memory in a "
+                f"folder of its own, e.g. --memory {path.absolute().parent / (path.absolute().name + '-memory')}"
+            )
+        if path.is_dir():
+            read_text_folder(path, chunk_size=1, chunk_overlap=0)  # its checks run now (a memory's own folder is refused)
     if args.chunk_size < 1:
         raise HybridMemoryError(f"--chunk-size must be >= 1 (characters), got {args.chunk_size}")
     extra = _parse_metadata(args.metadata)

@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from ._exceptions import InvalidRequestError
 from .filters import check_metadata
 from .models import SCOPE_FIELDS, TIME_FIELDS, Chunk
+from .paths import EDGE_CONFIG, STORE_FILE
 
 __all__ = [
     "DEFAULT_GLOBS",
@@ -148,6 +149,11 @@ def read_text_folder(
 ) -> Iterator[Chunk]:
     """Yield chunks of the ``.md`` and ``.txt`` files under ``folder``, files in sorted relative-path order.
 
+    A memory's own files are never read as documents: a folder holding an embedded memory's store
+    (``store.sqlite3``) or a Qdrant Edge shard (``edge_config.json``) is skipped with everything below it (logged
+    at INFO), so a memory kept inside the folder being ingested (``HybridMemory("docs/mem")`` while ``docs`` is
+    read) does not ingest its index files; a ``folder`` that is, or lies inside, such a folder is refused.
+
     Markdown (``.md``, ``.markdown``) is split with ``semantic_text_splitter.MarkdownSplitter``, which
     prefers heading, block and paragraph boundaries; every other matched file with
     ``semantic_text_splitter.TextSplitter`` (paragraphs, then sentences, then words). Chunks are trimmed
@@ -187,9 +193,10 @@ def read_text_folder(
         Chunk, file by file, chunks in document order.
 
     Raises:
-        InvalidRequestError: ``folder`` is not a directory, ``chunk_size`` < 1, ``chunk_overlap`` outside
-            ``[0, chunk_size)``, or (without ``on_unreadable``) a file cannot be read as text (the message
-            names it). Checked when the iterator is created, before the first chunk is asked for.
+        InvalidRequestError: ``folder`` is not a directory, is (or lies inside) a memory's or an Edge shard's
+            folder, ``chunk_size`` < 1, ``chunk_overlap`` outside ``[0, chunk_size)``, or (without
+            ``on_unreadable``) a file cannot be read as text (the message names it). Checked when the iterator
+            is created, before the first chunk is asked for.
     """
     root, chunk_size, chunk_overlap = _checked_folder_args(folder, chunk_size, chunk_overlap)
     return _text_folder_chunks(root, chunk_size, chunk_overlap, metadata, glob, id_prefix, on_unreadable, on_empty)
@@ -199,6 +206,13 @@ def _checked_folder_args(folder: StrPath, chunk_size: Any, chunk_overlap: Any) -
     root = Path(folder)
     if not root.is_dir():
         raise InvalidRequestError(f"{os.fspath(folder)!r} is not a directory")
+    for ancestor in (root.absolute(), *root.absolute().parents):
+        if _holds_a_memory(ancestor):
+            inside = "is" if ancestor == root.absolute() else f"lies inside {ancestor}, which is"
+            raise InvalidRequestError(
+                f"{os.fspath(folder)!r} {inside} a memory's own folder (it holds {_memory_file(ancestor)}); its files "
+                "are the memory's indexes, not documents: ingest the folder that holds your documents"
+            )
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InvalidRequestError(f"chunk_size must be an integer >= 1 (characters), got {chunk_size!r}")
     if isinstance(chunk_overlap, bool) or not isinstance(chunk_overlap, int) or not 0 <= chunk_overlap < chunk_size:
@@ -223,9 +237,14 @@ def _text_folder_chunks(
     markdown_splitter = MarkdownSplitter(chunk_size, overlap=chunk_overlap, trim=True)
     text_splitter = TextSplitter(chunk_size, overlap=chunk_overlap, trim=True)
 
+    inside: dict[Path, bool] = {}
+    memories: set[Path] = set()
     files = sorted(
-        {p.relative_to(root).as_posix(): p for pattern in patterns for p in root.glob(pattern) if p.is_file()}.items()
+        {p.relative_to(root).as_posix(): p for pattern in patterns for p in root.glob(pattern)
+         if p.is_file() and not _in_a_memory_folder(p.parent, root, inside, memories)}.items()
     )
+    for folder in sorted(memories):
+        logger.info("read_text_folder: skipped %s: a memory's own folder (it holds %s)", folder, _memory_file(folder))
     logger.debug("read_text_folder: %d files under %s", len(files), root)
     for rel, file_path in files:
         content, reason = _read_text_file(file_path)
@@ -249,6 +268,35 @@ def _text_folder_chunks(
                 source=path,
                 metadata={**base_metadata, "path": path, "chunk_index": n, "folder": folder_path},
             )
+
+
+def _memory_file(folder: Path) -> str | None:
+    """The file that makes ``folder`` a memory's own folder (an embedded store or an Edge shard), else None."""
+    for name in (STORE_FILE, EDGE_CONFIG):
+        if (folder / name).is_file():
+            return name
+    return None
+
+
+def _holds_a_memory(folder: Path) -> bool:
+    return _memory_file(folder) is not None
+
+
+def _in_a_memory_folder(folder: Path, root: Path, inside: dict[Path, bool], memories: set[Path]) -> bool:
+    """Whether ``folder`` (``root`` or below it; ``root`` holds no memory) is or lies inside a memory's own
+    folder. ``inside`` caches the answer per folder, so each folder is looked at once; the memory folders
+    found are added to ``memories``."""
+    chain = []
+    while folder != root and folder not in inside:
+        chain.append(folder)
+        folder = folder.parent
+    answer = inside.get(folder, False)
+    for current in reversed(chain):  # from the top down: below a memory's folder everything is inside it
+        if not answer and _holds_a_memory(current):
+            memories.add(current)
+            answer = True
+        inside[current] = answer
+    return answer
 
 
 def _read_text_file(path: Path) -> tuple[str, str | None]:

@@ -264,3 +264,49 @@ def test_ingest_scope_options_stamp_every_chunk(tmp_path, capsys):
     assert "bob-1" in capsys.readouterr().err
     with HybridMemory.open(memory, embedder=HashingEmbedder(8)) as mem:
         assert mem.get(["bob-1"])[0].text == "bob's note" and mem.get(["x1"]) == []
+
+
+def test_ingest_never_reads_the_memorys_own_files(tmp_path, capsys):
+    from hybrid_memory import HybridMemory
+
+    docs = tmp_path / "docs"
+    (docs / "sub").mkdir(parents=True)
+    (docs / "a.md").write_text("alpha runbook", encoding="utf-8")
+    (docs / "sub" / "c.txt").write_text("gamma guide", encoding="utf-8")
+    memory = docs / "mem"
+    args = ["--memory", str(memory), "--hashing-dim", "16", "-q"]
+    assert main(["ingest", str(docs), *args]) == 0
+    (memory / "notes.md").write_text("a note left inside the memory folder", encoding="utf-8")
+    # run again, as a user re-ingests an edited folder: the memory (now inside docs) is skipped
+    assert main(["ingest", str(docs), *args]) == 0
+    summaries = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(s["ingested"], s["chunks"], s["skipped_files"]) for s in summaries] == [(2, 2, 0), (2, 2, 0)]
+    with HybridMemory.open(memory) as opened:
+        assert sorted(c.chunk_id for c in opened.iter_chunks()) == ["docs/a.md#0", "docs/sub/c.txt#0"]
+
+
+@pytest.mark.parametrize("memory_of", [lambda docs: docs, lambda docs: docs.parent])
+def test_ingest_refuses_a_memory_that_is_the_ingested_folder_before_creating_it(tmp_path, capsys, memory_of):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("alpha runbook", encoding="utf-8")
+    memory = memory_of(docs)
+    assert main(["ingest", str(docs), "--memory", str(memory), "--hashing-dim", "16", "-q"]) == 2
+    assert (f"--memory {memory} is the folder being ingested ({docs}) or holds it; keep the memory in a folder of "
+            f"its own, e.g. --memory {tmp_path / 'docs-memory'}") in capsys.readouterr().err
+    assert sorted(p.name for p in memory.iterdir()) == (["a.md"] if memory == docs else ["docs"])  # nothing created
+
+
+def test_ingest_of_the_memory_folder_itself_is_refused_and_keeps_its_chunks(tmp_path, capsys):
+    memory = tmp_path / "mem"
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("alpha runbook", encoding="utf-8")
+    assert main(["ingest", str(notes), "--memory", str(memory), "--hashing-dim", "16", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["ingest", str(memory / "bm25"), "--memory", str(tmp_path / "other"), "--hashing-dim", "16",
+                 "-q"]) == 2
+    assert f"lies inside {memory}, which is a memory's own folder (it holds store.sqlite3)" in capsys.readouterr().err
+    assert not (tmp_path / "other").exists()  # refused before the target memory was created
+    assert main(["stats", "--memory", str(memory), "--hashing-dim", "16"]) == 0
+    assert json.loads(capsys.readouterr().out)["chunks"] == 1

@@ -275,3 +275,55 @@ def test_beir_lines_keep_scope_and_validity(tmp_path: Path) -> None:
     bad = _write_jsonl(tmp_path / "bad.jsonl", [{"_id": "c", "text": "t", "user_id": 5}])
     with pytest.raises(InvalidRequestError, match=r"bad\.jsonl, line 1: invalid document 'c': user_id"):
         list(read_beir_corpus(bad))
+
+
+def _docs_with_memories(tmp_path: Path) -> Path:
+    """docs/ with three documents, an embedded memory at docs/mem (its own files, plus a note a user left in it),
+    an Edge shard folder at docs/sub/shard and a second memory at docs/sub/old-mem."""
+    from hybrid_memory import HashingEmbedder, HybridMemory
+
+    docs = tmp_path / "docs"
+    (docs / "sub").mkdir(parents=True)
+    (docs / "a.md").write_text("alpha runbook", encoding="utf-8")
+    (docs / "b.txt").write_text("beta notes", encoding="utf-8")
+    (docs / "sub" / "c.md").write_text("gamma guide", encoding="utf-8")
+    with HybridMemory(docs / "mem", embedder=HashingEmbedder(16)) as memory:
+        memory.add([{"chunk_id": "kept", "text": "stored before"}])
+    (docs / "mem" / "notes.md").write_text("a note inside the memory folder", encoding="utf-8")
+    (docs / "sub" / "shard" / "segments").mkdir(parents=True)
+    (docs / "sub" / "shard" / "edge_config.json").write_text("{}", encoding="utf-8")
+    (docs / "sub" / "shard" / "segments" / "s.txt").write_text("shard text", encoding="utf-8")
+    (docs / "sub" / "old-mem").mkdir()
+    (docs / "sub" / "old-mem" / "store.sqlite3").write_bytes(b"SQLite format 3\x00")
+    (docs / "sub" / "old-mem" / "x.md").write_text("old memory note", encoding="utf-8")
+    return docs
+
+
+def test_text_folder_skips_memory_and_edge_shard_folders_inside_it(tmp_path: Path, caplog) -> None:
+    import logging
+
+    docs = _docs_with_memories(tmp_path)
+    unreadable: list[str] = []
+    with caplog.at_level(logging.INFO, logger="hybrid_memory.ingest"):
+        everything = list(read_text_folder(docs, glob="**/*", on_unreadable=lambda p, r: unreadable.append(p.name)))
+    # not one of the memory's own files (store.sqlite3, *.npy, manifest.json, ...) nor anything below a memory
+    # or shard folder; no memory file was even opened (none reported unreadable)
+    assert [c.chunk_id for c in everything] == ["docs/a.md#0", "docs/b.txt#0", "docs/sub/c.md#0"]
+    assert unreadable == []
+    assert [c.chunk_id for c in read_text_folder(docs)] == ["docs/a.md#0", "docs/b.txt#0", "docs/sub/c.md#0"]
+    skipped = sorted(r.getMessage() for r in caplog.records if "skipped" in r.getMessage())
+    assert skipped == [
+        f"read_text_folder: skipped {docs / 'mem'}: a memory's own folder (it holds store.sqlite3)",
+        f"read_text_folder: skipped {docs / 'sub' / 'old-mem'}: a memory's own folder (it holds store.sqlite3)",
+        f"read_text_folder: skipped {docs / 'sub' / 'shard'}: a memory's own folder (it holds edge_config.json)",
+    ]
+
+
+@pytest.mark.parametrize("inside, holds", [("mem", "store.sqlite3"), ("mem/bm25", "store.sqlite3"),
+                                            ("sub/shard", "edge_config.json"), ("sub/shard/segments", "edge_config.json")])
+def test_text_folder_refuses_a_memorys_own_folder(tmp_path: Path, inside: str, holds: str) -> None:
+    docs = _docs_with_memories(tmp_path)
+    with pytest.raises(InvalidRequestError, match=rf"a memory's own folder \(it holds {holds}\); its files are the "
+                                                  r"memory's indexes, not documents: ingest the folder that holds "
+                                                  r"your documents"):
+        read_text_folder(docs / inside)
