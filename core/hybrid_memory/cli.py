@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ._exceptions import HybridMemoryError, MissingDependencyError
+from .fusion import DEFAULT_FUSION, FUSION_METHODS
 from .models import SCOPE_FIELDS, Chunk
 
 __all__ = ["build_parser", "main"]
@@ -253,7 +254,7 @@ def _request_from_args(args: argparse.Namespace) -> dict[str, Any]:
             f"\"rrf_k_constant\": 60}}, got a JSON {type(params).__name__}"
         )
     params = dict(params)
-    for name in ("dense_weight", "sparse_weight", "rrf_k_constant"):
+    for name in ("dense_weight", "sparse_weight", "rrf_k_constant", "fusion"):
         if getattr(args, name) is not None:
             params[name] = getattr(args, name)
     if params:
@@ -368,13 +369,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "with a --request file holding search_text is refused)")
     memory_args(search)
     search.add_argument("--request", metavar="FILE", help=(
-        "a JSON file in the request shape (query_id, search_text, top_k, ...); --top-k, --filter and the weight "
-        "options replace the file's fields of the same name"))
+        "a JSON file in the request shape (query_id, search_text, top_k, ...); --top-k, --filter, the weight "
+        "options and --fusion replace the file's fields of the same name"))
     search.add_argument("--top-k", type=int, default=None)
     search.add_argument("--filter", help='metadata filter as JSON, e.g. \'{"environment": "production"}\'')
     search.add_argument("--dense-weight", dest="dense_weight", type=float, default=None)
     search.add_argument("--sparse-weight", dest="sparse_weight", type=float, default=None)
     search.add_argument("--rrf-k", dest="rrf_k_constant", type=float, default=None)
+    search.add_argument("--fusion", choices=list(FUSION_METHODS), default=None, help=(
+        f"fusion method (hybrid_params.fusion; default {DEFAULT_FUSION!r}): "
+        + "; ".join(f"{name}: {method.summary}" for name, method in FUSION_METHODS.items()).replace("%", "%%")))
     search.set_defaults(func=_cmd_search)
 
     stats = sub.add_parser("stats", help="counts and parameters of a memory")

@@ -310,3 +310,35 @@ def test_ingest_of_the_memory_folder_itself_is_refused_and_keeps_its_chunks(tmp_
     assert not (tmp_path / "other").exists()  # refused before the target memory was created
     assert main(["stats", "--memory", str(memory), "--hashing-dim", "16"]) == 0
     assert json.loads(capsys.readouterr().out)["chunks"] == 1
+
+
+def test_search_fusion_flag_takes_the_registrys_methods(tmp_path, capsys):
+    from hybrid_memory.cli import build_parser
+    from hybrid_memory.fusion import FUSION_METHODS
+
+    search = build_parser()._subparsers._group_actions[0].choices["search"]
+    [fusion] = [a for a in search._actions if a.dest == "fusion"]
+    assert fusion.choices == list(FUSION_METHODS) and fusion.default is None
+    assert "adaptive" in fusion.help and "Cormack et al. 2009" in fusion.help  # documented in --help
+
+    memory = str(tmp_path / "mem")
+    assert main(["ingest", str(EXAMPLE / "notes.jsonl"), "--memory", memory, "--hashing-dim", "64", "-q"]) == 0
+    capsys.readouterr()
+    base = ["search", "ERR_CONN_RESET", "--memory", memory, "--hashing-dim", "64", "--top-k", "3"]
+    assert main([*base, "--fusion", "rrf"]) == 0
+    response = json.loads(capsys.readouterr().out)
+    assert response["fusion"] == "rrf" and all(r["score"] is None for r in response["results"])
+    assert main(base) == 0
+    assert json.loads(capsys.readouterr().out)["fusion"] == "adaptive"  # no flag: the core's default
+    # --fusion replaces the --request file's hybrid_params.fusion, and keeps the file's weights
+    request = tmp_path / "req.json"
+    request.write_text(json.dumps({"search_text": "ERR_CONN_RESET", "top_k": 3,
+                                   "hybrid_params": {"fusion": "dbsf", "dense_weight": 0.25, "sparse_weight": 1}}))
+    assert main(["search", "--request", str(request), "--memory", memory, "--hashing-dim", "64",
+                 "--fusion", "rrf"]) == 0
+    response = json.loads(capsys.readouterr().out)
+    assert response["fusion"] == "rrf" and response["effective_weights"] == {"dense": 0.25, "sparse": 1.0}
+    with pytest.raises(SystemExit) as exc:
+        main([*base, "--fusion", "bogus"])
+    assert exc.value.code == 2
+    assert "argument --fusion: invalid choice: 'bogus'" in capsys.readouterr().err
