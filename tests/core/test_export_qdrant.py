@@ -80,3 +80,18 @@ def test_cli_refuses_bad_targets(tmp_path, capsys):
         mem.add([{"chunk_id": "x", "text": "eight dims"}])
     assert main(["export-qdrant", "--memory", str(other), "--hashing-dim", "8", "-q", "--edge-path", str(tmp_path / "s3")]) == 2
     assert "does not fit this memory" in capsys.readouterr().err
+
+
+def test_an_unreachable_server_fails_before_the_progress_bar(tmp_path, capsys):
+    """The connection and the collection are checked before the bar is drawn: no '0/6' bar over the error."""
+    _memory(tmp_path / "mem")
+    assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16",
+                 "--url", "http://127.0.0.1:1", "--collection", "runbooks"]) == 2  # nothing listens on port 1
+    err = capsys.readouterr().err
+    assert ("could not open the Qdrant collection 'runbooks' (qdrant): ResponseHandlingException: [Errno 111] "
+            "Connection refused; check that the server is running at that URL") in err
+    assert "export-qdrant:" not in err and "chunk/s" not in err  # tqdm's bar: never started
+    # the bar still runs for a reachable target, from 0 to every chunk
+    assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16",
+                 "--edge-path", str(tmp_path / "shard")]) == 0
+    assert "7/7" in capsys.readouterr().err

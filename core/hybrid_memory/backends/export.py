@@ -42,7 +42,8 @@ def export_to_qdrant(
     Args:
         memory: an open embedded :class:`~hybrid_memory.HybridMemory` (read only).
         backend: the target; opened here for the memory's embedding dimension (created when absent, schema
-            checked when present).
+            checked when present), unless the caller already opened it for that dimension (the CLI does, so
+            an unreachable server fails before its progress bar is drawn).
         batch_size: chunks per upsert request (default 256).
         progress: called with the number of chunks copied after each batch (the CLI's progress bar).
 
@@ -54,7 +55,8 @@ def export_to_qdrant(
         DimensionMismatchError: a stored vector does not have the memory's dimension.
     """
     dim = int(memory.embedder.dim)
-    backend.open(dim)
+    if getattr(backend, "dim", None) != dim:
+        backend.open(dim)
     store = memory._store  # the embedded store: the vectors live there, keyed by rowid
     copied = 0
     position = 0
@@ -124,6 +126,11 @@ def _cmd_export(args) -> int:  # noqa: ANN001
                                        indexed_keys=args.index_key, **options)
     with open_memory(args, show_progress=False) as memory:
         total = memory.count()
+        try:  # connect and create or check the collection first: a refused connection draws no 0/N bar
+            backend.open(int(memory.embedder.dim))
+        except BaseException:
+            backend.close()
+            raise
         bar = None
         if not args.quiet:
             from tqdm import tqdm
