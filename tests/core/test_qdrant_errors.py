@@ -182,9 +182,43 @@ def test_a_503_from_the_server_or_its_proxy_is_backend_unavailable(answering_ser
                                                       r"Unavailable: shard is being transferred; check that it is "
                                                       r"running"):
         memory.search("HTTP 504")
-    reply.update(status=400, body={"status": {"error": "Wrong input: bad request"}})  # not a lost connection
+    memory.close()
+
+
+def test_a_400_from_the_server_is_an_invalid_request_naming_the_collection_and_the_fix(answering_server):
     from qdrant_client.http.exceptions import UnexpectedResponse
 
-    with pytest.raises(UnexpectedResponse):
+    url, reply = answering_server
+    reply.update(status=400, body={"status": {"error": "Wrong input: Index required but not found for \"team\""}})
+    memory = _memory_on(url)
+    with pytest.raises(InvalidRequestError, match=rf"^the Qdrant server at {url} refused the request \(count points, "
+                                                  r"collection 'notes'\): HTTP 400 Bad Request: Wrong input: Index "
+                                                  r"required but not found for \"team\"; nothing was changed\. The "
+                                                  r"request does not fit the collection as the server has it: check "
+                                                  r"the metadata filter's keys and values \(a server in strict mode "
+                                                  r"needs a payload index on each filtered key: give it in "
+                                                  r"indexed_keys=, or --index-key\)") as caught:
+        memory.count(metadata_filter={"team": "sre"})
+    assert isinstance(caught.value.__cause__, UnexpectedResponse)  # the server's answer stays the cause
+    with pytest.raises(InvalidRequestError, match=r"refused the request \(query, collection 'notes'\): HTTP 400"):
+        memory.search("HTTP 504", metadata_filter={"team": "sre"})
+    with pytest.raises(InvalidRequestError, match=r"\(retrieve points, collection 'notes'\): HTTP 400 .*"
+                                                  r"nothing was changed"):
+        memory.add([{"chunk_id": "a", "text": "HTTP 504"}])
+    memory.close()
+
+
+@pytest.mark.parametrize("status, kind, fix", [
+    (401, "Unauthorized", r"Give the server's API key \(api_key=, or --api-key / QDRANT_API_KEY\)"),
+    (403, "Forbidden", r"Give the server's API key \(api_key=, or --api-key / QDRANT_API_KEY\), with write access"),
+    (500, "Internal Server Error", r"the server could not serve it \(see its log\); nothing was changed; run the call "
+                                   r"again once the server answers"),
+])
+def test_other_refusals_are_backend_unavailable_naming_the_fix(answering_server, status, kind, fix):
+    url, reply = answering_server
+    reply.update(status=status, body={"status": {"error": "no"}})
+    memory = _memory_on(url)
+    with pytest.raises(BackendUnavailableError, match=rf"^the Qdrant server at {url} refused the request \(count "
+                                                      rf"points, collection 'notes'\): HTTP {status} {kind}: no; .*{fix}"):
         memory.count()
     memory.close()

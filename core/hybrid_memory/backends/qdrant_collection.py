@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .._exceptions import BackendUnavailableError, StoreFormatError, missing_dependency
+from .._exceptions import BackendUnavailableError, InvalidRequestError, StoreFormatError, missing_dependency
 from ..paths import check_edge_path
 from .qdrant_filters import to_client_filter, to_edge_filter
 
@@ -177,6 +177,27 @@ def _collection_gone(exc: BaseException) -> bool:
     return isinstance(exc, grpc.RpcError) and hasattr(exc, "code") and exc.code() == grpc.StatusCode.NOT_FOUND
 
 
+def _refusal(exc: BaseException) -> str | None:
+    """How the server refused a request it received: ``"invalid"`` (HTTP 400 / 422, gRPC ``INVALID_ARGUMENT``:
+    Qdrant's ``Wrong input``, e.g. a filter on a key that strict mode wants indexed, or a schema changed by
+    another client), ``"auth"`` (HTTP 401 / 403, gRPC ``UNAUTHENTICATED`` / ``PERMISSION_DENIED``), ``"other"``
+    (any other HTTP error status, e.g. 500); None when ``exc`` is not an answer of the server."""
+    try:
+        from qdrant_client.http.exceptions import UnexpectedResponse
+    except ImportError:  # pragma: no cover
+        return None
+    if isinstance(exc, UnexpectedResponse):
+        return {400: "invalid", 422: "invalid", 401: "auth", 403: "auth"}.get(exc.status_code, "other")
+    try:
+        import grpc
+    except ImportError:  # pragma: no cover
+        return None
+    if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
+        return {grpc.StatusCode.INVALID_ARGUMENT: "invalid", grpc.StatusCode.UNAUTHENTICATED: "auth",
+                grpc.StatusCode.PERMISSION_DENIED: "auth"}.get(exc.code())
+    return None
+
+
 def _cause(exc: BaseException) -> str:
     """One line naming the transport error (the httpx error inside qdrant-client's wrapper, a gRPC status)."""
     source = getattr(exc, "source", None)
@@ -237,8 +258,11 @@ class ClientCollection:
 
     @contextlib.contextmanager
     def _reached(self, what: str, *, write: bool = False) -> Iterator[None]:
-        """Turn the client's connection-loss errors (:func:`_connection_lost`) inside the block into
-        :class:`BackendUnavailableError` naming the server, the collection and what to do; other errors pass."""
+        """Turn the client's errors inside the block into the library's, naming the server, the collection
+        and what to do: a lost connection (:func:`_connection_lost`) into :class:`BackendUnavailableError`, a
+        deleted collection into :class:`StoreFormatError`, a request the server refused (:func:`_refusal`) as
+        invalid into :class:`InvalidRequestError`, for the API key or for any other reason into
+        :class:`BackendUnavailableError`; other errors pass."""
         try:
             yield
         except Exception as exc:
@@ -248,11 +272,30 @@ class ClientCollection:
                     "it was deleted after this memory opened: open the memory again to create it empty, or restore "
                     "it from a Qdrant snapshot"
                 ) from exc
-            if not _connection_lost(exc):
-                raise
             after = ("this write may be partly stored (earlier batches of it): writes are upserts by chunk id, so "
                      "run the same call again once the server answers" if write else
                      "nothing was changed; run the call again once the server answers")
+            if not _connection_lost(exc):
+                refusal = _refusal(exc)
+                if refusal is None:
+                    raise
+                where = f"the Qdrant server at {self.target} refused the request ({what}, collection {self.name!r}): "
+                changed = ("this write may be partly stored (earlier batches of it)" if write else "nothing was changed")
+                if refusal == "invalid":
+                    raise InvalidRequestError(
+                        f"{where}{_cause(exc)}; {changed}. The request does not fit the collection as the server "
+                        "has it: check the metadata filter's keys and values (a server in strict mode needs a "
+                        "payload index on each filtered key: give it in indexed_keys=, or --index-key) and that no "
+                        "other client changed the collection's schema"
+                    ) from exc
+                if refusal == "auth":
+                    raise BackendUnavailableError(
+                        f"{where}{_cause(exc)}; {changed}. Give the server's API key (api_key=, or --api-key / "
+                        "QDRANT_API_KEY), with write access for writes"
+                    ) from exc
+                raise BackendUnavailableError(
+                    f"{where}{_cause(exc)}; the server could not serve it (see its log); {after}"
+                ) from exc
             raise BackendUnavailableError(
                 f"the Qdrant server at {self.target} could not be reached ({what}, collection {self.name!r}): "
                 f"{_cause(exc)}; check that it is running and reachable at that URL (and the API key); {after}"
