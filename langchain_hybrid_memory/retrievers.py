@@ -15,9 +15,15 @@ from typing import Any
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import AliasChoices, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import AliasChoices, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from hybrid_memory._adapter_support import build_owned, refuse_memory_argument
+from hybrid_memory._adapter_support import (
+    build_owned,
+    check_search_settings,
+    check_top_k,
+    refuse_memory_argument,
+    unwrap_validation_error,
+)
 from hybrid_memory.models import make_chunk
 from hybrid_memory import (
     Chunk,
@@ -59,6 +65,8 @@ _CALL_KWARGS = {
     "rrf_k": "rrf_k_constant",
     "fusion": "fusion",
 }
+# the retriever's names of the core's search keywords, where they differ (for the error messages)
+_FIELD_NAMES = {"top_k": "k", "rrf_k_constant": "rrf_k"}
 # keywords LangChain's Runnable machinery forwards to every retriever; they are not search parameters
 _RUNNABLE_KWARGS = frozenset({"verbose"})
 
@@ -140,7 +148,10 @@ class HybridMemoryRetriever(BaseRetriever):
     :class:`~hybrid_memory.InvalidFilterError`) from the core when the query runs.
 
     Defaults are the core's (:class:`~hybrid_memory.SearchRequest`, :class:`~hybrid_memory.HybridParams`).
-    An unknown constructor argument raises pydantic's ``ValidationError`` rather than being ignored.
+    A bad setting fails at construction with :class:`~hybrid_memory.InvalidRequestError` (a ``ValueError``,
+    as pydantic's ``ValidationError`` is, so ``except ValueError`` catches both) naming the field and its
+    range (``k must be an integer from 1 to 1000``); a misspelt argument is refused the same way, never
+    ignored; a bad filter is the core's :class:`~hybrid_memory.InvalidFilterError`.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", populate_by_name=True)
@@ -171,20 +182,31 @@ class HybridMemoryRetriever(BaseRetriever):
     """The core's ``hybrid_params.fusion``: the query-adaptive default, or ``"rrf"`` for exactly weighted RRF
     (see :mod:`hybrid_memory.fusion` for every method)."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Validate the fields (see the class docstring).
+
+        Raises:
+            InvalidRequestError: a field out of range, of the wrong type, or unknown; the message names it and
+                the accepted values (pydantic's ``ValidationError`` is its cause).
+            InvalidFilterError: the metadata filter is malformed.
+            ScopeError: ``scope`` contradicts the scope of the ``memory`` view.
+        """
+        try:
+            super().__init__(*args, **kwargs)
+        except ValidationError as exc:
+            raise unwrap_validation_error(exc, type(self).__name__) from exc
+
+    @field_validator("k", mode="before")
+    @classmethod
+    def _k_is_a_number_of_results(cls, value: Any) -> int:
+        # before pydantic's coercion: k="5" or k=True is refused as the core refuses top_k="5"
+        return check_top_k(cls.__name__, "k", value)
+
     @model_validator(mode="after")
     def _check_with_the_core(self) -> HybridMemoryRetriever:
-        """Bad k, weights, filter or scope fail here, at construction, with the core's error, not at the first
-        query."""
+        """Bad k, weights, filter or scope fail here, at construction, not at the first query."""
         self.target()
-        HybridMemory.make_request(
-            "validation probe",
-            top_k=self.k,
-            metadata_filter=self.metadata_filter,
-            dense_weight=self.dense_weight,
-            sparse_weight=self.sparse_weight,
-            rrf_k_constant=self.rrf_k,
-            fusion=self.fusion,
-        )
+        check_search_settings(type(self).__name__, _FIELD_NAMES, self.search_kwargs())
         return self
 
     def target(self) -> HybridMemory | ScopedMemory:
@@ -338,7 +360,9 @@ class HybridMemoryRetriever(BaseRetriever):
                 ``sparse_weight``, ``rrf_k``; each replaces the field for this call.
 
         Raises:
-            InvalidRequestError: an unknown keyword, or both ``filter`` and ``metadata_filter``.
+            InvalidRequestError: an unknown keyword, both ``filter`` and ``metadata_filter``, or a value out
+                of range (the message names the keyword and the range).
+            InvalidFilterError: the filter is malformed.
         """
         unknown = sorted(set(overrides) - set(_CALL_KWARGS) - _RUNNABLE_KWARGS)
         if unknown:
@@ -358,6 +382,9 @@ class HybridMemoryRetriever(BaseRetriever):
         for name, value in overrides.items():
             if name in _CALL_KWARGS:
                 params[_CALL_KWARGS[name]] = value
+        if overrides.keys() & {"k", "dense_weight", "sparse_weight", "rrf_k", "fusion"}:
+            # named as the caller gave them (invoke(k=-1) says k, not the core's top_k)
+            check_search_settings(type(self).__name__, _FIELD_NAMES, params)
         return params
 
     def _get_relevant_documents(

@@ -16,7 +16,7 @@ from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
 from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
 
-from hybrid_memory._adapter_support import build_owned, refuse_memory_argument
+from hybrid_memory._adapter_support import build_owned, check_search_settings, refuse_memory_argument
 from hybrid_memory.models import make_chunk
 from hybrid_memory import Chunk, HybridMemory, HybridParams, ScopedMemory, SearchRequest, SearchResponse, SearchResult
 from hybrid_memory.dedup import DedupPolicy
@@ -122,9 +122,9 @@ class HybridMemoryRetriever(BaseRetriever):
         callback_manager, object_map, verbose: as for any LlamaIndex ``BaseRetriever``.
 
     Defaults are the core's (:class:`~hybrid_memory.SearchRequest`, :class:`~hybrid_memory.HybridParams`).
-    Invalid values raise :class:`~hybrid_memory.InvalidRequestError` (or its subclass
-    :class:`~hybrid_memory.InvalidFilterError`) when a query runs; an operator with no meaning in the core
-    raises :class:`~hybrid_memory.InvalidFilterError` here already.
+    Invalid values raise :class:`~hybrid_memory.InvalidRequestError` at construction, naming the parameter
+    and its range (``similarity_top_k must be an integer from 1 to 1000``); a filter operator with no meaning
+    in the core raises its subclass :class:`~hybrid_memory.InvalidFilterError` here already.
 
     Example::
 
@@ -160,8 +160,9 @@ class HybridMemoryRetriever(BaseRetriever):
         self.sparse_weight = sparse_weight
         self.rrf_k = rrf_k
         self.fusion = fusion
-        # unsupported operators and bad values fail at construction, not at the first query
-        HybridMemory.make_request("validation probe", **self.search_kwargs())
+        # unsupported operators and bad values fail at construction, not at the first query, named as here
+        check_search_settings(type(self).__name__, {"top_k": "similarity_top_k", "rrf_k_constant": "rrf_k"},
+                              self.search_kwargs())
         super().__init__(callback_manager=callback_manager, object_map=object_map, verbose=verbose)
 
     # --- construction from LlamaIndex objects -------------------------------------------------------

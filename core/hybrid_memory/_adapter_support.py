@@ -7,6 +7,9 @@
 - :func:`build_owned`: construct a retriever over a memory it opened, closing the memory when construction
   fails, and marking it owned so the retriever's ``close()`` closes it.
 - :func:`lazy_exports`: a module ``__getattr__`` that loads names from a submodule on first use.
+- :func:`check_search_settings` / :func:`unwrap_validation_error`: a retriever's search settings refused
+  with an :class:`~hybrid_memory.InvalidRequestError` naming the retriever's own field (``k``,
+  ``similarity_top_k``, ``rrf_k``) and its accepted range, never a pydantic ``ValidationError``.
 
 Private to the project: the adapters import it, users do not.
 """
@@ -18,7 +21,8 @@ import importlib.util
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["GRAPH_EXTRA_MODULES", "build_owned", "refuse_memory_argument", "coerce_embedder", "extra_installed", "lazy_exports", "missing_modules"]
+__all__ = ["GRAPH_EXTRA_MODULES", "build_owned", "check_search_settings", "check_top_k", "refuse_memory_argument", "coerce_embedder",
+           "extra_installed", "lazy_exports", "missing_modules", "unwrap_validation_error"]
 
 #: the top-level modules the ``graph`` extra installs and ``hybrid_memory.graph`` needs
 GRAPH_EXTRA_MODULES: tuple[str, ...] = ("networkx", "graspologic_native", "json_repair")
@@ -131,3 +135,84 @@ def lazy_exports(module_name: str, submodule: str, names: Iterable[str]) -> Call
         raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
 
     return __getattr__
+
+
+def check_search_settings(owner: str, names: Mapping[str, str], settings: Mapping[str, Any]) -> None:
+    """Check the keywords a retriever passes to :meth:`HybridMemory.search` (``top_k``, ``metadata_filter``,
+    ``dense_weight``, ``sparse_weight``, ``rrf_k_constant``, ``fusion``), naming the retriever's own fields.
+
+    Args:
+        owner: the retriever's name, first in the message (``"HybridMemoryRetriever"``).
+        names: core keyword -> the retriever's field, where they differ (``{"top_k": "k", "rrf_k_constant":
+            "rrf_k"}``).
+        settings: the keywords, as the retriever passes them to the core.
+
+    The ranges are the core's (:class:`~hybrid_memory.SearchRequest`, :class:`~hybrid_memory.HybridParams`):
+    ``top_k`` an integer 1..MAX_TOP_K (1000; a bool is not a number of results), weights in [0, 1e6] and not
+    both 0, the RRF constant a finite number >= 0, ``fusion`` one of ``FUSION_METHODS``.
+
+    Raises:
+        InvalidRequestError: a value out of range; the message names the retriever's field, the accepted
+            range and the value given.
+        InvalidFilterError: the metadata filter is malformed (the core's message).
+    """
+    from pydantic import ValidationError
+
+    from hybrid_memory._exceptions import InvalidRequestError
+    from hybrid_memory.memory import HybridMemory
+    from hybrid_memory.models import _SHORT, HybridParams
+
+    def name(core: str) -> str:
+        return names.get(core, core)
+
+    if "top_k" in settings:
+        check_top_k(owner, name("top_k"), settings["top_k"])
+    params = {key: settings[key] for key in ("dense_weight", "sparse_weight", "rrf_k_constant", "fusion")
+              if key in settings}
+    try:
+        HybridParams.model_validate(params)
+    except ValidationError as exc:
+        parts = []
+        for error in exc.errors()[:10]:
+            field = ".".join(name(str(p)) for p in error["loc"])
+            message = error["msg"].removeprefix("Value error, ")
+            if field and "got " not in message:  # the core's own messages already show the value
+                message = f"{message} (got {_SHORT.repr(error.get('input'))})"
+            parts.append(f"{field}: {message}" if field else message)
+        raise InvalidRequestError(f"{owner}: " + "; ".join(parts)) from exc
+    HybridMemory.make_request("validation probe", **settings)  # the filter, and anything the core adds later
+
+
+def check_top_k(owner: str, field: str, value: Any) -> int:
+    """``value`` when it is a number of results the core takes (an int 1..MAX_TOP_K, 1000; not a bool, not a
+    string: the core's ``top_k`` is strict). Raises InvalidRequestError naming ``field`` and the range."""
+    from hybrid_memory._exceptions import InvalidRequestError
+    from hybrid_memory.models import _SHORT, MAX_TOP_K
+
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOP_K:
+        raise InvalidRequestError(
+            f"{owner}: {field} must be an integer from 1 to {MAX_TOP_K} (the number of results), got {_SHORT.repr(value)}"
+        )
+    return value
+
+
+def unwrap_validation_error(exc: Exception, owner: str) -> Exception:
+    """The library error to raise for a pydantic ``ValidationError`` of a retriever's constructor: the
+    library's own error when one of the model's validators raised it (pydantic wraps it), else an
+    :class:`~hybrid_memory.InvalidRequestError` naming each bad field (a misspelt argument, a wrong type)."""
+    from hybrid_memory._exceptions import HybridMemoryError, InvalidRequestError
+    from hybrid_memory.models import _SHORT
+
+    errors = exc.errors() if hasattr(exc, "errors") else []
+    for error in errors:
+        cause = (error.get("ctx") or {}).get("error")
+        if isinstance(cause, HybridMemoryError):
+            return cause
+    parts = []
+    for error in errors[:10]:
+        field = ".".join(str(p) for p in error["loc"])
+        if error.get("type") == "extra_forbidden":
+            parts.append(f"{field}: not an argument of {owner} (check the spelling)")
+        else:
+            parts.append(f"{field}: {error['msg']} (got {_SHORT.repr(error.get('input'))})")
+    return InvalidRequestError(f"invalid {owner} argument: " + "; ".join(parts))

@@ -245,8 +245,10 @@ def test_constructor_accepts_filter_alias_and_refuses_unknown_fields(memory):
     retriever = HybridMemoryRetriever(memory=memory, k=7, filter={"service": "search"})
     assert retriever.metadata_filter == {"service": "search"}
     assert [d.id for d in retriever.invoke(QUERY)] == ["inc-4"]
-    with pytest.raises(ValidationError, match="top_n"):
+    with pytest.raises(InvalidRequestError, match=r"^invalid HybridMemoryRetriever argument: top_n: not an argument "
+                                                  r"of HybridMemoryRetriever \(check the spelling\)$") as caught:
         HybridMemoryRetriever(memory=memory, top_n=3)  # a typo is an error, never a silent no-op
+    assert isinstance(caught.value.__cause__, ValidationError)  # pydantic's report stays attached
 
 
 def test_bad_settings_fail_at_construction_with_the_core_error():
@@ -256,13 +258,15 @@ def test_bad_settings_fail_at_construction_with_the_core_error():
     from langchain_hybrid_memory import HybridMemoryRetriever, document_to_chunk
 
     memory = HybridMemory(embedder=HashingEmbedder(16))
-    # pydantic wraps errors raised while validating a model in its ValidationError (a ValueError too);
-    # the core's message is kept
-    with pytest.raises(ValueError, match="top_k"):
+    # the library's errors, not pydantic's ValidationError that wraps them (both are ValueErrors), named as
+    # the retriever names its fields (k, rrf_k), with the accepted range
+    with pytest.raises(InvalidRequestError, match=r"^HybridMemoryRetriever: k must be an integer from 1 to 1000 "
+                                                  r"\(the number of results\), got 0$"):
         HybridMemoryRetriever(memory=memory, k=0)
-    with pytest.raises(ValueError, match="dense_weight"):
+    with pytest.raises(InvalidRequestError, match=r"^HybridMemoryRetriever: dense_weight: must be a number in "
+                                                  r"\[0, 1e\+06\] \(only the ratio of the weights matters\), got -1.0$"):
         HybridMemoryRetriever(memory=memory, dense_weight=-1.0)
-    with pytest.raises(ValueError, match=r"unknown operator '\$regex'"):
+    with pytest.raises(InvalidFilterError, match=r"unknown operator '\$regex'"):
         HybridMemoryRetriever(memory=memory, filter={"a": {"$regex": "x"}})
     assert issubclass(InvalidFilterError, ValueError)
     with pytest.raises(InvalidRequestError, match="text"):
@@ -307,3 +311,21 @@ def test_a_folder_built_with_a_langchain_model_needs_that_model_again(tmp_path):
         HybridMemoryRetriever.from_texts(["kafka lag"], ids=["t1"], path=folder)
     with HybridMemoryRetriever.from_texts(["kafka lag"], fake, ids=["t1"], path=folder) as retriever:
         assert retriever.memory.count() == 2
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"k": -1}, r"k must be an integer from 1 to 1000 \(the number of results\), got -1"),
+    ({"k": 1001}, r"k must be an integer from 1 to 1000 \(the number of results\), got 1001"),
+    ({"k": True}, r"k must be an integer from 1 to 1000 \(the number of results\), got True"),
+    ({"k": "5"}, r"k must be an integer from 1 to 1000 \(the number of results\), got '5'"),
+    ({"rrf_k": -1}, r"rrf_k: must be a finite number >= 0 \(60 is the usual value\), got -1.0"),
+    ({"fusion": "best"}, r"fusion: unknown fusion method 'best'; choose one of \['adaptive', "),
+    ({"dense_weight": 0, "sparse_weight": 0}, r"dense_weight and sparse_weight are both 0: set at least one above 0"),
+])
+def test_bad_fields_are_invalid_requests_naming_the_field_and_range(memory, fields, message):
+    with pytest.raises(InvalidRequestError, match=rf"^HybridMemoryRetriever: {message}"):
+        HybridMemoryRetriever(memory=memory, **fields)
+    # per call, the same keyword gets the same message (not the core's top_k / rrf_k_constant)
+    with pytest.raises(InvalidRequestError, match=rf"^HybridMemoryRetriever: {message}"):
+        HybridMemoryRetriever(memory=memory).invoke(QUERY, **fields)
+    assert memory.count() == 7  # nothing stored is touched

@@ -283,3 +283,17 @@ def test_from_documents_on_an_existing_folder_without_embed_model_reuses_the_sto
                                              path=folder)
     with HybridMemory.open(folder) as memory:
         assert sorted(c.chunk_id for c in memory.iter_chunks()) == ["d0", "d1"]
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"similarity_top_k": -1}, r"similarity_top_k must be an integer from 1 to 1000 \(the number of results\), got -1"),
+    ({"similarity_top_k": True}, r"similarity_top_k must be an integer from 1 to 1000 \(the number of results\), "
+                                 r"got True"),
+    ({"rrf_k": -1}, r"rrf_k: must be a finite number >= 0 \(60 is the usual value\), got -1"),
+    ({"dense_weight": "a"}, r"dense_weight: Input should be a valid number \(got 'a'\)"),
+    ({"fusion": "best"}, r"fusion: unknown fusion method 'best'; choose one of \['adaptive', "),
+])
+def test_bad_parameters_are_invalid_requests_naming_the_parameter_and_range(memory, fields, message):
+    with pytest.raises(InvalidRequestError, match=rf"^HybridMemoryRetriever: {message}"):
+        HybridMemoryRetriever(memory, **fields)
+    assert memory.count() == 7
