@@ -324,3 +324,35 @@ def test_a_reopened_index_maps_its_base_file_and_never_writes_to_it(data, tmp_pa
     final = FaissIndex(DIM, kind="ivf")
     assert final.load(tmp_path / "b") is True
     assert [final.search(q, 10) for q in queries[:5]] == [again.search(q, 10) for q in queries[:5]]
+
+
+def test_saved_zero_ids_stay_bounded_by_the_live_zero_rows(tmp_path):
+    """The manifest's zero_ids (ids whose stored vector is all zeros) drop every id deleted or replaced, by this
+    process or by another one (caught up through the change log), so it never grows beyond the live zero rows."""
+    folder = tmp_path / "mem"
+    zeros = np.zeros((4, 8), np.float32)
+    unit = np.full((1, 8), 1 / np.sqrt(8), np.float32)
+
+    def saved_zero_ids():
+        return json.loads((folder / "dense" / "manifest.json").read_text())["zero_ids"]
+
+    with HybridMemory(folder, embedder=HashingEmbedder(8)) as memory:
+        memory.add([{"chunk_id": f"z{i}", "text": f"placeholder {i}"} for i in range(4)], vectors=zeros)
+        memory.add([{"chunk_id": "n", "text": "a real vector"}])
+        rowid = {c: r for c, (r, *_) in memory._store.lookup(["z0", "z1", "z2", "z3", "n"]).items()}
+    assert saved_zero_ids() == sorted(rowid[c] for c in ("z0", "z1", "z2", "z3"))
+    with HybridMemory.open(folder, embedder=HashingEmbedder(8)) as memory:
+        memory.delete(["z0"])
+        memory.upsert([{"chunk_id": "z1", "text": "now with a vector"}], vectors=unit)  # a new row, not zero
+        memory.upsert([{"chunk_id": "z2", "text": "still a placeholder"}], vectors=zeros[:1])  # zero again
+        z2 = memory._store.lookup(["z2"])["z2"][0]
+        with HybridMemory.open(folder, embedder=HashingEmbedder(8)) as other:  # another writer of the folder
+            other.delete(["z3"])
+        memory.search("placeholder")  # a search first applies what other writers committed
+        assert memory._dense._n_zero == 1 and memory._dense.vectors(np.array([z2])).tolist() == [[0.0] * 8]
+    assert saved_zero_ids() == [z2]
+    with HybridMemory.open(folder, embedder=HashingEmbedder(8)) as memory:
+        memory.delete(["z2"])
+    assert saved_zero_ids() == []
+    with HybridMemory.open(folder, embedder=HashingEmbedder(8)) as memory:
+        assert sorted(c.chunk_id for c in memory.iter_chunks()) == ["n", "z1"] and memory._dense._n_zero == 0
