@@ -76,9 +76,9 @@ class Backend(Protocol):
         """Stored chunks by id (unknown ids left out)."""
         ...
 
-    def hit_rows(self, chunk_ids: Sequence[str]) -> dict[str, tuple[str, str | None, dict[str, Any]]]:
+    def hit_rows(self, chunk_ids: Sequence[str], ids: Sequence[int] | None = None) -> dict[str, tuple[str, str | None, dict[str, Any]]]:
         """chunk_id -> (text, source, metadata) of stored chunks (unknown ids left out): what a search result
-        shows, read for the top_k only."""
+        shows, read for the top_k only. ``ids``: the chunks' engine ids (a search's hits), when at hand."""
         ...
 
     def find_hashes(self, digests: Sequence[str], scope_values: Mapping[str, str | None]) -> dict[str, str]:

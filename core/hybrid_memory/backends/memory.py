@@ -282,7 +282,7 @@ class BackendMemory(HybridMemory):
     def _response(self, req: SearchRequest, result: HybridResult) -> SearchResponse:
         # only what a result shows, for the top_k alone (the legs carried ids and scores only); a chunk
         # deleted during the search is left out
-        rows = self.backend.hit_rows([hit.key for hit in result.hits])
+        rows = self.backend.hit_rows([hit.key for hit in result.hits], [hit.doc_id for hit in result.hits])
         return build_response(req, result, lambda hit: rows.get(hit.key))
 
     # -- lifecycle ----------------------------------------------------------------------------------

@@ -1,0 +1,150 @@
+"""Qdrant point ids: integers since format 2 (the chunk's engine id), UUIDs in collections written before
+(format 1), which open, read and write as they are; and the Qdrant Edge shard's configuration."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import numpy as np
+import pytest
+
+from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError
+
+from .conftest import _note_chunks
+
+pytest.importorskip("qdrant_edge", reason="qdrant-edge-py is not installed (pip install 'hybrid-memory[qdrant]')")
+pytest.importorskip("qdrant_client", reason="qdrant-client is not installed (pip install 'hybrid-memory[qdrant]')")
+
+ENGINES = ["qdrant-edge", "qdrant-client-local"]
+
+
+def _open(engine: str, tmp_path) -> HybridMemory:
+    """A memory over a collection that persists across reopenings: an Edge shard, or qdrant-client's local
+    mode in a directory."""
+    embedder = HashingEmbedder(dim=64)
+    if engine == "qdrant-edge":
+        return HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=embedder, payload_indexes=False)
+    return HybridMemory.qdrant(str(tmp_path / "local"), collection="notes", embedder=embedder, payload_indexes=False)
+
+
+def _stored_ids(mem: HybridMemory) -> list:
+    """The point ids as the collection holds them."""
+    records, offset = mem.backend.collection.scroll(None, 100, None, False)
+    assert offset is None
+    return [r.id for r in records]
+
+
+def test_point_id_is_the_top_63_bits_of_the_chunk_uuid5():
+    from hybrid_memory.backends.qdrant import NAMESPACE, engine_id, point_id, point_uuid
+
+    # uuid5(NAMESPACE, "a") = 0d4c374e-ca21-53fd-a1c5-b84e478b92e7: its top 63 bits 0x0d4c374eca2153fd >> 1
+    assert str(point_uuid("a")) == "0d4c374e-ca21-53fd-a1c5-b84e478b92e7"
+    assert point_id("a") == 0x0D4C374ECA2153FD >> 1 == 479100816130615806
+    assert point_id("a") == uuid.uuid5(NAMESPACE, "a").int >> 65
+    # the same engine id from either format's point id (int as is; UUID object or string: its top 63 bits)
+    assert engine_id(point_id("a")) == engine_id(point_uuid("a")) == engine_id(str(point_uuid("a"))) == point_id("a")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_new_collection_stores_integer_ids(engine, tmp_path):
+    from hybrid_memory.backends.qdrant import point_id
+
+    with _open(engine, tmp_path) as mem:
+        mem.add(_note_chunks())
+        assert mem.backend.uuid_ids is False
+        assert sorted(_stored_ids(mem)) == sorted(point_id(c["chunk_id"]) for c in _note_chunks())
+    with _open(engine, tmp_path) as mem:  # reopened: still format 2
+        assert mem.backend.uuid_ids is False
+        assert mem.count() == 6
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_format_1_collection_keeps_its_uuid_ids_and_answers_as_format_2(engine, tmp_path):
+    """A collection written with UUID point ids (the previous version's format) is recognised on open and
+    used as it is: searches (every fusion, the exact-match guard, filters) give the ids and scores a format-2
+    collection of the same chunks gives; upserts replace its UUID points (no duplicate); deletes remove them."""
+    from hybrid_memory.backends.qdrant import point_uuid
+
+    notes = _note_chunks()
+    with _open(engine, tmp_path / "old") as old:
+        old.backend.uuid_ids = True  # write as format 1 did: point id = str(uuid5(NAMESPACE, chunk_id))
+        old.add(notes)
+    with _open(engine, tmp_path / "old") as old, _open(engine, tmp_path / "new") as new:
+        new.add(notes)
+        assert old.backend.uuid_ids is True and new.backend.uuid_ids is False
+        assert sorted(str(i) for i in _stored_ids(old)) == sorted(str(point_uuid(c["chunk_id"])) for c in notes)
+        assert old.backend._ids == {}  # reopened: the id map fills from the searches' hits
+        for query, options in [
+            ("billing-service HTTP 504 PostgreSQL", {}),  # adaptive: cross-scores and the guard
+            ("getUserById null", {}),
+            ("billing-service HTTP 504", {"fusion": "rrf"}),
+            ("PostgreSQL connection pool", {"fusion": "zscore"}),
+            ("HTTP 504", {"dense_weight": 0.0}),
+            ("HTTP 504", {"sparse_weight": 0.0}),
+            ("HTTP 504", {"metadata_filter": {"service": "billing-service"}}),
+        ]:
+            a = old.search(query, top_k=4, **options)
+            b = new.search(query, top_k=4, **options)
+            assert [r.chunk_id for r in a.results] == [r.chunk_id for r in b.results], (query, options)
+            # equal on Edge; local mode's numpy scoring differs in the 9th digit with the points' storage order
+            assert [(r.score, r.rrf_score) for r in a.results] == [
+                (pytest.approx(r.score, rel=1e-7) if r.score is not None else None, pytest.approx(r.rrf_score, rel=1e-12))
+                for r in b.results], (query, options)
+            assert [(r.text, r.source, r.metadata) for r in a.results] == [
+                (r.text, r.source, r.metadata) for r in b.results]
+        assert len(old.backend._ids) == 6
+        # the exact-match guard's counts, read by the backend on its own (one-term queries, a retrieve)
+        ids = np.array(sorted(old.backend._ids))
+        assert sorted(ids.tolist()) == sorted(new.backend._ids)  # the same engine ids in both formats
+        for text in ("getUserById", "v2.3.1 10.0.0.12", "billing-service HTTP 504 PostgreSQL"):
+            assert old.backend.exact_matches(text, ids, 2, 0.25, 3).tolist() == \
+                new.backend.exact_matches(text, ids, 2, 0.25, 3).tolist(), text
+        assert old.get(["auth-user"])[0].text == "auth-api: getUserById returned null for deleted accounts"
+        old.upsert([{"chunk_id": "auth-user", "text": "auth-api: getUserById returned null (edited)"}])
+        assert old.count() == 6  # the UUID point was replaced, not joined by an integer one
+        assert all(uuid.UUID(str(i)) for i in _stored_ids(old)) and len(_stored_ids(old)) == 6
+        assert old.get(["auth-user"])[0].text == "auth-api: getUserById returned null (edited)"
+        assert old.search("getUserById edited", top_k=1).results[0].chunk_id == "auth-user"
+        old.delete(["reset"])
+        assert old.count() == 5 and old.get(["reset"]) == []
+        assert "reset" not in [r.chunk_id for r in old.search("ERR_CONN_RESET Elasticsearch", top_k=6).results]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_second_chunk_id_on_a_known_point_id_is_refused(engine, tmp_path):
+    from hybrid_memory.backends.qdrant import point_id
+
+    with _open(engine, tmp_path) as mem:
+        mem.add([{"chunk_id": "a", "text": "HTTP 504"}])
+        mem.backend._ids[point_id("b")] = "other"  # as if "other" hashed to b's point id
+        with pytest.raises(InvalidRequestError, match="chunk ids 'b' and 'other' map to the same Qdrant point id"):
+            mem.add([{"chunk_id": "b", "text": "HTTP 502"}])
+        assert mem.count() == 1
+
+
+def test_edge_shard_config_keeps_payload_in_the_page_cache_and_one_search_thread(tmp_path):
+    from hybrid_memory.backends.qdrant_collection import SEARCH_THREADS
+
+    with HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(dim=8)) as mem:
+        mem.add([{"chunk_id": "a", "text": "HTTP 504"}])
+    config = json.loads((tmp_path / "shard" / "edge_config.json").read_text())
+    assert config["payload_memory"] == "cached" and config["max_search_threads"] == SEARCH_THREADS == 1
+    segment = json.loads(next((tmp_path / "shard" / "segments").glob("*/segment.json")).read_text())
+    assert segment["config"]["payload_storage_type"] == {"type": "in_ram_mmap"}
+
+
+def test_edge_collection_options_are_checked(tmp_path):
+    from hybrid_memory.backends.qdrant_collection import EdgeCollection
+
+    with pytest.raises(InvalidRequestError, match="payload_memory must be 'cached', 'cold' or None, got 'hot'"):
+        EdgeCollection(tmp_path / "a", payload_memory="hot")
+    for bad in (0, True, 1.5):
+        with pytest.raises(InvalidRequestError, match="search_threads must be an int >= 1 or None"):
+            EdgeCollection(tmp_path / "a", search_threads=bad)
+    assert not (tmp_path / "a").exists()
+    coll = EdgeCollection(tmp_path / "b", payload_memory="cold", search_threads=None)
+    coll.ensure(4, {})
+    coll.close()
+    config = json.loads((tmp_path / "b" / "edge_config.json").read_text())
+    assert config["payload_memory"] == "cold" and "max_search_threads" not in config
