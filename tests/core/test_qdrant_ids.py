@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError
+from hybrid_memory.tokenizer import TechnicalTokenizer
 
 from .conftest import _note_chunks
 
@@ -148,3 +149,109 @@ def test_edge_collection_options_are_checked(tmp_path):
     coll.close()
     config = json.loads((tmp_path / "b" / "edge_config.json").read_text())
     assert config["payload_memory"] == "cold" and "max_search_threads" not in config
+
+
+# -- the presence vector ("terms") of the exact-match guard's whole-query test ----------------------------
+def _open_without_terms(engine: str, tmp_path) -> HybridMemory:
+    """A memory over a collection created as before the presence vector existed (dense + bm25 only)."""
+    if engine == "qdrant-edge":
+        import qdrant_edge as qe
+
+        config = qe.EdgeConfig(vectors={"dense": qe.EdgeVectorParams(size=64, distance=qe.Distance.Cosine)},
+                               sparse_vectors={"bm25": qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)})
+        qe.EdgeShard.create(str(tmp_path / "shard"), config).close()
+    else:
+        from qdrant_client import QdrantClient, models
+
+        client = QdrantClient(path=str(tmp_path / "local"))
+        client.create_collection("notes", vectors_config={"dense": models.VectorParams(size=64, distance=models.Distance.COSINE)},
+                                 sparse_vectors_config={"bm25": models.SparseVectorParams(modifier=models.Modifier.IDF)})
+        client.close()
+    return _open(engine, tmp_path)
+
+
+GUARD_CASES = {  # query -> guard counts over every chunk, top_k=2 (rare: held by at most 2), worked out by hand
+    # the identifier is in 2 chunks (+1 each), both hold getuserbyid/get/user/id in order (+(1 + 1))
+    "getUserById": {"auth-user": 3, "ids": 3},
+    # v2.3.1 in 2 chunks, 10.0.0.12 in 1 (both rare); "upgrade" holds the whole query in order (+(1 + 2))
+    "v2.3.1 10.0.0.12": {"upgrade": 5, "ids": 1},
+    # postgresql is in 4 chunks (not rare) and 4 hold every token (more than top_k): nothing
+    "PostgreSQL connection pool exhausted": {},
+    # e1243 is rare (+1); "upgrade" holds all three tokens but e1243 comes first there: not in order
+    "certificate expired E1243": {"upgrade": 1},
+}
+GUARD_CHUNKS = [*_note_chunks(),
+                {"chunk_id": "pool-a", "text": "PostgreSQL connection pool exhausted again on db-prod-3"},
+                {"chunk_id": "pool-b", "text": "connection pool PostgreSQL exhausted, order differs"},
+                {"chunk_id": "ids", "text": "getUserById and ERR_CONN_RESET seen together on v2.3.1"}]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_presence_vector_holds_each_distinct_token_once(engine, tmp_path):
+    from hybrid_memory.backends.qdrant import point_id
+
+    with _open(engine, tmp_path) as mem:
+        mem.add(_note_chunks())
+        assert mem.backend.collection.terms is True
+        coll = mem.backend.collection
+        if engine == "qdrant-edge":
+            raw = coll.shard.retrieve([point_id("auth-user")], with_payload=False, with_vector=True)[0].vector
+        else:
+            raw = coll.client.retrieve(coll.name, [point_id("auth-user")], with_payload=False, with_vectors=True)[0].vector
+        bm25 = mem.backend.encoder.document("auth-api: getUserById returned null for deleted accounts")
+        tokens = set(TechnicalTokenizer().tokenize("auth-api: getUserById returned null for deleted accounts"))
+        assert len(bm25[0]) == len(tokens) >= 9  # auth-api auth api getuserbyid get user id returned null ...
+        assert list(raw["terms"].indices) == bm25[0] == list(raw["bm25"].indices)
+        assert list(raw["terms"].values) == [1.0] * len(bm25[0])
+    with _open(engine, tmp_path) as mem:  # reopened: still with the presence vector
+        assert mem.backend.collection.terms is True
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("terms", [True, False], ids=["presence-vector", "written-before-it"])
+def test_whole_query_guard_counts_with_and_without_the_presence_vector(engine, terms, tmp_path):
+    """The guard's counts equal the embedded backend's on a collection with the presence vector (the test
+    is one query riding with the legs; no sparse vectors travel) and on one written before it (the test reads
+    the sparse vectors the sparse queries return); searches rank alike on both."""
+    from hybrid_memory.backends.qdrant_collection import TERMS
+    from hybrid_memory.engines import Query
+
+    with HybridMemory(embedder=HashingEmbedder(64)) as embedded, \
+            (_open(engine, tmp_path) if terms else _open_without_terms(engine, tmp_path)) as qdrant:
+        embedded.add(GUARD_CHUNKS)
+        qdrant.add(GUARD_CHUNKS)
+        assert qdrant.backend.collection.terms is terms
+        collection = qdrant.backend.collection
+        calls = []
+        real = collection.query_batch
+
+        def spy(legs):
+            calls.append(list(legs))
+            return real(legs)
+
+        collection.query_batch = spy
+        for text, expected in GUARD_CASES.items():
+            found = []
+            for memory in (embedded, qdrant):
+                q = Query(text)
+                if memory is qdrant:
+                    q.cache["qdrant_legs"] = ("sparse", "dense")
+                candidates = memory._searcher.candidates(q, top_k=2, depth=9, weights={}, fusion="adaptive")
+                found.append(candidates.input.identifier_matches)
+            assert found[0] == found[1] == expected, text
+        legs = [leg for call in calls for leg in call]
+        assert any(leg.tokens for leg in legs) is not terms  # sparse vectors travel only without the presence vector
+        presence = [leg for leg in legs if leg.using == TERMS]
+        if terms:  # one presence query per whole-query test: value 1 per distinct token, threshold halfway
+            tokens = sorted({t for t in TechnicalTokenizer().tokenize("PostgreSQL connection pool exhausted")})
+            assert any(len(leg.vector[0]) == len(tokens) and leg.vector[1] == [1.0] * len(tokens)
+                       and leg.threshold == len(tokens) - 0.5 for leg in presence)
+        else:
+            assert presence == []
+        collection.query_batch = real
+        # the backend's own reads (nothing fetched with the legs): a presence query over the ids, or a retrieve
+        ids = np.array(sorted(qdrant.backend._ids))
+        keys = [qdrant.backend._ids[i] for i in ids.tolist()]
+        for text, expected in GUARD_CASES.items():
+            counts = qdrant.backend.exact_matches(text, ids, 2, 0.25, 3)
+            assert {k: int(c) for k, c in zip(keys, counts, strict=True) if c} == expected, text

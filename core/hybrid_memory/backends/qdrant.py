@@ -45,10 +45,15 @@ the final ``top_k`` are read, in one ``retrieve`` of ``text`` and ``doc``. The s
 cross-scores are one more batched request, each leg restricted (``has_id``) to the candidates only the
 other leg returned. The adaptive fusion's exact-match guard rides along: the document frequencies of the
 query's identifiers are one-term sparse queries over the collection in the legs' request (cut at the legs'
-depth, > ``top_k``), and whether a candidate holds every distinct query token is read from the sparse
-vectors the sparse leg and its cross-scores return (measured on SciFact: cheaper than one one-term query
-per token over the candidates, which returns ~10x more point ids to convert). The query is tokenized once
-per search.
+depth, > ``top_k``), and so are the chunks holding every distinct query token: one query of the presence
+vector ``terms`` (value 1 at each distinct token of a chunk, no modifier; the query has value 1 at each
+distinct query token, so a chunk's score is the number of them it holds) with the legs' filter and a score
+threshold of that number less one half, cut at the legs' depth. When fewer than the cut come back they are
+every such chunk the filter allows; otherwise the test is one presence query over the candidates (``has_id``).
+No sparse vector travels: on SciFact, returning the sparse leg's and the cross-scores' sparse vectors to test
+them in Python cost 1.0 ms of CPU per hybrid search (5.9 against 4.8 ms). A collection written before the
+presence vector (no ``terms``) is opened without it and tests as before, from the sparse vectors the sparse
+leg and its cross-scores return. The query is tokenized once per search.
 """
 
 from __future__ import annotations
@@ -84,6 +89,7 @@ from .base import ChunkVersion
 from .qdrant_collection import (
     DENSE,
     SPARSE,
+    TERMS,
     ClientCollection,
     Collection,
     EdgeCollection,
@@ -163,6 +169,13 @@ def _holds(indices: Sequence[int], wanted: Sequence[int]) -> bool:
         if i == n or indices[i] != w:
             return False
     return True
+
+
+def _presence_leg(wanted: Sequence[int], flt: Mapping[str, Any] | None, limit: int) -> Leg:
+    """A query of the presence vector (:data:`~hybrid_memory.backends.qdrant_collection.TERMS`) with value 1
+    at each of the ``wanted`` distinct sparse indices, kept to the chunks scoring their number: those holding
+    every one (a chunk holding one fewer scores 1 less; the threshold sits halfway)."""
+    return Leg(TERMS, (list(wanted), [1.0] * len(wanted)), flt, limit, (), threshold=len(wanted) - 0.5)
 
 
 def _df_leg(token: str, limit: int) -> Leg:
@@ -295,7 +308,9 @@ class _Legs:
                                        and (cache[n][1] >= k or len(cache[n][2]) < cache[n][1]))]
         legs, names = [], []
         guard = bool(query.cache.get("qdrant_guard", True))
-        with_tokens = "sparse" in active and self.guard_tokens(query)  # a dense-only search tokenizes nothing
+        whole = "sparse" in active and self.whole_test(query)  # a dense-only search tokenizes nothing
+        presence = whole and self.backend.collection.terms
+        with_tokens = whole and not presence
         for n in active:
             if n == "sparse":
                 vector = self.sparse(query)
@@ -314,10 +329,17 @@ class _Legs:
         if legs:
             # the exact-match guard's document frequencies ride along: one-term queries over the collection,
             # cut at the legs' depth (> top_k)
+            # and so do the chunks holding every distinct query token, when the collection has the presence
+            # vector: one query with the legs' filter, cut at their depth
             backend = self.backend
-            found = backend.collection.query_batch(legs + [_df_leg(t, k) for t in identifiers])
+            extra = [_df_leg(t, k) for t in identifiers]
+            if presence and "sparse" in names:
+                extra.append(_presence_leg(_terms(self.tokens(query)), flt, k))
+            found = backend.collection.query_batch(legs + extra)
             if identifiers:
-                query.cache["qdrant_df"] = (k, [backend.engine_ids(f) for f in found[len(legs):]])
+                query.cache["qdrant_df"] = (k, [backend.engine_ids(f) for f in found[len(legs):len(legs) + len(identifiers)]])
+            if len(extra) > len(identifiers):
+                query.cache["qdrant_presence"] = (k, backend.engine_ids(found[-1]))
             found = found[:len(legs)]
             backend.learn(found)
             for n, scored in zip(names, found, strict=True):
@@ -377,10 +399,15 @@ class _Legs:
                 self._keep_vectors(query, by_name.get(n, []))
             cache[n] = (union, scores)
 
-    def guard_tokens(self, query: Query) -> bool:
-        """Whether this query's sparse hits should carry their sparse vectors: the fusion reads the exact-match
-        guard and the query has enough distinct tokens for its whole-query match."""
+    def whole_test(self, query: Query) -> bool:
+        """Whether this query needs the exact-match guard's whole-query test: the fusion reads the guard and the
+        query has enough distinct tokens for its whole-query match."""
         return bool(query.cache.get("qdrant_guard", True)) and len(set(self.tokens(query))) >= MIN_TERMS
+
+    def guard_tokens(self, query: Query) -> bool:
+        """Whether this query's sparse hits should carry their sparse vectors for the whole-query test: only in
+        a collection without the presence vector (written before it), which answers the test by a query."""
+        return self.whole_test(query) and not self.backend.collection.terms
 
     def _keep_vectors(self, query: Query, scored: Sequence[Any]) -> None:
         """Note which sparse hits hold every distinct query token (their sparse indices are at hand), and which
@@ -424,7 +451,10 @@ class QdrantSparseEngine:
         ids = np.asarray(ids, dtype=np.int64)
         whole = query.cache.get("qdrant_whole")
         held = None
-        if whole is not None:
+        presence = query.cache.get("qdrant_presence")
+        if presence is not None and len(presence[1]) < presence[0]:
+            held = presence[1]  # every chunk the filter allows that holds the whole query (fewer than the cut)
+        elif whole is not None:
             scored = query.cache.get("qdrant_cross", {}).get("sparse", (set(),))[0]
             if set(ids.tolist()) <= whole[1] | scored:
                 held = whole[0]  # a candidate the sparse queries scored but did not return holds no query token
@@ -686,8 +716,15 @@ class QdrantBackend:
         if len(set(order)) >= min_terms:
             if whole is None:
                 wanted = _terms(order)
-                records = self.collection.retrieve(self.point_ids(docs), vectors=[SPARSE], payload=False)
-                whole = {engine_id(r.id) for r in records if r.sparse and _holds(r.sparse[0], wanted)}
+                pids = self.point_ids(docs)
+                if not pids:
+                    whole = set()
+                elif self.collection.terms:  # one presence query over the candidates
+                    found = self.collection.query_batch([_presence_leg(wanted, {"must": [{"has_id": pids}]}, len(pids))])
+                    whole = self.engine_ids(found[0])
+                else:
+                    records = self.collection.retrieve(pids, vectors=[SPARSE], payload=False)
+                    whole = {engine_id(r.id) for r in records if r.sparse and _holds(r.sparse[0], wanted)}
             full = np.fromiter((d in whole for d in docs), dtype=bool, count=len(docs))
             if 0 < int(full.sum()) <= max_df:
                 # and in the query's order, gaps allowed (BM25Index.holds_in_order), read from the stored texts

@@ -33,6 +33,13 @@ logger = logging.getLogger(__name__)
 DENSE, SPARSE = "dense", "bm25"
 """Names of the dense and the sparse vector in every collection this library writes."""
 
+TERMS = "terms"
+"""Name of the presence sparse vector: value 1 at each distinct token index of the chunk (no modifier), so a
+query with value 1 at each distinct query token scores the number of them a chunk holds, and the chunks holding
+every one score exactly that count (float32 sums of small integers are exact). The exact-match guard's
+whole-query test reads it (:mod:`hybrid_memory.backends.qdrant`). Collections written before it (no such
+vector) are opened without it."""
+
 
 PointId = int | str
 """A point id as this library writes it: an unsigned 63-bit integer (collections written since format 2), or
@@ -50,6 +57,12 @@ class Point:
     dense: list[float] | None
     sparse: tuple[list[int], list[float]] | None
     payload: dict[str, Any]
+
+
+def _terms_vector(point: Point) -> tuple[list[int], list[float]]:
+    """The point's presence vector (:data:`TERMS`): its sparse vector's indices (distinct, ascending), each 1."""
+    indices = point.sparse[0] if point.sparse else []
+    return list(indices), [1.0] * len(indices)
 
 
 @dataclass(frozen=True)
@@ -91,6 +104,8 @@ class Leg:
     payload: Sequence[str] = ("chunk_id",)
     tokens: bool = False
     """Also return each hit's sparse ``bm25`` indices (the 4th element of :data:`ScoredId`)."""
+    threshold: float | None = None
+    """Qdrant's ``score_threshold``: only hits scoring at least this (None: all)."""
 
 
 ScoredId = tuple[Any, float, dict[str, Any], "list[int] | None"]
@@ -102,6 +117,7 @@ int; a format-1 point's UUID: a :class:`uuid.UUID` from Qdrant Edge, a string fr
 class Collection(Protocol):
     """What :class:`~hybrid_memory.backends.qdrant.QdrantBackend` needs from a collection."""
 
+    terms: bool
     def ensure(self, dim: int, indexes: Mapping[str, str]) -> None: ...
     def holds_uuid_ids(self) -> bool: ...
     def upsert(self, points: Sequence[Point]) -> None: ...
@@ -262,6 +278,7 @@ class ClientCollection:
         self.local = type(getattr(client, "_client", None)).__name__ == "QdrantLocal"
         self.target = _target(client)
         self.created = False
+        self.terms = False
 
     @contextlib.contextmanager
     def _reached(self, what: str, *, write: bool = False) -> Iterator[None]:
@@ -317,7 +334,7 @@ class ClientCollection:
             self.client.create_collection(
                 self.name,
                 vectors_config={DENSE: m.VectorParams(size=dim, distance=m.Distance.COSINE)},
-                sparse_vectors_config={SPARSE: m.SparseVectorParams(modifier=m.Modifier.IDF)},
+                sparse_vectors_config={SPARSE: m.SparseVectorParams(modifier=m.Modifier.IDF), TERMS: m.SparseVectorParams()},
                 **{k: v for k, v in self._cluster.items() if v is not None},
             )
         params = self.client.get_collection(self.name).config.params
@@ -332,6 +349,8 @@ class ClientCollection:
         sparse = (params.sparse_vectors or {}).get(SPARSE)
         if sparse is None or sparse.modifier != m.Modifier.IDF:
             raise _mismatch("sparse vector", None if sparse is None else str(sparse.modifier), "bm25 with IDF", repr(self.name))
+        terms = (params.sparse_vectors or {}).get(TERMS)
+        self.terms = terms is not None and terms.modifier in (None, m.Modifier.NONE)
         schema = self.client.get_collection(self.name).payload_schema or {}
         kinds = {"keyword": m.PayloadSchemaType.KEYWORD, "float": m.PayloadSchemaType.FLOAT,
                  "bool": m.PayloadSchemaType.BOOL, "integer": m.PayloadSchemaType.INTEGER}
@@ -353,6 +372,9 @@ class ClientCollection:
     def _vectors(self, point: Point) -> dict[str, Any]:
         indices, values = point.sparse
         vectors: dict[str, Any] = {SPARSE: self._m.SparseVector(indices=indices, values=values)}
+        if self.terms:
+            presence = _terms_vector(point)
+            vectors[TERMS] = self._m.SparseVector(indices=presence[0], values=presence[1])
         if point.dense is not None:
             vectors[DENSE] = point.dense
         return vectors
@@ -403,9 +425,10 @@ class ClientCollection:
         m = self._m
         requests = []
         for leg in legs:
-            query = m.SparseVector(indices=leg.vector[0], values=leg.vector[1]) if leg.using == SPARSE else leg.vector
+            query = leg.vector if leg.using == DENSE else m.SparseVector(indices=leg.vector[0], values=leg.vector[1])
             requests.append(m.QueryRequest(
                 query=query, using=leg.using, filter=to_client_filter(leg.filter), limit=leg.limit,
+                score_threshold=leg.threshold,
                 with_payload=list(leg.payload) or False, with_vector=[SPARSE] if leg.tokens else False,
             ))
         with self._reached("query"):
@@ -477,6 +500,7 @@ class EdgeCollection:
         self.name = str(self.path)
         self.shard: Any = None
         self.created = False
+        self.terms = False
         self.payload_memory = payload_memory
         self.search_threads = search_threads
 
@@ -484,16 +508,29 @@ class EdgeCollection:
         """Create or load the shard with the dense (cosine, ``dim``) and IDF sparse vectors; create missing
         payload indexes. Raises StoreFormatError when the stored shard's vectors differ."""
         qe = self._qe
-        config = qe.EdgeConfig(
-            vectors={DENSE: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)},
-            sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
-            payload_memory=None if self.payload_memory is None else getattr(qe.Memory, self.payload_memory.capitalize()),
-            max_search_threads=self.search_threads,
-        )
+        def config(terms: bool) -> Any:
+            sparse = {SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
+            if terms:
+                sparse[TERMS] = qe.EdgeSparseVectorParams()
+            return qe.EdgeConfig(
+                vectors={DENSE: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)},
+                sparse_vectors=sparse,
+                payload_memory=None if self.payload_memory is None else getattr(qe.Memory, self.payload_memory.capitalize()),
+                max_search_threads=self.search_threads,
+            )
+
         exists = self.path.exists() and any(self.path.iterdir())
         self.created = not exists
         try:
-            self.shard = qe.EdgeShard.load(str(self.path), config) if exists else qe.EdgeShard.create(str(self.path), config)
+            if not exists:
+                self.shard, self.terms = qe.EdgeShard.create(str(self.path), config(True)), True
+            else:
+                try:
+                    self.shard, self.terms = qe.EdgeShard.load(str(self.path), config(True)), True
+                except Exception as exc:  # a shard written before the presence vector: opened without it
+                    if "incompatible" not in str(exc) or TERMS not in str(exc):
+                        raise
+                    self.shard, self.terms = qe.EdgeShard.load(str(self.path), config(False)), False
         except Exception as exc:  # the binding raises plain Exception with the engine's message
             raise StoreFormatError(
                 f"Qdrant Edge shard at {self.path} does not fit this memory ({exc}); open it with the embedder it "
@@ -518,10 +555,15 @@ class EdgeCollection:
         """Write points (vectors and payload) in one update operation."""
         qe = self._qe
         if points:
-            self.shard.update(qe.UpdateOperation.upsert_points([
-                qe.Point(p.id, {SPARSE: qe.SparseVector(*p.sparse), **({} if p.dense is None else {DENSE: p.dense})},
-                         p.payload) for p in points
-            ]))
+            out = []
+            for p in points:
+                vectors = {SPARSE: qe.SparseVector(*p.sparse)}
+                if self.terms:
+                    vectors[TERMS] = qe.SparseVector(*_terms_vector(p))
+                if p.dense is not None:
+                    vectors[DENSE] = p.dense
+                out.append(qe.Point(p.id, vectors, p.payload))
+            self.shard.update(qe.UpdateOperation.upsert_points(out))
 
     def set_payload(self, point_id: PointId, payload: dict[str, Any]) -> None:
         """Replace a point's whole payload, keeping its vectors."""
@@ -557,20 +599,23 @@ class EdgeCollection:
         requests = []
         converted: dict[int, Any] = {}  # legs sharing one filter object convert it once
         for leg in legs:
-            vector = qe.SparseVector(*leg.vector) if leg.using == SPARSE else leg.vector
+            vector = leg.vector if leg.using == DENSE else qe.SparseVector(*leg.vector)
             key = id(leg.filter)
             if key not in converted:
                 converted[key] = to_edge_filter(leg.filter)
             requests.append(qe.QueryRequest(
                 limit=leg.limit, query=qe.Query.Nearest(vector, using=leg.using), filter=converted[key],
                 with_payload=list(leg.payload) or False, with_vector=[SPARSE] if leg.tokens else False,
+                score_threshold=leg.threshold,
             ))
         responses = self.shard.query_batch(qe.QueryBatchRequest(requests))
         out = []
         for leg, r in zip(legs, responses, strict=True):
-            if leg.tokens or leg.payload:
+            if leg.payload:
                 out.append([(p.id, p.score, dict(p.payload or {}), _indices(p.vector) if leg.tokens else None) for p in r])
-            else:  # ids and scores only: the common case, kept lean (Edge returns UUID ids and float scores)
+            elif leg.tokens:
+                out.append([(p.id, p.score, {}, _indices(p.vector)) for p in r])
+            else:  # ids and scores only: the common case, kept lean (Edge returns int ids and float scores)
                 out.append([(p.id, p.score, {}, None) for p in r])
         return out
 
