@@ -15,6 +15,7 @@ by score then key, cut to ``top_k``).
 from __future__ import annotations
 
 import asyncio
+import math
 import statistics
 import time
 from collections import deque
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .engines import Engine, Hit, Query, RowSet
-from .fusion import DEFAULT_FUSION, DEFAULT_RRF_K, FUSION_METHODS, FusionInput, rank_by_score, rrf_table
+from .fusion import DEFAULT_FUSION, DEFAULT_RRF_K, FUSION_METHODS, FusionInput, rank_by_score
 
 #: at most this many hits are read from one engine to break a tie at its candidate cut (see ``_run``)
 TIE_DEPTH_LIMIT = 512
@@ -343,35 +344,44 @@ class HybridSearcher:
             ordered = sorted(scores, key=lambda key, s=scores: (-s[key], key))[:depth]
             runs[name] = EngineRun(ordered, {key: scores[key] for key in ordered})
         union = sorted({key for run in runs.values() for key in run.keys})
+        n = len(union)
         all_scores: dict[str, dict[str, float]] = {name: dict(run.scores) for name, run in runs.items()}
-        if method.cross_scores and sum(1 for run in runs.values() if run.keys) > 1:
-            for name, run in runs.items():
-                if not run.keys:
-                    continue
-                missing = [key for key in union if key not in run.scores]
+        found = [name for name, run in runs.items() if run.keys]  # an engine that found nothing has no say
+        union_ids = None
+        if (method.cross_scores or method.identifiers) and n:
+            union_ids = np.fromiter((id_of[k] for k in union), dtype=np.int64, count=n)
+        columns: dict[str, list[float]] = {}
+        if method.cross_scores and len(found) > 1:
+            # the aligned columns the score-based methods compute on (FusionInput.columns), built here as the
+            # exact scores arrive; plain lists, since a search fuses some 40 candidates and a numpy call costs
+            # more than a Python pass over them
+            nan = math.nan
+            for name in found:
+                own = runs[name].scores
+                column = [own.get(key, nan) for key in union]
+                missing = [j for j, key in enumerate(union) if key not in own]
                 if missing:
-                    exact = self.engines[name].score(query, np.array([id_of[k] for k in missing], dtype=np.int64))
-                    # v == v drops nan (an id the engine does not hold)
-                    all_scores[name].update({k: v for k, v in zip(missing, exact.tolist(), strict=True) if v == v})
+                    exact = self.engines[name].score(query, union_ids[missing]).tolist()
+                    for j, value in zip(missing, exact, strict=True):
+                        column[j] = value  # nan stays nan: an id the engine does not hold
+                    all_scores[name].update({union[j]: v for j, v in zip(missing, exact, strict=True) if v == v})
+                columns[name] = column
         matches: dict[str, int] = {}
-        if method.identifiers and union:
+        strength: list[float] | None = None
+        if method.identifiers and n:
             max_df = self.identifier_max_df if self.identifier_max_df is not None else top_k
-            union_ids = None
             for name in runs:
                 finder = getattr(self.engines[name], "exact_matches", None)
                 if finder is not None:
-                    if union_ids is None:
-                        union_ids = np.array([id_of[k] for k in union], dtype=np.int64)
-                    counts = finder(query, union_ids, max_df, self.identifier_min_share)
-                    for j in np.flatnonzero(counts).tolist():
-                        key = union[j]
-                        matches[key] = max(matches.get(key, 0), int(counts[j]))
+                    counts = finder(query, union_ids, max_df, self.identifier_min_share).tolist()
+                    strength = counts if strength is None else [max(a, b) for a, b in zip(strength, counts, strict=True)]
+            if strength is not None:
+                matches = {union[j]: int(c) for j, c in enumerate(strength) if c}
         priors = {name: float(weights.get(name, 1.0)) for name in self.engines}
         lower_bounds = {
             name: float(getattr(self.engines[name], "lower_bound", min(run.scores.values(), default=0.0)))
             for name, run in runs.items() if run.keys
         }
-        found = [name for name, run in runs.items() if run.keys]  # an engine that found nothing has no say
         inp = FusionInput(
             runs={name: runs[name].keys for name in found},
             scores={name: all_scores[name] for name in found},
@@ -380,6 +390,8 @@ class HybridSearcher:
             rrf_k=float(rrf_k),
             identifier_matches=matches,
         )
+        if columns:
+            inp = inp.with_columns(union, columns, [float(c) for c in strength] if strength is not None else [0.0] * n)
         return Candidates(inp, runs, id_of, priors)
 
     def fuse(self, candidates: Candidates, fusion: str, top_k: int) -> HybridResult:
@@ -397,17 +409,27 @@ class HybridSearcher:
             return HybridResult(hits=[], method=method.name, weights=effective, runs=runs)
         outcome = method.fuse(inp)
         effective.update({name: float(w) for name, w in outcome.weights.items()})
-        rrf_weights = {name: candidates.priors[name] for name in inp.runs}
-        rrf, rrf_ranks = rrf_table(inp.runs, rrf_weights, inp.rrf_k)  # the request was validated
-        hits = [
-            HybridHit(
+        # weighted RRF of the returned hits only, with rrf_table's arithmetic summed in the same run order (so
+        # bit-identical to it); a rank is the 1-based position in the run, which holds distinct keys
+        rrf_k = inp.rrf_k
+        rrf_runs = [(name, keys, runs[name].scores, candidates.priors[name]) for name, keys in inp.runs.items()]
+        hits = []
+        for key, score in rank_by_score(outcome.scores, top_k):
+            ranks: dict[str, int] = {}
+            rrf, weighted = 0.0, False
+            for name, keys, own, weight in rrf_runs:
+                if key in own:
+                    rank = keys.index(key) + 1
+                    ranks[name] = rank
+                    if weight > 0:
+                        rrf += weight / (rrf_k + rank)
+                        weighted = True
+            hits.append(HybridHit(
                 key=key,
                 doc_id=candidates.id_of[key],
                 score=score,
-                rrf_score=rrf.get(key, 0.0),
-                ranks=rrf_ranks[key] if key in rrf else {},
+                rrf_score=rrf,
+                ranks=ranks if weighted else {},
                 raw_scores={name: run.scores[key] for name, run in runs.items() if key in run.scores},
-            )
-            for key, score in rank_by_score(outcome.scores, top_k)
-        ]
+            ))
         return HybridResult(hits=hits, method=method.name, weights=effective, runs=runs)

@@ -9,8 +9,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-import numpy as np
-
 __all__ = ["apply_identifier_guard", "confidence_weights", "guard_columns", "top_outlier"]
 
 
@@ -28,10 +26,9 @@ def top_outlier(scores: Sequence[float]) -> float:
     """
     if len(scores) < 3:
         return 0.0
-    rest = np.asarray(scores[1:], dtype=np.float64)
-    mean = rest.sum() / len(rest)
-    centred = rest - mean
-    std = math.sqrt((centred @ centred) / len(rest))
+    rest = [float(s) for s in scores[1:]]
+    mean = sum(rest) / len(rest)
+    std = math.sqrt(sum((s - mean) * (s - mean) for s in rest) / len(rest))
     gap = float(scores[0]) - mean
     if not std > 0:
         return 10.0 if gap > 0 else 0.0
@@ -83,16 +80,17 @@ def apply_identifier_guard(scores: Mapping[str, float], matches: Mapping[str, in
             contains; the searcher ranks a whole-query match above any identifier count).
     """
     keys = list(scores)
-    values = np.fromiter(scores.values(), dtype=np.float64, count=len(keys))
-    counts = np.array([matches.get(key, 0) for key in keys], dtype=np.float64)
-    return dict(zip(keys, guard_columns(values, counts).tolist(), strict=True))
+    guarded = guard_columns(list(scores.values()), [float(matches.get(key, 0)) for key in keys])
+    return dict(zip(keys, guarded, strict=True))
 
 
-def guard_columns(scores: np.ndarray, matches: np.ndarray) -> np.ndarray:
-    """:func:`apply_identifier_guard` over aligned float64 (n,) arrays of fused scores and exact-match
-    strengths; returns float64 (n,) (``scores`` itself when no candidate matches)."""
-    if not len(scores) or not matches.any():
-        return scores
-    low, high = scores.min(), scores.max()
+def guard_columns(scores: Sequence[float], matches: Sequence[float]) -> list[float]:
+    """:func:`apply_identifier_guard` over aligned columns of fused scores and exact-match strengths; returns
+    the guarded scores (a copy of ``scores`` when no candidate matches)."""
+    if not len(scores) or not any(matches):
+        return list(scores)
+    low, high = min(scores), max(scores)
     span = high - low
-    return matches + ((scores - low) / (2 * span) if span > 0 else 0.0)
+    if not span > 0:
+        return [float(m) for m in matches]
+    return [m + (s - low) / (2 * span) for s, m in zip(scores, matches, strict=True)]

@@ -13,8 +13,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-import numpy as np
-
 from .adaptive import apply_identifier_guard, confidence_weights, guard_columns
 from .rrf import rrf_table
 from .scores import dbsf, tm2c2, zscore_columns
@@ -69,20 +67,26 @@ class FusionInput:
         return [scores[key] for key in self.runs.get(name, ()) if key in scores]
 
     @cached_property
-    def columns(self) -> tuple[list[str], dict[str, np.ndarray], np.ndarray]:
-        """The input as aligned arrays, built once: (every candidate key, sorted; engine -> float64 (n,) raw
-        score of each key, ``nan`` where the engine gave none; float64 (n,) exact-match strength of each key).
-        The score-based methods compute on these (a search fuses some 40 candidates, where a dictionary
-        pass per step cost more than the arithmetic)."""
+    def columns(self) -> tuple[list[str], dict[str, list[float]], list[float]]:
+        """The input as aligned lists, built once: (every candidate key, sorted; engine -> raw score of each key,
+        ``nan`` where the engine gave none; exact-match strength of each key, float). The score-based methods
+        compute on these: a search fuses some 40 candidates, where one pass over a list costs less than one
+        numpy call, and a dictionary pass per step cost more than the arithmetic."""
         keys = self.keys()
         nan = math.nan
-        table = {
-            name: np.array([scores.get(key, nan) for key in keys], dtype=np.float64)
-            for name, scores in self.scores.items()
-        }
+        table = {name: [scores.get(key, nan) for key in keys] for name, scores in self.scores.items()}
         matches = self.identifier_matches
-        strength = np.array([matches.get(key, 0) for key in keys], dtype=np.float64) if matches else np.zeros(len(keys))
+        strength = [float(matches.get(key, 0)) for key in keys] if matches else [0.0] * len(keys)
         return keys, table, strength
+
+    def with_columns(self, keys: list[str], table: dict[str, list[float]], strength: list[float]) -> FusionInput:
+        """This input, with :attr:`columns` set to ``(keys, table, strength)`` instead of built from the dicts on
+        first use (the searcher has them as the exact scores arrive). They must be what :attr:`columns` would
+        build: every key sorted, an aligned list for every engine of :attr:`scores` (``nan`` where it gave no
+        score), the match strengths. Returns ``self`` (``columns`` is a per-instance cache, where
+        :func:`functools.cached_property` keeps it)."""
+        self.__dict__["columns"] = (keys, table, strength)
+        return self
 
     def tops(self) -> dict[str, float]:
         """engine -> best raw score of its own list (engines with an empty list left out)."""
@@ -140,24 +144,28 @@ def fuse_tm2c2(inp: FusionInput) -> FusionOutcome:
     return FusionOutcome(scores, {n: w / total for n, w in weights.items()})
 
 
-def _unit(keys: list[str], fused: np.ndarray) -> dict[str, float]:
+def _unit(keys: list[str], fused: list[float]) -> dict[str, float]:
     """Min-max over the candidates to [0, 1], order unchanged (all equal: all 1), so the best candidate scores 1
     and post-fusion steps that scale by the top score (the recency prior) see a positive scale."""
     if not keys:
         return {}
-    low, high = fused.min(), fused.max()
+    low, high = min(fused), max(fused)
     span = high - low
-    unit = (fused - low) / span if span > 0 else np.ones(len(keys))
-    return dict(zip(keys, unit.tolist(), strict=True))
+    if not span > 0:
+        return dict.fromkeys(keys, 1.0)
+    return {key: (value - low) / span for key, value in zip(keys, fused, strict=True)}
 
 
-def _zscores(inp: FusionInput, alphas: Mapping[str, float], *, log_bm25: bool = False) -> tuple[list[str], np.ndarray]:
-    """(keys, float64 (n,) :func:`~hybrid_memory.fusion.scores.zscore_fusion` of ``inp``'s exact scores with the
-    convex weights ``alphas``); with ``log_bm25``, an engine whose theoretical minimum is 0 (BM25) read as
-    ``log(1 + s)`` first (:func:`~hybrid_memory.fusion.scores.log_evidence`)."""
+def _zscores(inp: FusionInput, alphas: Mapping[str, float], *, log_bm25: bool = False) -> tuple[list[str], list[float]]:
+    """(keys, :func:`~hybrid_memory.fusion.scores.zscore_fusion` of ``inp``'s exact scores with the convex
+    weights ``alphas``, aligned with the keys); with ``log_bm25``, an engine whose theoretical minimum is 0
+    (BM25) read as ``log(1 + s)`` first (:func:`~hybrid_memory.fusion.scores.log_evidence`)."""
     keys, table, _ = inp.columns
+    log1p = math.log1p
     columns = {
-        name: np.log1p(np.maximum(table[name], 0.0)) if log_bm25 and inp.lower_bounds.get(name) == 0 else table[name]
+        # log(1 + max(0, s)); nan (no score) stays nan
+        name: [log1p(s) if s > 0 else (s if s != s else 0.0) for s in table[name]]
+        if log_bm25 and inp.lower_bounds.get(name) == 0 else table[name]
         for name in alphas if name in table
     }
     return keys, zscore_columns(columns, alphas, len(keys))

@@ -12,8 +12,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-import numpy as np
-
 __all__ = [
     "dbsf",
     "distribution_normalize",
@@ -167,29 +165,29 @@ def zscore_fusion(scores: Mapping[str, Mapping[str, float]], weights: Mapping[st
     alphas = _convex(weights, scores)
     keys = sorted({key for run in scores.values() for key in run})
     nan = math.nan
-    columns = {name: np.array([scores[name].get(key, nan) for key in keys], dtype=np.float64) for name in alphas}
-    return dict(zip(keys, zscore_columns(columns, alphas, len(keys)).tolist(), strict=True))
+    columns = {name: [scores[name].get(key, nan) for key in keys] for name in alphas}
+    return dict(zip(keys, zscore_columns(columns, alphas, len(keys)), strict=True))
 
 
-def zscore_columns(columns: Mapping[str, np.ndarray], alphas: Mapping[str, float], n: int) -> np.ndarray:
-    """:func:`zscore_fusion` over aligned arrays: ``columns[e]`` is float64 (n,), engine ``e``'s raw score of
-    each candidate, ``nan`` where it has none (z = 0 there); ``alphas`` the convex weights. Returns float64
-    (n,) ``sum_e alpha_e * z_e`` (population mean and std over each column's scored entries)."""
-    fused = np.zeros(n, dtype=np.float64)
+def zscore_columns(columns: Mapping[str, Sequence[float]], alphas: Mapping[str, float], n: int) -> list[float]:
+    """:func:`zscore_fusion` over aligned columns: ``columns[e]`` holds engine ``e``'s raw score of each of
+    ``n`` candidates, ``nan`` where it has none (z = 0 there); ``alphas`` the convex weights. Returns the
+    ``n`` values ``sum_e alpha_e * z_e`` (population mean and std over each column's scored entries). Plain
+    Python: over the few dozen candidates of a search, a pass over a list costs less than one numpy call."""
+    fused = [0.0] * n
     for name, alpha in alphas.items():
         column = columns.get(name)
         if column is None:
             continue
-        scored = ~np.isnan(column)
-        values = column[scored]
-        if not len(values):
+        values = [s for s in column if s == s]  # s == s drops nan
+        if not values:
             continue
-        mean = values.sum() / len(values)
-        centred = values - mean
-        std = math.sqrt((centred @ centred) / len(values))
+        mean = sum(values) / len(values)
+        std = math.sqrt(sum((s - mean) * (s - mean) for s in values) / len(values))
         if not std > 0:
             continue
-        fused[scored] += alpha * (centred / std)
+        scale = alpha / std
+        fused = [f + (s - mean) * scale if s == s else f for f, s in zip(fused, column, strict=True)]
     return fused
 
 
