@@ -325,6 +325,27 @@ class BM25Index:
             cache["bm25_terms"] = terms
         return terms
 
+    def _spans(self, tokens: list[str], cache: dict | None) -> dict[str, tuple[int, int]]:
+        """token -> (begin, end) of its column in the main segment's CSC score matrix (bm25s's ``indptr``), for
+        the ``tokens`` the main segment holds; kept in ``cache`` for the same main segment, so the exact-match
+        guard's lookups cost a dict read per token after the first. Caller holds the lock."""
+        main = self._main
+        if main is None:
+            return {}
+        held = cache.get("bm25_spans") if cache is not None else None
+        if held is None or held[0] is not main:
+            held = (main, {})
+            if cache is not None:
+                cache["bm25_spans"] = held
+        spans = held[1]
+        missing = [t for t in tokens if t not in spans]
+        if missing:
+            indptr, vocab = main.scores["indptr"], main.vocab_dict
+            for token in missing:
+                token_id = vocab.get(token)
+                spans[token] = (0, 0) if token_id is None else (int(indptr[token_id]), int(indptr[token_id + 1]))
+        return spans
+
     def _state(self, tokens: list[str], cache: dict | None) -> tuple[np.ndarray | None, dict[int, float]]:
         """Scores of every document for ``tokens`` at the global statistics; caller holds the lock.
 
@@ -337,14 +358,15 @@ class BM25Index:
             hit = cache.get("bm25")
             if hit is not None and hit[0] == key:
                 return hit[1], hit[2]
-        main = self._score_main(tokens)
+        main = self._score_main(tokens, cache)
         delta = self._score_delta(tokens) if self._delta_tf else {}
         if cache is not None:
             cache["bm25"] = (key, main, delta)
         return main, delta
 
-    def _score_main(self, tokens: list[str]) -> np.ndarray | None:
-        """BM25 of every main-segment document, rescaled to the statistics of main + delta.
+    def _score_main(self, tokens: list[str], cache: dict | None = None) -> np.ndarray | None:
+        """BM25 of every main-segment document, rescaled to the statistics of main + delta (``cache``: a per-query
+        dict, where the terms' column spans are kept, :meth:`_spans`).
 
         bm25s stores, for each (term t, document d), idf_main(t) x tfc(t, d) (Lucene BM25 factors that way;
         Kamphuis et al. 2020), with idf_main over the main segment alone. A term's column (bm25s's CSC score
@@ -356,16 +378,13 @@ class BM25Index:
         main = self._main
         if main is None or not tokens:
             return None
-        vocab = main.vocab_dict
         n_main = len(self._main_ids)
         n_all = n_main + len(self._delta_tf)
-        data, indices, indptr = main.scores["data"], main.scores["indices"], main.scores["indptr"]
+        data, indices = main.scores["data"], main.scores["indices"]
         parts_idx, parts_val = [], []
+        spans = self._spans(tokens, cache)
         for token in tokens:
-            token_id = vocab.get(token)
-            if token_id is None:
-                continue
-            begin, end = int(indptr[token_id]), int(indptr[token_id + 1])
+            begin, end = spans[token]
             if begin == end:
                 continue
             df_main = end - begin
@@ -454,15 +473,19 @@ class BM25Index:
         term scores 0. With the ``cache`` a :meth:`search` of the same query filled, this is a gather.
         """
         ids = np.asarray(ids, dtype=np.int64)
-        out = np.full(len(ids), np.nan)
         tokens = self._terms(query, cache).tokens
         with self._lock:
             main, delta = self._state(tokens, cache)
             main_ids = self._main_ids
             if len(main_ids) and len(ids):
-                pos = np.minimum(np.searchsorted(main_ids, ids), len(main_ids) - 1)
-                in_main = (main_ids[pos] == ids) & (self._main_alive[pos] > 0)
+                pos = main_ids.searchsorted(ids).clip(max=len(main_ids) - 1)
+                in_main = (main_ids.take(pos) == ids) & (self._main_alive.take(pos) > 0)
+                if not self._delta_tf and main is not None and in_main.all():
+                    return _float32(main.take(pos))  # the common case: every id a live main document
+                out = np.full(len(ids), np.nan)
                 out[in_main] = 0.0 if main is None else _float32(main[pos[in_main]])
+            else:
+                out = np.full(len(ids), np.nan)
             if self._delta_tf:
                 for j, doc_id in enumerate(ids.tolist()):
                     if doc_id in self._delta_tf:
@@ -490,11 +513,12 @@ class BM25Index:
         id_list = ids.tolist()
         with self._lock:
             main = self._main
+            spans = self._spans(terms.identifiers, cache)
             for token in terms.identifiers:
                 holders: list[np.ndarray] = []
                 df = 0
-                if main is not None and (token_id := main.vocab_dict.get(token)) is not None:
-                    begin, end = int(main.scores["indptr"][token_id]), int(main.scores["indptr"][token_id + 1])
+                if token in spans:
+                    begin, end = spans[token]
                     df += end - begin
                     if df <= max_df:
                         rows = np.asarray(main.scores["indices"][begin:end], dtype=np.int64)
@@ -528,16 +552,13 @@ class BM25Index:
             return ok
         with self._lock:
             main, main_ids = self._main, self._main_ids
-            spans: dict[str, tuple[int, int]] = {}
-            if main is not None:
-                indptr, vocab = main.scores["indptr"], main.vocab_dict
-                for token in tokens:
-                    token_id = vocab.get(token)
-                    if token_id is not None:
-                        spans[token] = (int(indptr[token_id]), int(indptr[token_id + 1]))
+            spans = self._spans(tokens, cache)
+            postings = self._postings
             # rarest term first: the conjunction usually fails on it, and the loop stops
-            df = {t: spans[t][1] - spans[t][0] if t in spans else 0 for t in tokens}
-            df = {t: n + len(self._postings.get(t, ())) for t, n in df.items()}
+            df = {}
+            for t in tokens:
+                begin, end = spans.get(t, (0, 0))
+                df[t] = end - begin + (len(postings[t]) if t in postings else 0)
             order = sorted(tokens, key=lambda t: (df[t], t))
             if df[order[0]] == 0:
                 return ok
@@ -553,8 +574,8 @@ class BM25Index:
             indices = main.scores["indices"] if main is not None else None
             for token in order:
                 if len(rows):
-                    span = spans.get(token)
-                    if span is None or span[0] == span[1]:
+                    span = spans.get(token, (0, 0))
+                    if span[0] == span[1]:
                         at_main = rows = at_main[:0]
                     else:
                         column = indices[span[0] : span[1]]

@@ -97,7 +97,7 @@ def test_score_reuses_the_arrays_search_computed(monkeypatch):
     index.add([100], [BURST[0]])
     calls = []
     real = index._score_main
-    monkeypatch.setattr(index, "_score_main", lambda tokens: calls.append(1) or real(tokens))
+    monkeypatch.setattr(index, "_score_main", lambda tokens, cache=None: calls.append(1) or real(tokens, cache))
     cache: dict = {}
     hits = index.search("E4012 upload", k=2, cache=cache)
     exact = index.score("E4012 upload", np.array([i for i, _ in hits] + [0, 999]), cache=cache)
