@@ -505,12 +505,12 @@ class BM25Index:
         frequency, so this is cheap exactly for rare terms. ``cache``: a per-query dict (``Query.cache``).
         """
         ids = np.asarray(ids, dtype=np.int64)
-        out = np.zeros(len(ids), dtype=np.int64)
         terms = self._terms(query, cache)
         if not terms.identifiers or not len(ids):
-            return out
+            return np.zeros(len(ids), dtype=np.int64)
         rare = 0
         id_list = ids.tolist()
+        counts = [0] * len(id_list)
         with self._lock:
             main = self._main
             spans = self._spans(terms.identifiers, cache)
@@ -531,10 +531,10 @@ class BM25Index:
                     rare += 1
                     if holders:
                         held = set(np.concatenate(holders).tolist())  # at most max_df ids
-                        out += np.fromiter((i in held for i in id_list), dtype=np.int64, count=len(id_list))
+                        counts = [c + 1 if i in held else c for c, i in zip(counts, id_list, strict=True)]
         if rare and rare < min_share * terms.content_runs:
-            out[:] = 0
-        return out
+            return np.zeros(len(ids), dtype=np.int64)
+        return np.array(counts, dtype=np.int64)
 
     def holds_all_terms(self, query: str, ids: np.ndarray, *, cache: dict | None = None) -> np.ndarray:
         """bool (len(ids),): which of the int64 ``ids`` hold every distinct token of ``query`` (a conjunctive
