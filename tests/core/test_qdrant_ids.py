@@ -255,3 +255,20 @@ def test_whole_query_guard_counts_with_and_without_the_presence_vector(engine, t
         for text, expected in GUARD_CASES.items():
             counts = qdrant.backend.exact_matches(text, ids, 2, 0.25, 3)
             assert {k: int(c) for k, c in zip(keys, counts, strict=True) if c} == expected, text
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_payload_holds_each_value_once(engine, tmp_path):
+    """Source, metadata, system fields and times live in ``doc`` (JSON text) and the typed filter fields ``f``,
+    not also as payload objects: Qdrant reads a point's whole payload to return any key of it."""
+    from hybrid_memory.backends.qdrant import point_id
+
+    with _open(engine, tmp_path) as mem:
+        mem.add(_note_chunks())
+        record = mem.backend.collection.retrieve([point_id("reset")], payload=True)[0]
+        assert sorted(record.payload) == ["chunk_id", "content_hash", "doc", "f", "seq", "text"]
+        doc = json.loads(record.payload["doc"])
+        assert doc["source"] == "notes" and doc["metadata"] == {
+            "environment": "production", "service": "search-indexer", "severity": 2, "tags": ["elasticsearch", "network"]}
+        assert sorted(doc) == ["created_at", "metadata", "source", "sys", "updated_at"]
+        assert mem.count({"tags": "network"}) == 1 and mem.count({"severity": {"$in": [2]}}) == 3

@@ -79,7 +79,9 @@ class Record:
 def _to_record(r: Any, vectors: bool) -> Record:
     """A point as the client or the Edge shard returns it (same shape: ``id``, ``payload``, ``vector`` by
     name, the sparse one with ``indices`` / ``values``) as a :class:`Record`."""
-    pid = r.id if isinstance(r.id, int) else str(r.id)
+    pid = r.id
+    if not isinstance(pid, int):
+        pid = str(pid)
     if not vectors:
         return Record(pid, r.payload or {})
     dense = sparse = None
