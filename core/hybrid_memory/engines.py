@@ -261,9 +261,9 @@ class DenseEngine:
         vector = self.query_vector(query)
         if not np.any(vector):
             return []
-        return self.index.search(vector, k, allowed)
+        return self.index.search(vector, k, allowed, cache=query.cache)
 
     def score(self, query: Query, ids: np.ndarray) -> np.ndarray:
         """See :meth:`Engine.score`: inner products with the stored vectors of ``ids``; ``nan`` (no dense
         evidence) for an id whose stored vector is all zeros, as for an id without a vector."""
-        return self.index.score(self.query_vector(query), ids)
+        return self.index.score(self.query_vector(query), ids, cache=query.cache)

@@ -72,6 +72,30 @@ def test_flat_search_is_exact_and_scores_are_inner_products(data):
     assert scores[2] == pytest.approx(float(vectors[10] @ queries[0]), abs=1e-6)
 
 
+def test_score_after_an_exact_search_reads_its_scan_and_a_write_makes_it_stale(data, monkeypatch):
+    ids, vectors, queries = data
+    index = FaissIndex(DIM, kind="flat")
+    index.add(ids[:100], vectors[:100])
+    cache: dict = {}
+    hits = index.search(queries[0], 5, cache=cache)
+    assert cache["dense_scan"][0] is index and len(cache["dense_scan"][2]) == 100
+    asked = np.array([ids[7], ids[3], ids[99]])
+    computed = []
+    real = index._score_one_part
+    monkeypatch.setattr(index, "_score_one_part", lambda q, i: computed.append(1) or real(q, i))
+    scores = index.score(queries[0], asked, cache=cache)
+    assert computed == []  # a gather from the scan, no inner product computed
+    assert scores.tolist() == pytest.approx((vectors[[7, 3, 99]] @ queries[0]).tolist(), abs=1e-6)
+    own = dict(hits)
+    assert index.score(queries[0], np.array(list(own)), cache=cache).tolist() == list(own.values())
+    assert np.isnan(index.score(queries[0], np.array([ids[7], 5]), cache=cache)[1])  # 5 is no id: computed
+    computed.clear()
+    index.remove([int(ids[7])])  # a write: the scan is stale
+    after = index.score(queries[0], asked, cache=cache)
+    assert computed == [1]  # the scan was not read: the products are computed again
+    assert np.isnan(after[0]) and after[1] == pytest.approx(float(vectors[3] @ queries[0]), abs=1e-6)
+
+
 @pytest.mark.parametrize("fraction", [1.0, 0.5, 0.1, 0.01])
 def test_ivf_recall_at_10_against_exact(data, fraction):
     ids, vectors, queries = data
