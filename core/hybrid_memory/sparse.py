@@ -478,8 +478,8 @@ class BM25Index:
             main, delta = self._state(tokens, cache)
             main_ids = self._main_ids
             if len(main_ids) and len(ids):
-                pos = main_ids.searchsorted(ids).clip(max=len(main_ids) - 1)
-                in_main = (main_ids.take(pos) == ids) & (self._main_alive.take(pos) > 0)
+                pos = main_ids.searchsorted(ids)  # take(mode="clip") reads an id past the end as the last
+                in_main = (main_ids.take(pos, mode="clip") == ids) & (self._main_alive.take(pos, mode="clip") > 0)
                 if not self._delta_tf and main is not None and in_main.all():
                     return _float32(main.take(pos))  # the common case: every id a live main document
                 out = np.full(len(ids), np.nan)
