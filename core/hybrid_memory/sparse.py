@@ -636,7 +636,8 @@ class BM25Index:
                 return out
             # each token id as the 4 bytes it has in a document's int32 array: the greedy search for the
             # earliest occurrence of each query token in turn is then a run of bytes.find calls
-            needles = [np.int32(w).tobytes() for w in wanted]
+            packed = np.array(wanted, dtype=np.int32).tobytes()
+            needles = [packed[i : i + 4] for i in range(0, len(packed), 4)]
             for j, doc_id in enumerate(ids.tolist()):
                 doc = self._tokens.get(doc_id)
                 if doc is None:
