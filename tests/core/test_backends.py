@@ -356,7 +356,7 @@ def test_exact_match_guard_counts_equal_the_embedded_backend(engine, weights, tm
 @pytest.mark.parametrize("engine", QDRANT)
 def test_search_legs_carry_no_payload_and_the_id_map_fills_once(engine, tmp_path):
     """A search asks Qdrant for ids and scores only: one batched request with both legs (RRF), one more for
-    the adaptive fusion's cross-scores and guard, and one retrieve of the top_k's text for the response (plus
+    the adaptive fusion's cross-scores, and one read of the top_k's text for the response (plus
     the texts of the chunks holding the whole query, when few do, for the guard's in-order test). A
     backend that never saw the points (a reopened shard, another process's writes) reads their chunk ids once,
     in one retrieve; deletes drop them from the id map."""
@@ -373,7 +373,7 @@ def test_search_legs_carry_no_payload_and_the_id_map_fills_once(engine, tmp_path
     with mem:
         collection = mem.backend.collection
         calls = []
-        for name in ("query_batch", "retrieve"):
+        for name in ("query_batch", "retrieve", "payloads"):
             real = getattr(collection, name)
 
             def spy(*args, _real=real, _name=name, **kwargs):
@@ -383,15 +383,15 @@ def test_search_legs_carry_no_payload_and_the_id_map_fills_once(engine, tmp_path
             setattr(collection, name, spy)
         first = mem.search("billing-service HTTP 504", top_k=3, fusion="rrf")  # depth 6: every chunk, no tie to deepen
         assert sorted(_ids(first)[:2]) == ["prod-504", "stage-504"]  # the two chunks naming the 504 lead
-        assert [c[0] for c in calls] == ["query_batch", "retrieve", "retrieve"]
+        assert [c[0] for c in calls] == ["query_batch", "retrieve", "payloads"]
         assert [(leg.limit, leg.payload) for leg in calls[0][1][0]] == [(7, ()), (7, ())]  # ids and scores only
         assert calls[1][2]["payload"] == ["chunk_id"] and len(calls[1][1][0]) == len(mem.backend._ids) == 6
-        assert calls[2][2]["payload"] == ["text", "doc"] and calls[2][1][0] == [point_id(c) for c in _ids(first)]
+        assert calls[2][1] == ([point_id(c) for c in _ids(first)], ("text", "doc"))
         calls.clear()
         again = mem.search("billing-service HTTP 504", top_k=3)  # adaptive: cross-scores and guard, one request
         assert sorted(_ids(again)[:2]) == ["prod-504", "stage-504"]
         # both 504 notes hold every query token (2 <= top_k): their texts are read for the in-order test
-        assert [c[0] for c in calls] == ["query_batch", "query_batch", "retrieve", "retrieve"]
+        assert [c[0] for c in calls] == ["query_batch", "query_batch", "retrieve", "payloads"]
         assert all(leg.payload == () for c in calls[:2] for leg in c[1][0])
         assert calls[2][2]["payload"] == ["text"] and sorted(calls[2][1][0]) == sorted(
             point_id(c) for c in ("prod-504", "stage-504"))

@@ -183,9 +183,12 @@ def _presence_leg(wanted: Sequence[int], flt: Mapping[str, Any] | None, limit: i
     return Leg(TERMS, (list(wanted), [1.0] * len(wanted)), flt, limit, (), threshold=len(wanted) - 0.5)
 
 
-def _df_leg(token: str, limit: int) -> Leg:
-    """A one-term query over the whole collection: its first ``limit`` holders (a document frequency, cut)."""
-    return Leg(SPARSE, ([token_index(token)], [1.0]), None, limit, ())
+def _df_leg(token: str, limit: int, terms: bool = False) -> Leg:
+    """A one-term query over the whole collection: its first ``limit`` holders (a document frequency, cut). On
+    the presence vector (``terms``: every holder scores 1, so Qdrant's sparse search stops once it holds
+    ``limit`` of them; SciFact's query identifiers, p50 19 against 25 us, max 84 against 304 us a query), else
+    on ``bm25``."""
+    return Leg(TERMS if terms else SPARSE, ([token_index(token)], [1.0]), None, limit, ())
 
 
 class SparseEncoder:
@@ -344,7 +347,7 @@ class _Legs:
             # and so do the chunks holding every distinct query token, when the collection has the presence
             # vector: one query with the legs' filter, cut at their depth
             backend = self.backend
-            extra = [_df_leg(t, k) for t in identifiers]
+            extra = [_df_leg(t, k, backend.collection.terms) for t in identifiers]
             if presence and "sparse" in names:
                 extra.append(_presence_leg(_terms(self.tokens(query)), flt, k))
             found = backend.collection.query_batch(legs + extra)
@@ -716,7 +719,7 @@ class QdrantBackend:
         order = list(tokenizer.tokenize(text) if query_tokens is None else query_tokens)
         if identifiers:
             if holders is None or holders[0] <= max_df or len(holders[1]) != len(identifiers):
-                found = self.collection.query_batch([_df_leg(t, max_df + 1) for t in identifiers])
+                found = self.collection.query_batch([_df_leg(t, max_df + 1, self.collection.terms) for t in identifiers])
                 holders = (max_df + 1, [self.engine_ids(f) for f in found])
             rare = 0
             for held in holders[1]:
@@ -802,10 +805,9 @@ class QdrantBackend:
         pids = [self.pid(c) for c in by_id.values()] if self.uuid_ids else list(by_id)
         out: dict[str, tuple[str, str | None, dict[str, Any]]] = {}
         loads = json.loads
-        for record in self.collection.retrieve(pids, payload=["text", "doc"]):
-            payload = record.payload
+        for pid, payload in self.collection.payloads(pids, ("text", "doc")):
             doc = loads(payload["doc"])
-            out[by_id[engine_id(record.id)]] = (payload["text"], doc["source"], doc["metadata"])
+            out[by_id[pid if type(pid) is int else engine_id(pid)]] = (payload["text"], doc["source"], doc["metadata"])
         return out
 
     def find_hashes(self, digests: Sequence[str], scope_values: Mapping[str, str | None]) -> dict[str, str]:

@@ -127,6 +127,7 @@ class Collection(Protocol):
     def delete(self, ids: Sequence[PointId]) -> None: ...
     def retrieve(self, ids: Sequence[PointId], *, vectors: bool | Sequence[str] = False,
                  payload: bool | Sequence[str] = True) -> list[Record]: ...
+    def payloads(self, ids: Sequence[PointId], keys: Sequence[str]) -> list[tuple[Any, dict[str, Any]]]: ...
     def scroll(self, flt: Mapping[str, Any] | None, limit: int, offset: Any, payload: Any) -> tuple[list[Record], Any]: ...
     def count(self, flt: Mapping[str, Any] | None) -> int: ...
     def query_batch(self, legs: Sequence[Leg]) -> list[list[ScoredId]]: ...
@@ -408,6 +409,15 @@ class ClientCollection:
             found = self.client.retrieve(self.name, list(ids), with_payload=_names(payload), with_vectors=_names(vectors))
         return [_to_record(r, bool(vectors)) for r in found]
 
+    def payloads(self, ids: Sequence[PointId], keys: Sequence[str]) -> list[tuple[Any, dict[str, Any]]]:
+        """``(point id as returned, payload)`` of the points by id with these payload keys (unknown ids left
+        out; any order): :meth:`retrieve` without building records."""
+        if not ids:
+            return []
+        with self._reached("retrieve points"):
+            found = self.client.retrieve(self.name, list(ids), with_payload=list(keys), with_vectors=False)
+        return [(r.id, r.payload or {}) for r in found]
+
     def scroll(self, flt: Mapping[str, Any] | None, limit: int, offset: Any, payload: Any = True) -> tuple[list[Record], Any]:
         """A page of points matching the filter in id order, and the offset of the next page (None: last)."""
         with self._reached("scroll points"):
@@ -583,6 +593,13 @@ class EdgeCollection:
             return []
         found = self.shard.retrieve(list(ids), with_payload=_names(payload), with_vector=_names(vectors))
         return [_to_record(r, bool(vectors)) for r in found]
+
+    def payloads(self, ids: Sequence[PointId], keys: Sequence[str]) -> list[tuple[Any, dict[str, Any]]]:
+        """``(point id as returned, payload)`` of the points by id with these payload keys (unknown ids left
+        out; any order): :meth:`retrieve` without building records (a search's top_k, read for its text)."""
+        if not ids:
+            return []
+        return [(r.id, r.payload) for r in self.shard.retrieve(ids, with_payload=list(keys), with_vector=False)]
 
     def scroll(self, flt: Mapping[str, Any] | None, limit: int, offset: Any, payload: Any = True) -> tuple[list[Record], Any]:
         """A page of points matching the filter in id order, and the next offset (None: last page)."""
