@@ -508,32 +508,30 @@ class BM25Index:
         terms = self._terms(query, cache)
         if not terms.identifiers or not len(ids):
             return np.zeros(len(ids), dtype=np.int64)
-        rare = 0
-        id_list = ids.tolist()
-        counts = [0] * len(id_list)
         with self._lock:
-            main = self._main
+            main, postings = self._main, self._postings
             spans = self._spans(terms.identifiers, cache)
+            # which identifiers are rare is known from the document frequencies alone: decide the share rule
+            # before reading any term's documents
+            rare = []
             for token in terms.identifiers:
+                begin, end = spans.get(token, (0, 0))
+                if 0 < end - begin + len(postings.get(token, ())) <= max_df:
+                    rare.append((token, begin, end))
+            if not rare or len(rare) < min_share * terms.content_runs:
+                return np.zeros(len(ids), dtype=np.int64)
+            id_list = ids.tolist()
+            counts = [0] * len(id_list)
+            for token, begin, end in rare:
                 holders: list[np.ndarray] = []
-                df = 0
-                if token in spans:
-                    begin, end = spans[token]
-                    df += end - begin
-                    if df <= max_df:
-                        rows = np.asarray(main.scores["indices"][begin:end], dtype=np.int64)
-                        holders.append(self._main_ids[rows[self._main_alive[rows] > 0]])
-                posting = self._postings.get(token)
+                if end > begin:
+                    rows = np.asarray(main.scores["indices"][begin:end], dtype=np.int64)
+                    holders.append(self._main_ids[rows[self._main_alive[rows] > 0]])
+                posting = postings.get(token)
                 if posting:
-                    df += len(posting)
                     holders.append(np.fromiter(posting, dtype=np.int64, count=len(posting)))
-                if 0 < df <= max_df:
-                    rare += 1
-                    if holders:
-                        held = set(np.concatenate(holders).tolist())  # at most max_df ids
-                        counts = [c + 1 if i in held else c for c, i in zip(counts, id_list, strict=True)]
-        if rare and rare < min_share * terms.content_runs:
-            return np.zeros(len(ids), dtype=np.int64)
+                held = set(np.concatenate(holders).tolist())  # at most max_df ids
+                counts = [c + 1 if i in held else c for c, i in zip(counts, id_list, strict=True)]
         return np.array(counts, dtype=np.int64)
 
     def holds_all_terms(self, query: str, ids: np.ndarray, *, cache: dict | None = None) -> np.ndarray:
