@@ -163,6 +163,31 @@ def test_exact_matches_count_rare_identifiers_and_whole_query_matches():
     assert index.exact_matches("tenant upload", ids, max_df=3).tolist() == [0, 0, 0, 0]  # under 3 terms
 
 
+@pytest.mark.parametrize("count_max", [0, 10**9], ids=["binary-search", "bincount"])
+def test_holds_all_terms_is_the_set_containment_on_both_paths(monkeypatch, count_max):
+    """Both ways of holds_all_terms (a binary search per term's column, one bincount over the columns) give
+    exactly the brute-force answer: a live document whose token set contains the query's, over a main segment
+    with removed documents and a delta."""
+    import hybrid_memory.sparse as sparse_module
+
+    monkeypatch.setattr(sparse_module, "HOLDS_ALL_COUNT_MAX", count_max)
+    rng = np.random.default_rng(11)
+    words = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta", "E4012", "iota"]
+    texts = [" ".join(rng.choice(words, size=rng.integers(2, 7))) for _ in range(120)]
+    index = BM25Index(compact_min=10_000)
+    index.build(list(range(100)), texts[:100])
+    index.add(list(range(100, 120)), texts[100:])
+    index.remove([3, 50, 105])
+    tokenize = TechnicalTokenizer().tokenize
+    ids = np.array([*range(120), 500], dtype=np.int64)  # 500: never added
+    for q in range(40):
+        query = " ".join(rng.choice(words, size=rng.integers(1, 4), replace=False))
+        wanted = set(tokenize(query))
+        expected = [i < 120 and i not in (3, 50, 105) and wanted <= set(tokenize(texts[i])) for i in ids.tolist()]
+        assert index.holds_all_terms(query, ids).tolist() == expected, query
+    assert index.holds_all_terms("alpha nowhere", ids).tolist() == [False] * len(ids)  # a token no one holds
+
+
 def test_the_default_puts_the_chunk_quoting_an_error_message_first():
     notes = [
         ("zip-close", "def close(self): raise ValueError(\"Can't close the ZIP file while there is an open writing handle\")"),
