@@ -120,6 +120,18 @@ class BM25Index:
         """Number of live documents."""
         return int(self._main_alive.sum()) + len(self._delta_tf)
 
+    @property
+    def avgdl(self) -> float:
+        """The average document length, in tokens, BM25's length normalisation divides by (Robertson and
+        Zaragoza 2009): the main segment's mean (every document scores with it, delta ones too), else the
+        delta's; 1.0 for an empty index. A Qdrant copy built with this ``avgdl`` ranks as this index does."""
+        n_main = len(self._main_ids)
+        if n_main:
+            avgdl = self._main_total_len / n_main
+        else:
+            avgdl = self._delta_total_len / max(len(self._delta_tf), 1)
+        return avgdl if avgdl > 0 else 1.0
+
     def ids(self) -> np.ndarray:
         """Live document ids, int64 (n,), ascending."""
         with self._lock:
@@ -667,11 +679,7 @@ class BM25Index:
         """
         n_main = len(self._main_ids)
         n_docs = n_main + len(self._delta_tf)
-        if n_main:
-            avgdl = self._main_total_len / n_main
-        else:
-            avgdl = self._delta_total_len / max(len(self._delta_tf), 1)
-        avgdl = avgdl if avgdl > 0 else 1.0
+        avgdl = self.avgdl
         vocab = self._main.vocab_dict if self._main is not None else {}
         k1, b = self.k1, self.b
         scores: dict[int, float] = {}

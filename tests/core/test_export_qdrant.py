@@ -62,6 +62,26 @@ def test_cli_copies_chunks_vectors_and_history(tmp_path, capsys):
         assert [s for _, s in got] == pytest.approx([s for _, s in expected], abs=1e-6)
 
 
+def test_cli_copy_is_written_with_the_memorys_avgdl_and_ranks_as_the_memory(tmp_path, capsys):
+    _memory(tmp_path / "mem")
+    assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16",
+                 "--edge-path", str(tmp_path / "shard"), "-q"]) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    queries = ["HTTP 504 PostgreSQL", "Dana prefers SQLite", "connection reset"]
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as source:
+        assert printed["avgdl"] == source._sparse.avgdl  # the memory's own mean length, not Qdrant's 256
+        expected = {q: [(r.chunk_id, r.sparse_score) for r in source.search(q, top_k=5, dense_weight=0).results]
+                    for q in queries}
+    with HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=NoEmbedding(16), avgdl=printed["avgdl"]) as copy:
+        for q in queries:
+            got = [(r.chunk_id, r.sparse_score) for r in copy.search(q, top_k=5, dense_weight=0).results]
+            assert [c for c, _ in got] == [c for c, _ in expected[q]], q
+            assert [s for _, s in got] == pytest.approx([s for _, s in expected[q]], rel=1e-5), q
+    assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16", "--avgdl", "12.5",
+                 "--edge-path", str(tmp_path / "shard2"), "-q"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["avgdl"] == 12.5
+
+
 def test_cli_refuses_bad_targets(tmp_path, capsys):
     _memory(tmp_path / "mem")
     assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16", "-q"]) == 2

@@ -222,3 +222,20 @@ def test_other_refusals_are_backend_unavailable_naming_the_fix(answering_server,
                                                       rf"points, collection 'notes'\): HTTP {status} {kind}: no; .*{fix}"):
         memory.count()
     memory.close()
+
+
+def test_an_edge_shard_open_elsewhere_is_store_busy_naming_the_fix(tmp_path):
+    """Qdrant Edge locks a shard's write-ahead log: a second open (here in this process) is the lock, not a
+    mismatched shard, and the first memory's chunks are intact."""
+    from hybrid_memory import HashingEmbedder, HybridMemory
+    from hybrid_memory._exceptions import StoreBusyError
+
+    first = HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(16))
+    first.add([{"chunk_id": "a", "text": "HTTP 504 on billing"}])
+    with pytest.raises(StoreBusyError, match=r"is open elsewhere .*WouldBlock.*one process at a time: close the "
+                                             r"other memory on it, or use a Qdrant server for several processes"):
+        HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(16))
+    assert [c.chunk_id for c in first.iter_chunks()] == ["a"]
+    first.close()
+    with HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(16)) as again:
+        assert again.count() == 1

@@ -97,7 +97,9 @@ def _copy(store, backend, batch, dim: int, position: int) -> int:  # noqa: ANN00
 
 # -- the command ------------------------------------------------------------------------------------
 def _cmd_export(args) -> int:  # noqa: ANN001
-    """``hybrid-memory export-qdrant``: copy the memory at ``--memory`` into the collection; prints a JSON line.
+    """``hybrid-memory export-qdrant``: copy the memory at ``--memory`` into the collection; prints a JSON line
+    (``copied``, ``memory``, ``target``, ``avgdl``: the BM25 average length the copy was written with, the memory's
+    own unless ``--avgdl`` is given).
 
     The API key is ``--api-key``, else the ``QDRANT_API_KEY`` environment variable (empty: none)."""
     import json
@@ -115,16 +117,20 @@ def _cmd_export(args) -> int:  # noqa: ANN001
 
             raise HybridMemoryError("--edge-path takes no --url, --api-key or cluster options (an Edge shard is one "
                                     "local shard)")
-        backend = QdrantBackend.edge(args.edge_path, indexed_keys=args.index_key)
-    else:
-        if not args.url:
-            from .._exceptions import HybridMemoryError
+    elif not args.url:
+        from .._exceptions import HybridMemoryError
 
-            raise HybridMemoryError("give --url (a Qdrant server, e.g. http://localhost:6333) or --edge-path DIR")
-        api_key = args.api_key if args.api_key is not None else os.environ.get("QDRANT_API_KEY") or None
-        backend = QdrantBackend.client(args.url, collection=args.collection, api_key=api_key,
-                                       indexed_keys=args.index_key, **options)
+        raise HybridMemoryError("give --url (a Qdrant server, e.g. http://localhost:6333) or --edge-path DIR")
     with open_memory(args, show_progress=False) as memory:
+        # BM25's length normalisation is fixed when points are written: the memory's own average length, so the
+        # copy ranks as the memory does (Qdrant's default 256 tokens would reorder its results)
+        avgdl = args.avgdl if args.avgdl is not None else memory._sparse.avgdl
+        if args.edge_path:
+            backend = QdrantBackend.edge(args.edge_path, indexed_keys=args.index_key, avgdl=avgdl)
+        else:
+            api_key = args.api_key if args.api_key is not None else os.environ.get("QDRANT_API_KEY") or None
+            backend = QdrantBackend.client(args.url, collection=args.collection, api_key=api_key,
+                                           indexed_keys=args.index_key, avgdl=avgdl, **options)
         total = memory.count()
         try:  # connect and create or check the collection first: a refused connection draws no 0/N bar
             backend.open(int(memory.embedder.dim))
@@ -150,7 +156,7 @@ def _cmd_export(args) -> int:  # noqa: ANN001
                 bar.close()
             backend.close()
     target = args.edge_path or f"{args.url} collection {args.collection}"
-    print(json.dumps({"copied": copied, "memory": str(args.memory), "target": str(target)}))
+    print(json.dumps({"copied": copied, "memory": str(args.memory), "target": str(target), "avgdl": avgdl}))
     return 0
 
 
@@ -171,6 +177,9 @@ def register_cli(sub, memory_args) -> None:  # noqa: ANN001
                    help="replicas that must confirm a write, for a new collection")
     p.add_argument("--write-ordering", choices=("weak", "medium", "strong"), default=None,
                    help="Qdrant write ordering of the copy's upserts")
+    p.add_argument("--avgdl", type=float, default=None, metavar="TOKENS",
+                   help="average document length BM25 normalises by in the copy (default: the memory's own, so the copy "
+                        "ranks as the memory does); open the copy later with the same avgdl")
     p.add_argument("--index-key", action="append", default=[], metavar="KEY",
                    help="metadata key to create a keyword payload index for; repeatable")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

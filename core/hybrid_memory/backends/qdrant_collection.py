@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .._exceptions import BackendUnavailableError, InvalidRequestError, StoreFormatError, missing_dependency
+from .._exceptions import BackendUnavailableError, InvalidRequestError, StoreBusyError, StoreFormatError, missing_dependency
 from ..paths import check_edge_path
 from .qdrant_filters import to_client_filter, to_edge_filter
 
@@ -544,6 +544,12 @@ class EdgeCollection:
                         raise
                     self.shard, self.terms = qe.EdgeShard.load(str(self.path), config(False)), False
         except Exception as exc:  # the binding raises plain Exception with the engine's message
+            if "WouldBlock" in str(exc):  # the shard's write-ahead log is locked by another open of it
+                raise StoreBusyError(
+                    f"Qdrant Edge shard at {self.path} is open elsewhere (in this process or another: {exc}); an "
+                    "Edge shard is opened by one process at a time: close the other memory on it, or use a Qdrant "
+                    "server for several processes"
+                ) from exc
             raise StoreFormatError(
                 f"Qdrant Edge shard at {self.path} does not fit this memory ({exc}); open it with the embedder it "
                 "was built with, or give another directory"
