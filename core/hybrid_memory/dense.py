@@ -614,7 +614,10 @@ class FaissIndex:
     ) -> list[tuple[int, float]]:
         """Exact scan over the allowed rows only (caller holds the lock). A scan of every row leaves its
         scores in ``cache`` (see :meth:`score`)."""
-        if allowed is None or len(allowed) * 5 > self._n_slots * 3:
+        # a broad set: one contiguous scan of every row, then keep the allowed live ones (scoring over 60% of the
+        # rows one by one costs more than scoring them all: 0.29 vs 0.175 µs a row)
+        broad = allowed is not None and len(allowed) * 5 > self._n_slots * 3
+        if allowed is None or broad:
             scores = self._vectors.dot_prefix(self._n_slots, query)
             if cache is not None:
                 cache["dense_scan"] = (self, self._writes, scores)
@@ -624,9 +627,7 @@ class FaissIndex:
                 live = ids >= 0
                 ids, scores = ids[live], scores[live]
             return self._top_directed(ids, scores, k)
-        if len(allowed) * 5 > self._n_slots * 3:
-            # a broad set: one contiguous scan of every row (above), then keep the allowed live ones (scoring
-            # over 60% of the rows one by one costs more than scoring them all: 0.29 vs 0.175 µs a row)
+        if broad:
             ids = self._slot_ids[: self._n_slots]
             keep = allowed.contains(ids)
             return self._top_directed(ids[keep], scores[keep], k)
@@ -649,16 +650,17 @@ class FaissIndex:
         """
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         scan = cache.get("dense_scan") if cache is not None else None
-        with self._lock:
-            if scan is not None and scan[0] is self and scan[1] == self._writes:
-                fast = self._score_scanned(scan[2], ids)
-                if fast is not None:
-                    return fast
         query = self._check(np.asarray(query, dtype=np.float32).reshape(1, -1))[0]
         with self._lock:
-            fast = self._score_one_part(query, ids)
-            if fast is not None:
-                return fast
+            slots = self._held_slots(ids)
+            if slots is not None:  # the common case: a search's candidates, every id held
+                if scan is not None and scan[0] is self and scan[1] == self._writes:
+                    out = scan[2][slots].astype(np.float64)
+                else:
+                    out = self._vectors.dot(slots, query).astype(np.float64)
+                if self._n_zero:
+                    out[self._zero[ids]] = np.nan
+                return out
             out = np.full(len(ids), np.nan)
             slots = self._slots(ids)
             held = slots >= 0
@@ -670,39 +672,14 @@ class FaissIndex:
                     out[zero] = np.nan
         return out
 
-    def _score_scanned(self, scan: np.ndarray, ids: np.ndarray) -> np.ndarray | None:
-        """:meth:`score` read from ``scan``, the float32 (n_slots,) scores of every slot an exact search
-        computed, when every id is held (else None); caller holds the lock and checked ``scan`` is current."""
+    def _held_slots(self, ids: np.ndarray) -> np.ndarray | None:
+        """The slots of int64 ``ids`` when every one is held, else None (a few numpy calls: no -1 fill);
+        caller holds the lock."""
         slot_of = self._slot_of
         if not len(ids) or ids.min() < 0 or ids.max() >= len(slot_of):
             return None
         slots = slot_of[ids]
-        if slots.min() < 0 or slots.max() >= len(scan):
-            return None
-        out = scan[slots].astype(np.float64)
-        if self._n_zero:
-            out[self._zero[ids]] = np.nan
-        return out
-
-    def _score_one_part(self, query: np.ndarray, ids: np.ndarray) -> np.ndarray | None:
-        """:meth:`score` in a few numpy calls for the common case (a search's candidates: every id held, every
-        slot in the same part of the rows), else None; caller holds the lock."""
-        slot_of, rows = self._slot_of, self._vectors
-        if not len(ids) or ids.min() < 0 or ids.max() >= len(slot_of):
-            return None
-        slots = slot_of[ids]
-        low, high, split = slots.min(), slots.max(), rows.split
-        if low < 0 or not (high < split or low >= split):
-            return None
-        part = np.empty(len(ids), dtype=np.float32)
-        if high < split:
-            _dot_by_index(part, query, rows.head, slots)
-        else:
-            _dot_by_index(part, query, rows.tail, slots - split)
-        out = part.astype(np.float64)
-        if self._n_zero:
-            out[self._zero[ids]] = np.nan
-        return out
+        return slots if slots.min() >= 0 else None
 
     def vectors(self, ids: np.ndarray) -> np.ndarray:
         """float32 (len(ids), dim) copies of the vectors of int64 ``ids``. Raises KeyError for an id not held."""

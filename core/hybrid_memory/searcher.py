@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .engines import Engine, Hit, Query, RowSet
-from .fusion import DEFAULT_FUSION, DEFAULT_RRF_K, FUSION_METHODS, FusionInput, rank_by_score
+from .fusion import DEFAULT_FUSION, DEFAULT_RRF_K, FUSION_METHODS, FusionInput, rank_by_score, rrf_table
 
 #: at most this many hits are read from one engine to break a tie at its candidate cut (see ``_run``)
 TIE_DEPTH_LIMIT = 512
@@ -378,10 +378,10 @@ class HybridSearcher:
             if strength is not None:
                 matches = {union[j]: int(c) for j, c in enumerate(strength) if c}
         priors = {name: float(weights.get(name, 1.0)) for name in self.engines}
-        lower_bounds = {
-            name: float(getattr(self.engines[name], "lower_bound", min(run.scores.values(), default=0.0)))
-            for name, run in runs.items() if run.keys
-        }
+        lower_bounds = {}
+        for name in found:  # the engine's theoretical minimum, else the lowest score it returned
+            bound = getattr(self.engines[name], "lower_bound", None)
+            lower_bounds[name] = float(min(runs[name].scores.values()) if bound is None else bound)
         inp = FusionInput(
             runs={name: runs[name].keys for name in found},
             scores={name: all_scores[name] for name in found},
@@ -409,27 +409,19 @@ class HybridSearcher:
             return HybridResult(hits=[], method=method.name, weights=effective, runs=runs)
         outcome = method.fuse(inp)
         effective.update({name: float(w) for name, w in outcome.weights.items()})
-        # weighted RRF of the returned hits only, with rrf_table's arithmetic summed in the same run order (so
-        # bit-identical to it); a rank is the 1-based position in the run, which holds distinct keys
-        rrf_k = inp.rrf_k
-        rrf_runs = [(name, keys, runs[name].scores, candidates.priors[name]) for name, keys in inp.runs.items()]
-        hits = []
-        for key, score in rank_by_score(outcome.scores, top_k):
-            ranks: dict[str, int] = {}
-            rrf, weighted = 0.0, False
-            for name, keys, own, weight in rrf_runs:
-                if key in own:
-                    rank = keys.index(key) + 1
-                    ranks[name] = rank
-                    if weight > 0:
-                        rrf += weight / (rrf_k + rank)
-                        weighted = True
-            hits.append(HybridHit(
+        ranked = rank_by_score(outcome.scores, top_k)
+        rrf_weights = {name: candidates.priors[name] for name in inp.runs}
+        # the request was validated; only the returned hits' rows
+        rrf, rrf_ranks = rrf_table(inp.runs, rrf_weights, inp.rrf_k, keys={key for key, _ in ranked})
+        hits = [
+            HybridHit(
                 key=key,
                 doc_id=candidates.id_of[key],
                 score=score,
-                rrf_score=rrf,
-                ranks=ranks if weighted else {},
+                rrf_score=rrf.get(key, 0.0),
+                ranks=rrf_ranks[key] if key in rrf else {},
                 raw_scores={name: run.scores[key] for name, run in runs.items() if key in run.scores},
-            ))
+            )
+            for key, score in ranked
+        ]
         return HybridResult(hits=hits, method=method.name, weights=effective, runs=runs)

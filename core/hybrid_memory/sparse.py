@@ -45,8 +45,6 @@ logger = logging.getLogger(__name__)
 
 _FORMAT_VERSION = 2
 
-
-
 HOLDS_ALL_COUNT_MAX = 65_536
 """``holds_all_terms`` counts tokens with one ``bincount`` (O(column entries + main documents), about a ns an
 entry) when the query's main-segment columns and the segment hold at most this many entries together; above,
@@ -346,9 +344,10 @@ class BM25Index:
         return terms
 
     def _spans(self, tokens: list[str], cache: dict | None) -> dict[str, tuple[int, int]]:
-        """token -> (begin, end) of its column in the main segment's CSC score matrix (bm25s's ``indptr``), for
-        the ``tokens`` the main segment holds; kept in ``cache`` for the same main segment, so the exact-match
-        guard's lookups cost a dict read per token after the first. Caller holds the lock."""
+        """token -> (begin, end) of its column in the main segment's CSC score matrix (bm25s's ``indptr``) for
+        each of ``tokens``, (0, 0) for a token the main segment lacks ({} without a main segment); kept in
+        ``cache`` for the same main segment, so the exact-match guard's lookups cost a dict read per token
+        after the search's. Caller holds the lock."""
         main = self._main
         if main is None:
             return {}
@@ -365,6 +364,13 @@ class BM25Index:
                 token_id = vocab.get(token)
                 spans[token] = (0, 0) if token_id is None else (int(indptr[token_id]), int(indptr[token_id + 1]))
         return spans
+
+    def _main_positions(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(positions of the int64 ``ids`` in the main segment, bool: which are live main documents there);
+        positions of the others are meaningless. Caller holds the lock and checked the segment is not empty."""
+        main_ids = self._main_ids
+        pos = main_ids.searchsorted(ids)  # take(mode="clip") reads an id past the end as the last
+        return pos, (main_ids.take(pos, mode="clip") == ids) & (self._main_alive.take(pos, mode="clip") > 0)
 
     def _state(self, tokens: list[str], cache: dict | None) -> tuple[np.ndarray | None, dict[int, float]]:
         """Scores of every document for ``tokens`` at the global statistics; caller holds the lock.
@@ -498,8 +504,7 @@ class BM25Index:
             main, delta = self._state(tokens, cache)
             main_ids = self._main_ids
             if len(main_ids) and len(ids):
-                pos = main_ids.searchsorted(ids)  # take(mode="clip") reads an id past the end as the last
-                in_main = (main_ids.take(pos, mode="clip") == ids) & (self._main_alive.take(pos, mode="clip") > 0)
+                pos, in_main = self._main_positions(ids)
                 if not self._delta_tf and main is not None and in_main.all():
                     return _float32(main.take(pos))  # the common case: every id a live main document
                 out = np.full(len(ids), np.nan)
@@ -581,8 +586,7 @@ class BM25Index:
             # main candidates: (position in ids, row in the main segment); the others are delta documents
             at_main = rows = np.zeros(0, dtype=np.int64)
             if in_main and len(main_ids):
-                pos = main_ids.searchsorted(ids)
-                found = (main_ids.take(pos, mode="clip") == ids) & (self._main_alive.take(pos, mode="clip") > 0)
+                pos, found = self._main_positions(ids)
                 at_main = found.nonzero()[0]
                 rows = pos[at_main]
             delta = [j for j, i in enumerate(ids.tolist()) if i in self._delta_tf] if self._delta_tf else []

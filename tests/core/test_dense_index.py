@@ -81,8 +81,8 @@ def test_score_after_an_exact_search_reads_its_scan_and_a_write_makes_it_stale(d
     assert cache["dense_scan"][0] is index and len(cache["dense_scan"][2]) == 100
     asked = np.array([ids[7], ids[3], ids[99]])
     computed = []
-    real = index._score_one_part
-    monkeypatch.setattr(index, "_score_one_part", lambda q, i: computed.append(1) or real(q, i))
+    real = index._vectors.dot
+    monkeypatch.setattr(index._vectors, "dot", lambda slots, q: computed.append(1) or real(slots, q))
     scores = index.score(queries[0], asked, cache=cache)
     assert computed == []  # a gather from the scan, no inner product computed
     assert scores.tolist() == pytest.approx((vectors[[7, 3, 99]] @ queries[0]).tolist(), abs=1e-6)

@@ -250,6 +250,8 @@ def test_rrf_table_is_the_arithmetic_of_reciprocal_rank_fusion_bit_for_bit():
     assert scores == {"a": 0.4 / 61 + 0.6 / 62, "b": 0.4 / 62, "c": 0.4 / 63 + 0.6 / 61}  # exact, same order of sums
     assert ranks == {"a": {"sparse": 1, "dense": 2}, "b": {"sparse": 2}, "c": {"sparse": 3, "dense": 1}}
     assert {h.doc_id: h.score for h in reciprocal_rank_fusion(runs, weights, rrf_k=60)} == scores
+    # only the rows asked for (the searcher's returned hits), the same values
+    assert rrf_table(runs, weights, 60, keys={"c", "z"}) == ({"c": 0.4 / 63 + 0.6 / 61}, {"c": {"sparse": 3, "dense": 1}})
     with pytest.raises(InvalidRequestError, match="rrf_k"):
         rrf_table(runs, weights, -1, validate=True)
 

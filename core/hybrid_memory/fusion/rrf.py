@@ -13,7 +13,7 @@ results: that is ``top_k``. With rrf_k = 60, rank 1 in one run and rank 3 in ano
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .._exceptions import InvalidRequestError
@@ -87,12 +87,18 @@ def _validate(runs: Mapping[str, Sequence[str]], weights: Mapping[str, float], r
 
 
 def rrf_table(
-    runs: Mapping[str, Sequence[str]], weights: Mapping[str, float], rrf_k: float, *, validate: bool = False
+    runs: Mapping[str, Sequence[str]],
+    weights: Mapping[str, float],
+    rrf_k: float,
+    *,
+    validate: bool = False,
+    keys: Collection[str] | None = None,
 ) -> tuple[dict[str, float], dict[str, dict[str, int]]]:
     """The arithmetic of :func:`reciprocal_rank_fusion`, unsorted and without building hits (validated only
     with ``validate``; the hybrid searcher validated its request already): (doc id -> weighted RRF score,
     doc id -> run -> 1-based rank). Scores are summed in the order of ``runs``, so they are bit-identical to
-    :func:`reciprocal_rank_fusion`'s; documents whose total weight is 0 have a rank but no score.
+    :func:`reciprocal_rank_fusion`'s; documents whose total weight is 0 have a rank but no score. With ``keys``,
+    only those documents' rows (the hybrid searcher asks for the hits it returns).
 
     Raises:
         InvalidRequestError: with ``validate``, for the arguments :func:`reciprocal_rank_fusion` refuses.
@@ -105,6 +111,8 @@ def rrf_table(
         weight = float(weights.get(name, 1.0))
         distinct = run if len(set(run)) == len(run) else list(dict.fromkeys(run))  # first occurrence kept
         for rank, doc_id in enumerate(distinct, 1):
+            if keys is not None and doc_id not in keys:
+                continue
             held = ranks.get(doc_id)
             if held is None:
                 ranks[doc_id] = {name: rank}
