@@ -22,6 +22,7 @@ from hybrid_memory._adapter_support import (
     check_search_settings,
     check_top_k,
     refuse_memory_argument,
+    result_metadata,
     unwrap_validation_error,
 )
 from hybrid_memory.models import make_chunk
@@ -53,7 +54,8 @@ _DEFAULT_TOP_K: int = SearchRequest.model_fields["top_k"].default
 _DEFAULT_PARAMS = HybridParams()
 
 RETRIEVAL_METADATA_KEYS = ("source", "score", "rrf_score", "sparse_rank", "sparse_score", "dense_rank", "dense_score")
-"""Keys added to every returned ``Document``'s metadata, next to the chunk's own metadata."""
+"""Keys added to every returned ``Document``'s metadata, next to the chunk's own metadata; they hold the
+retrieval values, and a chunk's own differing values of them are under ``metadata["chunk_metadata"]``."""
 
 # invoke()/ainvoke() keyword -> HybridMemory.search keyword
 _CALL_KWARGS = {
@@ -108,13 +110,17 @@ def document_to_chunk(document: Document, chunk_id: str | None = None, scope: Sc
 def result_to_document(result: SearchResult) -> Document:
     """Turn a core search result into a ``Document`` (``id = chunk_id``, ``page_content = text``).
 
-    The metadata is the chunk's own metadata plus :data:`RETRIEVAL_METADATA_KEYS`: ``source``, ``score``
-    (the score the core ordered the results by: ``SearchResult.score``, or ``rrf_score`` when the fusion is
-    RRF), ``rrf_score``, and each engine's 1-based rank and raw score (None when that engine did not return
-    the chunk). Added keys win over chunk metadata keys of the same name.
+    The metadata is the chunk's own metadata plus :data:`RETRIEVAL_METADATA_KEYS`: ``source`` (the chunk's
+    source), ``score`` (the score the core ordered the results by: ``SearchResult.score``, or ``rrf_score``
+    when the fusion is RRF; LangChain retrievers carry their score as ``metadata["score"]``), ``rrf_score``,
+    and each engine's 1-based rank and raw score (None when that engine did not return the chunk).
+
+    These keys always hold the retrieval values. A chunk's own metadata key of the same name is kept, when
+    its value differs, under ``metadata["chunk_metadata"]`` (:func:`hybrid_memory._adapter_support.result_metadata`):
+    a chunk added with ``metadata={"score": 99}`` comes back with ``metadata["score"]`` the search score and
+    ``metadata["chunk_metadata"] == {"score": 99}``.
     """
-    metadata = {
-        **result.metadata,
+    metadata = result_metadata(result.metadata, {
         "source": result.source,
         "score": result.score if result.score is not None else result.rrf_score,
         "rrf_score": result.rrf_score,
@@ -122,7 +128,7 @@ def result_to_document(result: SearchResult) -> Document:
         "sparse_score": result.sparse_score,
         "dense_rank": result.dense_rank,
         "dense_score": result.dense_score,
-    }
+    })
     return Document(id=result.chunk_id, page_content=result.text, metadata=metadata)
 
 

@@ -16,7 +16,7 @@ from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
 from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
 
-from hybrid_memory._adapter_support import build_owned, check_search_settings, refuse_memory_argument
+from hybrid_memory._adapter_support import build_owned, check_search_settings, refuse_memory_argument, result_metadata
 from hybrid_memory.models import make_chunk
 from hybrid_memory import Chunk, HybridMemory, HybridParams, ScopedMemory, SearchRequest, SearchResponse, SearchResult
 from hybrid_memory.dedup import DedupPolicy
@@ -39,7 +39,9 @@ second ``from_documents`` over the same documents from doubling the memory)."""
 RETRIEVAL_METADATA_KEYS = ("score", "rrf_score", "sparse_rank", "sparse_score", "dense_rank", "dense_score")
 """Keys added to every returned node's metadata, hidden from the LLM and embedding text of the node: the
 score the results are ordered by (also ``NodeWithScore.score``), the weighted RRF score, and each engine's
-1-based rank and raw score (the same keys as the LangChain adapter's, besides ``source``)."""
+1-based rank and raw score (the same keys as the LangChain adapter's, besides ``source``). They hold the
+retrieval values; a chunk's own differing values of them (and of ``source``) are under
+``metadata["chunk_metadata"]``, visible to the LLM like the rest of the chunk's metadata."""
 
 
 def node_to_chunk(node: BaseNode) -> Chunk:
@@ -73,11 +75,14 @@ def result_to_node(result: SearchResult) -> NodeWithScore:
     metadata is the chunk's metadata plus ``source``, that ``score``, ``rrf_score`` and the engines' 1-based
     ranks and raw scores (:data:`RETRIEVAL_METADATA_KEYS`, None when an engine did not return the chunk). The
     added retrieval keys, and ``source`` when it is empty, are excluded from the text the LLM and embedders
-    see. Added keys win over chunk metadata keys of the same name.
+    see. The added keys always hold the retrieval values; a chunk's own metadata key of the same name is kept,
+    when its value differs, under ``metadata["chunk_metadata"]``
+    (:func:`hybrid_memory._adapter_support.result_metadata`), so a chunk added with ``metadata={"score": 99}``
+    comes back with ``metadata["score"] == NodeWithScore.score`` and ``metadata["chunk_metadata"] ==
+    {"score": 99}``.
     """
     score = result.score if result.score is not None else result.rrf_score
-    metadata = {
-        **result.metadata,
+    metadata = result_metadata(result.metadata, {
         "source": result.source,
         "score": score,
         "rrf_score": result.rrf_score,
@@ -85,7 +90,7 @@ def result_to_node(result: SearchResult) -> NodeWithScore:
         "sparse_score": result.sparse_score,
         "dense_rank": result.dense_rank,
         "dense_score": result.dense_score,
-    }
+    })
     hidden = [*RETRIEVAL_METADATA_KEYS, *(() if result.source else ("source",))]
     node = TextNode(
         id_=result.chunk_id,

@@ -7,6 +7,8 @@
 - :func:`build_owned`: construct a retriever over a memory it opened, closing the memory when construction
   fails, and marking it owned so the retriever's ``close()`` closes it.
 - :func:`lazy_exports`: a module ``__getattr__`` that loads names from a submodule on first use.
+- :func:`result_metadata` / :data:`SHADOWED_METADATA_KEY`: a returned document's or node's metadata, the
+  chunk's own metadata plus the retrieval keys, keeping the chunk's own values of those keys visible.
 - :func:`check_search_settings` / :func:`unwrap_validation_error`: a retriever's search settings refused
   with an :class:`~hybrid_memory.InvalidRequestError` naming the retriever's own field (``k``,
   ``similarity_top_k``, ``rrf_k``) and its accepted range, never a pydantic ``ValidationError``.
@@ -21,13 +23,41 @@ import importlib.util
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["GRAPH_EXTRA_MODULES", "build_owned", "check_search_settings", "check_top_k", "refuse_memory_argument", "coerce_embedder",
-           "extra_installed", "lazy_exports", "missing_modules", "unwrap_validation_error"]
+__all__ = ["GRAPH_EXTRA_MODULES", "SHADOWED_METADATA_KEY", "build_owned", "check_search_settings", "check_top_k", "refuse_memory_argument", "coerce_embedder",
+           "extra_installed", "lazy_exports", "missing_modules", "result_metadata", "unwrap_validation_error"]
 
 #: the top-level modules the ``graph`` extra installs and ``hybrid_memory.graph`` needs
 GRAPH_EXTRA_MODULES: tuple[str, ...] = ("networkx", "graspologic_native", "json_repair")
 
 R = TypeVar("R")
+
+SHADOWED_METADATA_KEY = "chunk_metadata"
+"""Metadata key of a returned document or node holding the chunk's own values of the keys the adapter adds
+(``score``, ``source``, ``rrf_score``, ``*_rank``, ``*_score``, and this key itself) where they differ from
+the added values; absent when nothing is shadowed."""
+
+
+def result_metadata(own: Mapping[str, Any], added: Mapping[str, Any]) -> dict[str, Any]:
+    """The metadata of a returned LangChain ``Document`` / LlamaIndex node: the chunk's ``own`` metadata, then
+    the retrieval keys ``added`` by the adapter (the score, ranks, ``source``), which always hold the
+    retrieval values, so ``metadata["score"]`` is the score the results are ordered by, as LangChain's
+    retrievers put it.
+
+    A chunk's own key of the same name is not lost: when its value differs from the added one it is kept under
+    ``metadata[SHADOWED_METADATA_KEY]`` (``"chunk_metadata"``), a dict of those keys and the chunk's values.
+    ``"chunk_metadata"`` is reserved the same way (a chunk's own ``chunk_metadata`` goes inside that dict).
+    The stored chunk is never changed (``memory.get`` returns its metadata as added).
+
+    Example: own ``{"score": 99, "team": "sre"}``, added ``{"score": 0.5}`` ->
+    ``{"score": 0.5, "team": "sre", "chunk_metadata": {"score": 99}}``.
+    """
+    metadata = {**own, **added}
+    shadowed = {key: own[key] for key in (*added, SHADOWED_METADATA_KEY)
+                if key in own and (key == SHADOWED_METADATA_KEY or own[key] != added[key])}
+    metadata.pop(SHADOWED_METADATA_KEY, None)
+    if shadowed:
+        metadata[SHADOWED_METADATA_KEY] = shadowed
+    return metadata
 
 
 def missing_modules(modules: Iterable[str]) -> list[str]:

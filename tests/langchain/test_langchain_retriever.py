@@ -329,3 +329,26 @@ def test_bad_fields_are_invalid_requests_naming_the_field_and_range(memory, fiel
     with pytest.raises(InvalidRequestError, match=rf"^HybridMemoryRetriever: {message}"):
         HybridMemoryRetriever(memory=memory).invoke(QUERY, **fields)
     assert memory.count() == 7  # nothing stored is touched
+
+
+def test_a_chunks_own_retrieval_named_keys_stay_visible_under_chunk_metadata():
+    # a fresh user's finding: the chunk's own score/source/rrf_score/dense_rank were silently replaced
+    memory = HybridMemory(embedder=HashingEmbedder(dim=64))
+    own = {"score": 99, "source": "mine", "rrf_score": "x", "dense_rank": "keep", "chunk_metadata": [1], "team": "sre"}
+    memory.add([{"chunk_id": "c1", "text": "kafka consumer lag on orders topic", "source": "jira", "metadata": own},
+                {"chunk_id": "c2", "text": "kafka broker disk usage", "source": "jira",
+                 "metadata": {"source": "jira", "team": "sre"}}])
+    result = memory.search("kafka lag", top_k=2).results[0]
+    assert result.chunk_id == "c1"
+    doc = HybridMemoryRetriever(memory=memory, k=2).invoke("kafka lag")
+    assert [d.id for d in doc] == ["c1", "c2"]
+    assert doc[0].metadata == {
+        "team": "sre", "source": "jira", "score": result.score, "rrf_score": result.rrf_score,
+        "sparse_rank": 1, "sparse_score": result.sparse_score, "dense_rank": result.dense_rank,
+        "dense_score": result.dense_score,
+        "chunk_metadata": {"score": 99, "source": "mine", "rrf_score": "x", "dense_rank": "keep", "chunk_metadata": [1]},
+    }
+    # a metadata source equal to the chunk's source (what document_to_chunk stores) shadows nothing
+    assert "chunk_metadata" not in doc[1].metadata and doc[1].metadata["source"] == "jira"
+    assert memory.get(["c1"])[0].metadata == own  # the store is untouched
+    memory.close()

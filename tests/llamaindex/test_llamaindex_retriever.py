@@ -297,3 +297,25 @@ def test_bad_parameters_are_invalid_requests_naming_the_parameter_and_range(memo
     with pytest.raises(InvalidRequestError, match=rf"^HybridMemoryRetriever: {message}"):
         HybridMemoryRetriever(memory, **fields)
     assert memory.count() == 7
+
+
+def test_a_chunks_own_retrieval_named_keys_stay_visible_under_chunk_metadata():
+    from hybrid_memory import HybridMemory
+
+    memory = HybridMemory(embedder=HashingEmbedder(dim=64))
+    own = {"score": 99, "source": "mine", "rrf_score": "x", "dense_rank": "keep", "team": "sre"}
+    memory.add([{"chunk_id": "c1", "text": "kafka consumer lag on orders topic", "source": "jira", "metadata": own}])
+    result = memory.search("kafka lag", top_k=1).results[0]
+    (item,) = HybridMemoryRetriever(memory, similarity_top_k=1).retrieve("kafka lag")
+    assert item.node.node_id == "c1" and item.score == result.score
+    assert item.node.metadata == {
+        "team": "sre", "source": "jira", "score": result.score, "rrf_score": result.rrf_score,
+        "sparse_rank": 1, "sparse_score": result.sparse_score, "dense_rank": 1, "dense_score": result.dense_score,
+        "chunk_metadata": {"score": 99, "source": "mine", "rrf_score": "x", "dense_rank": "keep"},
+    }
+    # the chunk's own values are shown to the LLM like the rest of its metadata; the retrieval keys are not
+    llm_text = item.node.get_content(metadata_mode=MetadataMode.LLM)
+    assert llm_text == ("source: jira\nteam: sre\nchunk_metadata: {'source': 'mine', 'score': 99, 'rrf_score': 'x', "
+                        "'dense_rank': 'keep'}\n\nkafka consumer lag on orders topic")
+    assert memory.get(["c1"])[0].metadata == own
+    memory.close()
