@@ -45,26 +45,68 @@ def _batched(items: Iterable[Chunk], size: int) -> Iterator[list[Chunk]]:
 
 
 def open_memory(args: argparse.Namespace, *, must_exist: bool = True, show_progress: bool = True):  # noqa: ANN201
-    """Open ``args.memory`` (with ``--hashing-dim`` when given) for a command.
+    """Open ``args.memory`` (with ``--hashing-dim`` when given) for a command, or the Qdrant Edge shard of
+    ``--edge-path`` (``args.shard``, on ``search``, ``stats`` and ``mcp``) with its ``--index-key`` payload indexes.
 
     Raises:
-        HybridMemoryError: ``--hashing-dim`` < 1, or ``must_exist`` and there is no memory at the path
-            (a mistyped path must not silently create an empty memory).
+        HybridMemoryError: ``--hashing-dim`` < 1; ``must_exist`` and there is no memory at the path (a mistyped
+            path must not silently create an empty memory); ``--memory`` names a Qdrant Edge shard's folder (the
+            message says to give it as ``--edge-path``, or to open it with ``HybridMemory.qdrant``); ``--edge-path``
+            holds no shard (the message names ``export-qdrant``) or is an embedded memory's folder.
     """
     from .embedders import HashingEmbedder
     from .memory import HybridMemory
-    from .paths import STORE_FILE, memory_path
+    from .paths import EDGE_CONFIG, STORE_FILE, memory_path
 
     dim = getattr(args, "hashing_dim", None)
     if dim is not None and dim < 1:
         raise HybridMemoryError(f"--hashing-dim must be >= 1, got {dim}")
+    embedder = HashingEmbedder(dim) if dim is not None else None
+    shard = getattr(args, "shard", None)
+    if shard is not None:
+        folder = Path(shard)
+        if (folder / STORE_FILE).is_file():
+            raise HybridMemoryError(f"--edge-path {shard} is an embedded memory's folder, not a Qdrant Edge shard; "
+                                    f"give it as --memory {shard}")
+        if not (folder / EDGE_CONFIG).is_file():
+            raise HybridMemoryError(f"no Qdrant Edge shard at {shard} (no {EDGE_CONFIG}); write one with: "
+                                    f"hybrid-memory export-qdrant --memory DIR --edge-path {shard}")
+        options: dict[str, Any] = {"indexed_keys": dict(getattr(args, "index_key", None) or [])}
+        if getattr(args, "avgdl", None) is not None:
+            options["avgdl"] = args.avgdl
+        return HybridMemory.qdrant(edge_path=folder, embedder=embedder, show_progress=show_progress, **options)
     folder = memory_path(args.memory, "--memory")  # a file, not a folder: refused with the fix
+    if not (folder / STORE_FILE).is_file() and (folder / EDGE_CONFIG).is_file():
+        fix = (f"give it as --edge-path {args.memory}" if hasattr(args, "shard") else
+               f"give the embedded memory as --memory; open the shard with HybridMemory.qdrant(edge_path={args.memory!r})")
+        raise HybridMemoryError(f"{args.memory} holds a Qdrant Edge shard ({EDGE_CONFIG}), not an embedded memory; {fix}")
     if must_exist and not (folder / STORE_FILE).is_file():
         raise HybridMemoryError(
             f"no memory at {args.memory}; create it with: hybrid-memory ingest FILE_OR_FOLDER --memory {args.memory}"
         )
-    embedder = HashingEmbedder(dim) if dim is not None else None
     return HybridMemory(args.memory, embedder=embedder, show_progress=show_progress)
+
+
+INDEX_KINDS = ("keyword", "float", "integer", "bool")
+"""Payload index kinds of ``--index-key KEY[=TYPE]`` (those ``QdrantBackend``'s ``indexed_keys`` takes)."""
+
+
+def index_key(text: str) -> tuple[str, str]:
+    """argparse type of ``--index-key``: ``KEY`` (a keyword index) or ``KEY=TYPE`` with TYPE one of
+    :data:`INDEX_KINDS` -> ``(key, type)``; anything else is argparse's exit 2 naming the kinds."""
+    key, sep, kind = text.partition("=")
+    kind = kind if sep else "keyword"
+    if not key or kind not in INDEX_KINDS:
+        raise argparse.ArgumentTypeError(
+            f"takes KEY or KEY=TYPE with TYPE one of {', '.join(INDEX_KINDS)} (e.g. severity=float), got {text!r}")
+    return key, kind
+
+
+def add_index_key_argument(p: argparse.ArgumentParser, what: str) -> None:
+    """``--index-key KEY[=TYPE]`` (repeatable) on ``p``; ``what`` ends its help."""
+    p.add_argument("--index-key", action="append", type=index_key, default=[], metavar="KEY[=TYPE]",
+                   help=f"metadata key with a payload index of TYPE ({', '.join(INDEX_KINDS)}; default keyword; a range "
+                        f"filter on a number needs float or integer); repeatable; {what}")
 
 
 def _parse_metadata(pairs: Sequence[str]) -> dict[str, Any]:
@@ -332,12 +374,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def memory_args(p: argparse.ArgumentParser, *, creates: bool = False) -> None:
-        p.add_argument("--memory", required=True, help=(
+    def memory_args(p: argparse.ArgumentParser, *, creates: bool = False, shard: bool = False) -> None:
+        where = p.add_mutually_exclusive_group(required=True) if shard else p
+        where.add_argument("--memory", help=(
             "memory directory (created if absent)" if creates else
             "an existing memory directory (never created: a missing one is an error, exit code 2; "
             "create it with `hybrid-memory ingest`)"
-        ))
+        ), **({} if shard else {"required": True}))
+        if shard:
+            where.add_argument("--edge-path", dest="shard", metavar="DIR", help=(
+                "a Qdrant Edge shard instead of --memory (written by `hybrid-memory export-qdrant --edge-path DIR`)"))
+            add_index_key_argument(p, "with --edge-path: the shard's indexes (as given to export-qdrant)")
         p.add_argument(
             "--hashing-dim", type=int, default=None,
             help="use the offline HashingEmbedder of this dimension instead of all-MiniLM-L6-v2 (tests, demos)",
@@ -367,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     search = sub.add_parser("search", help="search and print the response JSON")
     search.add_argument("text", nargs="?", help="search text (or give --request; not both texts: a positional text "
                         "with a --request file holding search_text is refused)")
-    memory_args(search)
+    memory_args(search, shard=True)
     search.add_argument("--request", metavar="FILE", help=(
         "a JSON file in the request shape (query_id, search_text, top_k, ...); --top-k, --filter, the weight "
         "options and --fusion replace the file's fields of the same name"))
@@ -382,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.set_defaults(func=_cmd_search)
 
     stats = sub.add_parser("stats", help="counts and parameters of a memory")
-    memory_args(stats)
+    memory_args(stats, shard=True)
     stats.set_defaults(func=_cmd_stats)
 
     try:

@@ -17,7 +17,8 @@ Tools: ``search_memory`` (the reference request, metadata filter and ``as_of`` i
   running.
 * ``add_memory`` catches duplicates on write with :data:`ADD_DEDUP` (exact and near, skip) and says so.
 
-Run it with ``hybrid-memory mcp --memory DIR [--scope user_id=u1 ...] [--read-only] [--http --port N]``.
+Run it with ``hybrid-memory mcp --memory DIR [--scope user_id=u1 ...] [--read-only] [--http --port N]``, or
+over a Qdrant Edge shard with ``--edge-path DIR [--index-key KEY[=TYPE] ...] (--avgdl TOKENS | --read-only)``.
 """
 
 from __future__ import annotations
@@ -301,6 +302,10 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     from .cli import open_memory
 
     scope = parse_scope(args.scope)
+    if args.shard is not None and args.avgdl is None and not args.read_only:
+        raise InvalidRequestError(
+            "--edge-path with the write tools needs --avgdl TOKENS, the BM25 average length the shard was written "
+            "with (export-qdrant printed it), so added memories score like the stored ones; or give --read-only")
     with open_memory(args, show_progress=False) as memory:
         server = build_server(memory, scope=scope, read_only=args.read_only)
         if args.http:
@@ -322,10 +327,13 @@ def _port(text: str) -> int:
     return port
 
 
-def register_cli(sub: Any, memory_args: Callable[[argparse.ArgumentParser], None]) -> None:
+def register_cli(sub: Any, memory_args: Callable[..., None]) -> None:
     """Add the ``mcp`` subcommand to the ``hybrid-memory`` parser."""
     mcp = sub.add_parser("mcp", help="serve the memory to agents over MCP (stdio, or --http on 127.0.0.1)")
-    memory_args(mcp)
+    memory_args(mcp, shard=True)
+    mcp.add_argument("--avgdl", type=float, default=None, metavar="TOKENS", help=(
+        "with --edge-path and the write tools: the BM25 average document length the shard was written with (the "
+        "avgdl export-qdrant printed), so added memories are scored like the copied ones"))
     mcp.add_argument("--scope", action="append", default=[], metavar="FIELD=VALUE",
                      help="bind every tool to this scope (tenant, user_id, agent_id, session_id); repeatable")
     mcp.add_argument("--read-only", action="store_true", help="serve only the read tools")

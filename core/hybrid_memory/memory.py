@@ -292,10 +292,12 @@ class HybridMemory:
             StoreFormatError: there is no memory at ``path`` (a mistyped path must not silently give an empty
                 memory) unless ``create=True``; or as the constructor.
             InvalidRequestError: ``path`` is a regular file (a memory is a folder; for its ``store.sqlite3`` the
-                message names the folder), not a str / os.PathLike, or empty.
+                message names the folder), not a str / os.PathLike, or empty; or it holds a Qdrant Edge shard
+                (the message says to open it with ``HybridMemory.qdrant(edge_path=...)``).
         """
         folder = memory_path(path)
-        if not create and not (folder / STORE_FILE).exists() and not (folder / "manifest.json").exists():
+        if (not create and not (folder / STORE_FILE).exists() and not (folder / "manifest.json").exists()
+                and not (folder / EDGE_CONFIG).exists()):  # a shard: the constructor names HybridMemory.qdrant
             raise StoreFormatError(
                 f"no memory at {folder}; create one with HybridMemory({str(folder)!r}) or "
                 f"HybridMemory.open(..., create=True)"

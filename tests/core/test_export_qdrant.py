@@ -115,3 +115,69 @@ def test_an_unreachable_server_fails_before_the_progress_bar(tmp_path, capsys):
     assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16",
                  "--edge-path", str(tmp_path / "shard")]) == 0
     assert "7/7" in capsys.readouterr().err
+
+
+def test_search_stats_and_open_on_a_shard_folder_name_the_shard(tmp_path, capsys):
+    """A fresh user's finding: search/stats/mcp --memory and HybridMemory.open on a shard said "no memory at".
+    They say what ingest and HybridMemory(path) say, and search / stats serve the shard with --edge-path."""
+    from hybrid_memory import InvalidRequestError
+
+    _memory(tmp_path / "mem")
+    shard = tmp_path / "shard"
+    assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16", "-q",
+                 "--edge-path", str(shard), "--index-key", "service", "--index-key", "severity=float"]) == 0
+    capsys.readouterr()
+    for command in (["search", "HTTP 504"], ["stats"], ["mcp"]):
+        assert main([*command, "--memory", str(shard), "--hashing-dim", "16"]) == 2
+        assert capsys.readouterr().err == (f"hybrid-memory: error: {shard} holds a Qdrant Edge shard (edge_config.json), "
+                                           f"not an embedded memory; give it as --edge-path {shard}\n")
+    assert main(["export-qdrant", "--memory", str(shard), "--edge-path", str(tmp_path / "s2"), "-q"]) == 2
+    assert (f"{shard} holds a Qdrant Edge shard (edge_config.json), not an embedded memory; give the embedded memory as "
+            f"--memory; open the shard with HybridMemory.qdrant(edge_path='{shard}')") in capsys.readouterr().err
+    with pytest.raises(InvalidRequestError, match=r"holds a Qdrant Edge shard \(edge_config.json\), not an embedded "
+                                                  r"memory; open the shard with HybridMemory.qdrant\(edge_path="):
+        HybridMemory.open(shard)
+    assert not (shard / "store.sqlite3").exists()
+
+    # --edge-path: the shard answers as the Python API does, its float index declared for the range filter
+    flt = '{"severity": {"$lte": 2}}'
+    assert main(["search", "HTTP 504 PostgreSQL", "--edge-path", str(shard), "--hashing-dim", "16",
+                 "--index-key", "severity=float", "--filter", flt, "--top-k", "3"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    with HybridMemory.qdrant(edge_path=shard, embedder=HashingEmbedder(16), indexed_keys={"severity": "float"}) as copy:
+        expected = copy.search("HTTP 504 PostgreSQL", top_k=3, metadata_filter={"severity": {"$lte": 2}})
+    assert [r["chunk_id"] for r in got["results"]] == [r.chunk_id for r in expected.results]
+    assert {r["chunk_id"] for r in got["results"]} <= {"prod-504", "auth-user", "reset", "upgrade"}
+    assert main(["stats", "--edge-path", str(shard), "--hashing-dim", "16"]) == 0
+    assert json.loads(capsys.readouterr().out)["chunks"] == 7
+
+    # the wrong folder kinds, each with its fix; --memory and --edge-path are exclusive (argparse, exit 2)
+    assert main(["search", "x", "--edge-path", str(tmp_path / "none")]) == 2
+    assert (f"no Qdrant Edge shard at {tmp_path / 'none'} (no edge_config.json); write one with: hybrid-memory "
+            f"export-qdrant --memory DIR --edge-path {tmp_path / 'none'}") in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
+    assert main(["stats", "--edge-path", str(tmp_path / "mem")]) == 2
+    assert (f"--edge-path {tmp_path / 'mem'} is an embedded memory's folder, not a Qdrant Edge shard; give it as "
+            f"--memory {tmp_path / 'mem'}") in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["stats", "--edge-path", str(shard), "--memory", str(tmp_path / "mem")])
+    assert exit_info.value.code == 2
+    assert "argument --memory: not allowed with argument --edge-path" in capsys.readouterr().err
+    # the MCP write tools on a shard need the avgdl it was written with
+    assert main(["mcp", "--edge-path", str(shard), "--hashing-dim", "16"]) == 2
+    assert "--edge-path with the write tools needs --avgdl TOKENS" in capsys.readouterr().err
+
+
+def test_index_key_takes_a_type(tmp_path, capsys):
+    _memory(tmp_path / "mem")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--edge-path", str(tmp_path / "s"),
+              "--index-key", "severity=decimal"])
+    assert exit_info.value.code == 2
+    assert ("argument --index-key: takes KEY or KEY=TYPE with TYPE one of keyword, float, integer, bool (e.g. "
+            "severity=float), got 'severity=decimal'") in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+    from hybrid_memory.cli import index_key
+
+    assert [index_key(t) for t in ("service", "severity=float", "n=integer", "ok=bool")] == [
+        ("service", "keyword"), ("severity", "float"), ("n", "integer"), ("ok", "bool")]

@@ -126,11 +126,11 @@ def _cmd_export(args) -> int:  # noqa: ANN001
         # copy ranks as the memory does (Qdrant's default 256 tokens would reorder its results)
         avgdl = args.avgdl if args.avgdl is not None else memory._sparse.avgdl
         if args.edge_path:
-            backend = QdrantBackend.edge(args.edge_path, indexed_keys=args.index_key, avgdl=avgdl)
+            backend = QdrantBackend.edge(args.edge_path, indexed_keys=dict(args.index_key), avgdl=avgdl)
         else:
             api_key = args.api_key if args.api_key is not None else os.environ.get("QDRANT_API_KEY") or None
             backend = QdrantBackend.client(args.url, collection=args.collection, api_key=api_key,
-                                           indexed_keys=args.index_key, avgdl=avgdl, **options)
+                                           indexed_keys=dict(args.index_key), avgdl=avgdl, **options)
         total = memory.count()
         try:  # connect and create or check the collection first: a refused connection draws no 0/N bar
             backend.open(int(memory.embedder.dim))
@@ -180,7 +180,9 @@ def register_cli(sub, memory_args) -> None:  # noqa: ANN001
     p.add_argument("--avgdl", type=float, default=None, metavar="TOKENS",
                    help="average document length BM25 normalises by in the copy (default: the memory's own, so the copy "
                         "ranks as the memory does); open the copy later with the same avgdl")
-    p.add_argument("--index-key", action="append", default=[], metavar="KEY",
-                   help="metadata key to create a keyword payload index for; repeatable")
+    from ..cli import add_index_key_argument
+
+    add_index_key_argument(p, "open the copy later with the same keys (HybridMemory.qdrant(..., indexed_keys={KEY: "
+                              "TYPE}) or --index-key of search / stats / mcp --edge-path)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_export)
