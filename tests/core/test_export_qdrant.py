@@ -103,13 +103,20 @@ def test_cli_refuses_bad_targets(tmp_path, capsys):
 
 
 def test_an_unreachable_server_fails_before_the_progress_bar(tmp_path, capsys):
-    """The connection and the collection are checked before the bar is drawn: no '0/6' bar over the error."""
+    """The connection and the collection are checked before the bar is drawn: no '0/6' bar over the error; the
+    message names the URL and no folder, and qdrant-client's version-check warning is not printed."""
+    import warnings
+
     _memory(tmp_path / "mem")
-    assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16",
-                 "--url", "http://127.0.0.1:1", "--collection", "runbooks"]) == 2  # nothing listens on port 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16",
+                     "--url", "http://127.0.0.1:1", "--collection", "runbooks"]) == 2  # nothing listens on port 1
+    assert [str(w.message) for w in caught] == []
     err = capsys.readouterr().err
-    assert ("could not open the Qdrant collection 'runbooks' (qdrant): ResponseHandlingException: [Errno 111] "
-            "Connection refused; check that the server is running at that URL") in err
+    assert err == ("hybrid-memory: error: could not open the Qdrant collection 'runbooks' at http://127.0.0.1:1: "
+                   "ResponseHandlingException: [Errno 111] Connection refused; check that the server is running at "
+                   "that URL (and the API key)\n")
     assert "export-qdrant:" not in err and "chunk/s" not in err  # tqdm's bar: never started
     # the bar still runs for a reachable target, from 0 to every chunk
     assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16",

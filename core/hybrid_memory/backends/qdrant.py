@@ -607,7 +607,9 @@ class QdrantBackend:
 
                 raise missing_dependency("qdrant-client", "qdrant") from exc
             if client_or_url.startswith(("http://", "https://")):
-                client = QdrantClient(url=client_or_url, api_key=api_key)
+                # no server version check: its failure is a UserWarning printed before our own clear error,
+                # and a version mismatch is not this library's concern (the schema is checked on open)
+                client = QdrantClient(url=client_or_url, api_key=api_key, check_compatibility=False)
             elif client_or_url == ":memory:":
                 client = QdrantClient(":memory:")
             else:
@@ -640,10 +642,15 @@ class QdrantBackend:
         except HybridMemoryError:
             raise
         except Exception as exc:  # the client's transport errors, or the shard folder's OS errors
+            target = str(getattr(self.collection, "target", ""))
+            if target.startswith(("http://", "https://")):  # a server: the URL and its fix, no folder clause
+                where, fix = f"at {target}", "check that the server is running at that URL (and the API key)"
+            else:  # qdrant-client's local mode, or an Edge shard's folder
+                where = f"({target or getattr(self.collection, 'path', self.name)})"
+                fix = "check that the folder is a directory this process can write"
             raise BackendUnavailableError(
-                f"could not open the Qdrant collection {getattr(self.collection, 'name', '')!r} ({self.name}): "
-                f"{type(exc).__name__}: {exc}; check that the server is running at that URL (and the API key), "
-                "or that the local folder is a directory this process can write"
+                f"could not open the Qdrant collection {getattr(self.collection, 'name', '')!r} {where}: "
+                f"{type(exc).__name__}: {exc}; {fix}"
             ) from exc
         # format 1 (UUID point ids) is read and written as it is: its points keep their ids
         self.uuid_ids = self.collection.holds_uuid_ids()
