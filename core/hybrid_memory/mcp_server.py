@@ -302,6 +302,8 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     from .cli import open_memory
 
     scope = parse_scope(args.scope)
+    if args.http:
+        _check_port_free(args.port)  # before the memory opens: uvicorn's bind error is a raw traceback, exit 3
     if args.shard is not None and args.avgdl is None and not args.read_only:
         raise InvalidRequestError(
             "--edge-path with the write tools needs --avgdl TOKENS, the BM25 average length the shard was written "
@@ -314,6 +316,28 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
         else:
             server.run("stdio")
     return 0
+
+
+def _check_port_free(port: int, host: str = "127.0.0.1") -> None:
+    """Refuse a ``--port`` that cannot be bound on ``host``, as uvicorn binds it (``SO_REUSEADDR`` set, so a
+    port in TIME_WAIT is free): another server listening there is named, with the fix.
+
+    Raises:
+        InvalidRequestError: the port is in use ("port N is in use; choose another --port"), or cannot be bound
+            for another reason (the OS's reason, e.g. permission denied).
+    """
+    import errno
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise InvalidRequestError(f"port {port} is in use; choose another --port") from None
+            raise InvalidRequestError(
+                f"cannot listen on {host}:{port} ({exc.strerror or exc}); choose another --port") from None
 
 
 def _port(text: str) -> int:

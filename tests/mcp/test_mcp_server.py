@@ -167,6 +167,19 @@ def test_cli_mcp_port_out_of_range_is_an_argument_error(tmp_path, capsys, port, 
     assert message in capsys.readouterr().err
 
 
+def test_cli_mcp_http_on_a_port_in_use_says_so_with_exit_2(tmp_path, capsys):
+    """A fresh user's finding: a second server on the same port was uvicorn's raw bind error, exit 3."""
+    import socket
+
+    HybridMemory(tmp_path / "m", embedder=HashingEmbedder(8)).close()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["mcp", "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "--http", "--port", str(port)]) == 2
+    assert capsys.readouterr().err == f"hybrid-memory: error: port {port} is in use; choose another --port\n"
+
+
 async def test_list_memories_pages_by_keyset_so_deletes_between_pages_skip_nothing(memory):
     memory.upsert([{"chunk_id": f"p{i:02d}", "text": f"page note {i}", "user_id": "u9"} for i in range(25)])
     async with client(build_server(memory, scope={"user_id": "u9"})) as c:
