@@ -590,7 +590,7 @@ def test_export_qdrant_sends_the_flag_or_the_environment_key(tmp_path, capsys, c
         monkeypatch.setenv("QDRANT_API_KEY", env)
     argv = ["export-qdrant", "--memory", cli_memory, "--hashing-dim", "8", "--url", "http://127.0.0.1:1", "-q"]
     assert main(argv + (["--api-key", flag] if flag else [])) == 2
-    assert seen == {"url": "http://127.0.0.1:1", "api_key": sent}
+    assert seen == {"url": "http://127.0.0.1:1", "api_key": sent, "check_compatibility": False}  # no version-check warning
     capsys.readouterr()
 
 
