@@ -57,12 +57,20 @@ from .temporal import RecencyPrior, apply_recency_prior, to_timestamp
 from .write_plan import check_vectors, embed_checked, plan_supersede, plan_write
 from .tokenizer import TechnicalTokenizer
 
-__all__ = ["FORMAT_VERSION", "HybridMemory"]
+__all__ = ["FORMAT_VERSION", "RANK_FLOOR", "HybridMemory"]
 
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 """Version of the memory directory layout, saved in manifest.json and checked on open."""
+
+RANK_FLOOR = 10
+"""A search for any ``top_k`` up to this ranks as one for ``top_k = RANK_FLOOR``: each engine returns
+``candidate_multiplier x max(top_k, RANK_FLOOR)`` candidates and the exact-match guard's bound is
+``max(top_k, RANK_FLOOR)`` documents, so the results of ``top_k = 1 .. 10`` are the first ``top_k`` of the same
+list. Fusion depends on the candidates: without a floor, ``top_k = 1`` fused 2 candidates per engine and could
+put first what ``top_k = 5`` put third. 10 is the cut of nDCG@10 (BEIR), the depth the fusion is measured at
+(``benchmarks/fusion_eval.py``). Above it, deeper candidate lists can still reorder the first results."""
 
 _SHORTCUTS = ("dense_weight", "sparse_weight", "rrf_k_constant", "fusion")
 
@@ -97,7 +105,7 @@ class HybridMemory:
             with when it is a :class:`HashingEmbedder`, else the offline all-MiniLM-L6-v2
             (:class:`SentenceTransformerEmbedder`, 384 dimensions).
         k1, b: BM25 parameters (bm25s, Lucene variant); defaults 1.5 and 0.75.
-        candidate_multiplier: each engine retrieves ``candidate_multiplier × top_k`` candidates before
+        candidate_multiplier: each engine retrieves ``candidate_multiplier × max(top_k, RANK_FLOOR)`` candidates before
             fusion (default 2, as in the reference design); >= 1.
         compact_min, compact_ratio: when the BM25 delta segment is merged (see :class:`BM25Index`).
         faiss_threads: OpenMP threads for FAISS, set in every thread that searches (1 is fastest for single
@@ -1039,14 +1047,19 @@ class HybridMemory:
 
     def _search_args(self, req: SearchRequest, allowed: RowSet | None, prior: RecencyPrior | None = None) -> dict[str, Any]:
         params = req.hybrid_params
+        # every top_k up to RANK_FLOOR searches as top_k RANK_FLOOR does (same candidates, same guard bound),
+        # so its results are the first top_k of those: the first result never depends on a small top_k
+        ranked = max(req.top_k, RANK_FLOOR)
+        depth = ranked * self.candidate_multiplier
         return {
             # with a recency prior the fused list is kept to the candidate depth, so the prior can reorder it
-            "top_k": req.top_k if prior is None else req.top_k * self.candidate_multiplier,
-            "depth": req.top_k * self.candidate_multiplier,
+            "top_k": req.top_k if prior is None else depth,
+            "depth": depth,
             "weights": {"sparse": params.sparse_weight, "dense": params.dense_weight},
             "allowed": allowed,
             "rrf_k": params.rrf_k_constant,
             "fusion": params.fusion,
+            "max_df": ranked,
         }
 
     def _response(self, req: SearchRequest, result: HybridResult) -> SearchResponse:
@@ -1084,7 +1097,7 @@ class HybridMemory:
                 ``rrf_k_constant``, ``fusion``, which override those of ``hybrid_params``). ``search_text`` is
                 not overridden: given in ``request`` too, it must be the same text (else InvalidRequestError).
 
-        Each engine returns ``candidate_multiplier × top_k`` candidates; an engine whose weight is 0 is not
+        Each engine returns ``candidate_multiplier × max(top_k, RANK_FLOOR)`` candidates (:data:`RANK_FLOOR`: the results of any top_k up to 10 are the first top_k of the same list); an engine whose weight is 0 is not
         run. Results are ordered by score descending, ties by chunk_id.
 
         Consistency: every write that returned before this call began, in this process or any other, is

@@ -259,6 +259,7 @@ class HybridSearcher:
         allowed: RowSet | None = None,
         rrf_k: float = DEFAULT_RRF_K,
         fusion: str = DEFAULT_FUSION,
+        max_df: int | None = None,
     ) -> HybridResult:
         """Fused top ``top_k`` for ``query``.
 
@@ -271,13 +272,15 @@ class HybridSearcher:
             allowed: ids results must belong to (None: all); applied inside every engine before ranking.
             rrf_k: RRF constant (Cormack et al. 2009), >= 0; also gives every hit's ``rrf_score``.
             fusion: a name of :data:`~hybrid_memory.fusion.FUSION_METHODS`.
+            max_df: the exact-match guard's document-frequency bound for this search (None: the searcher's
+                ``identifier_max_df``, else ``top_k``).
 
         Raises:
             KeyError: ``fusion`` names no method.
         """
         method = FUSION_METHODS[fusion]
         hits = self._gather(query, depth, self._active(weights), allowed)
-        candidates = self._candidates(query, hits, depth, weights, rrf_k, method.name, top_k)
+        candidates = self._candidates(query, hits, depth, weights, rrf_k, method.name, self._max_df(top_k, max_df))
         return self.fuse(candidates, method.name, top_k)
 
     async def asearch(
@@ -290,6 +293,7 @@ class HybridSearcher:
         allowed: RowSet | None = None,
         rrf_k: float = DEFAULT_RRF_K,
         fusion: str = DEFAULT_FUSION,
+        max_df: int | None = None,
     ) -> HybridResult:
         """:meth:`search` for asyncio: each engine runs in a worker thread under ``asyncio.gather``."""
         method = FUSION_METHODS[fusion]
@@ -301,7 +305,7 @@ class HybridSearcher:
             )
             hits = dict(zip(active, results, strict=True))
         candidates = await asyncio.to_thread(
-            self._candidates, query, hits, depth, weights, rrf_k, method.name, top_k
+            self._candidates, query, hits, depth, weights, rrf_k, method.name, self._max_df(top_k, max_df)
         )
         return self.fuse(candidates, method.name, top_k)
 
@@ -315,14 +319,20 @@ class HybridSearcher:
         allowed: RowSet | None = None,
         rrf_k: float = DEFAULT_RRF_K,
         fusion: str = DEFAULT_FUSION,
+        max_df: int | None = None,
     ) -> Candidates:
         """Run the engines and gather what ``fusion`` needs (cross-scores and identifier matches are
         gathered when any method could need them: pass ``fusion="adaptive"`` to get both)."""
         method = FUSION_METHODS[fusion]
         hits = self._gather(query, depth, self._active(weights), allowed)
-        return self._candidates(query, hits, depth, weights, rrf_k, method.name, top_k)
+        return self._candidates(query, hits, depth, weights, rrf_k, method.name, self._max_df(top_k, max_df))
 
     # -- candidates and fusion ----------------------------------------------------------------------
+    def _max_df(self, top_k: int, max_df: int | None) -> int:
+        if max_df is not None:
+            return max_df
+        return self.identifier_max_df if self.identifier_max_df is not None else top_k
+
     def _candidates(
         self,
         query: Query,
@@ -331,7 +341,7 @@ class HybridSearcher:
         weights: Mapping[str, float],
         rrf_k: float,
         fusion: str,
-        top_k: int,
+        max_df: int,
     ) -> Candidates:
         method = FUSION_METHODS[fusion]
         ids = sorted({doc_id for engine_hits in hits.values() for doc_id, _ in engine_hits})
@@ -369,7 +379,6 @@ class HybridSearcher:
         matches: dict[str, int] = {}
         strength: list[float] | None = None
         if method.identifiers and n:
-            max_df = self.identifier_max_df if self.identifier_max_df is not None else top_k
             for name in runs:
                 finder = getattr(self.engines[name], "exact_matches", None)
                 if finder is not None:

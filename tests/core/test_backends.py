@@ -381,16 +381,16 @@ def test_search_legs_carry_no_payload_and_the_id_map_fills_once(engine, tmp_path
                 return _real(*args, **kwargs)
 
             setattr(collection, name, spy)
-        first = mem.search("billing-service HTTP 504", top_k=3, fusion="rrf")  # depth 6: every chunk, no tie to deepen
+        first = mem.search("billing-service HTTP 504", top_k=3, fusion="rrf")  # depth 2 x RANK_FLOOR = 20: every chunk
         assert sorted(_ids(first)[:2]) == ["prod-504", "stage-504"]  # the two chunks naming the 504 lead
         assert [c[0] for c in calls] == ["query_batch", "retrieve", "payloads"]
-        assert [(leg.limit, leg.payload) for leg in calls[0][1][0]] == [(7, ()), (7, ())]  # ids and scores only
+        assert [(leg.limit, leg.payload) for leg in calls[0][1][0]] == [(21, ()), (21, ())]  # ids and scores only
         assert calls[1][2]["payload"] == ["chunk_id"] and len(calls[1][1][0]) == len(mem.backend._ids) == 6
         assert calls[2][1] == ([point_id(c) for c in _ids(first)], ("text", "doc"))
         calls.clear()
         again = mem.search("billing-service HTTP 504", top_k=3)  # adaptive: cross-scores and guard, one request
         assert sorted(_ids(again)[:2]) == ["prod-504", "stage-504"]
-        # both 504 notes hold every query token (2 <= top_k): their texts are read for the in-order test
+        # both 504 notes hold every query token (2 <= max(top_k, RANK_FLOOR)): their texts are read for the in-order test
         assert [c[0] for c in calls] == ["query_batch", "query_batch", "retrieve", "payloads"]
         assert all(leg.payload == () for c in calls[:2] for leg in c[1][0])
         assert calls[2][2]["payload"] == ["text"] and sorted(calls[2][1][0]) == sorted(

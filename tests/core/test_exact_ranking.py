@@ -1,12 +1,16 @@
 """Exact ranking at every cut: ties at an engine's candidate cut, one set of BM25 statistics for the main and
 delta segments (compared with a full rebuild), exact cross-scores, and an all-zero query vector."""
 
+import json
+from pathlib import Path
+
 import bm25s
 import numpy as np
 import pytest
 
 from hybrid_memory import HashingEmbedder, HybridMemory
 from hybrid_memory.engines import Query
+from hybrid_memory.memory import RANK_FLOOR
 from hybrid_memory.sparse import BM25Index
 from hybrid_memory.tokenizer import TechnicalTokenizer
 
@@ -20,6 +24,26 @@ def test_equal_notes_rank_by_chunk_id_at_every_top_k(fusion):
         for top_k in (1, 2, 3, 4):
             results = memory.search("worker pool drained", top_k=top_k, fusion=fusion).results
             assert [r.chunk_id for r in results] == ["a", "b", "c", "d"][:top_k], (fusion, top_k)
+
+
+EXAMPLE_NOTES = Path(__file__).resolve().parents[2] / "examples" / "incident_memory" / "notes.jsonl"
+
+
+@pytest.mark.parametrize("fusion", ["adaptive", "rrf"])
+def test_every_top_k_up_to_the_floor_returns_the_first_top_k_of_one_list(fusion):
+    # the bundled incident notes: with 2 x top_k candidates per engine, each of these queries put a different
+    # chunk first (or second, third) at some top_k <= 5 than at top_k 10, under both methods
+    rows = [json.loads(line) for line in EXAMPLE_NOTES.read_text(encoding="utf-8").splitlines() if line.strip()]
+    queries = ["disk full", "HTTP 504 billing", "ERR_CONN_RESET", "kafka consumer lag", "oom killed"]
+    with HybridMemory(embedder=HashingEmbedder(64)) as memory:
+        memory.add([{"chunk_id": r["_id"], "text": r["title"] + ". " + r["text"]} for r in rows])
+        assert memory.count() == 38
+        for query in queries:
+            full = [r.chunk_id for r in memory.search(query, top_k=RANK_FLOOR, fusion=fusion).results]
+            assert len(full) == RANK_FLOOR
+            for top_k in range(1, RANK_FLOOR):
+                got = [r.chunk_id for r in memory.search(query, top_k=top_k, fusion=fusion).results]
+                assert got == full[:top_k], (query, top_k)
 
 
 def test_ties_at_the_cut_are_kept_in_the_mixed_main_and_delta_state():
@@ -263,8 +287,10 @@ def _assert_zero_vector_chunk_judged_by_bm25_alone(memory):
     top = response.results[0]
     assert (top.sparse_rank, top.dense_rank, top.dense_score) == (1, None, None)
     assert [r.dense_score for r in response.results[1:]] == pytest.approx([1 / np.sqrt(3.0)] * 3, abs=1e-6)
-    # the dense list [a, b, c] is flat (top_outlier 0): weights = the priors 1 and 1, made convex
-    assert response.effective_weights == pytest.approx({"sparse": 0.5, "dense": 0.5})
+    # the dense list [a, b, c] is flat (top_outlier 0): weight 1; BM25's one-hit list, continued with the
+    # other candidates' BM25 score 0 to the dense list's length, is [L, 0, 0]: top_outlier 10 (the cap),
+    # weight 11; made convex, 11/12 and 1/12
+    assert response.effective_weights == pytest.approx({"sparse": 11 / 12, "dense": 1 / 12})
     # rrf: z scores 1/61 from its BM25 rank alone (no dense rank), as a, whose dense rank 1 also gives 1/61
     rrf = memory.search("quasar", top_k=4, query_vector=ZERO_QUERY, fusion="rrf")
     assert {r.chunk_id: r.rrf_score for r in rrf.results} == pytest.approx(

@@ -262,9 +262,12 @@ def test_log_evidence_and_the_adaptive_default_by_hand():
     e = math.e
     assert log_evidence({"a": e - 1, "b": 0.0, "c": e**2 - 1, "d": -0.5}) == pytest.approx({"a": 1, "b": 0, "c": 2, "d": 0})
     # sparse list [c, a] (b cross-scored 0), dense list [a, b, c]; log scale gives sparse z (0, -k, +k) for
-    # (a, b, c) with k = sqrt(3/2); dense z (+k, 0, -k). Confidence: the sparse list has 2 scores
-    # (top_outlier 0, weight 1); the dense tail 0.3, 0.1 has mean 0.2, std 0.1: top_outlier 3, weight 4.
-    # alphas 1/5 and 4/5: a = 0.8k, b = -0.2k, c = 0.2k - 0.8k = -0.6k; rescaled: a 1, b 0.4/1.4 = 2/7, c 0.
+    # (a, b, c) with k = sqrt(3/2); dense z (+k, 0, -k). Confidence: the sparse list ran out at 2 of the
+    # longest list's 3, so it is continued with b's exact BM25 score 0: [e^2 - 1, e - 1, 0], whose tail has
+    # mean and std (e - 1) / 2, so top_outlier = (e^2 - 1) / ((e - 1) / 2) - 1 = 2e + 1 and the weight 2e + 2;
+    # the dense tail 0.3, 0.1 has mean 0.2, std 0.1: top_outlier 3, weight 4. alphas: s = (2e + 2) / (2e + 6),
+    # d = 4 / (2e + 6). f: a = d k, b = -s k, c = (s - d) k; rescaled over [b, a] (span (s + d) k = k):
+    # a 1, b 0, c = 2s - d = 4e / (2e + 6) = 2e / (e + 3).
     inp = FusionInput(
         runs={"sparse": ["c", "a"], "dense": ["a", "b", "c"]},
         scores={"sparse": {"c": e**2 - 1, "a": e - 1, "b": 0.0}, "dense": {"a": 0.5, "b": 0.3, "c": 0.1}},
@@ -272,9 +275,33 @@ def test_log_evidence_and_the_adaptive_default_by_hand():
         lower_bounds={"sparse": 0.0, "dense": -1.0},
     )
     out = fuse("adaptive", inp)
-    assert out.weights == pytest.approx({"sparse": 0.2, "dense": 0.8})
-    assert out.scores == pytest.approx({"a": 1.0, "b": 2 / 7, "c": 0.0})
-    # the guard puts the exact-match holder c first (1 + 0), a and b keep their order: a = 1.4/2.8 = 1/2,
-    # b = 0.4/2.8 = 1/7; rescaled over [1/7, 1]: a = (1/2 - 1/7) / (6/7) = 5/12, b = 0
+    s, d = (2 * e + 2) / (2 * e + 6), 4 / (2 * e + 6)
+    assert out.weights == pytest.approx({"sparse": s, "dense": d})
+    assert out.scores == pytest.approx({"a": 1.0, "b": 0.0, "c": 2 * e / (e + 3)})
+    # the guard puts the exact-match holder c first (1 + (s - d + s) / 2), a and b keep their order:
+    # a = (d + s) / 2 = 1/2, b = 0; rescaled over [0, 1 + e / (e + 3)]: a = (e + 3) / (2 (2e + 3)), b = 0
     guarded = fuse("adaptive", dataclasses.replace(inp, identifier_matches={"c": 1}))
-    assert rank_by_score(guarded.scores) == [("c", 1.0), ("a", pytest.approx(5 / 12)), ("b", 0.0)]
+    assert rank_by_score(guarded.scores) == [("c", 1.0), ("a", pytest.approx((e + 3) / (2 * (2 * e + 3)))), ("b", 0.0)]
+
+
+def test_a_list_that_ran_out_is_continued_with_its_exact_scores_for_the_confidence():
+    # BM25 found one chunk (x); dense returned three. x's list, continued with the other candidates' exact
+    # BM25 scores (0: they hold no query term; w's nan, a chunk BM25 does not hold, is skipped), is
+    # [2, 0, 0]: a flat tail under a positive top, top_outlier 10 (the cap), weight 11. Dense: tail 0.3, 0.1,
+    # top_outlier 3, weight 4. Read as "too short to judge" (weight 1), x ranked last; now first.
+    inp = FusionInput(
+        runs={"sparse": ["x"], "dense": ["y", "z", "x"]},
+        scores={"sparse": {"x": 2.0, "y": 0.0, "z": 0.0, "w": math.nan}, "dense": {"y": 0.5, "z": 0.3, "x": 0.1}},
+        priors={"sparse": 1.0, "dense": 1.0},
+        lower_bounds={"sparse": 0.0, "dense": -1.0},
+    )
+    out = fuse("adaptive", inp)
+    assert out.weights == pytest.approx({"sparse": 11 / 15, "dense": 4 / 15})
+    # log scale: sparse z (x, y, z) = (sqrt 2, -1/sqrt 2, -1/sqrt 2); dense z = (-sqrt 1.5, sqrt 1.5, 0)
+    r2, r15 = math.sqrt(2), math.sqrt(1.5)
+    f = {"x": 11 / 15 * r2 - 4 / 15 * r15, "y": -11 / 15 / r2 + 4 / 15 * r15, "z": -11 / 15 / r2}
+    low, span = f["z"], f["x"] - f["z"]
+    assert out.scores == pytest.approx({k: (v - low) / span for k, v in f.items()})
+    assert [k for k, _ in rank_by_score(out.scores)] == ["x", "y", "z"]
+    # the list as it came, 1 score: top_outlier 0 (unchanged rule), so without the continuation sparse weighs 1
+    assert top_outlier([2.0]) == 0.0

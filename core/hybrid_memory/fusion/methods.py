@@ -180,8 +180,27 @@ def fuse_zscore(inp: FusionInput) -> FusionOutcome:
     return FusionOutcome(_unit(*_zscores(inp, alphas)), alphas)
 
 
+def _padded_lists(inp: FusionInput, names: Sequence[str]) -> dict[str, list[float]]:
+    """engine -> raw scores of its list, best first, for :func:`confidence_weights`; an engine whose list is
+    shorter than the longest one (it ran out of documents: BM25 returns only documents sharing a term with
+    the query) is continued with its exact scores of the other candidates, best first, up to that length
+    (for BM25 those are 0, its lower bound: they hold no query term). The ranks it could not fill are then
+    read as what they are, documents the engine scores at the bottom, so a lone lexical hit stands out of its
+    list as clearly as it does among the candidates, instead of being "too short to judge"
+    (:func:`~hybrid_memory.fusion.adaptive.top_outlier` needs 3 scores)."""
+    lists = {n: inp.list_scores(n) for n in names}
+    longest = max((len(v) for v in lists.values()), default=0)
+    for name, values in lists.items():
+        if 0 < len(values) < longest:
+            own = set(inp.runs.get(name, ()))
+            scores = inp.scores.get(name, {})
+            rest = sorted((s for key, s in scores.items() if key not in own and s == s), reverse=True)
+            values.extend(rest[: longest - len(values)])
+    return lists
+
+
 def _confident_alphas(inp: FusionInput) -> dict[str, float]:
-    weights = confidence_weights({n: inp.list_scores(n) for n in _active(inp)}, inp.priors)
+    weights = confidence_weights(_padded_lists(inp, list(_active(inp))), inp.priors)
     total = sum(weights.values())
     if not total > 0:
         weights = _active(inp)
