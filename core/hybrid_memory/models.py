@@ -10,7 +10,7 @@ Field names of :class:`SearchRequest` and :class:`SearchResponse` are the wire f
 query-adaptive convex combination of normalised scores with an exact-match guard, and ``"rrf"`` is
 plain weighted Reciprocal Rank Fusion. Every result carries ``rrf_score`` whatever the method, and ``score``,
 the value the list is ordered by, when the method is not RRF; the response names the method that ran
-(``fusion``) and the per-engine weights it used (``effective_weights``).
+(``fusion``) and the per-engine weights it used (``effective_weights``, convex: summing to 1 for every method).
 """
 
 from __future__ import annotations
@@ -343,9 +343,11 @@ class SearchResponse(BaseModel):
     fusion: str = DEFAULT_FUSION
     """The fusion method that ranked the results."""
     effective_weights: dict[str, float] = Field(default_factory=dict)
-    """Weight each engine had in this query's fusion, ``{"dense": ..., "sparse": ...}``: the request weights
-    for RRF; for the score-based methods the convex weights (summing to 1) after per-query adaptation; 0 for
-    an engine that was not run."""
+    """Weight each engine had in this query's fusion, ``{"dense": ..., "sparse": ...}`` (dense first), convex
+    (>= 0, summing to 1) for every method: for the rank-based and DBSF methods the request weights divided by
+    their sum (``dense_weight=3, sparse_weight=1`` -> 0.75 / 0.25; RRF's arithmetic itself uses the request
+    weights as given, ``w / (rrf_k + rank)``), for the score-based ones the convex weights after per-query
+    adaptation; 0 for an engine that was not run. All 0 when no engine ran."""
 
     @model_validator(mode="after")
     def _count_matches(self) -> SearchResponse:
@@ -376,4 +378,16 @@ def build_response(
             dense_rank=hit.ranks.get("dense"), dense_score=hit.raw_scores.get("dense"),
         ))
     return SearchResponse.model_construct(query_id=req.query_id, total_retrieved=len(results), results=results,
-                                          fusion=result.method, effective_weights=result.weights)
+                                          fusion=result.method, effective_weights=convex_weights(result.weights))
+
+
+def convex_weights(weights: Mapping[str, float]) -> dict[str, float]:
+    """The engines' weights as the response reports them: divided by their sum, so every fusion method reports
+    the same unit (convex weights, summing to 1); weights already summing to exactly 1.0 are returned as they
+    are (bit for bit), all-zero weights stay 0. Keys: ``dense`` first, then ``sparse``, then any other engine
+    by name (the README's order)."""
+    order = sorted(weights, key=lambda name: (name != "dense", name != "sparse", name))
+    total = math.fsum(weights.values())
+    if total in (0.0, 1.0) or not math.isfinite(total):
+        return {name: float(weights[name]) for name in order}
+    return {name: float(weights[name]) / total for name in order}

@@ -337,7 +337,12 @@ def test_search_fusion_flag_takes_the_registrys_methods(tmp_path, capsys):
     assert main(["search", "--request", str(request), "--memory", memory, "--hashing-dim", "64",
                  "--fusion", "rrf"]) == 0
     response = json.loads(capsys.readouterr().out)
-    assert response["fusion"] == "rrf" and response["effective_weights"] == {"dense": 0.25, "sparse": 1.0}
+    # the weights are reported convex (0.25 / 1.25 and 1 / 1.25); the RRF arithmetic uses them as given
+    assert response["fusion"] == "rrf" and response["effective_weights"] == {"dense": 0.2, "sparse": 0.8}
+    first = response["results"][0]
+    assert first["rrf_score"] == pytest.approx(
+        (1.0 / (60 + first["sparse_rank"]) if first["sparse_rank"] else 0.0)
+        + (0.25 / (60 + first["dense_rank"]) if first["dense_rank"] else 0.0), rel=1e-12)
     with pytest.raises(SystemExit) as exc:
         main([*base, "--fusion", "bogus"])
     assert exc.value.code == 2
