@@ -18,7 +18,7 @@ from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
 
 from hybrid_memory._adapter_support import build_owned, check_search_settings, refuse_memory_argument, result_metadata
 from hybrid_memory.models import make_chunk
-from hybrid_memory import Chunk, HybridMemory, HybridParams, ScopedMemory, SearchRequest, SearchResponse, SearchResult
+from hybrid_memory import Chunk, HybridMemory, HybridParams, InvalidRequestError, ScopedMemory, SearchRequest, SearchResponse, SearchResult
 from hybrid_memory.dedup import DedupPolicy
 from hybrid_memory.scopes import as_scope
 
@@ -127,7 +127,8 @@ class HybridMemoryRetriever(BaseRetriever):
         callback_manager, object_map, verbose: as for any LlamaIndex ``BaseRetriever``.
 
     Defaults are the core's (:class:`~hybrid_memory.SearchRequest`, :class:`~hybrid_memory.HybridParams`).
-    Invalid values raise :class:`~hybrid_memory.InvalidRequestError` at construction, naming the parameter
+    Invalid values (a ``memory`` that is not a memory included) raise
+    :class:`~hybrid_memory.InvalidRequestError` at construction, naming the parameter
     and its range (``similarity_top_k must be an integer from 1 to 1000``); a filter operator with no meaning
     in the core raises its subclass :class:`~hybrid_memory.InvalidFilterError` here already.
 
@@ -153,7 +154,10 @@ class HybridMemoryRetriever(BaseRetriever):
         verbose: bool = False,
     ) -> None:
         if not isinstance(memory, (HybridMemory, ScopedMemory)):
-            raise TypeError(f"memory must be a hybrid_memory.HybridMemory, got {type(memory).__name__}")
+            raise InvalidRequestError(
+                f"HybridMemoryRetriever: memory must be a hybrid_memory.HybridMemory (or a scoped view of one), got "
+                f"{type(memory).__name__}; open one with HybridMemory.open(path), or build the retriever with "
+                "HybridMemoryRetriever.from_documents(...) / from_path(path)")
         self.memory = memory
         self._owns_memory = False  # True when from_documents / from_nodes / from_path opened it
         self.scope = dict(scope) if scope else None

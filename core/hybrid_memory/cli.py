@@ -310,7 +310,7 @@ def _read_request_file(path: str) -> str:
     """The text of the ``--request`` file. Raises HybridMemoryError naming the file (missing, a folder,
     unreadable, not UTF-8)."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8-sig")  # a leading BOM is skipped
     except FileNotFoundError:
         raise HybridMemoryError(f"--request {path}: no such file (give the path of a JSON file holding the request, "
                                 "e.g. examples/incident_memory/request.json)") from None
@@ -423,9 +423,10 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--dense-weight", dest="dense_weight", type=float, default=None)
     search.add_argument("--sparse-weight", dest="sparse_weight", type=float, default=None)
     search.add_argument("--rrf-k", dest="rrf_k_constant", type=float, default=None)
-    search.add_argument("--fusion", choices=list(FUSION_METHODS), default=None, help=(
+    fusions = [DEFAULT_FUSION, *(name for name in FUSION_METHODS if name != DEFAULT_FUSION)]  # the default first
+    search.add_argument("--fusion", choices=fusions, default=None, help=(
         f"fusion method (hybrid_params.fusion; default {DEFAULT_FUSION!r}): "
-        + "; ".join(f"{name}: {method.summary}" for name, method in FUSION_METHODS.items()).replace("%", "%%")))
+        + "; ".join(f"{name}: {FUSION_METHODS[name].summary}" for name in fusions).replace("%", "%%")))
     search.set_defaults(func=_cmd_search)
 
     stats = sub.add_parser("stats", help="counts and parameters of a memory")

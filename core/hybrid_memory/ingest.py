@@ -302,7 +302,7 @@ def _in_a_memory_folder(folder: Path, root: Path, inside: dict[Path, bool], memo
 def _read_text_file(path: Path) -> tuple[str, str | None]:
     """``(content, None)``, or ``("", reason)`` when the file cannot be stored as text."""
     try:
-        content = path.read_text(encoding="utf-8")
+        content = path.read_text(encoding="utf-8-sig")  # a leading BOM (Windows editors) is not text
     except UnicodeDecodeError as exc:
         return "", f"not valid UTF-8 ({exc.reason} at byte {exc.start}); convert it to UTF-8"
     except OSError as exc:
@@ -351,7 +351,7 @@ def read_qrels(path: StrPath) -> dict[str, dict[str, int]]:
     path_str = os.fspath(path)
     qrels: dict[str, dict[str, int]] = {}
     first_row = True
-    with open(path_str, encoding="utf-8") as fh:
+    with open(path_str, encoding="utf-8-sig") as fh:  # a leading UTF-8 BOM is skipped
         for line_no, line in enumerate(fh, start=1):
             line = line.rstrip("\r\n")
             if not line.strip():
@@ -375,8 +375,9 @@ def read_qrels(path: StrPath) -> dict[str, dict[str, int]]:
 
 
 def _jsonl_objects(path: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(``"<path>, line <n>"``, object) for each non-blank line of a JSONL file. Raises InvalidRequestError."""
-    with open(path, encoding="utf-8") as fh:
+    """(``"<path>, line <n>"``, object) for each non-blank line of a JSONL file (UTF-8, a leading byte order
+    mark skipped, as Windows editors write one). Raises InvalidRequestError."""
+    with open(path, encoding="utf-8-sig") as fh:
         for line_no, line in enumerate(fh, start=1):
             if line.strip():
                 where = f"{path}, line {line_no}"

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._exceptions import HybridMemoryError, InvalidRequestError, missing_dependency
+from ._exceptions import DuplicateChunkError, HybridMemoryError, InvalidRequestError, missing_dependency
 from .dedup import DedupPolicy
 from .models import SearchRequest, SearchResponse, StoredChunk
 from .scopes import Scope, ScopedMemory, as_scope
@@ -212,7 +212,13 @@ def build_server(
     def add_memory(memory: MemoryInput) -> WriteOutcome:
         """Store a memory. An exact or near duplicate of a stored memory is not stored again: the answer gives
         the stored memory's id (action 'skipped')."""
-        decision = view.write([memory.chunk()], dedup=ADD_DEDUP, replace=False).decisions[0]
+        try:
+            decision = view.write([memory.chunk()], dedup=ADD_DEDUP, replace=False).decisions[0]
+        except DuplicateChunkError as exc:  # the core's fix is upsert(); an MCP client's is a tool
+            raise DuplicateChunkError(
+                f"a memory with id {memory.chunk_id!r} is already stored; change it with the update_memory tool, "
+                "supersede it with supersede_memory, or leave chunk_id out to store a new memory"
+            ) from exc
         return WriteOutcome(chunk_id=decision.chunk_id, action=decision.action, stored_id=decision.stored_id,
                             duplicate_of=decision.duplicate_of, kind=decision.kind)
 

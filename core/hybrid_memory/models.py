@@ -54,7 +54,10 @@ def validation_message(exc: ValidationError, what: str) -> str:
     parts = []
     for error in exc.errors()[:10]:
         field = ".".join(str(p) for p in error["loc"]) or what
-        parts.append(f"{field}: {error['msg']} (got {_SHORT.repr(error.get('input'))})")
+        message = error["msg"].removeprefix("Value error, ")  # pydantic's prefix for our validators' messages
+        if "got " not in message:  # the library's own messages already show the value
+            message = f"{message} (got {_SHORT.repr(error.get('input'))})"
+        parts.append(f"{field}: {message}")
     return f"invalid {what}: " + "; ".join(parts)
 
 
@@ -95,7 +98,11 @@ def _encodable(value: str, field: str) -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ValueError(f"{field} is not valid Unicode text ({exc.reason} at position {exc.start})") from exc
+        raise ValueError(
+            f"{field} is not valid Unicode text ({exc.reason} at position {exc.start}: a lone surrogate "
+            f"{value[exc.start]!r}, which UTF-8 cannot encode); remove it, or decode the original bytes as UTF-8 "
+            "(bytes.decode('utf-8', errors='replace') turns bad bytes into U+FFFD)"
+        ) from exc
     return value
 
 
@@ -290,6 +297,13 @@ class SearchRequest(BaseModel):
             return to_timestamp(value, "as_of")
         except OverflowError as exc:  # an integer beyond float range, e.g. 10**400
             raise ValueError(f"as_of is out of range ({exc}); give Unix seconds or an ISO 8601 date") from exc
+
+    @field_validator("query_id", "search_text", mode="before")
+    @classmethod
+    def _encodable_before_parsing(cls, value: Any, info: Any) -> Any:
+        # pydantic's own str parsing refuses some lone surrogates with "unable to parse raw data as a unicode
+        # string": no position, no fix. Checked first, with the chunk text's message.
+        return _encodable(value, info.field_name) if isinstance(value, str) else value
 
     @field_validator("query_id")
     @classmethod

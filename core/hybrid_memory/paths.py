@@ -96,8 +96,10 @@ def _foreign_folder(path: Any, what: str, kind: str, suffix: str, hint: str) -> 
             break
     memory = embedded_memory_at(folder)
     if memory is not None:
+        where = ("is the embedded memory folder" if memory == folder.absolute() else
+                 f"is inside the embedded memory folder {memory}")
         raise InvalidRequestError(
-            f"{what} {folder} is inside the embedded memory folder {memory} (it holds {STORE_FILE}); "
+            f"{what} {folder} {where} (it holds {STORE_FILE}); "
             f"{kind} must not share a memory's folder: use another folder, e.g. "
             f"{memory.parent / (memory.name + suffix)}{hint}"
         )

@@ -19,9 +19,19 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
-__all__ = ["RecencyPrior", "apply_recency_prior", "to_timestamp"]
+__all__ = ["RecencyPrior", "apply_recency_prior", "iso_utc", "to_timestamp"]
 
 _DAY = 86400.0
+
+
+def iso_utc(seconds: float) -> str:
+    """Unix seconds as ISO 8601 in UTC, for messages: ``1717200000.0`` -> ``"2024-06-01T00:00:00Z"``
+    (microseconds shown when the instant has them); an instant beyond ``datetime``'s years 1-9999 is given as
+    ``"<seconds> (Unix seconds)"``."""
+    try:
+        return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+    except (OverflowError, OSError, ValueError):
+        return f"{seconds} (Unix seconds)"
 
 
 def to_timestamp(value: Any, field: str = "time") -> float | None:

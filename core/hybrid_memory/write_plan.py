@@ -30,6 +30,7 @@ from .embedders import Embedder, l2_normalize
 from .models import SCOPE_FIELDS, TIME_FIELDS, Chunk
 from .scopes import Scope
 from .store import content_hash
+from .temporal import iso_utc
 
 __all__ = [
     "WritePlan",
@@ -300,8 +301,8 @@ def plan_supersede(
     late = [cid for cid in old if stored[cid].get("valid_from") is not None and stored[cid]["valid_from"] >= start]
     if late:
         raise InvalidRequestError(
-            f"chunks {late[:5]} are valid from {stored[late[0]]['valid_from']}, not before the new fact's "
-            f"valid_from {start}; give the new chunk a later valid_from"
+            f"chunks {late[:5]} are valid from {iso_utc(stored[late[0]]['valid_from'])}, not before the new "
+            f"fact's valid_from {iso_utc(start)}; give the new chunk a later valid_from"
         )
     closes = [
         (cid, {"valid_to": min(start, stored[cid]["valid_to"]) if stored[cid].get("valid_to") is not None else start,

@@ -294,7 +294,7 @@ def test_a_bm25_merge_survives_rows_another_process_deleted_meanwhile(tmp_path, 
     ("source", {"chunk_id": "n1", "text": "alpha beta", "source": "notes\x00.md"}),
 ])
 def test_nul_in_stored_text_is_refused_with_its_position(memory, field, chunk):
-    with pytest.raises(InvalidRequestError, match=rf"{field}: Value error, {field} contains a NUL character "
+    with pytest.raises(InvalidRequestError, match=rf"{field}: {field} contains a NUL character "
                                                   rf"\('\\x00'\) at position 5; remove it"):
         memory.upsert([chunk])
     assert memory.get(["n1"]) == [] and memory.count() == 6
@@ -334,8 +334,9 @@ def _listing(folder):
 def test_an_edge_shard_inside_an_embedded_memory_is_refused(embedded_folder, embedder, inside):
     before = _listing(embedded_folder)
     edge_path = embedded_folder / inside if inside else embedded_folder
-    with pytest.raises(InvalidRequestError, match=rf"edge_path {edge_path} is inside the embedded memory folder "
-                                                  rf"{embedded_folder} \(it holds store.sqlite3\); a Qdrant Edge "
+    where = "is the embedded memory folder" if not inside else f"is inside the embedded memory folder {embedded_folder}"
+    with pytest.raises(InvalidRequestError, match=rf"edge_path {edge_path} {where} "
+                                                  rf"\(it holds store.sqlite3\); a Qdrant Edge "
                                                   r"shard must not share a memory's folder: use another folder, e.g. "
                                                   rf"{embedded_folder}-edge"):
         HybridMemory.qdrant(edge_path=edge_path, embedder=embedder)
@@ -607,8 +608,8 @@ def test_export_qdrant_refuses_an_api_key_with_an_edge_path(tmp_path, capsys, cl
 def test_a_qdrant_local_mode_folder_inside_an_embedded_memory_is_refused(embedded_folder, embedder, tmp_path):
     pytest.importorskip("qdrant_client", reason="the qdrant extra is not installed: pip install 'hybrid-memory[qdrant]'")
     before = _listing(embedded_folder)
-    with pytest.raises(InvalidRequestError, match=rf"client_or_url {embedded_folder} is inside the embedded memory "
-                                                  rf"folder {embedded_folder} \(it holds store.sqlite3\); a "
+    with pytest.raises(InvalidRequestError, match=rf"client_or_url {embedded_folder} is the embedded memory "
+                                                  r"folder \(it holds store.sqlite3\); a "
                                                   r"qdrant-client local-mode folder must not share a memory's folder: "
                                                   rf"use another folder, e.g. {embedded_folder}-qdrant$"):
         HybridMemory.qdrant(str(embedded_folder), embedder=embedder)

@@ -83,5 +83,6 @@ def test_supersede_refusals():
         plan_supersede(["q"], Chunk(chunk_id="c", text="n"), old, now=1.0)
     with pytest.raises(InvalidRequestError, match="already superseded by 'y'; supersede 'y' instead"):
         plan_supersede(["z"], Chunk(chunk_id="c", text="n"), old, now=1.0)
-    with pytest.raises(InvalidRequestError, match=r"valid from 40.0, not before the new fact's valid_from 30.0"):
+    with pytest.raises(InvalidRequestError, match=r"valid from 1970-01-01T00:00:40Z, not before the new fact's "
+                                                  r"valid_from 1970-01-01T00:00:30Z; give the new chunk a later"):
         plan_supersede(["a"], Chunk(chunk_id="c", text="n", valid_from=30.0), old, now=1.0)

@@ -133,8 +133,14 @@ def test_invalid_values_raise_core_errors(memory):
     retriever.similarity_top_k = 0  # set after construction: the core refuses it when the query runs
     with pytest.raises(InvalidRequestError, match="top_k"):
         retriever.retrieve(QUERY)
-    with pytest.raises(TypeError, match="HybridMemory"):
-        HybridMemoryRetriever("not a memory")  # type: ignore[arg-type]
+    # a library error (as LangChain's adapter gives), not a builtin TypeError
+    for bad, name in (("not a memory", "str"), (None, "NoneType")):
+        with pytest.raises(InvalidRequestError) as info:
+            HybridMemoryRetriever(bad)  # type: ignore[arg-type]
+        assert str(info.value) == (
+            f"HybridMemoryRetriever: memory must be a hybrid_memory.HybridMemory (or a scoped view of one), got {name}; "
+            "open one with HybridMemory.open(path), or build the retriever with HybridMemoryRetriever.from_documents(...) "
+            "/ from_path(path)")
 
 
 # --- async ------------------------------------------------------------------------------------------

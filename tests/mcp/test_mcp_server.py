@@ -180,6 +180,16 @@ def test_cli_mcp_http_on_a_port_in_use_says_so_with_exit_2(tmp_path, capsys):
     assert capsys.readouterr().err == f"hybrid-memory: error: port {port} is in use; choose another --port\n"
 
 
+async def test_add_memory_with_a_stored_id_names_the_tools_that_change_it(memory):
+    async with client(build_server(memory, scope={"user_id": "u1"})) as c:
+        result = await call(c, "add_memory", {"memory": {"chunk_id": "u1-a", "text": "Dana now prefers SQLite"}})
+        assert result.is_error
+        assert result.content[0].text == (
+            "Error executing tool add_memory: a memory with id 'u1-a' is already stored; change it with the update_memory tool, supersede it with "
+            "supersede_memory, or leave chunk_id out to store a new memory")
+    assert memory.get(["u1-a"])[0].text == "Dana prefers PostgreSQL for the billing-service"  # nothing changed
+
+
 async def test_list_memories_pages_by_keyset_so_deletes_between_pages_skip_nothing(memory):
     memory.upsert([{"chunk_id": f"p{i:02d}", "text": f"page note {i}", "user_id": "u9"} for i in range(25)])
     async with client(build_server(memory, scope={"user_id": "u9"})) as c:

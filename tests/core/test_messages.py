@@ -1,0 +1,84 @@
+"""Error messages a fresh user met (finding 10): each names the position or value once, and the fix."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError
+from hybrid_memory.cli import main
+from hybrid_memory.ingest import read_beir_corpus
+
+SURROGATE_FIX = ("which UTF-8 cannot encode); remove it, or decode the original bytes as UTF-8 "
+                 "(bytes.decode('utf-8', errors='replace') turns bad bytes into U+FFFD)")
+
+
+def test_a_lone_surrogate_in_search_text_names_its_position_and_the_fix(memory):
+    for request in ("故乡 🎉 \ud800", {"search_text": "故乡 🎉 \ud800"}):
+        with pytest.raises(InvalidRequestError) as info:
+            memory.search(request)
+        assert str(info.value) == (
+            "invalid search request: search_text: search_text is not valid Unicode text (surrogates not allowed at "
+            f"position 5: a lone surrogate '\\ud800', {SURROGATE_FIX} (got '故乡 🎉 \\ud800')")
+    with pytest.raises(InvalidRequestError) as info:  # the chunk text says the same
+        memory.add([{"chunk_id": "s", "text": "故 \ud800"}])
+    assert f"text: text is not valid Unicode text (surrogates not allowed at position 2: a lone surrogate '\\ud800', " \
+           f"{SURROGATE_FIX}" in str(info.value)
+    assert memory.count() == 6
+
+
+@pytest.mark.parametrize("value, shown", [(-1, "-1.0"), (float("nan"), "nan"), (2e6, "2000000.0")])
+def test_a_bad_weight_shows_its_value_once(memory, value, shown):
+    with pytest.raises(InvalidRequestError) as info:
+        memory.search("HTTP 504", dense_weight=value)
+    assert str(info.value) == ("invalid search request: hybrid_params.dense_weight: must be a number in [0, 1e+06] "
+                               f"(only the ratio of the weights matters), got {shown}")
+
+
+def test_supersede_refusal_shows_iso_utc_times(memory):
+    memory.upsert([{"chunk_id": "old", "text": "Dana prefers PostgreSQL", "valid_from": 1717200000.0}])
+    with pytest.raises(InvalidRequestError) as info:
+        memory.supersede("old", {"chunk_id": "new", "text": "Dana prefers SQLite", "valid_from": 1672531200.0})
+    assert str(info.value) == ("chunks ['old'] are valid from 2024-06-01T00:00:00Z, not before the new fact's "
+                               "valid_from 2023-01-01T00:00:00Z; give the new chunk a later valid_from")
+    assert memory.get(["new"]) == [] and memory.get(["old"])[0].valid_to is None
+
+
+def test_a_utf8_bom_is_skipped_in_jsonl_request_and_text_files(tmp_path, capsys):
+    corpus = tmp_path / "notes.jsonl"
+    corpus.write_bytes(b"\xef\xbb\xbf" + json.dumps({"_id": "a", "text": "kafka lag on orders"}).encode() + b"\n"
+                       + json.dumps({"_id": "b", "text": "disk full on indexer"}).encode() + b"\n")
+    assert [(c.chunk_id, c.text) for c in read_beir_corpus(corpus)] == [("a", "kafka lag on orders"),
+                                                                       ("b", "disk full on indexer")]
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "x.md").write_bytes(b"\xef\xbb\xbfkafka runbook")
+    memory = str(tmp_path / "mem")
+    assert main(["ingest", str(corpus), str(docs), "--memory", memory, "--hashing-dim", "8", "-q"]) == 0
+    assert json.loads(capsys.readouterr().out)["ingested"] == 3
+    request = tmp_path / "request.json"
+    request.write_bytes(b"\xef\xbb\xbf" + json.dumps({"search_text": "kafka lag", "top_k": 1}).encode())
+    assert main(["search", "--request", str(request), "--memory", memory, "--hashing-dim", "8"]) == 0
+    assert [r["chunk_id"] for r in json.loads(capsys.readouterr().out)["results"]] == ["a"]
+    with HybridMemory.open(memory, embedder=HashingEmbedder(8)) as mem:
+        assert mem.get(["docs/x.md#0"])[0].text == "kafka runbook"  # no U+FEFF stored
+
+
+def test_export_to_the_memory_folder_itself_says_so(tmp_path, capsys):
+    pytest.importorskip("qdrant_edge", reason="qdrant-edge-py is not installed (pip install 'hybrid-memory[qdrant]')")
+    folder = tmp_path / "mem"
+    with HybridMemory(folder, embedder=HashingEmbedder(8)) as mem:
+        mem.add([{"chunk_id": "a", "text": "kafka lag"}])
+    assert main(["export-qdrant", "--memory", str(folder), "--hashing-dim", "8", "--edge-path", str(folder), "-q"]) == 2
+    assert capsys.readouterr().err == (
+        f"hybrid-memory: error: edge_path {folder} is the embedded memory folder (it holds store.sqlite3); a Qdrant "
+        f"Edge shard must not share a memory's folder: use another folder, e.g. {folder}-edge (hybrid-memory "
+        "export-qdrant --edge-path copies the memory there)\n")
+
+
+def test_search_help_lists_the_default_fusion_first(capsys):
+    with pytest.raises(SystemExit):
+        main(["search", "--help"])
+    out = capsys.readouterr().out
+    assert "[--fusion {adaptive,rrf,rrf_guard,dbsf,tm2c2,zscore,confidence,zscore_guard}]" in out
