@@ -170,7 +170,9 @@ class HybridMemory:
             edge_path: a directory for a Qdrant Edge shard (the Rust engine in process) instead of a client.
             **options: ``shard_number``, ``replication_factor``, ``write_consistency_factor``,
                 ``write_ordering``, ``k1``, ``b``, ``avgdl``, ``indexed_keys``, ``payload_indexes`` go to
-                :class:`~hybrid_memory.backends.qdrant.QdrantBackend`; ``candidate_multiplier``, ``dedup``,
+                :class:`~hybrid_memory.backends.qdrant.QdrantBackend` (with ``edge_path``, also the shard's
+                ``payload_cache``, ``payload_memory``, ``search_threads``: :meth:`QdrantBackend.edge
+                <hybrid_memory.backends.qdrant.QdrantBackend.edge>`); ``candidate_multiplier``, ``dedup``,
                 ``recency_prior`` to the memory.
 
         Raises:

@@ -56,6 +56,7 @@ def test_a_repeated_search_reads_no_payload_and_returns_the_same_rows(tmp_path):
         shard.retrieved.clear()
         again = mem.search("billing-service HTTP 504", top_k=3, fusion="rrf")
         assert shard.retrieved == []  # all three rows from the cache
+        assert (collection.cache_hits, collection.cache_misses) == (3, 3)
         assert _rows(again) == _rows(first)
         notes = {c["chunk_id"]: c for c in _note_chunks()}
         assert [(t, s, m) for _, t, s, m in _rows(again)] == [
@@ -167,3 +168,11 @@ def test_the_client_path_keeps_no_payload_cache():
     with HybridMemory.qdrant(":memory:", collection="t", embedder=HashingEmbedder(dim=16), payload_indexes=False) as mem:
         assert isinstance(mem.backend.collection, ClientCollection)
         assert not hasattr(mem.backend.collection, "_rows")
+
+
+def test_the_shard_options_reach_the_collection(tmp_path):
+    with HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(dim=16), payload_cache=0,
+                             payload_indexes=False) as mem:
+        assert mem.backend.collection.payload_cache == 0
+    with pytest.raises(InvalidRequestError, match="payload_cache must be an int >= 0"):
+        HybridMemory.qdrant(edge_path=tmp_path / "other", embedder=HashingEmbedder(dim=16), payload_cache=-5)

@@ -93,6 +93,8 @@ from ..tokenizer import TechnicalTokenizer
 from .base import ChunkVersion
 from .qdrant_collection import (
     DENSE,
+    PAYLOAD_CACHE,
+    SEARCH_THREADS,
     SPARSE,
     TERMS,
     ClientCollection,
@@ -551,13 +553,22 @@ class QdrantBackend:
         """Whether the collection holds format-1 points (UUID ids), found by :meth:`open`."""
 
     @classmethod
-    def edge(cls, path: str | Path, **kwargs: Any) -> QdrantBackend:
+    def edge(cls, path: str | Path, *, payload_cache: int = PAYLOAD_CACHE, payload_memory: str | None = "cached",
+             search_threads: int | None = SEARCH_THREADS, **kwargs: Any) -> QdrantBackend:
         """A backend over a Qdrant Edge shard in the directory ``path`` (created when absent).
 
+        Args:
+            payload_cache, payload_memory, search_threads: the shard's options, see
+                :class:`~hybrid_memory.backends.qdrant_collection.EdgeCollection` (``payload_cache``: points
+                whose search-result payload this process keeps, 0 for none).
+            **kwargs: as the constructor (``k1``, ``b``, ``avgdl``, ``indexed_keys``, ``payload_indexes``).
+
         Raises:
-            InvalidRequestError: ``path`` is a file, or is (or lies inside) an embedded memory's folder.
+            InvalidRequestError: ``path`` is a file, or is (or lies inside) an embedded memory's folder; a bad
+                shard option.
         """
-        return cls(EdgeCollection(path), **kwargs)
+        return cls(EdgeCollection(path, payload_cache=payload_cache, payload_memory=payload_memory,
+                                  search_threads=search_threads), **kwargs)
 
     @classmethod
     def client(

@@ -542,6 +542,10 @@ class EdgeCollection:
         self._rows_lock = threading.Lock()
         self._generation = 0
         """Writes applied so far (a read keeps its payloads only if no write ended while it ran)."""
+        self.cache_hits = 0
+        """Points :meth:`payloads` found in the payload cache (counted since open)."""
+        self.cache_misses = 0
+        """Points :meth:`payloads` read from the shard while the cache is on."""
 
     def _changed(self, ids: Sequence[PointId]) -> None:
         """Forget the cached payloads of ``ids`` (written or deleted: the shard has applied the write)."""
@@ -669,6 +673,8 @@ class EdgeCollection:
                     rows.move_to_end(pid)
                     out.append((pid, dict(payload)))
             generation = self._generation
+            self.cache_hits += len(out)
+            self.cache_misses += len(missing)
         if missing:
             found = [(r.id, r.payload) for r in self.shard.retrieve(missing, with_payload=list(names), with_vector=False)]
             with self._rows_lock:
