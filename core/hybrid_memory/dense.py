@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from ._exceptions import DimensionMismatchError, InvalidRequestError
-from .engines import RowSet, as_rowset
+from .engines import RowSet, as_rowset, id_bounds
 
 __all__ = ["ANN_MIN", "CODE_COST", "DELTA_FRACTION", "DENSE_KINDS", "EXACT_MIN", "IVF_REWRITE_FRACTION", "ROW_COST", "FaissIndex"]
 
@@ -650,14 +650,13 @@ class FaissIndex:
         """
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         scan = cache.get("dense_scan") if cache is not None else None
-        query = self._check(np.asarray(query, dtype=np.float32).reshape(1, -1))[0]
         with self._lock:
+            if scan is None or scan[0] is not self or scan[1] != self._writes:
+                scan = None  # the cached scan scored this query (the cache is the query's) with no write since
+                query = self._check(np.asarray(query, dtype=np.float32).reshape(1, -1))[0]
             slots = self._held_slots(ids)
             if slots is not None:  # the common case: a search's candidates, every id held
-                if scan is not None and scan[0] is self and scan[1] == self._writes:
-                    out = scan[2][slots].astype(np.float64)
-                else:
-                    out = self._vectors.dot(slots, query).astype(np.float64)
+                out = scan[2][slots].astype(np.float64) if scan is not None else self._vectors.dot(slots, query).astype(np.float64)
                 if self._n_zero:
                     out[self._zero[ids]] = np.nan
                 return out
@@ -665,7 +664,7 @@ class FaissIndex:
             slots = self._slots(ids)
             held = slots >= 0
             if held.any():
-                out[held] = self._vectors.dot(slots[held], query).astype(np.float64)
+                out[held] = (scan[2][slots[held]] if scan is not None else self._vectors.dot(slots[held], query)).astype(np.float64)
                 if self._n_zero:
                     zero = np.zeros(len(ids), dtype=bool)
                     zero[held] = self._zero[ids[held]]
@@ -676,10 +675,13 @@ class FaissIndex:
         """The slots of int64 ``ids`` when every one is held, else None (a few numpy calls: no -1 fill);
         caller holds the lock."""
         slot_of = self._slot_of
-        if not len(ids) or ids.min() < 0 or ids.max() >= len(slot_of):
+        if not len(ids):
             return None
-        slots = slot_of[ids]
-        return slots if slots.min() >= 0 else None
+        low, high = id_bounds(ids)
+        if low < 0 or high >= len(slot_of):
+            return None
+        slots = slot_of.take(ids)
+        return slots if id_bounds(slots)[0] >= 0 else None
 
     def vectors(self, ids: np.ndarray) -> np.ndarray:
         """float32 (len(ids), dim) copies of the vectors of int64 ``ids``. Raises KeyError for an id not held."""

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .embedders import Embedder
     from .sparse import BM25Index
 
-__all__ = ["DenseEngine", "Engine", "Hit", "Query", "RowSet", "SparseEngine", "as_rowset"]
+__all__ = ["EXACT_MATCH_ARGS", "id_bounds", "DenseEngine", "Engine", "Hit", "Query", "RowSet", "SparseEngine", "as_rowset"]
 
 Hit = tuple[int, float]
 """``(document id, raw engine score)``; higher scores are better."""
@@ -39,7 +39,10 @@ class Query:
         vector: float32 (dim,), L2-normalised, or None. A caller may pass a precomputed vector (for example
             LlamaIndex's ``QueryBundle.embedding``); otherwise the dense engine computes it once on first use
             and stores it here, so later steps (exact re-scoring during fusion) do not embed again.
-        cache: per-engine scratch space (the sparse engine keeps the query's tokens here).
+        cache: per-engine scratch space (the sparse engine keeps the query's tokens and score arrays here,
+            the dense engine its exact scan); the searcher also announces there, under
+            :data:`EXACT_MATCH_ARGS`, the arguments of the ``exact_matches`` call it will make after the
+            engines ran, so the sparse engine prepares them in its own thread.
     """
 
     __slots__ = ("cache", "text", "vector")
@@ -48,6 +51,20 @@ class Query:
         self.text = text
         self.vector = None if vector is None else np.asarray(vector, dtype=np.float32).reshape(-1)
         self.cache: dict[str, Any] = {}
+
+
+def id_bounds(ids: np.ndarray) -> tuple[int, int]:
+    """(min, max) of a non-empty int64 array: Python's builtins over a list for a few ids (a search's
+    candidates), where numpy's reductions cost microseconds each, numpy's for many."""
+    if len(ids) <= 256:
+        listed = ids.tolist()
+        return min(listed), max(listed)
+    return int(ids.min()), int(ids.max())
+
+
+EXACT_MATCH_ARGS = "exact_match_args"
+"""``Query.cache`` key under which the searcher announces, before the engines run, the ``(max_df, min_share)``
+it will pass to ``exact_matches``, so an engine can prepare them during its own search."""
 
 
 class RowSet:
@@ -215,8 +232,14 @@ class SparseEngine:
         self.index = index
 
     def search(self, query: Query, k: int, allowed: RowSet | None) -> list[Hit]:
-        """See :meth:`Engine.search`; scores are bm25s Lucene BM25 scores."""
-        return self.index.search(query.text, k, allowed, cache=query.cache)
+        """See :meth:`Engine.search`; scores are bm25s Lucene BM25 scores. When the searcher will ask
+        :meth:`exact_matches` (``query.cache["exact_match_args"]`` = ``(max_df, min_share)``), what that needs is
+        worked out here too, in the engine's own thread (``BM25Index.prepare_exact_matches``)."""
+        hits = self.index.search(query.text, k, allowed, cache=query.cache)
+        args = query.cache.get(EXACT_MATCH_ARGS)
+        if args is not None:
+            self.index.prepare_exact_matches(query.text, args[0], args[1], cache=query.cache)
+        return hits
 
     def score(self, query: Query, ids: np.ndarray) -> np.ndarray:
         """See :meth:`Engine.score`."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .engines import Engine, Hit, Query, RowSet
+from .engines import EXACT_MATCH_ARGS, Engine, Hit, Query, RowSet
 from .fusion import DEFAULT_FUSION, DEFAULT_RRF_K, FUSION_METHODS, FusionInput, rank_by_score, rrf_table
 
 #: at most this many hits are read from one engine to break a tie at its candidate cut (see ``_run``)
@@ -279,8 +279,11 @@ class HybridSearcher:
             KeyError: ``fusion`` names no method.
         """
         method = FUSION_METHODS[fusion]
+        max_df = self._max_df(top_k, max_df)
+        if method.identifiers:  # engines may prepare the exact matches in their own threads
+            query.cache[EXACT_MATCH_ARGS] = (max_df, self.identifier_min_share)
         hits = self._gather(query, depth, self._active(weights), allowed)
-        candidates = self._candidates(query, hits, depth, weights, rrf_k, method.name, self._max_df(top_k, max_df))
+        candidates = self._candidates(query, hits, depth, weights, rrf_k, method.name, max_df)
         return self.fuse(candidates, method.name, top_k)
 
     async def asearch(
@@ -359,7 +362,7 @@ class HybridSearcher:
         found = [name for name, run in runs.items() if run.keys]  # an engine that found nothing has no say
         union_ids = None
         if (method.cross_scores or method.identifiers) and n:
-            union_ids = np.fromiter((id_of[k] for k in union), dtype=np.int64, count=n)
+            union_ids = np.array([id_of[k] for k in union], dtype=np.int64)
         columns: dict[str, list[float]] = {}
         if method.cross_scores and len(found) > 1:
             # the aligned columns the score-based methods compute on (FusionInput.columns), built here as the

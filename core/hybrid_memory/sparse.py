@@ -37,13 +37,17 @@ import numpy as np
 from .token_cache import TokenCache
 from .tokenizer import TechnicalTokenizer
 
-from .engines import RowSet, as_rowset
+from .engines import RowSet, as_rowset, id_bounds
 
-__all__ = ["BM25Index"]
+__all__ = ["HOLDERS_MAX", "HOLDS_ALL_COUNT_MAX", "BM25Index"]
 
 logger = logging.getLogger(__name__)
 
 _FORMAT_VERSION = 2
+
+HOLDERS_MAX = 1024
+""":meth:`BM25Index.prepare_exact_matches` keeps the documents holding every query token as a set when at most
+this many do (a query of common words held by more is answered per candidate instead)."""
 
 HOLDS_ALL_COUNT_MAX = 65_536
 """``holds_all_terms`` counts tokens with one ``bincount`` (O(column entries + main documents), about a ns an
@@ -106,6 +110,21 @@ class BM25Index:
         self._main_df = np.zeros(0, dtype=np.int64)
         self._main_total_len = 0.0
         self._main_dead = 0
+        self._main_pos_of: np.ndarray | None = None
+
+    def _index_main(self) -> None:
+        """Build the lookup id -> position of that live document in the main segment, an int64 array over the
+        id range; an id that is not a live main document points one past the segment, at the entry the score
+        arrays of :meth:`_score_main` hold ``nan`` in, when the ids are dense enough for it (the store's rowids are: at most 4 ids
+        per main document); else None, and lookups binary-search the sorted ids. Caller holds the lock, after
+        setting ``_main_ids`` and ``_main_alive``."""
+        ids = self._main_ids
+        self._main_pos_of = None
+        if len(ids) and ids[0] >= 0 and ids[-1] < 4 * len(ids) + 1024:
+            pos_of = np.full(int(ids[-1]) + 1, len(ids), dtype=np.int64)
+            live = np.flatnonzero(self._main_alive > 0)
+            pos_of[ids[live]] = live
+            self._main_pos_of = pos_of
 
     def _reset_delta(self) -> None:
         self._generation += 1
@@ -197,6 +216,7 @@ class BM25Index:
         self._main_ids = snapshot
         self._main_alive = np.isin(snapshot, live_now).astype(np.float32)
         self._main_dead = int((self._main_alive == 0).sum())
+        self._index_main()
         self._main_df = np.diff(np.asarray(segment.scores["indptr"], dtype=np.int64))
         self._main_total_len = float(sum(len(doc) for doc in corpus))
         logger.debug("installed BM25 main segment over %d documents", len(snapshot))
@@ -231,6 +251,8 @@ class BM25Index:
                 if pos < len(self._main_ids) and self._main_ids[pos] == doc_id and self._main_alive[pos] > 0:
                     self._main_alive[pos] = 0.0
                     self._main_dead += 1
+                    if self._main_pos_of is not None:
+                        self._main_pos_of[doc_id] = len(self._main_ids)
 
     def _drop_from_delta(self, doc_id: int) -> bool:
         tf = self._delta_tf.pop(doc_id, None)
@@ -375,7 +397,7 @@ class BM25Index:
     def _state(self, tokens: list[str], cache: dict | None) -> tuple[np.ndarray | None, dict[int, float]]:
         """Scores of every document for ``tokens`` at the global statistics; caller holds the lock.
 
-        Returns (main, delta): float64 (len(main ids),) or None when no token is in the main segment, and
+        Returns (main, delta): float64 (len(main ids) + 1,) (the last entry nan, see :meth:`_index_main`) or None when no token is in the main segment, and
         {delta doc id: score > 0}. Kept in ``cache`` (a :class:`~hybrid_memory.engines.Query`'s cache), so
         :meth:`score` right after :meth:`search` costs a gather, as long as no write came in between.
         """
@@ -423,7 +445,15 @@ class BM25Index:
         # unrounded float64: readers round what they gather to float32 (:func:`_float32`), like bm25s's own
         # scores and the delta's, so equal documents compare equal across segments; rounding only the
         # gathered values saves two passes over every main document per query (milliseconds at 1M)
-        return np.bincount(np.concatenate(parts_idx), weights=np.concatenate(parts_val), minlength=n_main)
+        # one entry more, nan: where the id lookup (_index_main) sends ids that are not live main documents
+        rows = np.concatenate(parts_idx)
+        out = np.bincount(rows, weights=np.concatenate(parts_val), minlength=n_main + 1)
+        out[n_main] = np.nan
+        if cache is not None and len(parts_idx) == len(tokens) == len(set(tokens)):
+            # every token distinct and in the main segment: these rows list each document once per token it
+            # holds, which is what _all_term_holders counts
+            cache["bm25_rows"] = (main, tuple(tokens), rows)
+        return out
 
     def _main_candidates(self, main: np.ndarray, allowed: RowSet | None, cache: dict | None) -> tuple[np.ndarray, np.ndarray]:
         """(ids int64 (m,), scores float64 (m,) rounded to float32) of the live main documents among
@@ -503,6 +533,13 @@ class BM25Index:
         with self._lock:
             main, delta = self._state(tokens, cache)
             main_ids = self._main_ids
+            pos_of = self._main_pos_of
+            if pos_of is not None and main is not None and not self._delta_tf:
+                # the common case, no delta: one gather through the id lookup, whose misses point at main's
+                # last entry, nan
+                low, high = id_bounds(ids) if len(ids) else (0, 0)
+                if low >= 0 and high < len(pos_of):
+                    return _float32(main.take(pos_of.take(ids)))
             if len(main_ids) and len(ids):
                 pos, in_main = self._main_positions(ids)
                 if not self._delta_tf and main is not None and in_main.all():
@@ -534,30 +571,93 @@ class BM25Index:
         if not terms.identifiers or not len(ids):
             return np.zeros(len(ids), dtype=np.int64)
         with self._lock:
-            main, postings = self._main, self._postings
-            spans = self._spans(terms.identifiers, cache)
-            # which identifiers are rare is known from the document frequencies alone: decide the share rule
-            # before reading any term's documents
-            rare = []
-            for token in terms.identifiers:
-                begin, end = spans.get(token, (0, 0))
-                if 0 < end - begin + len(postings.get(token, ())) <= max_df:
-                    rare.append((token, begin, end))
-            if not rare or len(rare) < min_share * terms.content_runs:
-                return np.zeros(len(ids), dtype=np.int64)
-            id_list = ids.tolist()
-            counts = [0] * len(id_list)
-            for token, begin, end in rare:
-                holders: list[np.ndarray] = []
-                if end > begin:
-                    rows = np.asarray(main.scores["indices"][begin:end], dtype=np.int64)
-                    holders.append(self._main_ids[rows[self._main_alive[rows] > 0]])
-                posting = postings.get(token)
-                if posting:
-                    holders.append(np.fromiter(posting, dtype=np.int64, count=len(posting)))
-                held = set(np.concatenate(holders).tolist())  # at most max_df ids
-                counts = [c + 1 if i in held else c for c, i in zip(counts, id_list, strict=True)]
+            rare = self._rare_holders(terms, max_df, min_share, cache)
+        if not rare:
+            return np.zeros(len(ids), dtype=np.int64)
+        id_list = ids.tolist()
+        counts = [0] * len(id_list)
+        for held in rare:
+            counts = [c + 1 if i in held else c for c, i in zip(counts, id_list, strict=True)]
         return np.array(counts, dtype=np.int64)
+
+    def _rare_holders(self, terms: _QueryTerms, max_df: int, min_share: float, cache: dict | None) -> list[set[int]]:
+        """The live holders of each rare identifier of the query (held by 1 to ``max_df`` documents), one set
+        each; [] when there is none or they are fewer than ``min_share`` of the query's content words (see
+        :meth:`identifier_matches`). Caller holds the lock."""
+        if not terms.identifiers:
+            return []
+        main, postings = self._main, self._postings
+        spans = self._spans(terms.identifiers, cache)
+        # which identifiers are rare is known from the document frequencies alone: decide the share rule
+        # before reading any term's documents
+        rare = []
+        for token in terms.identifiers:
+            begin, end = spans.get(token, (0, 0))
+            if 0 < end - begin + len(postings.get(token, ())) <= max_df:
+                rare.append((token, begin, end))
+        if not rare or len(rare) < min_share * terms.content_runs:
+            return []
+        out = []
+        for token, begin, end in rare:
+            holders: list[np.ndarray] = []
+            if end > begin:
+                rows = np.asarray(main.scores["indices"][begin:end], dtype=np.int64)
+                holders.append(self._main_ids[rows[self._main_alive[rows] > 0]])
+            posting = postings.get(token)
+            if posting:
+                holders.append(np.fromiter(posting, dtype=np.int64, count=len(posting)))
+            out.append(set(np.concatenate(holders).tolist()))  # at most max_df ids
+        return out
+
+    def _all_term_holders(self, terms: _QueryTerms, cache: dict | None) -> set[int] | None:
+        """The live documents holding every distinct token of the query, when that is cheap to know for the
+        whole index: the query's main-segment columns and the segment hold at most :data:`HOLDS_ALL_COUNT_MAX`
+        entries (one ``bincount``, as in :meth:`holds_all_terms`) and at most :data:`HOLDERS_MAX` documents
+        hold them all; else None (ask :meth:`holds_all_terms` per candidate). Caller holds the lock."""
+        tokens = terms.distinct
+        main_ids, postings = self._main_ids, self._postings
+        spans = self._spans(tokens, cache)
+        columns = [spans.get(t, (0, 0)) for t in tokens]
+        out: set[int] = set()
+        if len(main_ids) and all(begin < end for begin, end in columns):
+            if sum(end - begin for begin, end in columns) + len(main_ids) > HOLDS_ALL_COUNT_MAX:
+                return None
+            known = cache.get("bm25_rows") if cache is not None else None
+            if known is not None and known[0] is self._main and sorted(known[1]) == tokens:
+                rows = known[2]  # the search's own concatenation of these columns (_score_main)
+            else:
+                indices = self._main.scores["indices"]
+                rows = np.concatenate([indices[b:e] for b, e in columns])
+            held = np.bincount(rows, minlength=len(main_ids))
+            rows = np.flatnonzero(held == len(tokens))
+            if len(rows) > HOLDERS_MAX:
+                return None
+            out.update(main_ids[rows[self._main_alive[rows] > 0]].tolist())
+        if self._delta_tf:
+            lists = [postings.get(t) or {} for t in tokens]
+            smallest = min(lists, key=len)
+            out.update(d for d in smallest if all(d in p for p in lists))
+            if len(out) > HOLDERS_MAX:
+                return None
+        return out
+
+    def prepare_exact_matches(self, query: str, max_df: int, min_share: float, *, min_terms: int = 3,
+                              cache: dict) -> None:
+        """Work out, for the whole index, what :meth:`exact_matches` with these arguments needs (the holders of
+        each rare identifier, and of every query token), and keep it in ``cache``; :meth:`exact_matches` of the
+        same query then answers with set lookups. Meant for the engine's own search thread, which finishes
+        before the dense engine's scan on most corpora, so the work comes off the fusion step. Cheap when it
+        does not apply (no identifier, short query, large segment: :meth:`_all_term_holders`)."""
+        terms = self._terms(query, cache)
+        key = (self._generation, max_df, min_share, min_terms)
+        held = cache.get("bm25_exact")
+        if held is not None and held[0] == key:
+            return
+        with self._lock:
+            key = (self._generation, max_df, min_share, min_terms)
+            rare = self._rare_holders(terms, max_df, min_share, cache)
+            full = self._all_term_holders(terms, cache) if len(terms.distinct) >= min_terms else set()
+        cache["bm25_exact"] = (key, rare, full)
 
     def holds_all_terms(self, query: str, ids: np.ndarray, *, cache: dict | None = None) -> np.ndarray:
         """bool (len(ids),): which of the int64 ``ids`` hold every distinct token of ``query`` (a conjunctive
@@ -635,6 +735,20 @@ class BM25Index:
         """
         ids = np.asarray(ids, dtype=np.int64)
         terms = self._terms(query, cache)
+        held = cache.get("bm25_exact") if cache is not None else None
+        if held is not None and held[0] == (self._generation, max_df, min_share, min_terms) and held[2] is not None:
+            # prepared in the search thread (prepare_exact_matches): set lookups, no numpy call per term
+            _, rare, full_holders = held
+            id_list = ids.tolist()
+            counts = [sum(1 for h in rare if i in h) for i in id_list] if rare else [0] * len(id_list)
+            full_at = [j for j, i in enumerate(id_list) if i in full_holders]
+            if full_at and len(full_at) <= max_df:
+                in_order = self.holds_in_order(query, ids[full_at], cache=cache).tolist()
+                bonus = 1 + len(terms.identifiers)
+                for j, ok in zip(full_at, in_order, strict=True):
+                    if ok:
+                        counts[j] += bonus
+            return np.array(counts, dtype=np.int64)
         out = self.identifier_matches(query, ids, max_df, min_share, cache=cache)
         if len(terms.distinct) >= min_terms:
             full = self.holds_all_terms(query, ids, cache=cache)
@@ -817,6 +931,7 @@ class BM25Index:
                 self._main_df = np.diff(np.asarray(main.scores["indptr"], dtype=np.int64))
                 self._main_total_len = float(manifest["total_len"])
                 self._main_dead = int((self._main_alive == 0).sum())
+                self._index_main()
                 if cache is None:
                     self._vocab = dict(main.vocab_dict)
                     self._vocab.setdefault("", len(self._vocab))

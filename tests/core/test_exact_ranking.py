@@ -212,6 +212,62 @@ def test_holds_all_terms_is_the_set_containment_on_both_paths(monkeypatch, count
     assert index.holds_all_terms("alpha nowhere", ids).tolist() == [False] * len(ids)  # a token no one holds
 
 
+@pytest.mark.parametrize("count_max,holders_max", [(10**9, 1024), (10**9, 2), (0, 1024)],
+                         ids=["prepared", "too-many-holders", "large-segment"])
+def test_exact_matches_prepared_in_the_search_thread_equal_the_candidate_path(monkeypatch, count_max, holders_max):
+    """prepare_exact_matches (run by the sparse engine's own search) then exact_matches answers exactly as
+    exact_matches alone, over main with removed documents and a delta; where it does not apply (more holders
+    than HOLDERS_MAX, a segment above HOLDS_ALL_COUNT_MAX) it falls back to the per-candidate path; a write
+    after the preparation is seen (the generation changes)."""
+    import hybrid_memory.sparse as sparse_module
+
+    monkeypatch.setattr(sparse_module, "HOLDS_ALL_COUNT_MAX", count_max)
+    monkeypatch.setattr(sparse_module, "HOLDERS_MAX", holders_max)
+    rng = np.random.default_rng(5)
+    words = ["alpha", "beta", "gamma", "delta", "E4012", "getUserById", "ERR_IO", "iota"]
+    texts = [" ".join(rng.choice(words, size=rng.integers(2, 6))) for _ in range(60)]
+    index = BM25Index(compact_min=10_000)
+    index.build(list(range(50)), texts[:50])
+    index.add(list(range(50, 60)), texts[50:])
+    index.remove([4, 52])
+    ids = np.array([*range(60), 999], dtype=np.int64)
+    prepared_used = 0
+    for q in range(60):
+        query = " ".join(rng.choice(words, size=rng.integers(1, 5), replace=False))
+        expected = index.exact_matches(query, ids, 4, min_share=0.25).tolist()
+        cache: dict = {}
+        index.prepare_exact_matches(query, 4, 0.25, cache=cache)
+        prepared_used += cache["bm25_exact"][2] is not None
+        assert index.exact_matches(query, ids, 4, min_share=0.25, cache=cache).tolist() == expected, query
+    # every query prepared, except those with more holders of every token than HOLDERS_MAX, or whose columns
+    # exceed the bincount bound (then only queries with a token outside the main segment are)
+    assert prepared_used == {(10**9, 1024): 60, (10**9, 2): 51, (0, 1024): 24}[count_max, holders_max]
+    # a write between the preparation and the lookup: the fresh answer, not the prepared one (nobody held it:
+    # 0). The new chunk holds the rare identifier (1) and every query token in order (the identifier's parts
+    # are tokens too, so 3 or more: + 1 + 1 identifier)
+    cache = {}
+    index.prepare_exact_matches("ERR_NEW42 alpha", 4, 0.25, cache=cache)
+    assert index.exact_matches("ERR_NEW42 alpha", np.array([70]), 4, min_share=0.25, cache=cache).tolist() == [0]
+    index.add([70], ["ERR_NEW42 alpha"])
+    assert index.exact_matches("ERR_NEW42 alpha", np.array([70]), 4, min_share=0.25, cache=cache).tolist() == [3]
+
+
+def test_score_through_the_id_lookup_is_nan_for_ids_that_are_not_live_main_documents():
+    index = BM25Index(compact_min=10_000)
+    index.build([1, 2, 3, 5], ["disk quota exceeded", "disk full alarm", "replica lag", "quota report"])
+    index.remove([2])
+    assert index._main_pos_of is not None  # rowids 1..5: dense enough for the lookup
+    ids = np.array([1, 2, 3, 4, 5, 7, 10**9, -1], dtype=np.int64)  # removed, never added, past the end, negative
+    out = index.score("disk quota", ids)
+    assert np.isnan(out[[1, 3, 5, 6, 7]]).all()
+    assert out[2] == 0.0  # live, no query term
+    assert out[0] > out[4] > 0  # "disk quota exceeded" holds both terms, "quota report" one
+    assert out[[0, 4]].tolist() == index.score("disk quota", np.array([1, 5], dtype=np.int64)).tolist()
+    # the same values through the binary-search path (no lookup)
+    index._main_pos_of = None
+    assert np.array_equal(index.score("disk quota", ids), out, equal_nan=True)
+
+
 def test_the_default_puts_the_chunk_quoting_an_error_message_first():
     notes = [
         ("zip-close", "def close(self): raise ValueError(\"Can't close the ZIP file while there is an open writing handle\")"),

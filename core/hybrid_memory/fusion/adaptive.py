@@ -28,7 +28,7 @@ def top_outlier(scores: Sequence[float]) -> float:
         return 0.0
     rest = [float(s) for s in scores[1:]]
     mean = sum(rest) / len(rest)
-    std = math.sqrt(sum((s - mean) * (s - mean) for s in rest) / len(rest))
+    std = math.sqrt(sum([(s - mean) * (s - mean) for s in rest]) / len(rest))
     gap = float(scores[0]) - mean
     if not std > 0:
         return 10.0 if gap > 0 else 0.0

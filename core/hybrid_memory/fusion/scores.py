@@ -183,7 +183,7 @@ def zscore_columns(columns: Mapping[str, Sequence[float]], alphas: Mapping[str, 
         if not values:
             continue
         mean = sum(values) / len(values)
-        std = math.sqrt(sum((s - mean) * (s - mean) for s in values) / len(values))
+        std = math.sqrt(sum([(s - mean) * (s - mean) for s in values]) / len(values))
         if not std > 0:
             continue
         scale = alpha / std
