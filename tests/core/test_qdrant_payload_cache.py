@@ -176,3 +176,36 @@ def test_the_shard_options_reach_the_collection(tmp_path):
         assert mem.backend.collection.payload_cache == 0
     with pytest.raises(InvalidRequestError, match="payload_cache must be an int >= 0"):
         HybridMemory.qdrant(edge_path=tmp_path / "other", embedder=HashingEmbedder(dim=16), payload_cache=-5)
+
+
+@pytest.mark.parametrize("payload_cache", [4096, 0], ids=["cache", "no-cache"])
+def test_result_metadata_is_a_fresh_copy_to_every_depth(tmp_path, payload_cache):
+    """The rows' ``doc`` text is decoded once per distinct text (a memo keyed by the text), and every result
+    gets its own copy of the metadata: changing a nested list or dict of one result changes no other."""
+    meta = {"tags": ["db", "prod"], "owner": {"team": "billing", "oncall": ["dana"]}, "severity": 2.5, "ok": True,
+            "none": None}
+    with _open(tmp_path, payload_cache=payload_cache) as mem:
+        mem.add([{"chunk_id": "a", "text": "PostgreSQL pool exhausted", "source": "notes", "metadata": meta}])
+        first = mem.search("PostgreSQL pool", top_k=1).results[0]
+        assert first.metadata == meta and first.source == "notes"
+        first.metadata["tags"].append("changed")
+        first.metadata["owner"]["oncall"].clear()
+        first.metadata["owner"]["team"] = "changed"
+        again = mem.search("PostgreSQL pool", top_k=1).results[0]
+        assert again.metadata == meta
+        info = mem.backend._decode_doc.cache_info()
+        assert (info.hits, info.misses) == (1, 1)  # one decode for the two reads of the same doc text
+        # a changed chunk has another doc text: decoded afresh, never a stale memo
+        mem.upsert([{"chunk_id": "a", "text": "PostgreSQL pool exhausted", "source": "notes",
+                     "metadata": {**meta, "severity": 3}}])
+        assert mem.search("PostgreSQL pool", top_k=1).results[0].metadata == {**meta, "severity": 3}
+
+
+def test_json_copy_copies_containers_and_shares_immutables():
+    from hybrid_memory.backends.qdrant import _json_copy
+
+    value = {"a": [1, 2.5, {"b": None, "c": ["x"]}], "d": "text", "e": True}
+    copy = _json_copy(value)
+    assert copy == value and copy is not value
+    assert copy["a"] is not value["a"] and copy["a"][2] is not value["a"][2] and copy["a"][2]["c"] is not value["a"][2]["c"]
+    assert copy["d"] is value["d"]
