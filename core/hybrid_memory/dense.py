@@ -576,7 +576,10 @@ class FaissIndex:
         import faiss
 
         allowed = as_rowset(allowed)
+        raw = query
         query = self._check(np.asarray(query, dtype=np.float32).reshape(1, -1))
+        if cache is not None:
+            cache["dense_query"] = (raw, query[0])  # score() of the same vector object skips the check
         if self.omp_threads is not None:
             # OpenMP's thread count is per calling thread: set it in the thread that searches (an executor
             # thread that never called this would use every core, 6-10x slower for one query)
@@ -653,7 +656,11 @@ class FaissIndex:
         with self._lock:
             if scan is None or scan[0] is not self or scan[1] != self._writes:
                 scan = None  # the cached scan scored this query (the cache is the query's) with no write since
-                query = self._check(np.asarray(query, dtype=np.float32).reshape(1, -1))[0]
+                checked = cache.get("dense_query") if cache is not None else None
+                if checked is not None and checked[0] is query:
+                    query = checked[1]  # the vector search() checked
+                else:
+                    query = self._check(np.asarray(query, dtype=np.float32).reshape(1, -1))[0]
             slots = self._held_slots(ids)
             if slots is not None:  # the common case: a search's candidates, every id held
                 out = scan[2][slots].astype(np.float64) if scan is not None else self._vectors.dot(slots, query).astype(np.float64)
@@ -972,12 +979,15 @@ class _Rows:
         slots = np.ascontiguousarray(slots, dtype=np.int64)
         query = np.ascontiguousarray(query, dtype=np.float32)
         out = np.empty(len(slots), dtype=np.float32)
-        in_head = slots < self.split
-        if in_head.all():
+        if not len(slots):
+            return out
+        low, high = id_bounds(slots)
+        if high < self.split:
             _dot_by_index(out, query, self.head, slots)
-        elif not in_head.any():
+        elif low >= self.split:
             _dot_by_index(out, query, self.tail, slots - self.split)
         else:
+            in_head = slots < self.split
             part = np.empty(int(in_head.sum()), dtype=np.float32)
             _dot_by_index(part, query, self.head, slots[in_head])
             out[in_head] = part

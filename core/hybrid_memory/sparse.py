@@ -47,7 +47,8 @@ _FORMAT_VERSION = 2
 
 HOLDERS_MAX = 1024
 """:meth:`BM25Index.prepare_exact_matches` keeps the documents holding every query token as a set when at most
-this many do (a query of common words held by more is answered per candidate instead)."""
+this many do and the rarest token is held by at most 4 x this many (a query of common words only is answered
+per candidate instead)."""
 
 HOLDS_ALL_COUNT_MAX = 65_536
 """``holds_all_terms`` counts tokens with one ``bincount`` (O(column entries + main documents), about a ns an
@@ -446,13 +447,8 @@ class BM25Index:
         # scores and the delta's, so equal documents compare equal across segments; rounding only the
         # gathered values saves two passes over every main document per query (milliseconds at 1M)
         # one entry more, nan: where the id lookup (_index_main) sends ids that are not live main documents
-        rows = np.concatenate(parts_idx)
-        out = np.bincount(rows, weights=np.concatenate(parts_val), minlength=n_main + 1)
+        out = np.bincount(np.concatenate(parts_idx), weights=np.concatenate(parts_val), minlength=n_main + 1)
         out[n_main] = np.nan
-        if cache is not None and len(parts_idx) == len(tokens) == len(set(tokens)):
-            # every token distinct and in the main segment: these rows list each document once per token it
-            # holds, which is what _all_term_holders counts
-            cache["bm25_rows"] = (main, tuple(tokens), rows)
         return out
 
     def _main_candidates(self, main: np.ndarray, allowed: RowSet | None, cache: dict | None) -> tuple[np.ndarray, np.ndarray]:
@@ -611,25 +607,30 @@ class BM25Index:
 
     def _all_term_holders(self, terms: _QueryTerms, cache: dict | None) -> set[int] | None:
         """The live documents holding every distinct token of the query, when that is cheap to know for the
-        whole index: the query's main-segment columns and the segment hold at most :data:`HOLDS_ALL_COUNT_MAX`
-        entries (one ``bincount``, as in :meth:`holds_all_terms`) and at most :data:`HOLDERS_MAX` documents
-        hold them all; else None (ask :meth:`holds_all_terms` per candidate). Caller holds the lock."""
+        whole index; else None (ask :meth:`holds_all_terms` per candidate). Caller holds the lock.
+
+        The main segment's holders are the rarest token's documents that every other token's column (bm25s's
+        CSC score matrix, row indices ascending) also lists, intersected rarest first by binary search, so the
+        cost is O(terms x df_min x log df) and independent of the segment's size; the delta's are read from the
+        postings the same way. None when the rarest token is held by more than :data:`HOLDERS_MAX` x 4
+        main documents, or more than :data:`HOLDERS_MAX` documents hold them all.
+        """
         tokens = terms.distinct
         main_ids, postings = self._main_ids, self._postings
         spans = self._spans(tokens, cache)
-        columns = [spans.get(t, (0, 0)) for t in tokens]
+        columns = sorted((spans.get(t, (0, 0)) for t in tokens), key=lambda c: c[1] - c[0])
         out: set[int] = set()
-        if len(main_ids) and all(begin < end for begin, end in columns):
-            if sum(end - begin for begin, end in columns) + len(main_ids) > HOLDS_ALL_COUNT_MAX:
+        if len(main_ids) and columns[0][1] > columns[0][0]:  # every token is in the main segment
+            begin, end = columns[0]
+            if end - begin > 4 * HOLDERS_MAX:
                 return None
-            known = cache.get("bm25_rows") if cache is not None else None
-            if known is not None and known[0] is self._main and sorted(known[1]) == tokens:
-                rows = known[2]  # the search's own concatenation of these columns (_score_main)
-            else:
-                indices = self._main.scores["indices"]
-                rows = np.concatenate([indices[b:e] for b, e in columns])
-            held = np.bincount(rows, minlength=len(main_ids))
-            rows = np.flatnonzero(held == len(tokens))
+            indices = self._main.scores["indices"]
+            rows = np.asarray(indices[begin:end])
+            for begin, end in columns[1:]:
+                column = indices[begin:end]
+                rows = rows[column.take(column.searchsorted(rows), mode="clip") == rows]
+                if not len(rows):
+                    break
             if len(rows) > HOLDERS_MAX:
                 return None
             out.update(main_ids[rows[self._main_alive[rows] > 0]].tolist())
@@ -647,7 +648,7 @@ class BM25Index:
         each rare identifier, and of every query token), and keep it in ``cache``; :meth:`exact_matches` of the
         same query then answers with set lookups. Meant for the engine's own search thread, which finishes
         before the dense engine's scan on most corpora, so the work comes off the fusion step. Cheap when it
-        does not apply (no identifier, short query, large segment: :meth:`_all_term_holders`)."""
+        does not apply (no identifier, a short query, common words only: :meth:`_all_term_holders`)."""
         terms = self._terms(query, cache)
         key = (self._generation, max_df, min_share, min_terms)
         held = cache.get("bm25_exact")

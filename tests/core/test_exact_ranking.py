@@ -212,16 +212,14 @@ def test_holds_all_terms_is_the_set_containment_on_both_paths(monkeypatch, count
     assert index.holds_all_terms("alpha nowhere", ids).tolist() == [False] * len(ids)  # a token no one holds
 
 
-@pytest.mark.parametrize("count_max,holders_max", [(10**9, 1024), (10**9, 2), (0, 1024)],
-                         ids=["prepared", "too-many-holders", "large-segment"])
-def test_exact_matches_prepared_in_the_search_thread_equal_the_candidate_path(monkeypatch, count_max, holders_max):
+@pytest.mark.parametrize("holders_max", [1024, 4, 0], ids=["prepared", "few-holders", "none"])
+def test_exact_matches_prepared_in_the_search_thread_equal_the_candidate_path(monkeypatch, holders_max):
     """prepare_exact_matches (run by the sparse engine's own search) then exact_matches answers exactly as
     exact_matches alone, over main with removed documents and a delta; where it does not apply (more holders
-    than HOLDERS_MAX, a segment above HOLDS_ALL_COUNT_MAX) it falls back to the per-candidate path; a write
-    after the preparation is seen (the generation changes)."""
+    than HOLDERS_MAX, a rarest token held by more than 4 x HOLDERS_MAX) it falls back to the per-candidate
+    path; a write after the preparation is seen (the generation changes)."""
     import hybrid_memory.sparse as sparse_module
 
-    monkeypatch.setattr(sparse_module, "HOLDS_ALL_COUNT_MAX", count_max)
     monkeypatch.setattr(sparse_module, "HOLDERS_MAX", holders_max)
     rng = np.random.default_rng(5)
     words = ["alpha", "beta", "gamma", "delta", "E4012", "getUserById", "ERR_IO", "iota"]
@@ -239,9 +237,9 @@ def test_exact_matches_prepared_in_the_search_thread_equal_the_candidate_path(mo
         index.prepare_exact_matches(query, 4, 0.25, cache=cache)
         prepared_used += cache["bm25_exact"][2] is not None
         assert index.exact_matches(query, ids, 4, min_share=0.25, cache=cache).tolist() == expected, query
-    # every query prepared, except those with more holders of every token than HOLDERS_MAX, or whose columns
-    # exceed the bincount bound (then only queries with a token outside the main segment are)
-    assert prepared_used == {(10**9, 1024): 60, (10**9, 2): 51, (0, 1024): 24}[count_max, holders_max]
+    # all 60 prepared; with HOLDERS_MAX 4, those whose holders or rarest token's documents exceed it fall
+    # back (11); with 0, only the queries under 3 tokens or with a token outside the main segment are prepared
+    assert prepared_used == {1024: 60, 4: 49, 0: 24}[holders_max]
     # a write between the preparation and the lookup: the fresh answer, not the prepared one (nobody held it:
     # 0). The new chunk holds the rare identifier (1) and every query token in order (the identifier's parts
     # are tokens too, so 3 or more: + 1 + 1 identifier)
