@@ -115,14 +115,15 @@ class BM25Index:
 
     def _index_main(self) -> None:
         """Build the lookup id -> position of that live document in the main segment, an int64 array over the
-        id range; an id that is not a live main document points one past the segment, at the entry the score
-        arrays of :meth:`_score_main` hold ``nan`` in, when the ids are dense enough for it (the store's rowids are: at most 4 ids
+        id range and one entry past it; an id that is not a live main document points one past the segment,
+        at the entry the score arrays of :meth:`_score_main` hold ``nan`` in, when the ids are dense enough for it (the store's rowids are: at most 4 ids
         per main document); else None, and lookups binary-search the sorted ids. Caller holds the lock, after
         setting ``_main_ids`` and ``_main_alive``."""
         ids = self._main_ids
         self._main_pos_of = None
         if len(ids) and ids[0] >= 0 and ids[-1] < 4 * len(ids) + 1024:
-            pos_of = np.full(int(ids[-1]) + 1, len(ids), dtype=np.int64)
+            # one entry past the last main id, a miss: where a gather clipping larger ids lands
+            pos_of = np.full(int(ids[-1]) + 2, len(ids), dtype=np.int64)
             live = np.flatnonzero(self._main_alive > 0)
             pos_of[ids[live]] = live
             self._main_pos_of = pos_of
@@ -530,12 +531,17 @@ class BM25Index:
             main, delta = self._state(tokens, cache)
             main_ids = self._main_ids
             pos_of = self._main_pos_of
-            if pos_of is not None and main is not None and not self._delta_tf:
-                # the common case, no delta: one gather through the id lookup, whose misses point at main's
-                # last entry, nan
-                low, high = id_bounds(ids) if len(ids) else (0, 0)
-                if low >= 0 and high < len(pos_of):
-                    return _float32(main.take(pos_of.take(ids)))
+            if pos_of is not None and main is not None and (not len(ids) or id_bounds(ids)[0] >= 0):
+                # the common case: one gather through the id lookup, whose misses (and, clipped to its last
+                # entry, ids past its range: the delta's newer ones) point at main's last entry, nan; then
+                # the delta's documents by their ids
+                out = _float32(main.take(pos_of.take(ids, mode="clip")))
+                if self._delta_tf:
+                    delta_tf = self._delta_tf
+                    for j, doc_id in enumerate(ids.tolist()):
+                        if doc_id in delta_tf:
+                            out[j] = delta.get(doc_id, 0.0)
+                return out
             if len(main_ids) and len(ids):
                 pos, in_main = self._main_positions(ids)
                 if not self._delta_tf and main is not None and in_main.all():

@@ -262,8 +262,16 @@ def test_score_through_the_id_lookup_is_nan_for_ids_that_are_not_live_main_docum
     assert out[0] > out[4] > 0  # "disk quota exceeded" holds both terms, "quota report" one
     assert out[[0, 4]].tolist() == index.score("disk quota", np.array([1, 5], dtype=np.int64)).tolist()
     # the same values through the binary-search path (no lookup)
-    index._main_pos_of = None
+    lookup, index._main_pos_of = index._main_pos_of, None
     assert np.array_equal(index.score("disk quota", ids), out, equal_nan=True)
+    # with a delta: 4 (inside the lookup's range, never a main document) and 9 (past it) are delta documents
+    index._main_pos_of = lookup
+    index.add([4, 9], ["disk quota disk", "quota"])
+    both = np.array([1, 4, 9, 2, 8, 10**9], dtype=np.int64)
+    with_lookup = index.score("disk quota", both)
+    assert np.isnan(with_lookup[[3, 4, 5]]).all() and (with_lookup[:3] > 0).all()
+    index._main_pos_of = None
+    assert np.array_equal(index.score("disk quota", both), with_lookup, equal_nan=True)
 
 
 def test_the_default_puts_the_chunk_quoting_an_error_message_first():
