@@ -452,7 +452,7 @@ class FaissIndex:
                 # the matrix is read under the lock only (it may be resized in place meanwhile): copies
                 training = self._vectors.gather(live[sample])
             if self.omp_threads is not None:
-                faiss.omp_set_num_threads(self.omp_threads)
+                set_omp_threads(self.omp_threads)
             logger.info("training FAISS IVF index: %d vectors, nlist %d, %d training points", n, nlist, len(sample))
             quantizer = faiss.IndexFlatIP(self.dim)
             index = faiss.IndexIVFScalarQuantizer(
@@ -503,7 +503,7 @@ class FaissIndex:
             mask[dead] = True
             bits = np.packbits(mask, bitorder="little")
             if self.omp_threads is not None:
-                faiss.omp_set_num_threads(self.omp_threads)
+                set_omp_threads(self.omp_threads)
             removed = self._ivf.remove_ids(faiss.IDSelectorBitmap(len(bits), faiss.swig_ptr(bits)))
             logger.debug("compacted %d tombstones out of the IVF index", removed)
         self._tombstones = []
@@ -583,7 +583,7 @@ class FaissIndex:
         if self.omp_threads is not None:
             # OpenMP's thread count is per calling thread: set it in the thread that searches (an executor
             # thread that never called this would use every core, 6-10x slower for one query)
-            faiss.omp_set_num_threads(self.omp_threads)
+            set_omp_threads(self.omp_threads)
         if k < 1:
             return []
         with self._lock:
@@ -1022,6 +1022,22 @@ class _Rows:
                     fh.write(memoryview(np.ascontiguousarray(part[start : start + 65_536])).cast("B"))
 
 
+_omp = threading.local()
+
+
+def set_omp_threads(n: int) -> None:
+    """``faiss.omp_set_num_threads(n)`` for the calling thread (OpenMP's count is per thread), only when this
+    thread's count, as last set through here, differs: every FAISS call releases the GIL (SWIG ``-threads``)
+    and must take it back, which waits while another thread runs Python (up to ``sys.getswitchinterval()``,
+    5 ms), so a call per search cost the concurrent searches more than the call itself. Every setter of the
+    count in this library goes through here."""
+    if getattr(_omp, "threads", None) != n:
+        import faiss
+
+        faiss.omp_set_num_threads(n)
+        _omp.threads = n
+
+
 def _dot_rows(out: np.ndarray, query: np.ndarray, rows: np.ndarray) -> None:
     """``out[i] = rows[i] · query`` for the first ``len(out)`` rows (float32, C-contiguous rows), by
     ``faiss.fvec_inner_products_ny``."""
@@ -1076,7 +1092,7 @@ def _reconcile_ivf(index: Any, live: np.ndarray, vectors_of: Any, omp_threads: i
     missing = ~in_ivf[live]
     del in_ivf, is_live
     if omp_threads is not None:
-        faiss.omp_set_num_threads(omp_threads)
+        set_omp_threads(omp_threads)
     if len(extra):
         mask = np.zeros(int(extra.max()) + 1, dtype=bool)
         mask[extra] = True

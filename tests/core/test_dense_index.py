@@ -380,3 +380,26 @@ def test_saved_zero_ids_stay_bounded_by_the_live_zero_rows(tmp_path):
     assert saved_zero_ids() == []
     with HybridMemory.open(folder, embedder=HashingEmbedder(8)) as memory:
         assert sorted(c.chunk_id for c in memory.iter_chunks()) == ["n", "z1"] and memory._dense._n_zero == 0
+
+
+def test_faiss_threads_are_set_once_per_thread(monkeypatch, data):
+    """Each FAISS call releases and retakes the GIL (a wait while another thread runs Python), so the count is
+    set only when the thread's count as last set by this library differs; a new thread sets it once."""
+    import hybrid_memory.dense as dense_module
+
+    ids, vectors, queries = data
+    index = ivf_index(ids, vectors, omp_threads=1)
+    calls = []
+    real = faiss.omp_set_num_threads
+    monkeypatch.setattr(faiss, "omp_set_num_threads", lambda n: (calls.append(n), real(n))[1])
+
+    def searches():
+        for query in queries[:3]:
+            index.search(query, 5)
+        dense_module.set_omp_threads(2)
+        index.search(queries[0], 5)
+        return faiss.omp_get_max_threads()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        assert pool.submit(searches).result() == 1
+    assert calls == [1, 2, 1]  # first search, the explicit change, the search after it
