@@ -212,15 +212,16 @@ def test_holds_all_terms_is_the_set_containment_on_both_paths(monkeypatch, count
     assert index.holds_all_terms("alpha nowhere", ids).tolist() == [False] * len(ids)  # a token no one holds
 
 
-@pytest.mark.parametrize("holders_max", [1024, 4, 0], ids=["prepared", "few-holders", "none"])
-def test_exact_matches_prepared_in_the_search_thread_equal_the_candidate_path(monkeypatch, holders_max):
+@pytest.mark.parametrize("holders_max,df_max", [(1024, 256), (4, 16), (0, 0)], ids=["prepared", "few-holders", "none"])
+def test_exact_matches_prepared_in_the_search_thread_equal_the_candidate_path(monkeypatch, holders_max, df_max):
     """prepare_exact_matches (run by the sparse engine's own search) then exact_matches answers exactly as
     exact_matches alone, over main with removed documents and a delta; where it does not apply (more holders
-    than HOLDERS_MAX, a rarest token held by more than 4 x HOLDERS_MAX) it falls back to the per-candidate
+    than HOLDERS_MAX, a rarest token held by more than PREPARE_DF_MAX) it falls back to the per-candidate
     path; a write after the preparation is seen (the generation changes)."""
     import hybrid_memory.sparse as sparse_module
 
     monkeypatch.setattr(sparse_module, "HOLDERS_MAX", holders_max)
+    monkeypatch.setattr(sparse_module, "PREPARE_DF_MAX", df_max)
     rng = np.random.default_rng(5)
     words = ["alpha", "beta", "gamma", "delta", "E4012", "getUserById", "ERR_IO", "iota"]
     texts = [" ".join(rng.choice(words, size=rng.integers(2, 6))) for _ in range(60)]
