@@ -880,12 +880,8 @@ class HybridMemory:
         chunks are added or deleted (none is skipped or repeated because others moved), and each page costs
         one indexed range read, whatever its number. Raises InvalidFilterError, InvalidRequestError."""
         self._check_open()
-        if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < -1):
-            raise InvalidRequestError(f"after must be a position a previous page returned, or None, got {after!r}")
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
-            raise InvalidRequestError(f"limit must be an int in 1..10000, got {limit!r}")
         return self._store.page_chunks(_checked_filter(metadata_filter), _bound(scope), _instant(as_of),
-                                       -1 if after is None else after, limit)
+                                       _page_after(after, limit), limit)
 
     def chunk_hashes(self, *, scope: Scope | Mapping[str, Any] | None = None) -> dict[str, str]:
         """chunk_id -> sha256 of the text, for every stored chunk in ``scope`` (all when None), for change
@@ -1315,6 +1311,16 @@ class HybridMemory:
     def __repr__(self) -> str:
         where = str(self.path) if self.path else "in-memory"
         return f"HybridMemory({where!r}, embedder={self.embedder.name!r})"
+
+
+def _page_after(after: int | None, limit: int) -> int:
+    """The keyset position a page starts after (-1: the first page), with ``after`` and ``limit`` checked.
+    Raises InvalidRequestError naming the argument."""
+    if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < -1):
+        raise InvalidRequestError(f"after must be a position a previous page returned, or None, got {after!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        raise InvalidRequestError(f"limit must be an int in 1..10000, got {limit!r}")
+    return -1 if after is None else after
 
 
 def _checked_filter(metadata_filter: Mapping[str, Any] | None) -> Mapping[str, Any] | None:

@@ -98,6 +98,27 @@ def test_add_get_count_iter(mem):
     assert mem.get(["reset"])[0].text.startswith("search-indexer logs ERR_CONN_RESET")
 
 
+def test_page_chunks_pages_in_insertion_order_with_filters_scopes_and_deletes(engine, mem):
+    """The MCP server's list_memories pages with page_chunks: same order as iter_chunks on every backend, the
+    position stays valid across a delete, a filter and a scope restrict the pages, bad arguments are refused."""
+    mem.add(_note_chunks())
+    first, after = mem.page_chunks(limit=4)
+    assert [c.chunk_id for c in first] == ["prod-504", "stage-504", "auth-user", "reset"], engine
+    assert after is not None
+    mem.delete(["poem"])  # a chunk of the next page goes; the position still holds
+    second, last = mem.page_chunks(after=after, limit=4)
+    assert ([c.chunk_id for c in second], last) == (["upgrade"], None)
+    prod, end = mem.page_chunks({"environment": "production"}, limit=10)
+    assert [c.chunk_id for c in prod] == [c.chunk_id for c in mem.iter_chunks({"environment": "production"})]
+    assert end is None and len(prod) >= 1
+    mem.add([{"chunk_id": "scoped", "text": "team note on retries"}], scope={"user_id": "u1"})
+    assert [c.chunk_id for c in mem.page_chunks(scope={"user_id": "u1"})[0]] == ["scoped"]
+    with pytest.raises(InvalidRequestError, match="limit"):
+        mem.page_chunks(limit=0)
+    with pytest.raises(InvalidRequestError, match="after"):
+        mem.page_chunks(after="x")
+
+
 def test_exact_lookup_ranks_first(mem):
     mem.add(_note_chunks())
     assert _ids(mem.search("getUserById", top_k=3))[0] == "auth-user"

@@ -101,6 +101,11 @@ class Backend(Protocol):
         """Chunks matching a :meth:`resolve` result, in order of first insertion, read in batches."""
         ...
 
+    def page_chunks(self, resolved: Any, after: int, limit: int) -> tuple[list[StoredChunk], int | None]:
+        """One keyset page of :meth:`iter_chunks`: up to ``limit`` chunks after position ``after`` (-1: the
+        start), and the position of the last one when more follow (else None)."""
+        ...
+
     def stats(self) -> dict[str, Any]:
         """Counts and configuration."""
         ...

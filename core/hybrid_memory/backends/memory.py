@@ -35,7 +35,7 @@ from ..dedup import DedupPolicy, WriteResult, as_policy
 from ..embedders import Embedder, SentenceTransformerEmbedder, l2_normalize
 from ..engines import Query
 from ..fusion import FUSION_METHODS
-from ..memory import HybridMemory, _bound, _checked_filter, _instant
+from ..memory import HybridMemory, _bound, _checked_filter, _instant, _page_after
 from ..models import SCOPE_FIELDS, TIME_FIELDS, Chunk, SearchRequest, SearchResponse, StoredChunk, build_response
 from ..scopes import Scope, as_scope
 from ..searcher import HybridResult, HybridSearcher
@@ -238,6 +238,20 @@ class BackendMemory(HybridMemory):
         """Stored chunks matching the filter, in ``scope``, valid at ``as_of``, in order of first insertion."""
         self._check_open()
         return self.backend.iter_chunks(self.backend.resolve(_checked_filter(metadata_filter), _bound(scope), _instant(as_of)))
+
+    def page_chunks(
+        self, metadata_filter: Mapping[str, Any] | None = None, *, after: int | None = None, limit: int = 100,
+        scope: Scope | Mapping[str, Any] | None = None, as_of: Any = None,
+    ) -> tuple[list[StoredChunk], int | None]:
+        """One page of :meth:`iter_chunks` (same order, filter, scope and ``as_of``), by keyset: at most ``limit``
+        (1..10,000) chunks after position ``after`` (None: the first page), and the position to pass as ``after``
+        for the next page (None on the last). A position is the chunk's first-insertion ``seq``, so it stays
+        valid while chunks are added or deleted; each page reads the ids of every matching chunk (a scroll), then
+        the page's chunks. Raises InvalidFilterError, InvalidRequestError."""
+        self._check_open()
+        start = _page_after(after, limit)
+        resolved = self.backend.resolve(_checked_filter(metadata_filter), _bound(scope), _instant(as_of))
+        return self.backend.page_chunks(resolved, start, limit)
 
     def chunk_hashes(self, *, scope: Scope | Mapping[str, Any] | None = None) -> dict[str, str]:
         """chunk_id -> sha256 of the text, for every stored chunk in ``scope``."""

@@ -892,10 +892,8 @@ class QdrantBackend:
         """Exact number of points matching the resolved filter."""
         return self.collection.count(_flt(resolved))
 
-    def iter_chunks(self, resolved: QdrantFilter | None, batch_size: int = 1000) -> Iterator[StoredChunk]:
-        """Chunks matching the filter in order of first insertion (``seq``, then chunk id): the matching ids
-        and their order are read first, then the chunks in batches, each version the one stored when its batch
-        is read; a chunk deleted meanwhile is skipped."""
+    def _order(self, resolved: QdrantFilter | None) -> list[tuple[int, str]]:
+        """(seq, chunk_id) of every chunk matching the filter, in first-insertion order."""
         order: list[tuple[int, str]] = []
         offset = None
         while True:
@@ -904,6 +902,23 @@ class QdrantBackend:
             if offset is None:
                 break
         order.sort()
+        return order
+
+    def page_chunks(self, resolved: QdrantFilter | None, after: int, limit: int) -> tuple[list[StoredChunk], int | None]:
+        """Keyset paging in :meth:`iter_chunks` order: up to ``limit`` chunks whose ``seq`` is above ``after``
+        (-1: from the start), and the ``seq`` of the last one when more follow (else None); a chunk deleted
+        between the id scroll and the read is left out."""
+        rest = [(seq, cid) for seq, cid in self._order(resolved) if seq > after]
+        batch = rest[:limit]
+        found = self.get([cid for _, cid in batch])
+        page = [found[cid] for _, cid in batch if cid in found]
+        return page, (batch[-1][0] if len(rest) > limit else None)
+
+    def iter_chunks(self, resolved: QdrantFilter | None, batch_size: int = 1000) -> Iterator[StoredChunk]:
+        """Chunks matching the filter in order of first insertion (``seq``, then chunk id): the matching ids
+        and their order are read first, then the chunks in batches, each version the one stored when its batch
+        is read; a chunk deleted meanwhile is skipped."""
+        order = self._order(resolved)
         for start in range(0, len(order), batch_size):
             batch = [cid for _, cid in order[start:start + batch_size]]
             found = self.get(batch)
