@@ -71,7 +71,7 @@ def open_memory(args: argparse.Namespace, *, must_exist: bool = True, show_progr
         if not (folder / EDGE_CONFIG).is_file():
             raise HybridMemoryError(f"no Qdrant Edge shard at {shard} (no {EDGE_CONFIG}); write one with: "
                                     f"hybrid-memory export-qdrant --memory DIR --edge-path {shard}")
-        options: dict[str, Any] = {"indexed_keys": dict(getattr(args, "index_key", None) or [])}
+        options: dict[str, Any] = {"indexed_keys": indexed_keys(getattr(args, "index_key", None) or [])}
         if getattr(args, "avgdl", None) is not None:
             options["avgdl"] = args.avgdl
         return HybridMemory.qdrant(edge_path=folder, embedder=embedder, show_progress=show_progress, **options)
@@ -100,6 +100,21 @@ def index_key(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(
             f"takes KEY or KEY=TYPE with TYPE one of {', '.join(INDEX_KINDS)} (e.g. severity=float), got {text!r}")
     return key, kind
+
+
+def indexed_keys(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """``--index-key`` pairs as ``{key: type}``; a key given again with the same type counts once.
+
+    Raises:
+        HybridMemoryError: a key given with two types (the fix: give it once).
+    """
+    out: dict[str, str] = {}
+    for key, kind in pairs:
+        if out.get(key, kind) != kind:
+            raise HybridMemoryError(f"--index-key {key} is given as {out[key]} and as {kind}; give each key once, "
+                                    f"with the type of its values")
+        out[key] = kind
+    return out
 
 
 def add_index_key_argument(p: argparse.ArgumentParser, what: str) -> None:

@@ -188,3 +188,17 @@ def test_index_key_takes_a_type(tmp_path, capsys):
 
     assert [index_key(t) for t in ("service", "severity=float", "n=integer", "ok=bool")] == [
         ("service", "keyword"), ("severity", "float"), ("n", "integer"), ("ok", "bool")]
+
+
+def test_a_key_given_with_two_index_types_is_refused_before_anything_is_written(tmp_path, capsys):
+    # a fresh user's finding: "--index-key severity=float --index-key severity=keyword" exited 0, the last one won
+    _memory(tmp_path / "mem")
+    assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--edge-path", str(tmp_path / "s"),
+                 "--index-key", "severity=float", "--index-key", "severity=keyword"]) == 2
+    assert ("--index-key severity is given as float and as keyword; give each key once, with the type of its "
+            "values") in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+    from hybrid_memory.cli import indexed_keys
+
+    assert indexed_keys([("service", "keyword"), ("severity", "float"), ("service", "keyword")]) == {
+        "service": "keyword", "severity": "float"}

@@ -121,16 +121,19 @@ def _cmd_export(args) -> int:  # noqa: ANN001
         from .._exceptions import HybridMemoryError
 
         raise HybridMemoryError("give --url (a Qdrant server, e.g. http://localhost:6333) or --edge-path DIR")
+    from ..cli import indexed_keys
+
+    keys = indexed_keys(args.index_key)  # before anything is opened: a key given with two types is refused
     with open_memory(args, show_progress=False) as memory:
         # BM25's length normalisation is fixed when points are written: the memory's own average length, so the
         # copy ranks as the memory does (Qdrant's default 256 tokens would reorder its results)
         avgdl = args.avgdl if args.avgdl is not None else memory._sparse.avgdl
         if args.edge_path:
-            backend = QdrantBackend.edge(args.edge_path, indexed_keys=dict(args.index_key), avgdl=avgdl)
+            backend = QdrantBackend.edge(args.edge_path, indexed_keys=keys, avgdl=avgdl)
         else:
             api_key = args.api_key if args.api_key is not None else os.environ.get("QDRANT_API_KEY") or None
             backend = QdrantBackend.client(args.url, collection=args.collection, api_key=api_key,
-                                           indexed_keys=dict(args.index_key), avgdl=avgdl, **options)
+                                           indexed_keys=keys, avgdl=avgdl, **options)
         total = memory.count()
         try:  # connect and create or check the collection first: a refused connection draws no 0/N bar
             backend.open(int(memory.embedder.dim))
