@@ -279,9 +279,7 @@ class HybridSearcher:
             KeyError: ``fusion`` names no method.
         """
         method = FUSION_METHODS[fusion]
-        max_df = self._max_df(top_k, max_df)
-        if method.identifiers:  # engines may prepare the exact matches in their own threads
-            query.cache[EXACT_MATCH_ARGS] = (max_df, self.identifier_min_share)
+        max_df = self._announce(query, method.identifiers, top_k, max_df)
         hits = self._gather(query, depth, self._active(weights), allowed)
         candidates = self._candidates(query, hits, depth, weights, rrf_k, method.name, max_df)
         return self.fuse(candidates, method.name, top_k)
@@ -300,6 +298,7 @@ class HybridSearcher:
     ) -> HybridResult:
         """:meth:`search` for asyncio: each engine runs in a worker thread under ``asyncio.gather``."""
         method = FUSION_METHODS[fusion]
+        max_df = self._announce(query, method.identifiers, top_k, max_df)
         active = self._active(weights)
         hits: dict[str, list[Hit]] = {}
         if not (allowed is not None and len(allowed) == 0):
@@ -308,7 +307,7 @@ class HybridSearcher:
             )
             hits = dict(zip(active, results, strict=True))
         candidates = await asyncio.to_thread(
-            self._candidates, query, hits, depth, weights, rrf_k, method.name, self._max_df(top_k, max_df)
+            self._candidates, query, hits, depth, weights, rrf_k, method.name, max_df
         )
         return self.fuse(candidates, method.name, top_k)
 
@@ -327,14 +326,20 @@ class HybridSearcher:
         """Run the engines and gather what ``fusion`` needs (cross-scores and identifier matches are
         gathered when any method could need them: pass ``fusion="adaptive"`` to get both)."""
         method = FUSION_METHODS[fusion]
+        max_df = self._announce(query, method.identifiers, top_k, max_df)
         hits = self._gather(query, depth, self._active(weights), allowed)
-        return self._candidates(query, hits, depth, weights, rrf_k, method.name, self._max_df(top_k, max_df))
+        return self._candidates(query, hits, depth, weights, rrf_k, method.name, max_df)
 
     # -- candidates and fusion ----------------------------------------------------------------------
-    def _max_df(self, top_k: int, max_df: int | None) -> int:
-        if max_df is not None:
-            return max_df
-        return self.identifier_max_df if self.identifier_max_df is not None else top_k
+    def _announce(self, query: Query, identifiers: bool, top_k: int, max_df: int | None) -> int:
+        """The exact-match guard's bound for this search (``max_df``, else the searcher's ``identifier_max_df``,
+        else ``top_k``); when the method reads exact matches, announced in the query's cache
+        (:data:`~hybrid_memory.engines.EXACT_MATCH_ARGS`) so the engines prepare them in their own threads."""
+        if max_df is None:
+            max_df = self.identifier_max_df if self.identifier_max_df is not None else top_k
+        if identifiers:
+            query.cache[EXACT_MATCH_ARGS] = (max_df, self.identifier_min_share)
+        return max_df
 
     def _candidates(
         self,

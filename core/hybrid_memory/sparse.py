@@ -550,7 +550,7 @@ class BM25Index:
             if len(main_ids) and len(ids):
                 pos, in_main = self._main_positions(ids)
                 if not self._delta_tf and main is not None and in_main.all():
-                    return _float32(main.take(pos))  # the common case: every id a live main document
+                    return _float32(main.take(pos))  # every id a live main document (ids too sparse for the lookup)
                 out = np.full(len(ids), np.nan)
                 out[in_main] = 0.0 if main is None else _float32(main[pos[in_main]])
             else:
@@ -581,11 +581,7 @@ class BM25Index:
             rare = self._rare_holders(terms, max_df, min_share, cache)
         if not rare:
             return np.zeros(len(ids), dtype=np.int64)
-        id_list = ids.tolist()
-        counts = [0] * len(id_list)
-        for held in rare:
-            counts = [c + 1 if i in held else c for c, i in zip(counts, id_list, strict=True)]
-        return np.array(counts, dtype=np.int64)
+        return np.array([sum(1 for h in rare if i in h) for i in ids.tolist()], dtype=np.int64)
 
     def _rare_holders(self, terms: _QueryTerms, max_df: int, min_share: float, cache: dict | None) -> list[set[int]]:
         """The live holders of each rare identifier of the query (held by 1 to ``max_df`` documents), one set
@@ -748,26 +744,26 @@ class BM25Index:
         ids = np.asarray(ids, dtype=np.int64)
         terms = self._terms(query, cache)
         held = cache.get("bm25_exact") if cache is not None else None
-        if held is not None and held[0] == (self._generation, max_df, min_share, min_terms) and held[2] is not None:
-            # prepared in the search thread (prepare_exact_matches): set lookups, no numpy call per term
-            _, rare, full_holders = held
-            id_list = ids.tolist()
-            counts = [sum(1 for h in rare if i in h) for i in id_list] if rare else [0] * len(id_list)
-            full_at = [j for j, i in enumerate(id_list) if i in full_holders]
+        if held is not None and held[0] == (self._generation, max_df, min_share, min_terms):
+            _, rare, full_holders = held  # prepared in the search thread (prepare_exact_matches)
+        else:
+            with self._lock:
+                rare = self._rare_holders(terms, max_df, min_share, cache)
+            full_holders = None
+        id_list = ids.tolist()
+        counts = [sum(1 for h in rare if i in h) for i in id_list] if rare else [0] * len(id_list)
+        if len(terms.distinct) >= min_terms:
+            if full_holders is not None:  # set lookups, no numpy call per term
+                full_at = [j for j, i in enumerate(id_list) if i in full_holders]
+            else:
+                full_at = np.flatnonzero(self.holds_all_terms(query, ids, cache=cache)).tolist()
             if full_at and len(full_at) <= max_df:
                 in_order = self.holds_in_order(query, ids[full_at], cache=cache).tolist()
                 bonus = 1 + len(terms.identifiers)
                 for j, ok in zip(full_at, in_order, strict=True):
                     if ok:
                         counts[j] += bonus
-            return np.array(counts, dtype=np.int64)
-        out = self.identifier_matches(query, ids, max_df, min_share, cache=cache)
-        if len(terms.distinct) >= min_terms:
-            full = self.holds_all_terms(query, ids, cache=cache)
-            if 0 < int(full.sum()) <= max_df:
-                full[full] = self.holds_in_order(query, ids[full], cache=cache)
-                out = out + full.astype(np.int64) * (1 + len(terms.identifiers))
-        return out
+        return np.array(counts, dtype=np.int64)
 
     def holds_in_order(self, query: str, ids: np.ndarray, *, cache: dict | None = None) -> np.ndarray:
         """bool (len(ids),): which of the int64 ``ids`` contain the query's tokens in the query's order (an
