@@ -1,9 +1,12 @@
-"""A selective filter scores only the allowed documents, with exactly the scores of the full pass.
+"""The three ways BM25 scores the main segment give the same scores, to the bit.
 
-``BM25Index._allowed_state`` replaces the pass over every main document by a binary search of each query term's
-column per allowed document when that is cheaper (``ALLOWED_ROW_COST``). These tests compare it, bit for bit, with
-the full pass (forced by an infinite row cost) in the mixed state: a main segment, a delta segment, documents
-removed from both, and allowed sets holding live, removed, delta and unknown ids.
+* the full pass: one ``bincount`` over every main document;
+* the union of the query's columns (``_MainHits``, when they are short: ``UNION_ENTRY_COST``);
+* the allowed documents only, under a selective filter (``ALLOWED_ROW_COST``): a binary search of each query
+  term's column per allowed document.
+
+These tests compare them with the full pass (forced by infinite costs) in the mixed state: a main segment, a
+delta segment, documents removed from both, and allowed sets holding live, removed, delta and unknown ids.
 """
 
 import math
@@ -30,6 +33,8 @@ def _corpus(rng, n):
 def index():
     rng = np.random.default_rng(7)
     main_docs = _corpus(rng, 2000)
+    for i in range(100, 110):
+        main_docs[i] += " zzrare"  # a term in 10 of 2000 documents: its column is short
     delta_docs = _corpus(rng, 40) + ["w59 w59 only-in-delta"]
     idx = BM25Index(compact_min=100_000)
     idx.build(list(range(1, 2001)), main_docs)
@@ -40,9 +45,10 @@ def index():
 
 def _full(monkeypatch):
     monkeypatch.setattr(sparse, "ALLOWED_ROW_COST", math.inf)
+    monkeypatch.setattr(sparse, "UNION_ENTRY_COST", math.inf)
 
 
-QUERIES = ["w3 w40", "w0", "w1 w1 w55", "w59 only-in-delta", "w12 w33 w44 w58", "w2 nothing-here"]
+QUERIES = ["w3 w40", "zzrare w58", "w0", "w1 w1 w55", "w59 only-in-delta", "w12 w33 w44 w58", "w2 nothing-here"]
 
 
 @pytest.mark.parametrize("query", QUERIES)
@@ -93,7 +99,9 @@ def test_the_row_cost_rule_picks_the_path(index):
     tokens = index._terms("w3 w40", None).tokens
     with index._lock:
         columns = index._columns(tokens, None)
-    touched = len(index._main_ids) + sum(end - begin for begin, end, _ in columns)
+    entries = sum(end - begin for begin, end, _ in columns)
+    touched = min(len(index._main_ids) + entries, entries * sparse.UNION_ENTRY_COST)
+    assert index._pass_cost(columns)[0] == touched
     limit = touched // (len(columns) * sparse.ALLOWED_ROW_COST)  # the largest set scored directly
     ids = np.arange(1, 2001)
     below, above = RowSet(ids[:limit]), RowSet(ids[: limit + 1])
@@ -121,3 +129,39 @@ def test_hand_computed_scores_of_one_allowed_document():
     beta = float(np.float32(np.float32(idf_beta) * (1 / (norm + 1))))
     assert hits == [(1, pytest.approx(alpha + beta, rel=1e-6))]
     assert index.score("alpha beta", np.array([1]), cache=cache).tolist() == [hits[0][1]]
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_the_union_of_the_columns_equals_the_full_pass(index, monkeypatch, query):
+    rng = np.random.default_rng(zlib.crc32(query.encode()) + 1)
+    probes = np.array([1, 2, 5, 17, 999, 1500, 2000, 2500, 3001, 3002, 3041, 77777], dtype=np.int64)
+    for allowed in (None, RowSet(rng.choice(np.arange(1, 3042), size=900, replace=False))):
+        results = []
+        for union in (0, math.inf):  # always the union, never
+            with monkeypatch.context() as patch:
+                patch.setattr(sparse, "ALLOWED_ROW_COST", math.inf)
+                patch.setattr(sparse, "UNION_ENTRY_COST", union)
+                cache: dict = {}
+                hits = index.search(query, 10, allowed, cache=cache)
+                scores = index.score(query, probes, cache=cache)
+                held = cache.get("bm25")
+                form = None if held is None or held[1] is None else type(held[1]).__name__
+                results.append((hits, scores, form))
+        (hits_u, scores_u, form_u), (hits_f, scores_f, form_f) = results
+        assert hits_u == hits_f
+        np.testing.assert_array_equal(scores_u, scores_f)
+        if form_f is not None:  # some query term is in the main segment
+            assert (form_u, form_f) == ("_MainHits", "ndarray")
+
+
+def test_the_union_form_is_picked_for_short_columns(index):
+    # "zzrare" is in 10 documents: its column is short, so the union costs less than a pass over 2000 documents
+    tokens = index._terms("zzrare", None).tokens
+    with index._lock:
+        columns = index._columns(tokens, None)
+        entries = columns[0][1] - columns[0][0]
+        assert entries * sparse.UNION_ENTRY_COST <= len(index._main_ids) + entries
+        assert isinstance(index._score_main(tokens), sparse._MainHits)
+        common = index._columns(index._terms("w0", None).tokens, None)
+        assert (common[0][1] - common[0][0]) * sparse.UNION_ENTRY_COST > len(index._main_ids)
+        assert isinstance(index._score_main(index._terms("w0", None).tokens), np.ndarray)
