@@ -384,6 +384,8 @@ class HybridMemory:
         """
         self._data_version = self._store.data_version()
         store_ids, self._seq = self._store.snapshot()
+        if self.path is not None:
+            self._store.memoize_keys()  # searches then read candidate ids from memory, not cold pages
         loaded = {"bm25": False, "dense": False}
         if self.path is not None:
             with self._index_files():

@@ -52,3 +52,32 @@ def test_hit_rows_reads_text_source_and_metadata_of_live_rowids(tmp_path):
     assert (hit.chunk_id, hit.text, hit.source, hit.metadata) == ("a", "alpha ERR_TIMEOUT", "s1", {"k": 1})
     assert response.model_dump()["results"][0]["metadata"] == {"k": 1}  # built without validation, still dumps
     memory.close()
+
+
+def test_opening_a_saved_memory_memoizes_every_key(tmp_path, monkeypatch):
+    memory = _memory(tmp_path)
+    memory.add([{"chunk_id": "c\x1fd", "text": "gamma"}])  # the separator of the fast read: the fallback runs
+    memory.close()
+    reopened = HybridMemory.open(tmp_path / "m", embedder=HashingEmbedder(dim=64))
+    store = reopened._store
+    assert store._key_memo == dict(zip(store.rowids().tolist(), ["a", "b", "c\x1fd"]))
+
+    def no_sql(rowids):  # a search must not read keys from SQLite now
+        raise AssertionError(f"read {rowids} from the store")
+
+    monkeypatch.setattr(store, "_chunk_ids_from_store", no_sql)
+    assert [hit.chunk_id for hit in reopened.search("alpha ERR_TIMEOUT beta gamma", top_k=3).results] == ["a", "b", "c\x1fd"]
+    reopened.close()
+
+
+def test_keys_are_read_by_the_fast_path_and_not_beyond_the_cap(tmp_path, monkeypatch):
+    memory = _memory(tmp_path)
+    memory.close()
+    reopened = HybridMemory.open(tmp_path / "m", embedder=HashingEmbedder(dim=64))
+    assert sorted(reopened._store._key_memo.values()) == ["a", "b"]
+    reopened.close()
+    monkeypatch.setattr(store_module, "KEY_MEMO_MAX", 1)  # 2 chunks > 1: nothing read at open
+    capped = HybridMemory.open(tmp_path / "m", embedder=HashingEmbedder(dim=64))
+    assert capped._store._key_memo == {}
+    assert capped._store.memoize_keys() == 0
+    capped.close()
