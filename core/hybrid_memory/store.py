@@ -36,7 +36,7 @@ from .changes import ChangeSet
 from .filters import compile_filter, register_sql_functions
 from .models import StoredChunk
 
-__all__ = ["ADDED", "KEY_MEMO_MAX", "METADATA", "REMOVED", "CommitResult", "NewRow", "SQLiteStore", "content_hash"]
+__all__ = ["ADDED", "KEY_MEMO_MAX", "KEY_PREFILL_BYTES", "METADATA", "REMOVED", "CommitResult", "NewRow", "SQLiteStore", "content_hash"]
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +120,10 @@ def scope_sql(scope: Mapping[str, str] | None, as_of: float | None) -> tuple[str
 KEY_MEMO_MAX = 1 << 21
 """At most this many rowid -> chunk_id answers are kept in memory by :meth:`SQLiteStore.chunk_ids_by_rowid`
 (about 150 MB at 60-byte ids); beyond it the memo is emptied and fills again."""
+
+KEY_PREFILL_BYTES = 1 << 28
+""":meth:`SQLiteStore.memoize_keys` reads the ids at open only while they take at most this many bytes together
+(256 MB: the two strings it reads stay far below SQLite's 1 GB string limit, ``SQLITE_MAX_LENGTH``)."""
 
 _FILTERED_SYSTEM = ("tenant", "user_id", "agent_id", "session_id", "valid_from", "valid_to")
 """System columns the filter index keeps (hybrid_memory.filter_index.INDEXED_SYSTEM_FIELDS)."""
@@ -621,18 +625,21 @@ class SQLiteStore:
 
     def memoize_keys(self) -> int:
         """Read every rowid -> chunk_id into the memo of :meth:`chunk_ids_by_rowid` (when the store holds at
-        most :data:`KEY_MEMO_MAX` chunks); returns how many it holds then.
+        most :data:`KEY_MEMO_MAX` chunks whose ids take at most :data:`KEY_PREFILL_BYTES` bytes together); returns
+        how many the memo holds then.
 
         Called on opening a saved memory: otherwise the first searches read their candidates' ids from cold
         SQLite pages, one random page per row (measured at 1M chunks with the store out of the page cache: 9.8 ms
         of a 20 ms search for 25 candidates). One query over the smallest covering index
         (``chunk_id``'s), as two ``group_concat`` strings split in Python: 1.0-1.2 s at 1M chunks, against
         1.4-3.4 s fetching one tuple per row; about 100 MB of memory at 1M. A chunk id holding the separator
-        (U+001F) falls back to one tuple per row.
+        (U+001F) falls back to one tuple per row; beyond the bounds nothing is read and the memo fills as
+        searches ask.
         """
         with self._lock:
-            count = int(self._conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0])
-            if not count or count > KEY_MEMO_MAX:
+            count, total = self._conn.execute(
+                "SELECT COUNT(*), COALESCE(SUM(LENGTH(CAST(chunk_id AS BLOB))), 0) FROM chunks").fetchone()
+            if not count or count > KEY_MEMO_MAX or total > KEY_PREFILL_BYTES:
                 return len(self._key_memo)
             ids, keys = self._conn.execute(
                 "SELECT group_concat(rowid), group_concat(chunk_id, char(31)) FROM chunks").fetchone()

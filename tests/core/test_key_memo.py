@@ -81,3 +81,14 @@ def test_keys_are_read_by_the_fast_path_and_not_beyond_the_cap(tmp_path, monkeyp
     assert capped._store._key_memo == {}
     assert capped._store.memoize_keys() == 0
     capped.close()
+
+
+def test_no_keys_are_read_at_open_beyond_the_byte_bound(tmp_path, monkeypatch):
+    memory = _memory(tmp_path)
+    memory.close()
+    monkeypatch.setattr(store_module, "KEY_PREFILL_BYTES", 1)  # "a" + "b": 2 bytes > 1
+    reopened = HybridMemory.open(tmp_path / "m", embedder=HashingEmbedder(dim=64))
+    assert reopened._store._key_memo == {}
+    assert [hit.chunk_id for hit in reopened.search("alpha", top_k=1).results] == ["a"]  # read on demand
+    assert list(reopened._store._key_memo.values()).count("a") == 1
+    reopened.close()
