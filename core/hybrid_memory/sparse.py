@@ -40,7 +40,7 @@ from .tokenizer import TechnicalTokenizer
 
 from .engines import RowSet, as_rowset, id_bounds
 
-__all__ = ["ALLOWED_ROW_COST", "HOLDERS_MAX", "HOLDS_ALL_COUNT_MAX", "PREPARE_DF_MAX", "UNION_ENTRY_COST", "BM25Index"]
+__all__ = ["ALLOWED_ROW_COST", "HOLDERS_MAX", "HOLDS_ALL_COUNT_MAX", "PREPARE_DF_MAX", "TIE_PREFIX", "UNION_ENTRY_COST", "BM25Index"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +70,12 @@ is at most the entries a pass over every main document touches (main documents +
 ``bincount`` over every main document. Measured on 3-token queries: at 100k chunks (859 entries) 0.17 ms against
 0.27 ms for the full pass, at 1M (8,656 entries) 2.1 ms against 5.2 ms, about 200-240 ns an entry (the sort and the
 random reads of the alive flags and ids) against 2.4 ns per main document: a ratio of 85-100, rounded down."""
+
+TIE_PREFIX = 32
+"""When BM25's candidate cut falls inside a tie, :meth:`BM25Index.search` orders this many times ``k`` documents at
+once and keeps them for the query: the searcher asks again at 2, 4, ... x the depth up to its tie limit of 512 hits
+(``hybrid_memory.searcher.TIE_DEPTH_LIMIT``, 5 more rounds from a depth of 21), which then read that prefix instead
+of partitioning every candidate again (at 1M chunks each round was 10-15 ms for a term every chunk holds)."""
 
 ALLOWED_ROW_COST = 6
 """A filtered search scores only the allowed documents (:meth:`BM25Index._allowed_state`: a binary search of each
@@ -553,6 +559,38 @@ class BM25Index:
             cache["bm25_allowed"] = (key, allowed, state)
         return state
 
+    @staticmethod
+    def _top(ids: np.ndarray, scores: np.ndarray, k: int, cache: dict | None) -> np.ndarray:
+        """Positions in ``ids`` / ``scores`` (the main candidates: int64 ids ascending, float64 scores, more than
+        ``k``) of the top ``k`` by score descending then id ascending.
+
+        The k-th best score by ``np.partition``, then the documents above it and, of those tied with it, the ones
+        of the smallest ids (``ids`` is ascending): a tie at the cut costs two passes, not a sort of the tie
+        (a query term every chunk holds, such as the ``inc`` of ``INC-0012345``, ties hundreds of thousands of
+        chunks). A tie makes the searcher ask again with twice the depth, up to its tie limit
+        (``HybridSearcher._run``); so the first tie orders :data:`TIE_PREFIX` x ``k`` documents at once, kept in
+        ``cache`` for the same ``ids`` array, and the deeper asks read that prefix.
+        """
+        held = cache.get("bm25_top") if cache is not None else None
+        if held is not None and held[0] is ids and (len(held[1]) >= k or len(held[1]) == len(ids)):
+            return held[1][:k]
+        n = len(scores)
+        kth = np.partition(scores, n - k)[n - k]
+        above = np.flatnonzero(scores > kth)
+        tied = np.flatnonzero(scores == kth)
+        want = k
+        if len(above) + len(tied) > k and cache is not None:  # a tie at the cut: the deeper asks will follow
+            want = min(n, k * TIE_PREFIX)
+            if want > k:
+                kth = np.partition(scores, n - want)[n - want]
+                above = np.flatnonzero(scores > kth)
+                tied = np.flatnonzero(scores == kth)
+        chosen = np.concatenate([above, tied[: want - len(above)]])
+        chosen = chosen[np.lexsort((ids[chosen], -scores[chosen]))]
+        if cache is not None:
+            cache["bm25_top"] = (ids, chosen)
+        return chosen[:k]
+
     def _gather_main(self, main: np.ndarray | _MainHits, positions: np.ndarray) -> np.ndarray:
         """float64 (len(positions),): the unrounded scores at int64 main ``positions`` (0 .. len(main ids); the last,
         one past the segment, is where the id lookup sends misses: nan), from either form of :meth:`_score_main`.
@@ -630,10 +668,8 @@ class BM25Index:
                     hit = direct[1] > 0
                     ids, scores = direct[0][hit], _float32(direct[1][hit])
                 if len(ids) > k:
-                    # the k-th best score, then every document scoring at least that (ties at the cut kept)
-                    kth = np.partition(scores, len(scores) - k)[len(scores) - k]
-                    keep = scores >= kth
-                    ids, scores = ids[keep], scores[keep]
+                    top = self._top(ids, scores, k, cache)
+                    ids, scores = ids[top], scores[top]
                 parts_ids.append(ids)
                 parts_scores.append(scores)
             if delta:
