@@ -141,6 +141,41 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _arguments_message(tool: str, error: Any) -> str:
+    """A pydantic ``ValidationError`` of a tool's arguments as one line per field: where, what is wrong, what was
+    given (``request.top_k: must be >= 1 (got 0)`` style, from pydantic's own messages), without pydantic's
+    type tags and documentation links, which name nothing a caller can fix."""
+    lines = []
+    for err in error.errors(include_url=False):
+        where = ".".join(str(part) for part in err["loc"]) or "arguments"
+        message = str(err["msg"]).removeprefix("Value error, ")
+        given = err.get("input")
+        shown = "" if err["type"] == "missing" or isinstance(given, dict) else f" (got {given!r:.80})"
+        lines.append(f"{where}: {message}{shown}")
+    return f"invalid arguments for {tool}; fix and call again: " + "; ".join(lines)
+
+
+def _mcp_server_class() -> type:
+    """``MCPServer`` whose argument validation errors read as :func:`_arguments_message` (the SDK returns
+    pydantic's full ``str(ValidationError)``)."""
+    from mcp.server.mcpserver import MCPServer
+    from pydantic import ValidationError
+
+    tool_error = _tool_error()
+
+    class _Server(MCPServer):
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            try:
+                return await super().call_tool(name, arguments, context)
+            except tool_error as exc:
+                cause = exc.__cause__
+                if type(exc) is tool_error and isinstance(cause, ValidationError):
+                    raise tool_error(_arguments_message(name, cause)) from cause
+                raise
+
+    return _Server
+
+
 def build_server(
     memory: HybridMemory | ScopedMemory,
     *,
@@ -165,7 +200,7 @@ def build_server(
         InvalidRequestError: a bad scope.
     """
     try:
-        from mcp.server.mcpserver import MCPServer
+        MCPServer = _mcp_server_class()  # noqa: N806
     except ImportError as exc:
         raise missing_dependency("mcp", "mcp") from exc
 

@@ -220,3 +220,20 @@ def test_page_chunks_checks_its_arguments(memory):
     rest, end = memory.page_chunks(after=nxt, limit=10_000)
     assert [c.chunk_id for c in page + rest] == [c.chunk_id for c in memory.iter_chunks()] == ["u1-a", "u2-a"]
     assert end is None
+
+
+async def test_bad_arguments_read_as_one_line_per_field(memory):
+    async with client(build_server(memory)) as c:
+        bad_top_k = await call(c, "search_memory", {"request": {"search_text": "Dana", "top_k": 0}})
+        assert bad_top_k.is_error
+        assert bad_top_k.content[0].text == ("invalid arguments for search_memory; fix and call again: "
+                                             "request.top_k: Input should be greater than or equal to 1 (got 0)")
+        missing = await call(c, "search_memory", {})
+        assert missing.content[0].text == "invalid arguments for search_memory; fix and call again: request: Field required"
+        page = await call(c, "list_memories", {"page_size": 0, "cursor": 5})
+        assert page.content[0].text == ("invalid arguments for list_memories; fix and call again: "
+                                        "cursor: Input should be a valid string (got 5); "
+                                        "page_size: Input should be greater than or equal to 1 (got 0)")
+        # the library's own errors keep their text
+        unknown = await call(c, "search_memory", {"request": {"search_text": "Dana", "hybrid_params": {"fusion": "x"}}})
+        assert "unknown fusion method 'x'; choose one of" in unknown.content[0].text
