@@ -59,6 +59,24 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
 
 
+def query_vector(vector: np.ndarray | Sequence[float], dim: int) -> np.ndarray:
+    """A caller's precomputed query vector as float32 (dim,), scaled to unit L2 norm (all zeros stay zeros).
+
+    Raises:
+        InvalidRequestError: not ``dim`` finite numbers (a wrong length, NaN, inf, or values that are not numbers).
+    """
+    from ._exceptions import InvalidRequestError
+
+    fix = f"pass {dim} finite floats (this memory's embedding size), or None to embed search_text"
+    try:
+        array = np.asarray(vector, dtype=np.float32).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequestError(f"query_vector must be numbers, got {type(vector).__name__} {vector!r:.60}; {fix}") from exc
+    if array.shape != (dim,) or not np.isfinite(array).all():
+        raise InvalidRequestError(f"query_vector must be {dim} finite floats, got shape {array.shape}; {fix}")
+    return l2_normalize(array.reshape(1, -1))[0]
+
+
 @contextlib.contextmanager
 def _offline_env() -> Iterator[None]:
     """HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE set while the model loads, then restored: the load never

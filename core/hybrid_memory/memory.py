@@ -43,7 +43,8 @@ from ._rwlock import ReadWriteLock
 from .changes import ChangeSet
 from .dedup import DedupPolicy, WriteResult, as_policy
 from .dense import DENSE_KINDS, FaissIndex
-from .embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder, l2_normalize
+from .embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder
+from .embedders import query_vector as checked_query_vector
 from .filter_index import FilterIndex, system_filter
 from .filters import check_metadata, validate_filter
 from .engines import DenseEngine, Query, RowSet, SparseEngine
@@ -96,7 +97,8 @@ def _sorted_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 class HybridMemory:
-    """Hybrid BM25 + dense memory with weighted Reciprocal Rank Fusion, persisted in a folder.
+    """Hybrid BM25 + dense memory, persisted in a folder: the query-adaptive fusion by default, weighted
+    Reciprocal Rank Fusion and the other methods of ``hybrid_memory.fusion.FUSION_METHODS`` by name.
 
     Args:
         path: memory directory (created if absent; reopened if it holds a memory). None keeps the memory
@@ -1162,13 +1164,7 @@ class HybridMemory:
     def _query(self, req: SearchRequest, query_vector: np.ndarray | Sequence[float] | None) -> Query:
         if query_vector is None:
             return Query(req.search_text)
-        vector = np.asarray(query_vector, dtype=np.float32).reshape(-1)
-        if vector.shape != (self._dense.dim,) or not np.isfinite(vector).all():
-            raise InvalidRequestError(
-                f"query_vector must be {self._dense.dim} finite floats (this memory's embedding size), got shape "
-                f"{vector.shape}; pass None to embed search_text"
-            )
-        return Query(req.search_text, l2_normalize(vector.reshape(1, -1))[0])
+        return Query(req.search_text, checked_query_vector(query_vector, self._dense.dim))
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def flush(self) -> None:

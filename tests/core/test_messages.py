@@ -82,3 +82,27 @@ def test_search_help_lists_the_default_fusion_first(capsys):
         main(["search", "--help"])
     out = capsys.readouterr().out
     assert "[--fusion {adaptive,rrf,rrf_guard,dbsf,tm2c2,zscore,confidence,zscore_guard}]" in out
+
+
+@pytest.mark.parametrize("vector, got", [("abc", "got str 'abc'"), ([1.0, "x"], "got list [1.0, 'x']"),
+                                         ({"a": 1}, "got dict {'a': 1}")])
+def test_a_query_vector_that_is_not_numbers_is_a_clear_error(vector, got):
+    from hybrid_memory import InvalidRequestError
+
+    with HybridMemory(embedder=HashingEmbedder(4)) as mem:
+        mem.add([{"chunk_id": "a", "text": "kafka lag"}])
+        with pytest.raises(InvalidRequestError) as raised:
+            mem.search("kafka", query_vector=vector)
+    assert str(raised.value) == (f"query_vector must be numbers, {got}; pass 4 finite floats (this memory's "
+                                 "embedding size), or None to embed search_text")
+
+
+def test_the_qdrant_order_filter_hint_names_the_cli_flag_too():
+    from hybrid_memory import InvalidFilterError
+    from hybrid_memory.backends.qdrant_filters import translate
+    from hybrid_memory.filters import parse_filter
+
+    with pytest.raises(InvalidFilterError) as raised:
+        translate(parse_filter({"severity": {"$lte": 1}}), set())
+    assert str(raised.value).endswith("declare it: HybridMemory.qdrant(..., indexed_keys={'severity': 'float'}), or "
+                                      "on the command line --index-key severity=float")

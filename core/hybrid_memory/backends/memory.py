@@ -32,7 +32,8 @@ import numpy as np
 from .._exceptions import InvalidRequestError
 from .._rwlock import ReadWriteLock
 from ..dedup import DedupPolicy, WriteResult, as_policy
-from ..embedders import Embedder, SentenceTransformerEmbedder, l2_normalize
+from ..embedders import Embedder, SentenceTransformerEmbedder
+from ..embedders import query_vector as checked_query_vector
 from ..engines import Query
 from ..fusion import FUSION_METHODS
 from ..memory import HybridMemory, _bound, _checked_filter, _instant, _page_after
@@ -270,13 +271,7 @@ class BackendMemory(HybridMemory):
         if query_vector is None:
             query = Query(req.search_text)
         else:
-            vector = np.asarray(query_vector, dtype=np.float32).reshape(-1)
-            if vector.shape != (dim,) or not np.isfinite(vector).all():
-                raise InvalidRequestError(
-                    f"query_vector must be {dim} finite floats (this memory's embedding size), got shape "
-                    f"{vector.shape}; pass None to embed search_text"
-                )
-            query = Query(req.search_text, l2_normalize(vector.reshape(1, -1))[0])
+            query = Query(req.search_text, checked_query_vector(query_vector, dim))
         params = req.hybrid_params
         query.cache["qdrant_legs"] = tuple(
             name for name, w in (("sparse", params.sparse_weight), ("dense", params.dense_weight)) if w > 0

@@ -221,8 +221,9 @@ def _condition(node: Node, exact: Any = None) -> dict[str, Any]:
         if exact is not None and key not in exact:
             raise InvalidFilterError(
                 f"{op} on {key[1]!r}: Qdrant compares unindexed payload floats after re-reading them with up to "
-                f"1 ULP of error, so order tests are exact only on keys with a float payload index; declare it, "
-                f"e.g. HybridMemory.qdrant(..., indexed_keys={{{key[1]!r}: 'float'}})"
+                f"1 ULP of error, so order tests are exact only on keys with a float payload index; declare it: "
+                f"HybridMemory.qdrant(..., indexed_keys={{{key[1]!r}: 'float'}}), or on the command line "
+                f"--index-key {key[1]}=float"
             )
         return {"key": _path(key, "n"), "range": {_RANGE[op]: _number(op, key, value)}}
     raise AssertionError(f"unknown filter node {node!r}")  # pragma: no cover
