@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ._exceptions import DuplicateChunkError, HybridMemoryError, InvalidRequestError, missing_dependency
 from .dedup import DedupPolicy
 from .models import SearchRequest, SearchResponse, StoredChunk
-from .scopes import Scope, ScopedMemory, as_scope
+from .scopes import SCOPE_FIELDS, Scope, ScopedMemory, as_scope
 
 if TYPE_CHECKING:
     from .memory import HybridMemory
@@ -151,6 +151,8 @@ def _arguments_message(tool: str, error: Any) -> str:
         message = str(err["msg"]).removeprefix("Value error, ")
         given = err.get("input")
         shown = "" if err["type"] == "missing" or isinstance(given, dict) else f" (got {given!r:.80})"
+        if err["type"] == "extra_forbidden" and err["loc"] and err["loc"][-1] in SCOPE_FIELDS:
+            shown += "; the scope of what a tool reads and writes is the server's (hybrid-memory mcp --scope)"
         lines.append(f"{where}: {message}{shown}")
     return f"invalid arguments for {tool}; fix and call again: " + "; ".join(lines)
 

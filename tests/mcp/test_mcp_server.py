@@ -234,6 +234,10 @@ async def test_bad_arguments_read_as_one_line_per_field(memory):
         assert page.content[0].text == ("invalid arguments for list_memories; fix and call again: "
                                         "cursor: Input should be a valid string (got 5); "
                                         "page_size: Input should be greater than or equal to 1 (got 0)")
+        scoped = await call(c, "add_memory", {"memory": {"text": "Dana moved", "user_id": "u2"}})
+        assert scoped.content[0].text == (
+            "invalid arguments for add_memory; fix and call again: memory.user_id: Extra inputs are not permitted "
+            "(got 'u2'); the scope of what a tool reads and writes is the server's (hybrid-memory mcp --scope)")
         # the library's own errors keep their text
         unknown = await call(c, "search_memory", {"request": {"search_text": "Dana", "hybrid_params": {"fusion": "x"}}})
         assert "unknown fusion method 'x'; choose one of" in unknown.content[0].text
