@@ -421,9 +421,8 @@ class BM25Index:
     def _main_positions(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(positions of the int64 ``ids`` in the main segment, bool: which are live main documents there);
         positions of the others are meaningless. Caller holds the lock and checked the segment is not empty."""
-        main_ids = self._main_ids
-        pos = main_ids.searchsorted(ids)  # take(mode="clip") reads an id past the end as the last
-        return pos, (main_ids.take(pos, mode="clip") == ids) & (self._main_alive.take(pos, mode="clip") > 0)
+        pos, held = _find(self._main_ids, ids)
+        return pos, held & (self._main_alive.take(pos, mode="clip") > 0)
 
     def _state(self, tokens: list[str], cache: dict | None) -> tuple[np.ndarray | None, dict[int, float]]:
         """Scores of every document for ``tokens`` at the global statistics; caller holds the lock.
@@ -446,7 +445,13 @@ class BM25Index:
     def _columns(self, tokens: list[str], cache: dict | None) -> list[tuple[int, int, float]]:
         """(begin, end, weight) of each of ``tokens`` (repeats kept) that the main segment holds: its column span in
         bm25s's CSC score matrix and the factor idf(t) / idf_main(t) that rescales the column to the statistics of
-        main + delta (see :meth:`_score_main`). Caller holds the lock and checked there is a main segment."""
+        main + delta (see :meth:`_score_main`); kept in ``cache`` for the same index state, so a filtered search
+        that weighs the allowed-only path against a pass computes them once. Caller holds the lock and checked
+        there is a main segment."""
+        key = (self._generation, tuple(tokens))
+        held = cache.get("bm25_columns") if cache is not None else None
+        if held is not None and held[0] == key:
+            return held[1]
         n_main = len(self._main_ids)
         n_all = n_main + len(self._delta_tf)
         spans = self._spans(tokens, cache)
@@ -458,6 +463,8 @@ class BM25Index:
             df_main = end - begin
             df = df_main + len(self._postings.get(token, ()))
             out.append((begin, end, self._idf(n_all, df) / self._idf(n_main, df_main)))
+        if cache is not None:
+            cache["bm25_columns"] = (key, out)
         return out
 
     def _pass_cost(self, columns: list[tuple[int, int, float]]) -> tuple[int, bool]:
@@ -508,14 +515,14 @@ class BM25Index:
 
     def _allowed_state(
         self, tokens: list[str], allowed: RowSet | None, cache: dict | None
-    ) -> tuple[np.ndarray, np.ndarray, dict[int, float]] | None:
+    ) -> _AllowedScores | None:
         """Scores of the allowed documents only, when that is cheaper than scoring every main document (see
         :data:`ALLOWED_ROW_COST`); None otherwise (and when there is no filter, no main segment, or the full
         scores of this query are already at hand). Caller holds the lock.
 
-        Returns (ids int64 (m,): the live main documents among ``allowed``, ascending; their scores float64 (m,),
-        unrounded, 0 for a document without a query term; {delta doc id: score > 0}), kept in ``cache`` for the
-        same ``allowed`` object, so :meth:`score` of the other engine's candidates (allowed ones) is a gather.
+        Returns :class:`_AllowedScores`, kept in ``cache`` for the same ``allowed`` object, so :meth:`score` of the
+        other engine's candidates (allowed ones) is a gather, and the searcher's deeper asks at a tied cut reuse
+        the candidates (and :meth:`_top`'s prefix, kept for the same candidate array).
 
         Each term's column lists its documents ascending (:mod:`hybrid_memory.bm25_build`), so an allowed
         document's entry is found by binary search; the terms are added in query order in float64, the
@@ -549,12 +556,11 @@ class BM25Index:
         data, indices = main.scores["data"], main.scores["indices"]
         scores = np.zeros(len(pos))
         for begin, end, weight in columns:
-            column = indices[begin:end]
-            at = column.searchsorted(pos)
-            found = column.take(at, mode="clip") == pos
+            at, found = _find(indices[begin:end], pos)
             scores[found] += data[begin + at[found]].astype(np.float64) * weight
-        delta = self._score_delta(tokens) if self._delta_tf else {}
-        state = (ids, scores, delta)
+        hit = scores > 0
+        state = _AllowedScores(ids, scores, self._score_delta(tokens) if self._delta_tf else {}, ids[hit],
+                               _float32(scores[hit]))
         if cache is not None:
             cache["bm25_allowed"] = (key, allowed, state)
         return state
@@ -599,11 +605,8 @@ class BM25Index:
             return main.take(positions)
         n_main = len(self._main_ids)
         out = np.where(positions < n_main, 0.0, np.nan)  # a live document without a query term scores 0
-        held = main.positions
-        if len(held) and len(positions):
-            at = held.searchsorted(positions)
-            found = held.take(at, mode="clip") == positions
-            out[found] = main.scores[at[found]]
+        at, found = _find(main.positions, positions)
+        out[found] = main.scores[at[found]]
         return out
 
     def _main_candidates(self, main: np.ndarray | _MainHits, allowed: RowSet | None, cache: dict | None) -> tuple[np.ndarray, np.ndarray]:
@@ -656,17 +659,13 @@ class BM25Index:
             return []
         with self._lock:
             direct = self._allowed_state(tokens, allowed, cache)
-            if direct is None:
-                main, delta = self._state(tokens, cache)
+            if direct is not None:
+                ids, scores, delta = direct.hit_ids, direct.hit_scores, direct.delta
             else:
-                main, delta = None, direct[2]
+                main, delta = self._state(tokens, cache)
+                ids, scores = (None, None) if main is None else self._main_candidates(main, allowed, cache)
             parts_ids, parts_scores = [], []
-            if main is not None or direct is not None:
-                if direct is None:
-                    ids, scores = self._main_candidates(main, allowed, cache)
-                else:
-                    hit = direct[1] > 0
-                    ids, scores = direct[0][hit], _float32(direct[1][hit])
+            if ids is not None:
                 if len(ids) > k:
                     top = self._top(ids, scores, k, cache)
                     ids, scores = ids[top], scores[top]
@@ -699,22 +698,8 @@ class BM25Index:
         with self._lock:
             held = cache.get("bm25_allowed") if cache is not None else None
             if held is not None and held[0] == (self._generation, tuple(tokens)):
-                # a filtered search scored the allowed documents only: gather there when it holds every id
-                allowed_ids, allowed_scores, delta = held[2]
-                if len(allowed_ids):
-                    at = allowed_ids.searchsorted(ids)
-                    found = allowed_ids.take(at, mode="clip") == ids
-                else:
-                    at, found = np.zeros(len(ids), dtype=np.int64), np.zeros(len(ids), dtype=bool)
-                if found.all():
-                    return _float32(allowed_scores.take(at))
-                # the others: delta documents, or allowed ids that are no live document (nan); an id outside
-                # the allowed set needs the full pass
-                others = ids[~found].tolist()
-                in_set = held[1].ids
-                if all(d in self._delta_tf or _holds_id(in_set, d) for d in others):
-                    out = _float32(allowed_scores.take(at, mode="clip")) if len(allowed_ids) else np.full(len(ids), np.nan)
-                    out[~found] = [delta.get(d, 0.0) if d in self._delta_tf else np.nan for d in others]
+                out = self._score_allowed(held[2], held[1], ids)
+                if out is not None:
                     return out
             main, delta = self._state(tokens, cache)
             main_ids = self._main_ids
@@ -723,13 +708,7 @@ class BM25Index:
                 # the common case: one gather through the id lookup, whose misses (and, clipped to its last
                 # entry, ids past its range: the delta's newer ones) point at main's last entry, nan; then
                 # the delta's documents by their ids
-                out = _float32(self._gather_main(main, pos_of.take(ids, mode="clip")))
-                if self._delta_tf:
-                    delta_tf = self._delta_tf
-                    for j, doc_id in enumerate(ids.tolist()):
-                        if doc_id in delta_tf:
-                            out[j] = delta.get(doc_id, 0.0)
-                return out
+                return self._with_delta(_float32(self._gather_main(main, pos_of.take(ids, mode="clip"))), ids, delta)
             if len(main_ids) and len(ids):
                 pos, in_main = self._main_positions(ids)
                 if not self._delta_tf and main is not None and in_main.all():
@@ -738,10 +717,31 @@ class BM25Index:
                 out[in_main] = 0.0 if main is None else _float32(self._gather_main(main, pos[in_main]))
             else:
                 out = np.full(len(ids), np.nan)
-            if self._delta_tf:
-                for j, doc_id in enumerate(ids.tolist()):
-                    if doc_id in self._delta_tf:
-                        out[j] = delta.get(doc_id, 0.0)
+            return self._with_delta(out, ids, delta)
+
+    def _with_delta(self, out: np.ndarray, ids: np.ndarray, delta: dict[int, float]) -> np.ndarray:
+        """``out`` (float64 scores of the int64 ``ids``) with each delta document's entry set to its delta score
+        (0 without a query term); returns ``out``. Caller holds the lock."""
+        if self._delta_tf:
+            delta_tf = self._delta_tf
+            for j, doc_id in enumerate(ids.tolist()):
+                if doc_id in delta_tf:
+                    out[j] = delta.get(doc_id, 0.0)
+        return out
+
+    def _score_allowed(self, state: _AllowedScores, allowed: RowSet, ids: np.ndarray) -> np.ndarray | None:
+        """:meth:`score` from a filtered search's :class:`_AllowedScores` over ``allowed``: a gather, when every id is
+        an allowed main document, a delta document, or an allowed id that is no live document (nan); None when an
+        id lies outside the allowed set (the caller then scores it by a full pass). Caller holds the lock."""
+        at, found = _find(state.ids, ids)
+        if found.all():
+            return _float32(state.scores.take(at))
+        others = ids[~found].tolist()
+        delta_tf = self._delta_tf
+        if not all(d in delta_tf or _holds_id(allowed.ids, d) for d in others):
+            return None
+        out = _float32(state.scores.take(at, mode="clip")) if len(state.ids) else np.full(len(ids), np.nan)
+        out[~found] = [state.delta.get(d, 0.0) if d in delta_tf else np.nan for d in others]
         return out
 
     def identifier_matches(
@@ -817,8 +817,7 @@ class BM25Index:
             indices = self._main.scores["indices"]
             rows = np.asarray(indices[begin:end])
             for begin, end in columns[1:]:
-                column = indices[begin:end]
-                rows = rows[column.take(column.searchsorted(rows), mode="clip") == rows]
+                rows = rows[_find(indices[begin:end], rows)[1]]
                 if not len(rows):
                     break
             if len(rows) > HOLDERS_MAX:
@@ -896,8 +895,7 @@ class BM25Index:
             for token in sorted(tokens, key=lambda t: (df[t], t)):
                 if len(rows):
                     begin, end = spans[token]
-                    column = indices[begin:end]
-                    keep = column.take(column.searchsorted(rows), mode="clip") == rows
+                    keep = _find(indices[begin:end], rows)[1]
                     at_main, rows = at_main[keep], rows[keep]
                 if delta:
                     posting = postings.get(token) or {}
@@ -1186,6 +1184,21 @@ def _present_texts(load_texts: Callable[[np.ndarray], list[str]], ids: np.ndarra
         return found
 
 
+class _AllowedScores(NamedTuple):
+    """A filtered query's scores over the allowed documents only (:meth:`BM25Index._allowed_state`)."""
+
+    ids: np.ndarray
+    """int64 (m,), ascending: the live main documents among the allowed ones."""
+    scores: np.ndarray
+    """float64 (m,): their unrounded scores, 0 for a document without a query term."""
+    delta: dict[int, float]
+    """{delta doc id: score > 0}, every delta document (the allowed set is applied by the reader)."""
+    hit_ids: np.ndarray
+    """int64: the ``ids`` scoring > 0, the main candidates of the search."""
+    hit_scores: np.ndarray
+    """float64: their scores rounded to float32 (:func:`_float32`)."""
+
+
 class _MainHits(NamedTuple):
     """The main segment's scores for one query over the documents holding a query term (:meth:`BM25Index._score_main`
     when its columns are short): every other main document scores 0."""
@@ -1224,6 +1237,16 @@ def _in_order(doc: bytes, needles: list[bytes]) -> bool:
             return False
         at = found + 4
     return True
+
+
+def _find(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(at, found) for the ascending ``keys``: ``at`` int64 (len(values),), where each of ``values`` is or would go
+    (``np.searchsorted``), and bool ``found``, which of them ``keys`` holds (``keys[at]``, read with ``clip`` so a
+    value past the end compares with the last key; none found in an empty ``keys``)."""
+    at = keys.searchsorted(values)
+    if not len(keys):
+        return at, np.zeros(len(at), dtype=bool)
+    return at, keys.take(at, mode="clip") == values
 
 
 def _holds_id(ids: np.ndarray, doc_id: int) -> bool:
