@@ -350,9 +350,12 @@ def _load_json(text: str, where: str) -> Any:
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
+    from .mcp_server import parse_scope
+
     request = _request_from_args(args)
+    scope = parse_scope(args.scope)  # before the memory opens: a bad pair opens nothing
     with open_memory(args) as memory:
-        response = memory.search(request)
+        response = (memory.scoped(scope) if scope else memory).search(request)
     print(response.model_dump_json(indent=2))
     return 0
 
@@ -434,6 +437,9 @@ def build_parser() -> argparse.ArgumentParser:
         "a JSON file in the request shape (query_id, search_text, top_k, ...); --top-k, --filter, the weight "
         "options and --fusion replace the file's fields of the same name"))
     search.add_argument("--top-k", type=int, default=None)
+    search.add_argument("--scope", action="append", default=[], metavar="FIELD=VALUE",
+                        help="search only this scope's chunks (tenant, user_id, agent_id, session_id; what ingest's "
+                             "--tenant/--user-id/--agent-id/--session-id stamped); repeatable, as for mcp and graph build")
     search.add_argument("--filter", help='metadata filter as JSON, e.g. \'{"environment": "production"}\'')
     search.add_argument("--dense-weight", dest="dense_weight", type=float, default=None)
     search.add_argument("--sparse-weight", dest="sparse_weight", type=float, default=None)

@@ -266,6 +266,28 @@ def test_ingest_scope_options_stamp_every_chunk(tmp_path, capsys):
         assert mem.get(["bob-1"])[0].text == "bob's note" and mem.get(["x1"]) == []
 
 
+def test_search_scope_returns_only_that_scopes_chunks(tmp_path, capsys):
+    memory = str(tmp_path / "mem")
+    for user, ids in (("alice", ("a1", "a2")), ("bob", ("b1", "b2"))):
+        corpus = tmp_path / f"{user}.jsonl"
+        corpus.write_text("".join(json.dumps({"_id": i, "text": f"billing error E42 note {i}"}) + "\n" for i in ids))
+        assert main(["ingest", str(corpus), "--memory", memory, "--hashing-dim", "16", "-q", "--user-id", user]) == 0
+    capsys.readouterr()
+
+    def ids(*extra):
+        assert main(["search", "billing E42", "--memory", memory, "--hashing-dim", "16", "--top-k", "10", *extra]) == 0
+        return sorted(r["chunk_id"] for r in json.loads(capsys.readouterr().out)["results"])
+
+    assert ids() == ["a1", "a2", "b1", "b2"]
+    assert ids("--scope", "user_id=alice") == ["a1", "a2"]
+    assert ids("--scope", "user_id=bob") == ["b1", "b2"]
+    assert ids("--scope", "user_id=carol") == []
+    assert ids("--scope", "user_id=bob", "--scope", "tenant=acme") == []  # both fields bind
+    assert main(["search", "billing", "--memory", memory, "--hashing-dim", "16", "--scope", "user_id"]) == 2
+    assert capsys.readouterr().err == ("hybrid-memory: error: --scope takes FIELD=VALUE (tenant, user_id, agent_id, "
+                                       "session_id), got 'user_id'\n")
+
+
 def test_ingest_never_reads_the_memorys_own_files(tmp_path, capsys):
     from hybrid_memory import HybridMemory
 
