@@ -183,7 +183,8 @@ def read_text_folder(
         id_prefix: put before every relative path in ids and sources; None means ``"<folder name>/"``,
             ``""`` means none.
         on_unreadable: what to do with a file that cannot be read as text (not valid UTF-8, a NUL character,
-            which text files do not hold and binary ones do, or an OS error such as a permission denied): None
+            which text files do not hold and binary ones do, an OS error such as a permission denied, or a matched
+            name that is a broken symbolic link: its target is missing or a loop of links): None
             (default) raises InvalidRequestError naming it; a callable ``(path, reason)`` is called and the
             file is skipped (the CLI logs a warning and counts it), so one bad file does not stop a folder.
         on_empty: called with the path of each file that gives no chunk (empty, or white space only); such a
@@ -241,7 +242,7 @@ def _text_folder_chunks(
     memories: set[Path] = set()
     files = sorted(
         {p.relative_to(root).as_posix(): p for pattern in patterns for p in root.glob(pattern)
-         if p.is_file() and not _in_a_memory_folder(p.parent, root, inside, memories)}.items()
+         if (p.is_file() or _dangling_link(p)) and not _in_a_memory_folder(p.parent, root, inside, memories)}.items()
     )
     for folder in sorted(memories):
         logger.info("read_text_folder: skipped %s: a memory's own folder (it holds %s)", folder, _memory_file(folder))
@@ -299,8 +300,19 @@ def _in_a_memory_folder(folder: Path, root: Path, inside: dict[Path, bool], memo
     return answer
 
 
+def _dangling_link(path: Path) -> bool:
+    """Whether ``path`` is a symbolic link whose target cannot be opened (missing, or a loop of links): such a
+    path is no file for ``Path.is_file`` and would otherwise be dropped without a word."""
+    return path.is_symlink() and not path.exists()
+
+
 def _read_text_file(path: Path) -> tuple[str, str | None]:
     """``(content, None)``, or ``("", reason)`` when the file cannot be stored as text."""
+    if _dangling_link(path):
+        try:
+            path.stat()
+        except OSError as exc:
+            return "", f"a broken symbolic link to {os.readlink(path)} ({exc.strerror or exc}); fix or remove the link"
     try:
         content = path.read_text(encoding="utf-8-sig")  # a leading BOM (Windows editors) is not text
     except UnicodeDecodeError as exc:

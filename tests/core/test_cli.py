@@ -266,6 +266,27 @@ def test_ingest_scope_options_stamp_every_chunk(tmp_path, capsys):
         assert mem.get(["bob-1"])[0].text == "bob's note" and mem.get(["x1"]) == []
 
 
+def test_broken_symlinks_in_a_folder_are_skipped_counted_and_named(tmp_path, capsys, caplog):
+    docs = tmp_path / "docs"
+    (docs / "sub").mkdir(parents=True)
+    (docs / "good.md").write_text("alpha ERR_GOOD1")
+    (docs / "gone.md").symlink_to(tmp_path / "deleted.md")  # a real dangling link
+    (docs / "sub" / "loop.txt").symlink_to("loop.txt")  # a link to itself: ELOOP
+    (docs / "alias.md").symlink_to(docs / "good.md")  # a link that works is read as its target
+    memory = str(tmp_path / "mem")
+    assert main(["ingest", str(docs), "--memory", memory, "--hashing-dim", "8", "-q"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["ingested"], summary["skipped_files"], summary["chunks"]) == (2, 2, 2)
+    warnings = sorted(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert warnings == [
+        "2 unreadable files were skipped (listed above); fix them and run the same command again",
+        f"skipped {docs / 'gone.md'}: a broken symbolic link to {tmp_path / 'deleted.md'} (No such file or directory); "
+        "fix or remove the link",
+        f"skipped {docs / 'sub' / 'loop.txt'}: a broken symbolic link to loop.txt (Too many levels of symbolic links); "
+        "fix or remove the link",
+    ]
+
+
 def test_search_scope_returns_only_that_scopes_chunks(tmp_path, capsys):
     memory = str(tmp_path / "mem")
     for user, ids in (("alice", ("a1", "a2")), ("bob", ("b1", "b2"))):

@@ -255,6 +255,18 @@ def test_text_folder_skips_unreadable_files_when_asked(tmp_path: Path) -> None:
         list(read_text_folder(tmp_path, glob="c.txt"))
 
 
+def test_text_folder_names_a_broken_symlink(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("alpha")
+    (tmp_path / "b.md").symlink_to(tmp_path / "missing.md")
+    skipped: list[str] = []
+    chunks = list(read_text_folder(tmp_path, on_unreadable=lambda path, reason: skipped.append(path.name)))
+    assert [c.chunk_id for c in chunks] == [f"{tmp_path.name}/a.md#0"] and skipped == ["b.md"]
+    with pytest.raises(InvalidRequestError) as err:  # without on_unreadable it is an error naming the link
+        list(read_text_folder(tmp_path))
+    assert str(err.value) == (f"{tmp_path / 'b.md'}: a broken symbolic link to {tmp_path / 'missing.md'} "
+                              "(No such file or directory); fix or remove the link")
+
+
 def test_text_folder_checks_its_arguments_when_called(tmp_path: Path) -> None:
     with pytest.raises(InvalidRequestError, match="is not a directory"):
         read_text_folder(tmp_path / "missing")  # no list(): refused before the first chunk is asked for
