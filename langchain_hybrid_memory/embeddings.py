@@ -60,7 +60,7 @@ def as_core_embedder(embedding: object | None) -> object | None:
     embedder) and objects that already follow the core protocol pass through unchanged.
 
     Raises:
-        TypeError: ``embedding`` is neither a LangChain ``Embeddings`` nor a core ``Embedder``.
+        InvalidEmbedderError (a TypeError): ``embedding`` is neither a LangChain ``Embeddings`` nor a core ``Embedder``.
     """
     return coerce_embedder(
         embedding,

@@ -50,7 +50,7 @@ def as_core_embedder(embed_model: object | None) -> object | None:
     embedder) and objects that already follow the core protocol pass through unchanged.
 
     Raises:
-        TypeError: ``embed_model`` is neither a ``BaseEmbedding`` nor a core ``Embedder``.
+        InvalidEmbedderError (a TypeError): ``embed_model`` is neither a ``BaseEmbedding`` nor a core ``Embedder``.
     """
     return coerce_embedder(
         embed_model,

@@ -14,7 +14,7 @@ import pytest
 
 CORE = [
     "CallableEmbedder", "Chunk", "DedupPolicy", "DimensionMismatchError", "DuplicateChunkError", "Embedder",
-    "FusedHit", "HashingEmbedder", "HybridMemory", "HybridMemoryError", "HybridParams", "InvalidFilterError",
+    "FusedHit", "HashingEmbedder", "HybridMemory", "HybridMemoryError", "HybridParams", "InvalidEmbedderError", "InvalidFilterError",
     "InvalidRequestError", "MAX_SEARCH_TEXT_CHARS", "MAX_TOP_K", "MAX_WEIGHT", "MemoryClosedError", "BackendUnavailableError", "MissingDependencyError",
     "RecencyPrior", "Scope", "ScopeError", "ScopedMemory", "SearchRequest", "SearchResponse", "SearchResult",
     "SentenceTransformerEmbedder", "StoreBusyError", "StoreFormatError", "StoredChunk", "WriteDecision",

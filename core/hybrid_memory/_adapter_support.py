@@ -79,7 +79,11 @@ def extra_installed(modules: Iterable[str] = GRAPH_EXTRA_MODULES) -> bool:
 
 
 def _follows_core_protocol(obj: object) -> bool:
-    return all(callable(getattr(type(obj), attr, None)) for attr in ("embed_documents", "embed_query"))
+    return _follows_core_protocol_class(type(obj))
+
+
+def _follows_core_protocol_class(cls: type) -> bool:
+    return all(callable(getattr(cls, attr, None)) for attr in ("embed_documents", "embed_query"))
 
 
 def coerce_embedder(
@@ -103,7 +107,9 @@ def coerce_embedder(
         framework: the framework class's name as users know it, for the error message.
 
     Raises:
-        TypeError: ``embedder`` is none of the above; the message names what is accepted.
+        InvalidEmbedderError: ``embedder`` is none of the above (an ``InvalidRequestError`` and a ``TypeError``);
+            the message names what is accepted and the fix (a class given instead of an instance, a model name
+            given instead of a model, or leave it unset for the default all-MiniLM-L6-v2).
     """
     if embedder is None or isinstance(embedder, wrapper):
         return embedder
@@ -111,10 +117,20 @@ def coerce_embedder(
         return wrapper(embedder)
     if _follows_core_protocol(embedder):
         return embedder
-    raise TypeError(
-        f"{argument} must be a {framework} or a hybrid_memory Embedder "
-        f"(name, dim, embed_documents, embed_query), got {type(embedder).__name__}"
-    )
+    from hybrid_memory._exceptions import InvalidEmbedderError
+
+    accepted = f"{argument} must be a {framework} or a hybrid_memory Embedder (name, dim, embed_documents, embed_query)"
+    if isinstance(embedder, type):
+        fix = (f"got the class {embedder.__name__}, not an instance: pass {embedder.__name__}(...)"
+               if issubclass(embedder, framework_type) or _follows_core_protocol_class(embedder) else
+               f"got the class {embedder.__name__}")
+    elif isinstance(embedder, str):
+        fix = (f"got the string {embedder!r:.60}: a model name is not a model; pass the model built from it (a "
+               f"{framework}, or hybrid_memory.SentenceTransformerEmbedder(model_path=DIR) for a local "
+               "sentence-transformers folder)")
+    else:
+        fix = f"got {type(embedder).__name__}"
+    raise InvalidEmbedderError(f"{accepted}; {fix}, or leave {argument} unset for the default all-MiniLM-L6-v2")
 
 
 def refuse_memory_argument(kwargs: Mapping[str, Any], method: str) -> None:

@@ -7,6 +7,7 @@ The whole tree::
     │   ├── InvalidFilterError             the metadata filter uses an unknown operator or a bad operand
     │   ├── DuplicateChunkError            add() got a chunk_id that is already stored (use upsert())
     │   ├── MemoryClosedError              the memory was closed (before the call, or while it ran)
+    │   ├── InvalidEmbedderError (TypeError) an adapter's embedder argument is neither the framework's model nor an Embedder
     │   └── ScopeError                     a scoped view was asked to write or reach outside its scope
     ├── DimensionMismatchError (ValueError) a vector's dimension differs from the memory's
     ├── StoreFormatError                   a memory directory is missing, damaged, or from another version/embedder
@@ -22,6 +23,7 @@ __all__ = [
     "DimensionMismatchError",
     "DuplicateChunkError",
     "HybridMemoryError",
+    "InvalidEmbedderError",
     "InvalidFilterError",
     "InvalidRequestError",
     "MemoryClosedError",
@@ -46,6 +48,12 @@ class InvalidFilterError(InvalidRequestError):
 
 class DuplicateChunkError(InvalidRequestError):
     """``add()`` was given a ``chunk_id`` that is already stored; ``upsert()`` replaces it instead."""
+
+
+class InvalidEmbedderError(InvalidRequestError, TypeError):
+    """An adapter was given an embedder that is neither the framework's embedding model (LangChain
+    ``Embeddings``, LlamaIndex ``BaseEmbedding``) nor a hybrid_memory ``Embedder``. Also a ``TypeError``, which
+    the adapters raised before, so ``except TypeError`` keeps working."""
 
 
 class MemoryClosedError(InvalidRequestError):

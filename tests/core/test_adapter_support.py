@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hybrid_memory import HashingEmbedder
+from hybrid_memory import HashingEmbedder, InvalidEmbedderError, InvalidRequestError
 from hybrid_memory._adapter_support import (
     build_owned,
     coerce_embedder,
@@ -37,8 +37,22 @@ def test_coerce_embedder_wraps_passes_through_and_refuses():
     core = HashingEmbedder(dim=8)
     assert coerce(core) is core  # the core protocol passes through
     assert coerce(None) is None
-    with pytest.raises(TypeError, match=r"embed_model must be a Framework model or a hybrid_memory Embedder .* got int"):
-        coerce(3)
+    accepted = "embed_model must be a Framework model or a hybrid_memory Embedder (name, dim, embed_documents, embed_query)"
+    default = "or leave embed_model unset for the default all-MiniLM-L6-v2"
+    for bad, fix in [
+        (3, "got int"),
+        (HashingEmbedder, "got the class HashingEmbedder, not an instance: pass HashingEmbedder(...)"),
+        (Framework, "got the class Framework, not an instance: pass Framework(...)"),
+        (dict, "got the class dict"),
+        ("all-MiniLM-L6-v2", "got the string 'all-MiniLM-L6-v2': a model name is not a model; pass the model built "
+                             "from it (a Framework model, or hybrid_memory.SentenceTransformerEmbedder(model_path=DIR) "
+                             "for a local sentence-transformers folder)"),
+    ]:
+        with pytest.raises(InvalidEmbedderError) as err:
+            coerce(bad)
+        assert str(err.value) == f"{accepted}; {fix}, {default}"
+        # the library's error tree, and still the TypeError the adapters raised before
+        assert isinstance(err.value, InvalidRequestError) and isinstance(err.value, TypeError)
 
 
 class Memory:
