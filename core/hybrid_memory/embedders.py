@@ -62,18 +62,47 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
 def query_vector(vector: np.ndarray | Sequence[float], dim: int) -> np.ndarray:
     """A caller's precomputed query vector as float32 (dim,), scaled to unit L2 norm (all zeros stay zeros).
 
+    Accepted: one-dimensional real numbers of length ``dim`` (a list of floats, a numpy or torch 1-D array): what
+    LangChain's ``Embeddings.embed_query`` and LlamaIndex's ``QueryBundle.embedding`` give. A 2-D array, even
+    ``(1, dim)`` (sentence-transformers' ``encode([text])``) or ``(dim, 1)``, is refused with its shape rather than
+    flattened: a row or column of one vector cannot be told from a batch sent by mistake, so the caller flattens it
+    (``vector.reshape(-1)``). Complex numbers are refused (numpy would drop the imaginary part with only a
+    ComplexWarning), and so are strings, booleans and other non-numbers.
+
     Raises:
-        InvalidRequestError: not ``dim`` finite numbers (a wrong length, NaN, inf, or values that are not numbers).
+        InvalidRequestError: not numbers, complex, not one-dimensional, not ``dim`` long, or holding NaN or an
+            infinity (the message gives the first index holding one).
     """
     from ._exceptions import InvalidRequestError
 
     fix = f"pass {dim} finite floats (this memory's embedding size), or None to embed search_text"
     try:
-        array = np.asarray(vector, dtype=np.float32).reshape(-1)
-    except (TypeError, ValueError) as exc:
+        given = np.asarray(vector)
+    except (TypeError, ValueError) as exc:  # a ragged list
         raise InvalidRequestError(f"query_vector must be numbers, got {type(vector).__name__} {vector!r:.60}; {fix}") from exc
-    if array.shape != (dim,) or not np.isfinite(array).all():
-        raise InvalidRequestError(f"query_vector must be {dim} finite floats, got shape {array.shape}; {fix}")
+    if given.dtype.kind == "c":
+        raise InvalidRequestError(
+            f"query_vector holds complex numbers (dtype {given.dtype}); an embedding is real: pass its real "
+            f"part if that is what you mean (vector.real); {fix}")
+    if given.dtype.kind not in "iuf":
+        raise InvalidRequestError(f"query_vector must be numbers, got {type(vector).__name__} {vector!r:.60}; {fix}")
+    if given.ndim != 1:
+        if given.ndim == 2 and given.shape in ((1, dim), (dim, 1)):
+            fix = f"pass it as one row, vector.reshape(-1) ({dim},), or None to embed search_text"
+        elif given.ndim == 2 and given.shape[1] == dim:
+            fix = f"search one query at a time, each a 1-D vector of {dim} floats, or None to embed search_text"
+        raise InvalidRequestError(f"query_vector must be one-dimensional ({dim},), got shape {given.shape}; {fix}")
+    if given.shape != (dim,):
+        raise InvalidRequestError(f"query_vector must be {dim} finite floats, got shape {given.shape}; {fix}")
+    with np.errstate(over="ignore"):  # a float64 beyond float32's range becomes inf: reported just below
+        array = given.astype(np.float32)
+    bad = np.flatnonzero(~np.isfinite(array))
+    if len(bad):
+        first = int(bad[0])
+        value = float(given[first])
+        what = "NaN" if np.isnan(value) else repr(value) if np.isinf(value) else f"{value!r} (beyond float32's range)"
+        more = f" ({len(bad)} values are not finite)" if len(bad) > 1 else ""
+        raise InvalidRequestError(f"query_vector holds {what} at index {first}{more}; {fix}")
     return l2_normalize(array.reshape(1, -1))[0]
 
 
