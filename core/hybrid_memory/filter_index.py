@@ -48,6 +48,7 @@ API (the memory uses exactly this)::
     index.remove(rowids)
     index.resolve(metadata_filter, system_filter=None) -> RowSet | None   # None: nothing restricts
     index.resolve_node(node) -> RowSet                                    # a parsed tree
+    index.holds_metadata_key(name, system_filter=None) -> bool           # some (scoped) row has that key
 
 **System fields** (the memory's own per-chunk fields: :data:`INDEXED_SYSTEM_FIELDS`, the scope ``tenant``,
 ``user_id``, ``agent_id``, ``session_id`` and the validity times ``valid_from``, ``valid_to`` in Unix seconds)
@@ -754,6 +755,21 @@ class FilterIndex:
             if len(self._cache) > _CACHE_SIZE:
                 self._cache.popitem(last=False)
             return result
+
+    def holds_metadata_key(self, name: str, system_filter: Mapping[str, Any] | None = None) -> bool:
+        """Whether some live row has the metadata key ``name`` (among the rows matching ``system_filter``, a
+        scope, when given): the key's ``exists`` bitmap, intersected with the scope's rows; no row is read.
+
+        Raises:
+            InvalidFilterError: a malformed system filter.
+        """
+        with self._lock:
+            exists = self._exists.get((METADATA, name))
+            if not exists:
+                return False
+            if not system_filter:
+                return True
+            return exists.intersect(self._eval(parse_filter(system_filter, SYSTEM)))
 
     def _term(self, key: tuple, t: tuple) -> BitMap:
         tid = self._term_ids.get((key, t))

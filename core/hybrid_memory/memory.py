@@ -50,7 +50,7 @@ from .filters import check_metadata, validate_filter
 from .engines import DenseEngine, Query, RowSet, SparseEngine
 from .paths import EDGE_CONFIG, STORE_FILE, memory_path
 from .models import _SHORT, SCOPE_FIELDS, Chunk, SearchRequest, SearchResponse, StoredChunk, build_response, validation_message
-from .scopes import Scope, ScopedMemory, as_scope
+from .scopes import Scope, ScopedMemory, as_scope, check_scope_keys
 from .searcher import HybridResult, HybridSearcher
 from .sparse import BM25Index
 from .store import CommitResult, NewRow, SQLiteStore, WriteConflict
@@ -872,7 +872,9 @@ class HybridMemory:
         deleted during the iteration may or may not be yielded. Raises InvalidFilterError.
         """
         self._check_open()
-        return self._store.iter_chunks(_checked_filter(metadata_filter), scope=_bound(scope), as_of=_instant(as_of))
+        metadata_filter, bound = _checked_filter(metadata_filter), _bound(scope)
+        self._check_listed_scope_keys(metadata_filter, bound)
+        return self._store.iter_chunks(metadata_filter, scope=bound, as_of=_instant(as_of))
 
     def page_chunks(
         self, metadata_filter: Mapping[str, Any] | None = None, *, after: int | None = None, limit: int = 100,
@@ -884,8 +886,14 @@ class HybridMemory:
         chunks are added or deleted (none is skipped or repeated because others moved), and each page costs
         one indexed range read, whatever its number. Raises InvalidFilterError, InvalidRequestError."""
         self._check_open()
-        return self._store.page_chunks(_checked_filter(metadata_filter), _bound(scope), _instant(as_of),
-                                       _page_after(after, limit), limit)
+        metadata_filter, bound = _checked_filter(metadata_filter), _bound(scope)
+        self._check_listed_scope_keys(metadata_filter, bound)
+        return self._store.page_chunks(metadata_filter, bound, _instant(as_of), _page_after(after, limit), limit)
+
+    def _check_listed_scope_keys(self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None) -> None:
+        """The scope-field check of a search, for the SQL listings (iter_chunks, page_chunks): only when the
+        filter names a scope field does it catch the filter index up with other processes' commits."""
+        self._check_scope_keys(metadata_filter, scope, catch_up=True)
 
     def chunk_hashes(self, *, scope: Scope | Mapping[str, Any] | None = None) -> dict[str, str]:
         """chunk_id -> sha256 of the text, for every stored chunk in ``scope`` (all when None), for change
@@ -1024,9 +1032,25 @@ class HybridMemory:
         the filter index (cached per filter until the next write). None when nothing restricts.
 
         Raises:
-            InvalidFilterError: the metadata filter is malformed.
+            InvalidFilterError: the metadata filter is malformed, or names a scope field no chunk searched has
+                as metadata (:func:`~hybrid_memory.scopes.check_scope_keys`).
         """
-        return self._filters.resolve(metadata_filter, system_filter(scope, as_of))
+        allowed = self._filters.resolve(metadata_filter, system_filter(scope, as_of))
+        self._check_scope_keys(metadata_filter, scope)
+        return allowed
+
+    def _check_scope_keys(self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None,
+                          catch_up: bool = False) -> None:
+        """:func:`~hybrid_memory.scopes.check_scope_keys` against the filter index; ``catch_up``: apply other
+        processes' commits first (a search has), only when the filter names a scope field."""
+        within = system_filter(scope, None)
+
+        def holds(name: str) -> bool:
+            if catch_up:
+                self._catch_up()
+            return self._filters.holds_metadata_key(name, within)
+
+        check_scope_keys(metadata_filter, holds, scoped=bool(scope))
 
     def _recency(self, recency: RecencyPrior | bool | None) -> RecencyPrior | None:
         if recency is None or recency is True:

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import shlex
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from ._exceptions import InvalidRequestError, ScopeError
+from ._exceptions import InvalidFilterError, InvalidRequestError, ScopeError
 from .models import SCOPE_FIELDS, Chunk, SearchRequest, SearchResponse, StoredChunk, _scope_value, validation_message
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from .memory import HybridMemory
     from .temporal import RecencyPrior
 
-__all__ = ["SCOPE_FIELDS", "Scope", "ScopedMemory", "as_scope"]
+__all__ = ["SCOPE_FIELDS", "Scope", "ScopedMemory", "as_scope", "check_scope_keys"]
 
 
 class Scope(BaseModel):
@@ -117,6 +118,61 @@ def as_scope(scope: Scope | Mapping[str, Any] | None) -> Scope | None:
     except ValidationError as exc:
         raise InvalidRequestError(validation_message(exc, "scope")) from exc
     return result or None
+
+
+def _scope_keys(node: Any, found: list[tuple[str, Any]]) -> None:
+    """Append ``(name, condition)`` for each scope field a (validated) filter names as a key, in its order."""
+    if not isinstance(node, Mapping):
+        return
+    for name, value in node.items():
+        if name in ("$and", "$or") and isinstance(value, (list, tuple)):
+            for item in value:
+                _scope_keys(item, found)
+        elif name == "$not":
+            _scope_keys(value, found)
+        elif name in SCOPE_FIELDS:
+            found.append((name, value))
+
+
+def check_scope_keys(
+    metadata_filter: Mapping[str, Any] | None, holds_key: Callable[[str], bool], *, scoped: bool = False
+) -> None:
+    """Refuse a metadata filter that names a scope field (``{"tenant": "acme"}``) as a key when no chunk searched
+    has that key in its metadata: scope fields are stored apart from metadata, so such a filter tests a key no
+    chunk has (and a user who wrote chunks with ``tenant="acme"`` would get 0 results and no word). When some
+    chunk's metadata does hold the key (``tenant`` is a legitimate metadata key too), the filter is left alone and
+    runs with its usual semantics.
+
+    Args:
+        metadata_filter: a filter already validated (its nesting is bounded); only its keys are walked, never
+            its values (an ``$in`` list of any length costs nothing).
+        holds_key: ``name -> bool``, whether some chunk searched has the metadata key (the filter index's
+            ``holds_metadata_key``, a bitmap look-up).
+        scoped: the search is restricted to a scope (the message then says "in this scope").
+
+    Raises:
+        InvalidFilterError: naming the key and the fix for Python, the command line and MCP.
+    """
+    if not metadata_filter:
+        return
+    found: list[tuple[str, Any]] = []
+    _scope_keys(metadata_filter, found)
+    for name, condition in found:
+        if holds_key(name):
+            continue
+        if isinstance(condition, Mapping) and set(condition) == {"$eq"}:
+            condition = condition["$eq"]
+        known = isinstance(condition, str)
+        python = f"{name}={condition!r}" if known else f"{name}=..."
+        shell = shlex.quote(condition) if known else "VALUE"
+        where = "this scope" if scoped else "this memory"
+        raise InvalidFilterError(
+            f"metadata_filter key {name!r} is a scope field, not metadata: no chunk in {where} has {name!r} in its "
+            f"metadata (scope fields are stored apart from it), so this filter tests a key no chunk has. Restrict by "
+            f"scope instead: memory.scoped({python}) in Python, "
+            f"hybrid-memory search --{name.replace('_', '-')} {shell} on the command line, hybrid-memory mcp "
+            f"--scope {name}={shell} for an MCP server (scope fields: {', '.join(SCOPE_FIELDS)})"
+        )
 
 
 class ScopedMemory:

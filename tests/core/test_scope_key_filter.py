@@ -1,0 +1,96 @@
+"""A metadata filter on a scope field's name (``{"tenant": "small"}``) when the chunks carry that scope, not that
+metadata (a fresh user's finding: 0 results and no word). Such a filter is refused, naming the fix, exactly when no
+chunk searched has the key in its metadata; when some chunk's metadata holds it (``benchmarks/scale.py`` stores
+``tenant`` as metadata), the filter runs with its usual semantics."""
+
+from __future__ import annotations
+
+import pytest
+
+from hybrid_memory import HashingEmbedder, HybridMemory, InvalidFilterError
+
+
+def _message(name: str, value: str | None, where: str = "this memory", shell: str | None = None) -> str:
+    python = f"{name}={value!r}" if value is not None else f"{name}=..."
+    shell = shell or (value if value is not None else "VALUE")
+    return (f"metadata_filter key {name!r} is a scope field, not metadata: no chunk in {where} has {name!r} in its "
+            "metadata (scope fields are stored apart from it), so this filter tests a key no chunk has. Restrict by "
+            f"scope instead: memory.scoped({python}) in Python, hybrid-memory search --{name.replace('_', '-')} "
+            f"{shell} on the command line, hybrid-memory mcp --scope {name}={shell} for an MCP server (scope fields: "
+            "tenant, user_id, agent_id, session_id)")
+
+
+@pytest.fixture
+def memory():
+    mem = HybridMemory(embedder=HashingEmbedder(16))
+    mem.scoped(tenant="small").add([{"chunk_id": "s1", "text": "kafka consumer lag"},
+                                    {"chunk_id": "s2", "text": "kafka broker disk"}])
+    mem.scoped(tenant="big", user_id="alice").add([{"chunk_id": "b1", "text": "kafka topic retention",
+                                                    "metadata": {"team": "sre"}}])
+    yield mem
+    mem.close()
+
+
+@pytest.mark.parametrize("metadata_filter, name, value, shell", [
+    ({"tenant": "small"}, "tenant", "small", None),
+    ({"tenant": {"$eq": "small"}}, "tenant", "small", None),
+    ({"user_id": "alice"}, "user_id", "alice", None),
+    ({"agent_id": {"$in": ["bot", "cron"]}}, "agent_id", None, None),
+    ({"$or": [{"team": "sre"}, {"$not": {"session_id": "s 1"}}]}, "session_id", "s 1", "'s 1'"),
+])
+def test_a_scope_field_no_chunk_holds_as_metadata_is_refused(memory, metadata_filter, name, value, shell):
+    for call in (lambda: memory.search("kafka", metadata_filter=metadata_filter),
+                 lambda: memory.count(metadata_filter),
+                 lambda: memory.page_chunks(metadata_filter),
+                 lambda: list(memory.iter_chunks(metadata_filter))):
+        with pytest.raises(InvalidFilterError) as raised:
+            call()
+        assert str(raised.value) == _message(name, value, shell=shell)
+    assert memory.count() == 3  # nothing changed
+
+
+def test_the_scope_is_the_fix(memory):
+    assert [r.chunk_id for r in memory.scoped(tenant="small").search("kafka", top_k=5).results] == ["s1", "s2"]
+
+
+def test_when_some_chunk_has_the_key_as_metadata_the_filter_runs_unchanged(memory):
+    memory.add([{"chunk_id": "m1", "text": "kafka lag alert", "metadata": {"tenant": "small"}},
+                {"chunk_id": "m2", "text": "kafka rebalance", "metadata": {"tenant": "other"}}])
+    # metadata, not the scope: s1 and s2 (scope tenant=small, no metadata tenant) do not match
+    assert [r.chunk_id for r in memory.search("kafka", top_k=10, metadata_filter={"tenant": "small"}).results] == ["m1"]
+    assert memory.count({"tenant": "small"}) == 1
+    assert sorted(c.chunk_id for c in memory.iter_chunks({"tenant": {"$exists": False}})) == ["b1", "s1", "s2"]
+    assert sorted(c.chunk_id for c in memory.iter_chunks({"tenant": {"$ne": "small"}})) == ["b1", "m2", "s1", "s2"]
+    with pytest.raises(InvalidFilterError) as raised:
+        memory.count({"user_id": "alice"})
+    assert str(raised.value) == _message("user_id", "alice")
+    memory.delete(["m1", "m2"])  # the last chunks holding the key: the refusal is back
+    with pytest.raises(InvalidFilterError) as raised:
+        memory.search("kafka", metadata_filter={"tenant": "small"})
+    assert str(raised.value) == _message("tenant", "small")
+
+
+def test_in_a_scoped_view_the_view_is_what_is_searched(memory):
+    memory.scoped(tenant="big").add([{"chunk_id": "b2", "text": "kafka quota", "metadata": {"tenant": "legacy"}}])
+    # the unscoped memory and tenant big's view hold a metadata tenant: the filter runs
+    assert [r.chunk_id for r in memory.search("kafka", metadata_filter={"tenant": "legacy"}).results] == ["b2"]
+    assert [r.chunk_id for r in memory.scoped(tenant="big").search("kafka", metadata_filter={"tenant": "legacy"}).results] == ["b2"]
+    # tenant small's view holds none: refused, saying "this scope"
+    with pytest.raises(InvalidFilterError) as raised:
+        memory.scoped(tenant="small").search("kafka", metadata_filter={"tenant": "legacy"})
+    assert str(raised.value) == _message("tenant", "legacy", where="this scope")
+
+
+def test_the_scale_benchmarks_metadata_tenant_still_filters(tmp_path):
+    """benchmarks/scale.py's tenant filters (metadata tenant t0..t99; here 200 chunks, tenant t{i % 20}), also
+    after a reopen (the key list is saved with the filter index)."""
+    chunks = [{"chunk_id": f"c{i:03d}", "text": f"INC-{i:07d} kafka note", "metadata": {"tenant": f"t{i % 20}",
+               "env": ("prod", "staging", "dev")[i % 3], "sev": i % 5}} for i in range(200)]
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
+        mem.add(chunks)
+    with HybridMemory.open(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
+        assert mem.count({"tenant": {"$in": [f"t{i}" for i in range(2)]}}) == 20
+        assert [c.chunk_id for c in mem.iter_chunks({"tenant": "t7"})] == [f"c{i:03d}" for i in range(7, 200, 20)]
+        hits = mem.search("kafka", top_k=20, metadata_filter={"tenant": "t7", "env": "dev", "sev": 2}).results
+        # i % 20 == 7, i % 3 == 2, i % 5 == 2: i = 47, 107, 167
+        assert sorted(h.chunk_id for h in hits) == ["c047", "c107", "c167"]
