@@ -252,22 +252,71 @@ def _refuse_cross_folder_overwrite(memory: Any, batch: list[Chunk]) -> None:
             )
 
 
+def _first_new_folder(path: str) -> Path | None:
+    """The topmost folder of ``path`` (itself or an ancestor) that does not exist yet: what opening a memory
+    there creates (``--memory a/b`` with no ``a`` creates ``a``); None when ``path`` exists."""
+    folder = Path(path).absolute()
+    if folder.exists() or folder.is_symlink():
+        return None
+    while not folder.parent.exists() and folder.parent != folder:
+        folder = folder.parent
+    return folder
+
+
 def _cmd_ingest(args: argparse.Namespace) -> int:
     extra, scope = _check_ingest_args(args)  # before the memory is opened (and created)
+    created = _first_new_folder(args.memory)
+    discard = [created is not None]  # until the memory is known to hold a chunk (or to be another's)
+    try:
+        return _run_ingest(args, extra, scope, created, discard)
+    except BaseException:
+        if discard[0] and created is not None and created.exists():
+            _remove_new_folder(created)
+        raise
+
+
+def _remove_new_folder(folder: Path) -> None:
+    """Remove ``folder``, which this ingest created and in which it stored nothing (its empty memory)."""
+    import shutil
+
+    try:
+        shutil.rmtree(folder)
+    except OSError as exc:
+        logger.warning("could not remove %s, the empty memory this ingest created (%s); remove it by hand",
+                       folder, exc.strerror or exc)
+    else:
+        logger.info("removed %s: this ingest created it and stored nothing", folder)
+
+
+def _run_ingest(args: argparse.Namespace, extra: dict[str, Any], scope: Any, created: Path | None,
+                discard: list[bool]) -> int:
+    """The ingest itself; ``discard[0]`` is left True only when the run fails with nothing stored in a memory
+    folder it created (``created``), which :func:`_cmd_ingest` then removes."""
     skipped: list[str] = []
     empty: list[str] = []
     with open_memory(args, must_exist=False) as memory:
         before = memory.count()
+        discard[0] = created is not None and before == 0
         target = memory.scoped(scope) if scope else memory
         try:
             count, repeated = _ingest(memory, _read_inputs(args.paths, args, extra, skipped, empty), progress=not args.quiet,
                                       target=target)
-        except HybridMemoryError as exc:
-            stored = memory.count() - before
+        except BaseException as exc:
+            new_folder, discard[0] = discard[0], False  # kept if the count below fails: nothing is known then
+            total = memory.count()
+            discard[0] = new_folder and total == 0
+            if not isinstance(exc, HybridMemoryError):
+                raise
+            if discard[0]:
+                raise HybridMemoryError(
+                    f"{exc} (nothing was stored, so the folder this run created for the memory, {created}, was removed; "
+                    "fix the input and run the same command again)"
+                ) from exc
             raise HybridMemoryError(
-                f"{exc} (the memory now holds {memory.count()} chunks, {stored} new from this run; ingest is an "
+                f"{exc} (the memory now holds {total} chunks, {total - before} new from this run; ingest is an "
                 "upsert, so fix the input and run the same command again)"
             ) from exc
+        discard[0] = False
         if repeated:
             logger.warning("%d lines repeated an earlier chunk id; the last line of each id was kept", repeated)
         if skipped:

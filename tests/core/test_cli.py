@@ -81,7 +81,7 @@ def test_a_failed_ingest_says_what_was_stored(tmp_path, capsys):
     broken.write_text("\n".join(lines[:3] + ["{not json"]) + "\n")
     assert main(["ingest", str(broken), "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "-q"]) == 2
     err = capsys.readouterr().err
-    assert "line 4" in err and "holds 0 chunks, 0 new" in err
+    assert "line 4" in err and f"nothing was stored, so the folder this run created for the memory, {tmp_path / 'm'}" in err
 
 
 def test_same_named_folders_are_not_overwritten(tmp_path, capsys):
@@ -285,6 +285,62 @@ def test_broken_symlinks_in_a_folder_are_skipped_counted_and_named(tmp_path, cap
         f"skipped {docs / 'sub' / 'loop.txt'}: a broken symbolic link to loop.txt (Too many levels of symbolic links); "
         "fix or remove the link",
     ]
+
+
+def _bad_corpus(tmp_path, good_lines):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": f"n{i}", "text": f"note {i}"}) + "\n" for i in range(good_lines))
+                      + json.dumps({"_id": "bad"}) + "\n")
+    return corpus
+
+
+def test_a_failed_first_batch_removes_the_memory_folder_the_ingest_created(tmp_path, capsys):
+    corpus = _bad_corpus(tmp_path, 3)  # the bad line is in the first batch: nothing is stored
+    memory = tmp_path / "new" / "deep" / "mem"
+    assert main(["ingest", str(corpus), "--memory", str(memory), "--hashing-dim", "8", "-q"]) == 2
+    assert capsys.readouterr().err == (
+        f"hybrid-memory: error: {corpus}, line 4: missing 'text' (use \"text\": \"\" with a title-only document) "
+        f"(nothing was stored, so the folder this run created for the memory, {tmp_path / 'new'}, was removed; fix "
+        "the input and run the same command again)\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl"]  # new/, new/deep/ and mem/ are gone
+
+
+def test_an_ingest_interrupted_before_its_first_batch_removes_the_folder_it_created(tmp_path, monkeypatch):
+    import hybrid_memory.cli as cli
+
+    def interrupted(memory, chunks, **kwargs):
+        next(iter(chunks))
+        raise KeyboardInterrupt  # Ctrl-C while the first batch is embedded
+
+    monkeypatch.setattr(cli, "_ingest", interrupted)
+    corpus = _bad_corpus(tmp_path, 3)
+    with pytest.raises(KeyboardInterrupt):
+        main(["ingest", str(corpus), "--memory", str(tmp_path / "mem"), "--hashing-dim", "8", "-q"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl"]
+
+
+def test_a_failed_first_batch_keeps_a_folder_that_existed_with_its_contents(tmp_path, capsys):
+    from hybrid_memory import HashingEmbedder, HybridMemory
+
+    corpus = _bad_corpus(tmp_path, 3)
+    memory = tmp_path / "mem"
+    memory.mkdir()
+    (memory / "notes.txt").write_text("mine")
+    assert main(["ingest", str(corpus), "--memory", str(memory), "--hashing-dim", "8", "-q"]) == 2
+    assert capsys.readouterr().err.endswith(
+        "(the memory now holds 0 chunks, 0 new from this run; ingest is an upsert, so fix the input and run the "
+        "same command again)\n")
+    assert (memory / "notes.txt").read_text() == "mine" and (memory / "store.sqlite3").is_file()
+    # an existing memory with chunks is never removed either, nor one whose first batch was stored
+    with HybridMemory.open(memory, embedder=HashingEmbedder(8)) as mem:
+        mem.upsert([{"chunk_id": "kept", "text": "kept note"}])
+    assert main(["ingest", str(corpus), "--memory", str(memory), "--hashing-dim", "8", "-q"]) == 2
+    assert "(the memory now holds 1 chunks, 0 new from this run;" in capsys.readouterr().err
+    second = tmp_path / "second"
+    assert main(["ingest", str(_bad_corpus(tmp_path, 256)), "--memory", str(second), "--hashing-dim", "8", "-q"]) == 2
+    assert "(the memory now holds 256 chunks, 256 new from this run;" in capsys.readouterr().err
+    with HybridMemory.open(second, embedder=HashingEmbedder(8)) as mem:
+        assert mem.count() == 256
 
 
 def test_search_scope_returns_only_that_scopes_chunks(tmp_path, capsys):

@@ -446,7 +446,9 @@ def test_cli_ingest_of_a_dollar_metadata_key_names_the_line_and_stores_nothing_o
     assert main(["ingest", str(corpus), "--memory", memory, "--hashing-dim", "8", "-q"]) == 2
     err = capsys.readouterr().err
     assert f"{corpus}, line 2: document 'b': metadata key '$or' cannot be filtered on" in err
-    assert "the memory now holds 0 chunks, 0 new from this run" in err  # the line stops the ingest before its batch
+    # the line stops the ingest before its batch: nothing stored, so the new memory folder is removed
+    assert f"nothing was stored, so the folder this run created for the memory, {tmp_path / 'mem'}, was removed" in err
+    assert not (tmp_path / "mem").exists()
 
 
 # -- `search --request FILE`: the file named, and one search text ------------------------------------------------
