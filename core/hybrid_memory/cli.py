@@ -11,6 +11,7 @@ import logging
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from importlib import resources
 from itertools import islice
 from pathlib import Path
@@ -212,19 +213,44 @@ def _last_of_each_id(batch: list[Chunk]) -> tuple[list[Chunk], int]:
     return unique, len(batch) - len(unique)
 
 
+@contextmanager
+def logs_above_bar(enabled: bool, tqdm_class: Any = None) -> Iterator[None]:
+    """While a progress bar is drawn (``enabled``), print log records and Python warnings above it instead of
+    on the bar's line: tqdm's own ``tqdm.contrib.logging.logging_redirect_tqdm`` for the console handlers of
+    the root logger, and ``tqdm_class.write`` (to stderr) for ``warnings.warn``. Does nothing when disabled."""
+    if not enabled:
+        yield
+        return
+    import warnings
+
+    from tqdm.auto import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    tqdm_class = tqdm if tqdm_class is None else tqdm_class
+
+    def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        tqdm_class.write(warnings.formatwarning(message, category, filename, lineno, line).rstrip("\n"), file=sys.stderr)
+
+    with logging_redirect_tqdm(tqdm_class=tqdm_class), warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
 def _ingest(memory: Any, chunks: Iterable[Chunk], *, progress: bool, target: Any = None) -> tuple[int, int]:
     """Upsert ``chunks`` in batches of 256 inside ``memory.bulk()``, through ``target`` (a scoped view of
     ``memory``, which stamps its scope on every chunk and refuses ids of other scopes; default the memory).
 
     The rule for a chunk_id given more than once (in one file, or in several): the last one wins, as if each
-    line were upserted in order, whether the repeats fall in one batch or in different ones. Returns
+    line were upserted in order, whether the repeats fall in one batch or in different ones. With ``progress``
+    the bar is drawn on stderr and log records and warnings print above it (:func:`logs_above_bar`). Returns
     ``(lines read, repeated ids replaced by a later line)``."""
     from tqdm.auto import tqdm
 
     target = memory if target is None else target
     total = repeated = 0
     seen: set[str] = set()
-    with memory.bulk(), tqdm(desc="ingesting", unit="chunk", disable=not progress, file=sys.stderr) as bar:
+    with memory.bulk(), logs_above_bar(progress, tqdm), \
+            tqdm(desc="ingesting", unit="chunk", disable=not progress, file=sys.stderr) as bar:
         for batch in _batched(chunks, _BATCH):
             unique, _ = _last_of_each_id(batch)
             _refuse_cross_folder_overwrite(target, unique)

@@ -343,6 +343,70 @@ def test_a_failed_first_batch_keeps_a_folder_that_existed_with_its_contents(tmp_
         assert mem.count() == 256
 
 
+def test_ingest_warnings_print_above_the_progress_bar_not_on_its_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").symlink_to(tmp_path / "deleted.md")  # read first: its warning comes while the bar is drawn
+    (docs / "b.md").write_text("beta ERR_B1")
+
+    def ingest(*extra):  # the real command in its own process: its root logger has the console handler
+        command = [sys.executable, "-c", "from hybrid_memory.cli import main; raise SystemExit(main())", "ingest",
+                   str(docs), "--memory", str(tmp_path / "mem"), "--hashing-dim", "8", *extra]
+        run = subprocess.run(command, capture_output=True, check=True,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        return run.stderr.decode()  # bytes: text mode would turn the bar's \r into \n
+
+    warning = (f"WARNING hybrid_memory.cli: skipped {docs / 'a.md'}: a broken symbolic link to {tmp_path / 'deleted.md'} "
+               "(No such file or directory); fix or remove the link\n")
+    summary = "WARNING hybrid_memory.cli: 1 unreadable files were skipped (listed above); fix them and run the same " \
+              "command again\n"
+    bar = "\ringesting: 0chunk [00:00, ?chunk/s]"
+    stderr = ingest()
+    # tqdm.write clears the bar's line (\r, blanks, \r), prints the record on a line of its own, redraws the bar
+    assert stderr.startswith(f"{bar}\r{' ' * (len(bar) - 1)}\r{warning}\ringesting: 0chunk [")
+    assert stderr.endswith(f"]\n{summary}") and stderr.count("WARNING") == 2 and "]WARNING" not in stderr
+    assert ingest("-q") == warning + summary  # no bar: the records as they are
+
+
+def test_logs_above_bar_routes_records_and_warnings_through_tqdm_write_only_when_enabled():
+    import logging
+    import sys
+    import warnings
+
+    from hybrid_memory.cli import logs_above_bar
+
+    class Bar:
+        written: list[str] = []
+
+        @classmethod
+        def write(cls, text, file=None):
+            cls.written.append(text)
+
+    console = logging.StreamHandler(sys.stderr)
+    console.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(console)
+    try:
+        with logs_above_bar(True, Bar):
+            logging.getLogger("hybrid_memory.test").warning("skipped x")
+            warnings.warn("deprecated y", UserWarning, stacklevel=1)
+        with logs_above_bar(False, Bar), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            logging.getLogger("hybrid_memory.test").warning("not through the bar")
+            warnings.warn("nor this", UserWarning, stacklevel=1)
+    finally:
+        root.removeHandler(console)
+    assert Bar.written[0] == "WARNING skipped x"
+    assert Bar.written[1].splitlines()[0].endswith("test_cli.py:" + Bar.written[1].split(":")[1] + ": UserWarning: deprecated y")
+    assert len(Bar.written) == 2
+    assert [str(w.message) for w in caught] == ["nor this"]
+    assert root.handlers.count(console) == 0 and console not in root.handlers  # the redirect put the handler back
+
+
 def test_search_scope_returns_only_that_scopes_chunks(tmp_path, capsys):
     memory = str(tmp_path / "mem")
     for user, ids in (("alice", ("a1", "a2")), ("bob", ("b1", "b2"))):
