@@ -347,10 +347,11 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     scope = parse_scope(args.scope)
     if args.http:
         _check_port_free(args.port)  # before the memory opens: uvicorn's bind error is a raw traceback, exit 3
-    if args.shard is not None and args.avgdl is None and not args.read_only:
+    if args.shard is not None and args.avgdl is None and not args.read_only and not _has_export_record(args.shard):
         raise InvalidRequestError(
             "--edge-path with the write tools needs --avgdl TOKENS, the BM25 average length the shard was written "
-            "with (export-qdrant printed it), so added memories score like the stored ones; or give --read-only")
+            "with (export-qdrant printed it; a shard it writes now records it), so added memories score like the "
+            "stored ones; or give --read-only")
     with open_memory(args, show_progress=False) as memory:
         server = build_server(memory, scope=scope, read_only=args.read_only)
         if args.http:
@@ -359,6 +360,15 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
         else:
             server.run("stdio")
     return 0
+
+
+def _has_export_record(shard: str) -> bool:
+    """Whether the Edge shard records the avgdl it was written with (export-qdrant writes it; opening uses it)."""
+    from pathlib import Path
+
+    from .backends.edge_info import EXPORT_INFO
+
+    return (Path(shard) / EXPORT_INFO).is_file()
 
 
 def _check_port_free(port: int, host: str = "127.0.0.1") -> None:

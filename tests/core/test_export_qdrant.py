@@ -170,7 +170,8 @@ def test_search_stats_and_open_on_a_shard_folder_name_the_shard(tmp_path, capsys
         main(["stats", "--edge-path", str(shard), "--memory", str(tmp_path / "mem")])
     assert exit_info.value.code == 2
     assert "argument --memory: not allowed with argument --edge-path" in capsys.readouterr().err
-    # the MCP write tools on a shard need the avgdl it was written with
+    # the MCP write tools on a shard need the avgdl it was written with: a shard without an export record
+    (shard / "hybrid_memory_export.json").unlink()  # as export-qdrant wrote shards before the record existed
     assert main(["mcp", "--edge-path", str(shard), "--hashing-dim", "16"]) == 2
     assert "--edge-path with the write tools needs --avgdl TOKENS" in capsys.readouterr().err
 
@@ -202,3 +203,126 @@ def test_a_key_given_with_two_index_types_is_refused_before_anything_is_written(
 
     assert indexed_keys([("service", "keyword"), ("severity", "float"), ("service", "keyword")]) == {
         "service": "keyword", "severity": "float"}
+
+
+def _export(tmp_path, *extra):
+    return main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16", "-q",
+                 "--edge-path", str(tmp_path / "shard"), *extra])
+
+
+def test_stats_of_a_shard_report_its_path_and_the_avgdl_it_was_written_with(tmp_path, capsys):
+    _memory(tmp_path / "mem")
+    assert _export(tmp_path) == 0
+    printed = json.loads(capsys.readouterr().out)
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as source:
+        avgdl = source._sparse.avgdl
+    assert printed == {"copied": 7, "memory": str(tmp_path / "mem"), "target": str(tmp_path / "shard"),
+                       "avgdl": avgdl, "replaced": 0}
+    assert avgdl != 256.0  # Qdrant's default, which stats used to show
+    assert main(["stats", "--edge-path", str(tmp_path / "shard"), "--hashing-dim", "16"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert (stats["path"], stats["points"], stats["chunks"], stats["bm25"]["avgdl"]) == (str(tmp_path / "shard"), 7, 7,
+                                                                                          avgdl)
+    export = stats["export"]
+    assert {k: export[k] for k in ("format", "avgdl", "k1", "b", "memory", "chunks", "complete", "embedder")} == {
+        "format": 1, "avgdl": avgdl, "k1": 1.5, "b": 0.75, "memory": str(tmp_path / "mem"), "chunks": 7,
+        "complete": True, "embedder": {"name": "hashing-16", "dim": 16}}
+    # the Python API reopens the shard with the recorded avgdl too, so later writes normalise as the copied points
+    with HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(16)) as copy:
+        assert copy.backend.encoder.avgdl == avgdl
+        assert copy.stats()["path"] == str(tmp_path / "shard")
+
+
+def test_an_explicit_avgdl_other_than_the_shards_is_used_and_warned_about(tmp_path, caplog):
+    _memory(tmp_path / "mem")
+    assert _export(tmp_path) == 0
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as source:
+        avgdl = source._sparse.avgdl
+    with HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(16), avgdl=100.0) as copy:
+        assert copy.backend.encoder.avgdl == 100.0
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"Qdrant Edge shard {tmp_path / 'shard'} was written with avgdl={avgdl} (its export record); opened with "
+        "avgdl=100.0, so new writes are normalised differently from the copied points"]
+
+
+def test_re_export_onto_a_shard_is_refused_without_replace_which_drops_deleted_chunks(tmp_path, capsys):
+    _memory(tmp_path / "mem")
+    assert _export(tmp_path) == 0
+    capsys.readouterr()
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
+        first_avgdl = mem._sparse.avgdl
+        assert mem.delete(["prod-504", "reset"]) == 2
+        mem.upsert([{"chunk_id": "new-1", "text": "a much longer note about the billing-service HTTP 502 errors "
+                                                  "seen on db-prod-3 after the failover"}])
+        mem.flush()
+        avgdl = mem._sparse.avgdl
+    assert avgdl != first_avgdl
+    # without --replace: refused, naming what the shard holds; nothing is written
+    assert _export(tmp_path) == 2
+    assert capsys.readouterr().err == (
+        f"hybrid-memory: error: Qdrant Edge shard {tmp_path / 'shard'} already holds 7 points: a complete copy of "
+        f"{tmp_path / 'mem'}, 7 chunks, avgdl {first_avgdl:.6g}; copying onto it would keep the chunks deleted from "
+        "the memory since then and mix two BM25 length normalisations: give --replace (replace=True) to clear it and "
+        "copy again, or another --edge-path\n")
+    with HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(16)) as copy:
+        assert copy.count() == 7 and copy.backend.encoder.avgdl == first_avgdl
+    # --replace: cleared, then copied: the deleted chunks are gone and one avgdl holds for every point
+    assert _export(tmp_path, "--replace") == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert (printed["copied"], printed["replaced"], printed["avgdl"]) == (6, 7, avgdl)
+    with HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(16)) as copy:
+        assert copy.count() == 6 and copy.backend.encoder.avgdl == avgdl
+        assert copy.get(["prod-504", "reset"]) == [] and [c.chunk_id for c in copy.get(["new-1"])] == ["new-1"]
+        assert copy.stats()["export"]["chunks"] == 6
+
+
+def test_the_library_export_refuses_a_non_empty_target_and_records_an_interrupted_copy(tmp_path):
+    from hybrid_memory import InvalidRequestError
+    from hybrid_memory.backends.edge_info import read_export_info
+    from hybrid_memory.backends.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant import QdrantBackend
+
+    _memory(tmp_path / "mem")
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
+        backend = QdrantBackend.edge(tmp_path / "shard", payload_indexes=False)
+        calls = []
+        real_write = backend.write
+
+        def write(versions, seqs=None):
+            calls.append(len(versions))
+            if len(calls) == 3:
+                raise OSError("disk full")
+            real_write(versions, seqs)
+
+        backend.write = write
+        with pytest.raises(OSError, match="disk full"):
+            export_to_qdrant(mem, backend, batch_size=2)
+        info = read_export_info(tmp_path / "shard")
+        assert (info["complete"], info["chunks"], backend.collection.count(None)) == (False, 0, 4)
+        with pytest.raises(InvalidRequestError) as err:
+            export_to_qdrant(mem, backend)
+        assert str(err.value).startswith(f"Qdrant Edge shard {tmp_path / 'shard'} already holds 4 points: a partial "
+                                         f"copy of {tmp_path / 'mem'} (interrupted), avgdl ")
+        backend.write = real_write
+        assert export_to_qdrant(mem, backend, replace=True) == 7
+        assert backend.collection.count(None) == 7
+        assert (read_export_info(tmp_path / "shard")["complete"], read_export_info(tmp_path / "shard")["chunks"]) == (True, 7)
+        backend.close()
+
+
+def test_a_damaged_export_record_names_the_file_and_the_fix(tmp_path):
+    from hybrid_memory import StoreFormatError
+
+    _memory(tmp_path / "mem")
+    assert _export(tmp_path) == 0
+    record = tmp_path / "shard" / "hybrid_memory_export.json"
+    fix = ("write the shard again with: hybrid-memory export-qdrant --memory DIR --edge-path SHARD --replace (or remove "
+           "the file and give the avgdl the shard was written with)")
+    for text, problem in [("{not json", "is not valid JSON (Expecting property name enclosed in double quotes at line 1)"),
+                          ('{"format": 9}', "is not an export record of format 1 (found 9)"),
+                          ('{"format": 1, "avgdl": 0, "k1": 1.5, "b": 0.75}', ": avgdl must be a finite number "
+                                                                              "(avgdl > 0), got 0")]:
+        record.write_text(text)
+        with pytest.raises(StoreFormatError) as err:
+            HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(16))
+        assert str(err.value) == f"{record}{'' if problem.startswith(':') else ' '}{problem}; {fix}"

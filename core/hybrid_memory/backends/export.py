@@ -3,9 +3,13 @@
 Every chunk is copied as it is stored: text, source, metadata, scope and validity fields, ``superseded_by``,
 merged ids, ``created_at`` / ``updated_at``, and its stored dense vector; the BM25 sparse vector is computed
 from the text by the library's tokenizer (:class:`~hybrid_memory.backends.qdrant.SparseEncoder`). The
-insertion order is kept (``iter_chunks`` order). Writing is an upsert by chunk id, so a copy that was
-interrupted can be run again; chunks deleted from the embedded memory since an earlier copy are not removed
-from the collection.
+insertion order is kept (``iter_chunks`` order).
+
+**A target that holds points is refused** unless ``replace=True`` (``export-qdrant --replace``), which clears
+it first: copying onto an earlier copy would keep the chunks deleted from the memory since then, and mix the
+BM25 normalisations of two average lengths, in a shard that looks current. An interrupted copy is run again
+with ``--replace``. An Edge shard also gets its export record (:mod:`~hybrid_memory.backends.edge_info`: the
+BM25 parameters it was written with and where it came from), which reopening and ``stats`` read.
 """
 
 from __future__ import annotations
@@ -14,20 +18,64 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._exceptions import DimensionMismatchError
+from .._exceptions import DimensionMismatchError, InvalidRequestError
 from .base import ChunkVersion
+from .edge_info import read_export_info, remove_export_info, write_export_info
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..memory import HybridMemory
     from .qdrant import QdrantBackend
 
-__all__ = ["export_to_qdrant"]
+__all__ = ["check_target", "export_to_qdrant"]
 
 logger = logging.getLogger(__name__)
+
+
+def check_target(backend: QdrantBackend, *, replace: bool = False) -> int:
+    """How many points the opened ``backend``'s collection holds, which a copy with ``replace`` clears.
+
+    Raises:
+        InvalidRequestError: the collection holds points and ``replace`` is False; the message says what it
+            holds (for an Edge shard, the export record's source and chunk count) and gives the fix.
+    """
+    held = int(backend.collection.count(None))
+    if held and not replace:
+        folder = getattr(backend, "path", None)
+        info = read_export_info(folder) if folder is not None else None
+        origin = ""
+        if info:
+            state = (f"a complete copy of {info.get('memory')}, {info.get('chunks')} chunks" if info.get("complete") else
+                     f"a partial copy of {info.get('memory')} (interrupted)")
+            origin = f": {state}, avgdl {info['avgdl']:.6g}"
+        what = f"Qdrant Edge shard {folder}" if folder is not None else f"Qdrant collection {backend.collection.name!r}"
+        other = "another --edge-path" if folder is not None else "another --collection"
+        raise InvalidRequestError(
+            f"{what} already holds {held} points{origin}; copying onto it would keep the chunks deleted from the "
+            f"memory since then and mix two BM25 length normalisations: give --replace (replace=True) to clear it "
+            f"and copy again, or {other}"
+        )
+    return held
+
+
+def _clear(backend: QdrantBackend, batch: int = 1000) -> int:
+    """Delete every point of ``backend``'s collection (and an Edge shard's export record); returns how many."""
+    folder = getattr(backend, "path", None)
+    if folder is not None:
+        remove_export_info(folder)  # first: a clear that is interrupted leaves no record of a complete copy
+    removed = 0
+    while True:
+        records, _ = backend.collection.scroll(None, batch, None, payload=False)
+        if not records:
+            break
+        backend.collection.delete([r.id for r in records])
+        removed += len(records)
+    backend._ids.clear()  # the id map of the deleted points
+    return removed
 
 
 def export_to_qdrant(
@@ -36,6 +84,7 @@ def export_to_qdrant(
     *,
     batch_size: int = 256,
     progress: Callable[[int], None] | None = None,
+    replace: bool = False,
 ) -> int:
     """Copy every chunk of an embedded ``memory`` with its stored vector into ``backend``'s collection.
 
@@ -46,17 +95,31 @@ def export_to_qdrant(
             an unreachable server fails before its progress bar is drawn).
         batch_size: chunks per upsert request (default 256).
         progress: called with the number of chunks copied after each batch (the CLI's progress bar).
+        replace: clear a target that holds points before copying (default False: such a target is refused).
 
     Returns:
         The number of chunks copied.
 
     Raises:
+        InvalidRequestError: the target holds points and ``replace`` is False (:func:`check_target`).
         StoreFormatError: the collection exists with another schema (dimension, distance, sparse modifier).
         DimensionMismatchError: a stored vector does not have the memory's dimension.
     """
     dim = int(memory.embedder.dim)
     if getattr(backend, "dim", None) != dim:
         backend.open(dim)
+    if check_target(backend, replace=replace):
+        logger.info("cleared %d points of %s before the copy", _clear(backend), backend.name)
+    folder = getattr(backend, "path", None)
+
+    def record(chunks: int, complete: bool) -> None:
+        if folder is not None:
+            write_export_info(folder, avgdl=backend.encoder.avgdl, k1=backend.encoder.k1, b=backend.encoder.b,
+                              memory=None if memory.path is None else str(Path(memory.path).absolute()),
+                              chunks=chunks, complete=complete,
+                              embedder={"name": memory.embedder.name, "dim": dim}, indexed_keys=backend.indexed_keys)
+
+    record(0, False)
     store = memory._store  # the embedded store: the vectors live there, keyed by rowid
     copied = 0
     position = 0
@@ -73,6 +136,7 @@ def export_to_qdrant(
         copied += _copy(store, backend, batch, dim, position)
         if progress is not None:
             progress(copied)
+    record(copied, True)
     logger.info("copied %d chunks to %s", copied, backend.name)
     return copied
 
@@ -99,7 +163,8 @@ def _copy(store, backend, batch, dim: int, position: int) -> int:  # noqa: ANN00
 def _cmd_export(args) -> int:  # noqa: ANN001
     """``hybrid-memory export-qdrant``: copy the memory at ``--memory`` into the collection; prints a JSON line
     (``copied``, ``memory``, ``target``, ``avgdl``: the BM25 average length the copy was written with, the memory's
-    own unless ``--avgdl`` is given).
+    own unless ``--avgdl`` is given; ``replaced``: points of an earlier copy cleared by ``--replace``). A target
+    that holds points is refused without ``--replace`` (:func:`check_target`).
 
     The API key is ``--api-key``, else the ``QDRANT_API_KEY`` environment variable (empty: none)."""
     import json
@@ -129,7 +194,10 @@ def _cmd_export(args) -> int:  # noqa: ANN001
         # copy ranks as the memory does (Qdrant's default 256 tokens would reorder its results)
         avgdl = args.avgdl if args.avgdl is not None else memory._sparse.avgdl
         if args.edge_path:
-            backend = QdrantBackend.edge(args.edge_path, indexed_keys=keys, avgdl=avgdl)
+            from .qdrant_collection import EdgeCollection
+
+            # not QdrantBackend.edge, which takes an earlier copy's export record: this copy writes its own
+            backend = QdrantBackend(EdgeCollection(args.edge_path), indexed_keys=keys, avgdl=avgdl)
         else:
             api_key = args.api_key if args.api_key is not None else os.environ.get("QDRANT_API_KEY") or None
             backend = QdrantBackend.client(args.url, collection=args.collection, api_key=api_key,
@@ -137,6 +205,7 @@ def _cmd_export(args) -> int:  # noqa: ANN001
         total = memory.count()
         try:  # connect and create or check the collection first: a refused connection draws no 0/N bar
             backend.open(int(memory.embedder.dim))
+            held = check_target(backend, replace=args.replace)  # an earlier copy: refused without --replace
         except BaseException:
             backend.close()
             raise
@@ -153,13 +222,14 @@ def _cmd_export(args) -> int:  # noqa: ANN001
             last[0] = done
 
         try:
-            copied = export_to_qdrant(memory, backend, progress=progress)
+            copied = export_to_qdrant(memory, backend, progress=progress, replace=args.replace)
         finally:
             if bar is not None:
                 bar.close()
             backend.close()
     target = args.edge_path or f"{args.url} collection {args.collection}"
-    print(json.dumps({"copied": copied, "memory": str(args.memory), "target": str(target), "avgdl": avgdl}))
+    print(json.dumps({"copied": copied, "memory": str(args.memory), "target": str(target), "avgdl": avgdl,
+                      "replaced": held}))
     return 0
 
 
@@ -187,5 +257,8 @@ def register_cli(sub, memory_args) -> None:  # noqa: ANN001
 
     add_index_key_argument(p, "open the copy later with the same keys (HybridMemory.qdrant(..., indexed_keys={KEY: "
                               "TYPE}) or --index-key of search / stats / mcp --edge-path)")
+    p.add_argument("--replace", action="store_true", help=(
+        "clear a target that already holds points (an earlier or interrupted copy) and copy again; without it such "
+        "a target is refused, so a copy never keeps chunks deleted since the last one"))
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_export)

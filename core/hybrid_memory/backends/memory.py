@@ -303,9 +303,11 @@ class BackendMemory(HybridMemory):
         self._check_open()
 
     def stats(self) -> dict[str, Any]:
-        """Counts and parameters: the backend's, the embedder, candidate_multiplier."""
+        """Counts and parameters: ``path`` (an Edge shard's folder; None for a server collection), the backend's,
+        the embedder, candidate_multiplier."""
         self._check_open()
-        return {"path": None, "chunks": self.count(), **self.backend.stats(),
+        folder = getattr(self.backend, "path", None)
+        return {"path": None if folder is None else str(folder), "chunks": self.count(), **self.backend.stats(),
                 "embedder": {"name": self.embedder.name, "dim": int(self.embedder.dim)},
                 "candidate_multiplier": self.candidate_multiplier}
 

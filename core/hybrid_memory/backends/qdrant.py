@@ -584,14 +584,35 @@ class QdrantBackend:
             payload_cache, payload_memory, search_threads: the shard's options, see
                 :class:`~hybrid_memory.backends.qdrant_collection.EdgeCollection` (``payload_cache``: points
                 whose search-result payload this process keeps, 0 for none).
-            **kwargs: as the constructor (``k1``, ``b``, ``avgdl``, ``indexed_keys``, ``payload_indexes``).
+            **kwargs: as the constructor (``k1``, ``b``, ``avgdl``, ``indexed_keys``, ``payload_indexes``). A shard
+                written by ``export-qdrant`` holds its export record
+                (:mod:`~hybrid_memory.backends.edge_info`): ``avgdl``, ``k1`` and ``b`` not given here are the
+                record's, so writes are normalised as the copied points were; one given that differs from the
+                record is used and logged as a warning (the shard then mixes two normalisations).
 
         Raises:
             InvalidRequestError: ``path`` is a file, or is (or lies inside) an embedded memory's folder; a bad
                 shard option.
+            StoreFormatError: the shard's export record is damaged (the message names the file and the fix).
         """
-        return cls(EdgeCollection(path, payload_cache=payload_cache, payload_memory=payload_memory,
-                                  search_threads=search_threads), **kwargs)
+        collection = EdgeCollection(path, payload_cache=payload_cache, payload_memory=payload_memory,
+                                    search_threads=search_threads)
+        from .edge_info import read_export_info
+
+        info = read_export_info(collection.path) if collection.path.is_dir() else None
+        for name in ("avgdl", "k1", "b") if info else ():
+            if name not in kwargs:
+                kwargs[name] = info[name]
+            elif float(kwargs[name]) != info[name]:
+                logger.warning("Qdrant Edge shard %s was written with %s=%s (its export record); opened with %s=%s, "
+                               "so new writes are normalised differently from the copied points", collection.path,
+                               name, info[name], name, kwargs[name])
+        return cls(collection, **kwargs)
+
+    @property
+    def path(self) -> Path | None:
+        """The Edge shard's folder; None for a collection reached through qdrant-client."""
+        return self.collection.path if isinstance(self.collection, EdgeCollection) else None
 
     @classmethod
     def client(
@@ -992,10 +1013,18 @@ class QdrantBackend:
         return out
 
     def stats(self) -> dict[str, Any]:
-        """Backend name, collection, points, BM25 configuration, indexed keys."""
-        return {"backend": self.name, "collection": getattr(self.collection, "name", None),
-                "points": self.collection.count(None), "bm25": self.encoder.config(),
-                "indexed_keys": dict(self.indexed_keys)}
+        """Backend name, collection, points, BM25 configuration (the ``avgdl`` writes use, tokens), indexed keys;
+        for an Edge shard also ``export``: its export record (:func:`~hybrid_memory.backends.edge_info.read_export_info`:
+        source memory, chunks copied, whether the copy completed, avgdl; None when ``export-qdrant`` did not
+        write the shard)."""
+        out = {"backend": self.name, "collection": getattr(self.collection, "name", None),
+               "points": self.collection.count(None), "bm25": self.encoder.config(),
+               "indexed_keys": dict(self.indexed_keys)}
+        if self.path is not None:
+            from .edge_info import read_export_info
+
+            out["export"] = read_export_info(self.path)
+        return out
 
     def close(self) -> None:
         """Close the collection."""
