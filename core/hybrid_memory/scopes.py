@@ -151,7 +151,8 @@ def check_scope_keys(
         scoped: the search is restricted to a scope (the message then says "in this scope").
 
     Raises:
-        InvalidFilterError: naming the key and the fix for Python, the command line and MCP.
+        InvalidFilterError: naming the key and the fix for Python (``memory.scoped(...)``) and the command line
+            (``--scope FIELD=VALUE`` of ``hybrid-memory search`` and ``hybrid-memory mcp``).
     """
     if not metadata_filter:
         return
@@ -169,9 +170,8 @@ def check_scope_keys(
         raise InvalidFilterError(
             f"metadata_filter key {name!r} is a scope field, not metadata: no chunk in {where} has {name!r} in its "
             f"metadata (scope fields are stored apart from it), so this filter tests a key no chunk has. Restrict by "
-            f"scope instead: memory.scoped({python}) in Python, "
-            f"hybrid-memory search --{name.replace('_', '-')} {shell} on the command line, hybrid-memory mcp "
-            f"--scope {name}={shell} for an MCP server (scope fields: {', '.join(SCOPE_FIELDS)})"
+            f"scope instead: memory.scoped({python}) in Python, --scope {name}={shell} on the command line "
+            f"(hybrid-memory search, and hybrid-memory mcp for an MCP server) (scope fields: {', '.join(SCOPE_FIELDS)})"
         )
 
 

@@ -15,9 +15,9 @@ def _message(name: str, value: str | None, where: str = "this memory", shell: st
     shell = shell or (value if value is not None else "VALUE")
     return (f"metadata_filter key {name!r} is a scope field, not metadata: no chunk in {where} has {name!r} in its "
             "metadata (scope fields are stored apart from it), so this filter tests a key no chunk has. Restrict by "
-            f"scope instead: memory.scoped({python}) in Python, hybrid-memory search --{name.replace('_', '-')} "
-            f"{shell} on the command line, hybrid-memory mcp --scope {name}={shell} for an MCP server (scope fields: "
-            "tenant, user_id, agent_id, session_id)")
+            f"scope instead: memory.scoped({python}) in Python, --scope {name}={shell} on the command line "
+            "(hybrid-memory search, and hybrid-memory mcp for an MCP server) (scope fields: tenant, user_id, agent_id, "
+            "session_id)")
 
 
 @pytest.fixture
@@ -94,3 +94,19 @@ def test_the_scale_benchmarks_metadata_tenant_still_filters(tmp_path):
         hits = mem.search("kafka", top_k=20, metadata_filter={"tenant": "t7", "env": "dev", "sev": 2}).results
         # i % 20 == 7, i % 3 == 2, i % 5 == 2: i = 47, 107, 167
         assert sorted(h.chunk_id for h in hits) == ["c047", "c107", "c167"]
+
+
+def test_the_command_line_names_its_scope_option_and_that_option_finds_the_chunks(tmp_path, capsys):
+    import json
+
+    from hybrid_memory.cli import main
+
+    corpus = tmp_path / "notes.jsonl"
+    corpus.write_text(json.dumps({"_id": "a", "text": "kafka consumer lag"}) + "\n", encoding="utf-8")
+    memory = str(tmp_path / "mem")
+    assert main(["ingest", str(corpus), "--memory", memory, "--tenant", "small", "--hashing-dim", "8", "-q"]) == 0
+    capsys.readouterr()
+    assert main(["search", "kafka", "--memory", memory, "--hashing-dim", "8", "--filter", '{"tenant": "small"}']) == 2
+    assert capsys.readouterr().err == f"hybrid-memory: error: {_message('tenant', 'small')}\n"
+    assert main(["search", "kafka", "--memory", memory, "--hashing-dim", "8", "--scope", "tenant=small"]) == 0
+    assert [r["chunk_id"] for r in json.loads(capsys.readouterr().out)["results"]] == ["a"]
