@@ -912,7 +912,8 @@ class HybridMemory:
         """
         base = dict(scope) if isinstance(scope, Mapping) else (scope.bound() if isinstance(scope, Scope) else {})
         if scope is not None and not isinstance(scope, (Mapping, Scope)):
-            raise InvalidRequestError(f"scope must be a Scope or a mapping, got {type(scope).__name__}")
+            raise InvalidRequestError(
+                f"scope must be a Scope or a mapping of {', '.join(SCOPE_FIELDS)}, got {type(scope).__name__}")
         bound = as_scope({**base, **fields})
         return ScopedMemory(self, bound or Scope())
 

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ._exceptions import InvalidRequestError
 from .fusion import DEFAULT_FUSION, DEFAULT_RRF_K, FUSION_METHODS
-from .temporal import to_timestamp
+from .temporal import iso_utc, to_timestamp
 
 __all__ = [
     "MAX_SEARCH_TEXT_CHARS",
@@ -53,11 +53,12 @@ def validation_message(exc: ValidationError, what: str) -> str:
     or 5,000-level-deep value gives a readable message instead of a huge one or a RecursionError."""
     parts = []
     for error in exc.errors()[:10]:
-        field = ".".join(str(p) for p in error["loc"]) or what
+        field = ".".join(str(p) for p in error["loc"])
         message = error["msg"].removeprefix("Value error, ")  # pydantic's prefix for our validators' messages
         if "got " not in message:  # the library's own messages already show the value
             message = f"{message} (got {_SHORT.repr(error.get('input'))})"
-        parts.append(f"{field}: {message}")
+        # a whole-model check (no field) is named by ``what`` already, in the prefix: not twice
+        parts.append(f"{field}: {message}" if field else message)
     return f"invalid {what}: " + "; ".join(parts)
 
 
@@ -120,6 +121,13 @@ def _scope_value(value: str | None, field: str) -> str | None:
     return _encodable(value, field)
 
 
+def _when(seconds: float) -> str:
+    """An instant for messages: ISO 8601 UTC and the Unix seconds, ``2024-06-01T00:00:00Z (Unix 1717200000)``."""
+    exact = f"{seconds:.0f}" if float(seconds).is_integer() else repr(seconds)
+    shown = iso_utc(seconds)
+    return shown if shown.endswith("(Unix seconds)") else f"{shown} (Unix {exact})"
+
+
 class Chunk(BaseModel):
     """A unit of memory as it goes in.
 
@@ -168,8 +176,9 @@ class Chunk(BaseModel):
     def _interval_not_empty(self) -> Chunk:
         if self.valid_from is not None and self.valid_to is not None and self.valid_to <= self.valid_from:
             raise ValueError(
-                f"valid_to ({self.valid_to}) must be after valid_from ({self.valid_from}): the interval "
-                "[valid_from, valid_to) would be empty"
+                f"valid_to must be after valid_from, got valid_from {_when(self.valid_from)} and valid_to "
+                f"{_when(self.valid_to)}: the interval [valid_from, valid_to) would be empty; give a later valid_to, "
+                "or none (the fact still holds)"
             )
         return self
 

@@ -21,6 +21,7 @@ The unscoped :class:`HybridMemory` itself is the administrator's view: it reads 
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import shlex
@@ -113,6 +114,15 @@ def as_scope(scope: Scope | Mapping[str, Any] | None) -> Scope | None:
         return scope or None
     if not isinstance(scope, Mapping):
         raise InvalidRequestError(f"scope must be a Scope or a mapping of {', '.join(SCOPE_FIELDS)}, got {scope!r}")
+    unknown = [name for name in scope if name not in SCOPE_FIELDS]
+    if unknown:
+        name = unknown[0]
+        close = difflib.get_close_matches(str(name), SCOPE_FIELDS, n=1, cutoff=0.7)  # userid, tenant_id; not team
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise InvalidRequestError(
+            f"invalid scope: {name!r} is not a scope field{hint}; the scope fields are {', '.join(SCOPE_FIELDS)} "
+            "(metadata keys are filtered with metadata_filter instead)"
+        )
     try:
         result = Scope.model_validate(dict(scope))
     except ValidationError as exc:
@@ -226,6 +236,9 @@ class ScopedMemory:
 
     def scoped(self, scope: Scope | Mapping[str, Any] | None = None, /, **fields: str) -> ScopedMemory:
         """A narrower view (more fields bound). Raises ScopeError when a field would be re-bound."""
+        if scope is not None and not isinstance(scope, (Mapping, Scope)):
+            raise InvalidRequestError(
+                f"scope must be a Scope or a mapping of {', '.join(SCOPE_FIELDS)}, got {type(scope).__name__}")
         extra = as_scope({**(dict(scope) if isinstance(scope, Mapping) else (scope.bound() if scope else {})), **fields})
         return ScopedMemory(self._memory, self.scope.narrow(extra or Scope()))
 

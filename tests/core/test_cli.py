@@ -232,7 +232,8 @@ def test_a_bad_scope_or_time_on_a_jsonl_line_names_the_line(tmp_path, capsys):
                       + json.dumps({"_id": "b", "text": "x", "valid_from": 20, "valid_to": 10}) + "\n")
     assert main(["ingest", str(corpus), "--memory", str(tmp_path / "mem"), "--hashing-dim", "8", "-q"]) == 2
     err = capsys.readouterr().err
-    assert "bad.jsonl, line 2: invalid document 'b'" in err and "valid_to (10.0) must be after valid_from" in err
+    assert "bad.jsonl, line 2: invalid document 'b'" in err and ("valid_to must be after valid_from, got valid_from 1970-01-01T00:00:20Z (Unix 20) and valid_to "
+                                                          "1970-01-01T00:00:10Z (Unix 10)") in err
 
 
 def test_ingest_scope_options_stamp_every_chunk(tmp_path, capsys):
