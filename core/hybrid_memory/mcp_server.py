@@ -9,12 +9,15 @@ Tools: ``search_memory`` (the reference request, metadata filter and ``as_of`` i
 ``global_search`` over the community reports when the graph extra is installed.
 
 * **Scope** comes from the server's configuration (``--scope user_id=u1``), never from tool arguments: the
-  tools run on a :class:`~hybrid_memory.ScopedMemory`, and no tool input has a scope field (an LLM that adds
-  one gets a validation error).
-* **Read-only** servers do not register the write tools at all.
-* **Errors** of the library (bad filter, unknown id, ...) come back as MCP tool errors (``isError``) carrying
-  the library's message; bad arguments are refused by the SDK's schema validation the same way; the server keeps
-  running.
+  tools run on a :class:`~hybrid_memory.ScopedMemory`, and no tool input has a scope field. A scope field an LLM
+  puts inside ``request``, ``memory`` or ``update`` is refused (a tool error naming ``--scope``); one put at the
+  top level of the arguments, beside them, is dropped unread by the SDK, as every unknown top-level argument is.
+* **Read-only** servers do not register the write tools; calling one is a tool error saying the server is
+  read-only and how to start it writable (the SDK would say ``Unknown tool``).
+* **Errors** of the library (bad filter, unknown id, ...) come back as MCP tool errors (``isError``) whose text
+  is the library's message alone (the SDK's ``Error executing tool <name>:`` prefix is dropped; a write's
+  ``invalid chunk #0:`` reads ``invalid memory:``); bad arguments read ``invalid arguments for <tool>; fix and
+  call again: <field>: <problem>``; the server keeps running.
 * ``add_memory`` catches duplicates on write with :data:`ADD_DEDUP` (exact and near, skip) and says so.
 
 Run it with ``hybrid-memory mcp --memory DIR [--scope user_id=u1 ...] [--read-only] [--http --port N]``, or
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -41,6 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ADD_DEDUP",
+    "WRITE_TOOLS",
     "MemoryInput",
     "MemoryPage",
     "MemoryUpdate",
@@ -127,8 +132,21 @@ def _tool_error() -> type[Exception]:
     return ToolError
 
 
+WRITE_TOOLS = ("add_memory", "update_memory", "delete_memory", "supersede_memory")
+"""The tools a ``read_only`` server does not register."""
+
+_ONE_CHUNK = re.compile(r"^invalid chunk #0: |^chunk #0 \((.+?)\): ")
+
+
+def _library_message(exc: BaseException) -> str:
+    """The library's message as a tool's error text: a tool writes one memory, so the write path's batch position
+    (``invalid chunk #0: ...``, ``chunk #0 ('id'): ...``) reads ``invalid memory: ...`` / ``memory 'id': ...``."""
+    return _ONE_CHUNK.sub(lambda m: f"memory {m.group(1)}: " if m.group(1) else "invalid memory: ", str(exc), count=1)
+
+
 def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn the library's errors into MCP tool errors carrying its message (the server keeps running)."""
+    """Turn the library's errors into MCP tool errors carrying its message (the server keeps running); the server
+    class (:func:`_mcp_server_class`) hands that message to the client as the whole error text."""
     import functools
 
     @functools.wraps(fn)
@@ -136,9 +154,19 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except (HybridMemoryError, ValueError) as exc:
-            raise _tool_error()(str(exc)) from exc
+            raise _library_error()(_library_message(exc)) from exc
 
     return wrapper
+
+
+_LIBRARY_ERROR: list[type[Exception]] = []
+
+
+def _library_error() -> type[Exception]:
+    """``ToolError`` subclass marking a library error raised by a tool (made once, when ``mcp`` is imported)."""
+    if not _LIBRARY_ERROR:
+        _LIBRARY_ERROR.append(type("LibraryToolError", (_tool_error(),), {"__module__": __name__}))
+    return _LIBRARY_ERROR[0]
 
 
 def _arguments_message(tool: str, error: Any) -> str:
@@ -157,22 +185,39 @@ def _arguments_message(tool: str, error: Any) -> str:
     return f"invalid arguments for {tool}; fix and call again: " + "; ".join(lines)
 
 
+def _read_only_message(name: str, served: list[str]) -> str:
+    return (f"{name} is a write tool, and this server is read-only: it serves {', '.join(served)}. To write, "
+            "start it without --read-only (hybrid-memory mcp --memory DIR; in Python, build_server(memory, "
+            "read_only=False))")
+
+
 def _mcp_server_class() -> type:
-    """``MCPServer`` whose argument validation errors read as :func:`_arguments_message` (the SDK returns
-    pydantic's full ``str(ValidationError)``)."""
+    """``MCPServer`` whose tool errors carry one prefix at most: argument validation errors read as
+    :func:`_arguments_message` (the SDK returns pydantic's full ``str(ValidationError)``), the library's errors
+    as the library's message (the SDK puts ``Error executing tool <name>: `` before it, and the library's own
+    ``invalid chunk #0: `` followed), and a write tool called on a read-only server says so (the SDK's
+    ``Unknown tool``). A crash keeps the SDK's ``Error executing tool <name>``, which shows nothing of it."""
     from mcp.server.mcpserver import MCPServer
     from pydantic import ValidationError
 
     tool_error = _tool_error()
+    library_error = _library_error()
 
     class _Server(MCPServer):
+        withheld: tuple[str, ...] = ()
+
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            if name in self.withheld:
+                served = [tool.name for tool in self._tool_manager.list_tools()]
+                raise tool_error(_read_only_message(name, served))
             try:
                 return await super().call_tool(name, arguments, context)
             except tool_error as exc:
                 cause = exc.__cause__
                 if type(exc) is tool_error and isinstance(cause, ValidationError):
                     raise tool_error(_arguments_message(name, cause)) from cause
+                if type(exc) is tool_error and isinstance(cause, library_error):
+                    raise tool_error(str(cause)) from cause.__cause__
                 raise
 
     return _Server
@@ -288,7 +333,9 @@ def build_server(
         return WriteOutcome(chunk_id=new_id, action="superseded", stored_id=new_id, closed=list(old_ids))
 
     tools: list[Callable[..., Any]] = [search_memory, get_memory, list_memories]
-    if not read_only:
+    if read_only:
+        server.withheld = WRITE_TOOLS
+    else:
         tools += [add_memory, update_memory, delete_memory, supersede_memory]
     for tool in tools:
         server.add_tool(tool, name=tool.__name__)

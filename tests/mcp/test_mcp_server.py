@@ -185,7 +185,7 @@ async def test_add_memory_with_a_stored_id_names_the_tools_that_change_it(memory
         result = await call(c, "add_memory", {"memory": {"chunk_id": "u1-a", "text": "Dana now prefers SQLite"}})
         assert result.is_error
         assert result.content[0].text == (
-            "Error executing tool add_memory: a memory with id 'u1-a' is already stored; change it with the update_memory tool, supersede it with "
+            "a memory with id 'u1-a' is already stored; change it with the update_memory tool, supersede it with "
             "supersede_memory, or leave chunk_id out to store a new memory")
     assert memory.get(["u1-a"])[0].text == "Dana prefers PostgreSQL for the billing-service"  # nothing changed
 
@@ -241,3 +241,67 @@ async def test_bad_arguments_read_as_one_line_per_field(memory):
         # the library's own errors keep their text
         unknown = await call(c, "search_memory", {"request": {"search_text": "Dana", "hybrid_params": {"fusion": "x"}}})
         assert "unknown fusion method 'x'; choose one of" in unknown.content[0].text
+
+
+async def test_tool_errors_carry_one_prefix(memory):
+    """The SDK's 'Error executing tool <name>: ' came before the library's message, and a write's 'invalid chunk
+    #0: ' after it (a fresh user's finding): the library's message alone, a write's position read as the memory."""
+    async with client(build_server(memory, scope={"user_id": "u1"})) as c:
+        cases = [
+            ("search_memory", {"request": {"search_text": "x", "metadata_filter": {"a": {"$near": 1}}}},
+             "unknown operator '$near' on 'a'; supported: $eq, $ne, $gt, $gte, $lt, $lte, $in, $nin, $exists, $contains"),
+            ("list_memories", {"metadata_filter": {"a": {"$near": 1}}},
+             "unknown operator '$near' on 'a'; supported: $eq, $ne, $gt, $gte, $lt, $lte, $in, $nin, $exists, $contains"),
+            ("add_memory", {"memory": {"text": ""}}, "invalid memory: text: text must not be empty or white space only (got '')"),
+            ("add_memory", {"memory": {"chunk_id": "m1", "text": "x", "metadata": {"$x": 1}}},
+             "memory 'm1': metadata key '$x' cannot be filtered on: a key may not start with '$' (reserved for operators); "
+             "rename it"),
+            ("add_memory", {"memory": {"text": "x", "valid_from": "2024-06-01", "valid_to": "2024-01-01"}},
+             "invalid memory: valid_to must be after valid_from, got valid_from 2024-06-01T00:00:00Z (Unix 1717200000) and "
+             "valid_to 2024-01-01T00:00:00Z (Unix 1704067200): the interval [valid_from, valid_to) would be empty; give a "
+             "later valid_to, or none (the fact still holds)"),
+            ("update_memory", {"update": {"chunk_id": "u1-a", "text": " "}},
+             "invalid memory: text: text must not be empty or white space only (got ' ')"),
+            ("update_memory", {"update": {"chunk_id": "zz", "text": "x"}}, "no memory with id 'zz'; add_memory creates one"),
+            ("supersede_memory", {"old_ids": ["nope"], "memory": {"text": "x"}},
+             "cannot supersede unknown chunk ids ['nope']; nothing was written"),
+        ]
+        for tool, arguments, message in cases:
+            result = await call(c, tool, arguments)
+            assert result.is_error and result.content[0].text == message, (tool, result.content[0].text)
+    assert [c.chunk_id for c in memory.iter_chunks()] == ["u1-a", "u2-a"]
+    assert memory.get(["u1-a"])[0].text == "Dana prefers PostgreSQL for the billing-service"
+
+
+async def test_a_write_tool_on_a_read_only_server_says_the_server_is_read_only(memory):
+    async with client(build_server(memory, scope={"user_id": "u1"}, read_only=True, graph=None)) as c:
+        for tool, arguments in [("add_memory", {"memory": {"text": "x"}}), ("update_memory", {"update": {"chunk_id": "u1-a"}}),
+                                ("delete_memory", {"chunk_ids": ["u1-a"]}),
+                                ("supersede_memory", {"old_ids": ["u1-a"], "memory": {"text": "x"}})]:
+            result = await call(c, tool, arguments)
+            assert result.is_error and result.content[0].text == (
+                f"{tool} is a write tool, and this server is read-only: it serves search_memory, get_memory, "
+                "list_memories. To write, start it without --read-only (hybrid-memory mcp --memory DIR; in Python, "
+                "build_server(memory, read_only=False))")
+        unknown = await call(c, "forget_everything", {})
+        assert unknown.content[0].text == "Unknown tool: forget_everything"  # a name no server has stays the SDK's
+    assert memory.count() == 2
+
+
+async def test_a_scope_argument_is_dropped_at_the_top_level_and_refused_inside(memory):
+    """What the README says: never reaches the memory either way."""
+    async with client(build_server(memory, scope={"user_id": "u1"})) as c:
+        top = await call(c, "search_memory", {"request": {"search_text": "Erik vault passphrase", "top_k": 5},
+                                              "user_id": "u2"})
+        assert not top.is_error and [r["chunk_id"] for r in top.structured_content["results"]] == ["u1-a"]
+        added = await call(c, "add_memory", {"memory": {"chunk_id": "n1", "text": "Dana likes tea"}, "user_id": "u2"})
+        assert added.structured_content["action"] == "written"
+        inside = await call(c, "search_memory", {"request": {"search_text": "Erik", "user_id": "u2"}})
+        assert inside.content[0].text == (
+            "invalid arguments for search_memory; fix and call again: request.user_id: Extra inputs are not permitted "
+            "(got 'u2'); the scope of what a tool reads and writes is the server's (hybrid-memory mcp --scope)")
+        filtered = await call(c, "search_memory", {"request": {"search_text": "Erik", "metadata_filter": {"user_id": "u2"}}})
+        assert filtered.content[0].text.startswith(
+            "metadata_filter key 'user_id' is a scope field, not metadata: no chunk in this scope has 'user_id' in its "
+            "metadata")
+    assert (memory.get(["n1"])[0].user_id, memory.count(scope={"user_id": "u2"})) == ("u1", 1)
