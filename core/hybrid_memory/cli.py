@@ -145,6 +145,34 @@ def _ingest_scope(args: argparse.Namespace) -> Any:
     return as_scope({name: getattr(args, name) for name in SCOPE_FIELDS if getattr(args, name, None) is not None})
 
 
+def add_scope_field_arguments(p: argparse.ArgumentParser, what: str) -> None:
+    """``--tenant``, ``--user-id``, ``--agent-id``, ``--session-id`` on ``p`` (read by :func:`_ingest_scope`);
+    ``what`` is each one's help, with ``{name}`` for the field."""
+    for name in SCOPE_FIELDS:
+        p.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, metavar=name.upper(),
+                       help=what.format(name=name))
+
+
+def _search_scope(args: argparse.Namespace) -> Any:
+    """The Scope of ``search``: its ``--tenant/--user-id/--agent-id/--session-id`` (as ingest's) and its
+    ``--scope FIELD=VALUE`` pairs (as mcp's), or None.
+
+    Raises:
+        InvalidRequestError: a bad pair, field or value; HybridMemoryError: a field given two values."""
+    from .mcp_server import parse_scope
+    from .scopes import as_scope
+
+    own = _ingest_scope(args)
+    pairs = parse_scope(args.scope)
+    fields = own.bound() if own else {}
+    for name, value in (pairs.bound() if pairs else {}).items():
+        if fields.get(name, value) != value:
+            raise HybridMemoryError(f"--{name.replace('_', '-')} {fields[name]} and --scope {name}={value} disagree; "
+                                    f"give {name} once")
+        fields[name] = value
+    return as_scope(fields)
+
+
 def _check_ingest_args(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     """Every check of ``ingest`` that needs no memory, run before the memory folder is created: the paths
     exist and are .jsonl files or folders, none of them is ``--memory`` itself, holds it, or is a memory's own
@@ -425,10 +453,8 @@ def _load_json(text: str, where: str) -> Any:
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
-    from .mcp_server import parse_scope
-
     request = _request_from_args(args)
-    scope = parse_scope(args.scope)  # before the memory opens: a bad pair opens nothing
+    scope = _search_scope(args)  # before the memory opens: a bad pair opens nothing
     with open_memory(args) as memory:
         response = (memory.scoped(scope) if scope else memory).search(request)
     print(response.model_dump_json(indent=2))
@@ -497,10 +523,8 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--chunk-size", type=int, default=1000, help="characters per chunk for .md/.txt (default 1000)")
     ingest.add_argument("--id-prefix", default=None,
                         help="put before folder chunk ids and sources (default: the folder's name and a slash)")
-    for name in SCOPE_FIELDS:
-        ingest.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, metavar=name.upper(),
-                            help=f"stamp {name}=VALUE on every chunk (a line with another {name} is refused; ids "
-                                 "held by another scope are refused)")
+    add_scope_field_arguments(ingest, "stamp {name}=VALUE on every chunk (a line with another {name} is refused; ids "
+                                      "held by another scope are refused)")
     ingest.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     ingest.set_defaults(func=_cmd_ingest)
 
@@ -512,9 +536,10 @@ def build_parser() -> argparse.ArgumentParser:
         "a JSON file in the request shape (query_id, search_text, top_k, ...); --top-k, --filter, the weight "
         "options and --fusion replace the file's fields of the same name"))
     search.add_argument("--top-k", type=int, default=None)
+    add_scope_field_arguments(search, "search only chunks with {name}=VALUE (as ingest's option stamped them)")
     search.add_argument("--scope", action="append", default=[], metavar="FIELD=VALUE",
-                        help="search only this scope's chunks (tenant, user_id, agent_id, session_id; what ingest's "
-                             "--tenant/--user-id/--agent-id/--session-id stamped); repeatable, as for mcp and graph build")
+                        help="search only this scope's chunks (tenant, user_id, agent_id, session_id); repeatable, as "
+                             "for mcp and graph build; the same as the field options above")
     search.add_argument("--filter", help='metadata filter as JSON, e.g. \'{"environment": "production"}\'')
     search.add_argument("--dense-weight", dest="dense_weight", type=float, default=None)
     search.add_argument("--sparse-weight", dest="sparse_weight", type=float, default=None)

@@ -425,6 +425,12 @@ def test_search_scope_returns_only_that_scopes_chunks(tmp_path, capsys):
     assert ids("--scope", "user_id=bob") == ["b1", "b2"]
     assert ids("--scope", "user_id=carol") == []
     assert ids("--scope", "user_id=bob", "--scope", "tenant=acme") == []  # both fields bind
+    assert ids("--user-id", "alice") == ["a1", "a2"]  # ingest's option names work too
+    assert ids("--user-id", "bob", "--scope", "user_id=bob") == ["b1", "b2"]
+    assert main(["search", "billing", "--memory", memory, "--hashing-dim", "16", "--user-id", "bob",
+                 "--scope", "user_id=alice"]) == 2
+    assert capsys.readouterr().err == ("hybrid-memory: error: --user-id bob and --scope user_id=alice disagree; give "
+                                       "user_id once\n")
     assert main(["search", "billing", "--memory", memory, "--hashing-dim", "16", "--scope", "user_id"]) == 2
     assert capsys.readouterr().err == ("hybrid-memory: error: --scope takes FIELD=VALUE (tenant, user_id, agent_id, "
                                        "session_id), got 'user_id'\n")
