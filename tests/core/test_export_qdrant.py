@@ -326,3 +326,25 @@ def test_a_damaged_export_record_names_the_file_and_the_fix(tmp_path):
         with pytest.raises(StoreFormatError) as err:
             HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(16))
         assert str(err.value) == f"{record}{'' if problem.startswith(':') else ' '}{problem}; {fix}"
+
+
+def test_a_server_collection_that_holds_points_is_refused_too_and_replace_clears_it(tmp_path):
+    pytest.importorskip("qdrant_client", reason="qdrant-client is not installed (pip install 'hybrid-memory[qdrant]')")
+    from hybrid_memory import InvalidRequestError
+    from hybrid_memory.backends.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant import QdrantBackend
+
+    _memory(tmp_path / "mem")
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
+        backend = QdrantBackend.client(":memory:", collection="runbooks", payload_indexes=False)
+        assert export_to_qdrant(mem, backend) == 7
+        mem.delete(["prod-504"])
+        with pytest.raises(InvalidRequestError) as err:
+            export_to_qdrant(mem, backend)
+        assert str(err.value) == (
+            "Qdrant collection 'runbooks' already holds 7 points; copying onto it would keep the chunks deleted from the "
+            "memory since then and mix two BM25 length normalisations: give --replace (replace=True) to clear it and "
+            "copy again, or another --collection")
+        assert export_to_qdrant(mem, backend, replace=True) == 6
+        assert backend.collection.count(None) == 6 and backend.get(["prod-504"]) == {}
+        backend.close()
