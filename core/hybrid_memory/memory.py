@@ -1044,6 +1044,8 @@ class HybridMemory:
                           catch_up: bool = False) -> None:
         """:func:`~hybrid_memory.scopes.check_scope_keys` against the filter index; ``catch_up``: apply other
         processes' commits first (a search has), only when the filter names a scope field."""
+        if not metadata_filter:  # the common search: nothing to check, nothing to build
+            return
         within = system_filter(scope, None)
 
         def holds(name: str) -> bool:
