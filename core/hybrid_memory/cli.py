@@ -158,7 +158,8 @@ def _search_scope(args: argparse.Namespace) -> Any:
     ``--scope FIELD=VALUE`` pairs (as mcp's), or None.
 
     Raises:
-        InvalidRequestError: a bad pair, field or value; HybridMemoryError: a field given two values."""
+        InvalidRequestError: a bad pair, field or value, or a field given two values."""
+    from ._exceptions import InvalidRequestError
     from .mcp_server import parse_scope
     from .scopes import as_scope
 
@@ -167,8 +168,8 @@ def _search_scope(args: argparse.Namespace) -> Any:
     fields = own.bound() if own else {}
     for name, value in (pairs.bound() if pairs else {}).items():
         if fields.get(name, value) != value:
-            raise HybridMemoryError(f"--{name.replace('_', '-')} {fields[name]} and --scope {name}={value} disagree; "
-                                    f"give {name} once")
+            raise InvalidRequestError(f"--{name.replace('_', '-')} {fields[name]} and --scope {name}={value} disagree; "
+                                      f"give {name} once")
         fields[name] = value
     return as_scope(fields)
 

@@ -42,6 +42,9 @@ def write_export_info(folder: str | os.PathLike[str], *, avgdl: float, k1: float
         complete: whether the copy finished.
         embedder: ``{"name": ..., "dim": ...}`` of the exported memory.
         indexed_keys: the shard's payload indexes, ``{key: type}``.
+
+    Raises:
+        OSError: the folder cannot be written (the shard's own files are not touched).
     """
     info = {"format": FORMAT, "avgdl": float(avgdl), "k1": float(k1), "b": float(b), "memory": memory,
             "chunks": int(chunks), "complete": bool(complete), "embedder": dict(embedder),
