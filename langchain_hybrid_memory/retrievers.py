@@ -24,6 +24,7 @@ from hybrid_memory._adapter_support import (
     refuse_memory_argument,
     result_metadata,
     unwrap_validation_error,
+    written_back_metadata,
 )
 from hybrid_memory.models import make_chunk
 from hybrid_memory import (
@@ -87,14 +88,17 @@ def document_to_chunk(document: Document, chunk_id: str | None = None, scope: Sc
     ``chunk_id`` is the argument, else ``document.id``, else :func:`content_chunk_id` of the text, source and
     ``scope`` (deterministic, so the same document is stored once however often it is added); ``text`` is
     ``page_content``; ``metadata`` a copy of ``document.metadata``; ``source`` is ``metadata["source"]``
-    (as LangChain document loaders set it) converted to str, else ``""``.
+    (as LangChain document loaders set it) converted to str, else ``""``. A document this retriever returned
+    (its metadata holds the retrieval keys ``score``, ``rrf_score``, ``*_rank``, ``*_score``) stores its chunk's
+    metadata instead: without the retrieval keys and ``source``, with ``chunk_metadata``'s values put back
+    (:func:`hybrid_memory._adapter_support.written_back_metadata`).
 
     Raises:
         InvalidRequestError (a ValueError): empty text or metadata the core refuses; the message names it.
     """
-    metadata = dict(document.metadata)
-    source = metadata.get("source")
+    source = document.metadata.get("source")
     source = "" if source is None else str(source)
+    metadata = written_back_metadata(document.metadata)
     text = document.page_content
     return make_chunk(
         {

@@ -16,7 +16,13 @@ from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
 from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
 
-from hybrid_memory._adapter_support import build_owned, check_search_settings, refuse_memory_argument, result_metadata
+from hybrid_memory._adapter_support import (
+    build_owned,
+    check_search_settings,
+    refuse_memory_argument,
+    result_metadata,
+    written_back_metadata,
+)
 from hybrid_memory.models import make_chunk
 from hybrid_memory import Chunk, HybridMemory, HybridParams, InvalidRequestError, ScopedMemory, SearchRequest, SearchResponse, SearchResult
 from hybrid_memory.dedup import DedupPolicy
@@ -44,18 +50,28 @@ retrieval values; a chunk's own differing values of them (and of ``source``) are
 ``metadata["chunk_metadata"]``, visible to the LLM like the rest of the chunk's metadata."""
 
 
-def node_to_chunk(node: BaseNode) -> Chunk:
-    """Turn a LlamaIndex node or ``Document`` into a core :class:`~hybrid_memory.Chunk`.
+def node_to_chunk(node: BaseNode | NodeWithScore) -> Chunk:
+    """Turn a LlamaIndex node or ``Document`` (or a retrieved ``NodeWithScore``: its node) into a core
+    :class:`~hybrid_memory.Chunk`.
 
     ``chunk_id`` is ``node.node_id``, ``text`` the node's content without metadata, ``metadata`` a copy
     of ``node.metadata``, and ``source`` is ``metadata["source"]`` when present, else the node's
-    ``ref_doc_id`` (the document a parsed node came from), else ``""``.
+    ``ref_doc_id`` (the document a parsed node came from), else ``""``. A node this retriever returned (its
+    metadata holds the retrieval keys ``score``, ``rrf_score``, ``*_rank``, ``*_score``) stores its chunk's
+    metadata instead: without the retrieval keys and ``source``, with ``chunk_metadata``'s values put back
+    (:func:`hybrid_memory._adapter_support.written_back_metadata`).
 
     Raises:
-        InvalidRequestError: empty text or id (the core validates; the message names the field).
+        InvalidRequestError: empty text or id (the core validates; the message names the field), or an object
+            that is not a node.
     """
-    metadata = dict(node.metadata)
-    source = metadata.get("source", node.ref_doc_id or "")
+    if isinstance(node, NodeWithScore):
+        node = node.node
+    if not isinstance(node, BaseNode):
+        raise InvalidRequestError(
+            f"insert_nodes takes LlamaIndex nodes, Documents or NodeWithScore, got {type(node).__name__}")
+    source = node.metadata.get("source", node.ref_doc_id or "")
+    metadata = written_back_metadata(node.metadata)
     return make_chunk(
         {
             "chunk_id": node.node_id,
@@ -256,12 +272,17 @@ class HybridMemoryRetriever(BaseRetriever):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def insert_nodes(self, nodes: Iterable[BaseNode]) -> list[str]:
-        """Upsert nodes (or ``Document``s) into the memory; returns their chunk ids in input order.
+    def insert_nodes(self, nodes: Iterable[BaseNode | NodeWithScore]) -> list[str]:
+        """Upsert nodes (or ``Document``s, or the ``NodeWithScore`` a retrieval returned) into the memory; returns
+        their chunk ids in input order.
 
         A node whose id is already stored replaces the stored chunk. A node with a new id whose text is
         already stored in the same scope is skipped (:data:`INSERT_DEDUP`); its place in the returned list holds
-        the stored chunk's id. Nodes are stamped with the retriever's scope.
+        the stored chunk's id. Nodes are stamped with the retriever's scope. A retrieved node stores its chunk's
+        metadata, not the retrieval keys (:func:`node_to_chunk`).
+
+        Raises:
+            InvalidRequestError: an object that is not a node, or a node the core refuses.
         """
         chunks = [node_to_chunk(node) for node in nodes]
         if not chunks:

@@ -8,7 +8,8 @@
   fails, and marking it owned so the retriever's ``close()`` closes it.
 - :func:`lazy_exports`: a module ``__getattr__`` that loads names from a submodule on first use.
 - :func:`result_metadata` / :data:`SHADOWED_METADATA_KEY`: a returned document's or node's metadata, the
-  chunk's own metadata plus the retrieval keys, keeping the chunk's own values of those keys visible.
+  chunk's own metadata plus the retrieval keys, keeping the chunk's own values of those keys visible;
+  :func:`written_back_metadata` its inverse, for a returned document or node added back to a memory.
 - :func:`check_search_settings` / :func:`unwrap_validation_error`: a retriever's search settings refused
   with an :class:`~hybrid_memory.InvalidRequestError` naming the retriever's own field (``k``,
   ``similarity_top_k``, ``rrf_k``) and its accepted range, never a pydantic ``ValidationError``.
@@ -24,7 +25,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 __all__ = ["GRAPH_EXTRA_MODULES", "SHADOWED_METADATA_KEY", "build_owned", "check_search_settings", "check_top_k", "refuse_memory_argument", "coerce_embedder",
-           "extra_installed", "lazy_exports", "missing_modules", "result_metadata", "unwrap_validation_error"]
+           "extra_installed", "lazy_exports", "missing_modules", "result_metadata", "unwrap_validation_error",
+           "RETRIEVAL_SCORE_KEYS", "written_back_metadata"]
 
 #: the top-level modules the ``graph`` extra installs and ``hybrid_memory.graph`` needs
 GRAPH_EXTRA_MODULES: tuple[str, ...] = ("networkx", "graspologic_native", "json_repair")
@@ -58,6 +60,32 @@ def result_metadata(own: Mapping[str, Any], added: Mapping[str, Any]) -> dict[st
     if shadowed:
         metadata[SHADOWED_METADATA_KEY] = shadowed
     return metadata
+
+
+RETRIEVAL_SCORE_KEYS = ("score", "rrf_score", "sparse_rank", "sparse_score", "dense_rank", "dense_score")
+"""The retrieval keys both adapters add to every returned document's / node's metadata besides ``source``."""
+
+
+def written_back_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The metadata to store for a document or node being added to a memory: a copy of ``metadata``, except for
+    one that a retriever of this project returned (it holds every key of :data:`RETRIEVAL_SCORE_KEYS`), whose
+    chunk metadata is restored, the inverse of :func:`result_metadata`: the retrieval keys and ``source`` (the
+    chunk's source, which the adapters store as the chunk's ``source``) are dropped, and the chunk's own values
+    that ``chunk_metadata`` kept come back under their keys. So a search's documents added back store the
+    metadata their chunks had, not the scores and ranks of one search.
+
+    Example: ``{"team": "sre", "source": "pd", "score": 0.5, "rrf_score": 0.03, "sparse_rank": 1, "sparse_score":
+    2.1, "dense_rank": None, "dense_score": None, "chunk_metadata": {"score": 99}}`` -> ``{"team": "sre",
+    "score": 99}``. A document that lacks any of those keys is stored as given (``{"score": 5}`` stays).
+    """
+    if not all(key in metadata for key in RETRIEVAL_SCORE_KEYS):
+        return dict(metadata)
+    added = {*RETRIEVAL_SCORE_KEYS, "source", SHADOWED_METADATA_KEY}
+    own = {key: value for key, value in metadata.items() if key not in added}
+    shadowed = metadata.get(SHADOWED_METADATA_KEY)
+    if isinstance(shadowed, Mapping):
+        own.update(shadowed)
+    return own
 
 
 def missing_modules(modules: Iterable[str]) -> list[str]:
