@@ -183,22 +183,23 @@ def run_offline(data: fdata.EvalSet, memory: Any) -> dict[str, dict[str, dict[st
 
 def with_params(base: Any, params: dict[str, Any]) -> Any:
     """The candidates as a request with these hybrid_params would have gathered them (an engine of weight 0
-    dropped, priors and rrf_k replaced)."""
+    dropped, priors and rrf_k replaced; an engine that found nothing has no say, as in the searcher)."""
     from hybrid_memory.fusion import FusionInput
 
     priors = {"sparse": float(params.get("sparse_weight", 1.0)), "dense": float(params.get("dense_weight", 1.0))}
     keep = [name for name in base.runs if priors[name] > 0]
     runs = {name: base.runs[name] for name in keep}
+    found = [name for name in keep if runs[name].keys]
     if len(keep) < len(base.runs):  # a single engine: its own list, no cross-scores
-        scores = {name: dict(base.runs[name].scores) for name in keep}
+        scores = {name: dict(base.runs[name].scores) for name in found}
     else:
-        scores = {name: dict(base.input.scores[name]) for name in keep}
+        scores = {name: dict(base.input.scores[name]) for name in found}
     union = {k for r in runs.values() for k in r.keys}
     inp = FusionInput(
-        runs={name: r.keys for name, r in runs.items()},
+        runs={name: runs[name].keys for name in found},
         scores=scores,
-        priors={name: priors[name] for name in keep},
-        lower_bounds={name: base.input.lower_bounds[name] for name in keep},
+        priors={name: priors[name] for name in found},
+        lower_bounds={name: base.input.lower_bounds[name] for name in found},
         rrf_k=float(params.get("rrf_k_constant", 60)),
         identifier_matches={k: v for k, v in base.input.identifier_matches.items() if k in union},
     )
