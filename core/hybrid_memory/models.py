@@ -15,6 +15,7 @@ the value the list is ordered by, when the method is not RRF; the response names
 
 from __future__ import annotations
 
+import difflib
 import math
 import reprlib
 import uuid
@@ -57,9 +58,30 @@ def validation_message(exc: ValidationError, what: str) -> str:
         message = error["msg"].removeprefix("Value error, ")  # pydantic's prefix for our validators' messages
         if "got " not in message:  # the library's own messages already show the value
             message = f"{message} (got {_SHORT.repr(error.get('input'))})"
+        if error["type"] == "extra_forbidden" and error["loc"]:
+            message += _unknown_field_hint(exc.title, error["loc"])
         # a whole-model check (no field) is named by ``what`` already, in the prefix: not twice
         parts.append(f"{field}: {message}" if field else message)
     return f"invalid {what}: " + "; ".join(parts)
+
+
+def _unknown_field_hint(title: str, loc: tuple) -> str:
+    """For a misspelt or misplaced field: the closest field name and the model's fields (``did you mean
+    'user_id'? the fields are ...``); a chunk's message adds that other keys go in its metadata. Empty when the
+    model is not one of this module's."""
+    model = globals().get(title)
+    for part in loc[:-1]:  # down to the nested model holding the field (hybrid_params.fusin -> HybridParams)
+        field = model.model_fields.get(str(part)) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        model = field.annotation if field is not None else None
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return ""
+    fields, name = list(model.model_fields), str(loc[-1])
+    close = difflib.get_close_matches(name, fields, n=1, cutoff=0.7)
+    if not close:  # filter -> metadata_filter, top -> top_k: one field that ends or starts with the name
+        close = [f for f in fields if f.endswith("_" + name) or f.startswith(name + "_")][:2]
+    hint = f" (did you mean {close[0]!r}?)" if len(close) == 1 else ""
+    where = "; other keys go in metadata" if model is Chunk else ""
+    return f"{hint}; the fields are {', '.join(fields)}{where}"
 
 
 def make_chunk(data: Chunk | Mapping[str, Any], what: str = "chunk") -> Chunk:

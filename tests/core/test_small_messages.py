@@ -61,3 +61,25 @@ def test_a_range_across_kinds_matches_nothing_and_stays_so(memory):
     memory.add([{"chunk_id": "s", "text": "note s", "metadata": {"n": "b"}}])  # a string value: "b" > "abc"
     assert [r.chunk_id for r in memory.search("note", top_k=10, metadata_filter={"n": {"$gt": "abc"}}).results] == ["s"]
     assert memory.count({"n": {"$gt": "abc"}}) == 1 and memory.count({"n": {"$gt": 0}}) == 2
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda m: m.add([{"chunk_id": "a", "text": "x", "userid": "u"}]),
+     "invalid chunk #0: userid: Extra inputs are not permitted (got 'u') (did you mean 'user_id'?); the fields are "
+     "chunk_id, text, source, metadata, tenant, user_id, agent_id, session_id, valid_from, valid_to; other keys go in "
+     "metadata"),
+    (lambda m: m.add([{"chunk_id": "a", "text": "x", "service": "billing"}]),
+     "invalid chunk #0: service: Extra inputs are not permitted (got 'billing'); the fields are chunk_id, text, source, "
+     "metadata, tenant, user_id, agent_id, session_id, valid_from, valid_to; other keys go in metadata"),
+    (lambda m: m.search({"search_text": "x", "filter": {"a": 1}}),
+     "invalid search request: filter: Extra inputs are not permitted (got {'a': 1}) (did you mean 'metadata_filter'?); "
+     "the fields are query_id, search_text, top_k, hybrid_params, metadata_filter, as_of"),
+    (lambda m: m.search({"search_text": "x", "hybrid_params": {"fusin": "rrf"}}),
+     "invalid search request: hybrid_params.fusin: Extra inputs are not permitted (got 'rrf') (did you mean "
+     "'fusion'?); the fields are dense_weight, sparse_weight, rrf_k_constant, fusion"),
+])
+def test_an_unknown_chunk_or_request_field_lists_the_fields(memory, call, message):
+    with pytest.raises(InvalidRequestError) as raised:
+        call(memory)
+    assert str(raised.value) == message
+    assert memory.count() == 0
