@@ -5,6 +5,7 @@ from __future__ import annotations
 from langchain_core.embeddings import Embeddings
 
 from hybrid_memory._adapter_support import coerce_embedder
+from hybrid_memory._exceptions import InvalidEmbedderError
 from hybrid_memory.embedders import CallableEmbedder
 
 __all__ = ["LangChainEmbedder", "as_core_embedder"]
@@ -35,13 +36,14 @@ class LangChainEmbedder(CallableEmbedder):
             query.
 
     Raises:
-        TypeError: ``embeddings`` is not a LangChain ``Embeddings``.
+        InvalidEmbedderError (a TypeError): ``embeddings`` is not a LangChain ``Embeddings``.
     """
 
     def __init__(self, embeddings: Embeddings, *, name: str | None = None, dim: int | None = None) -> None:
         if not isinstance(embeddings, Embeddings):
-            raise TypeError(
-                f"embeddings must be a langchain_core Embeddings, got {type(embeddings).__name__}"
+            raise InvalidEmbedderError(
+                f"embeddings must be a langchain_core Embeddings (for example HuggingFaceEmbeddings(...), an instance), got "
+                f"{type(embeddings).__name__}; for a hybrid_memory Embedder pass it to the retriever or memory directly"
             )
         self.embeddings = embeddings
         super().__init__(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
 from hybrid_memory._adapter_support import coerce_embedder
+from hybrid_memory._exceptions import InvalidEmbedderError
 from hybrid_memory.embedders import CallableEmbedder
 
 __all__ = ["LlamaIndexEmbedder", "as_core_embedder"]
@@ -25,13 +26,14 @@ class LlamaIndexEmbedder(CallableEmbedder):
             query.
 
     Raises:
-        TypeError: ``embed_model`` is not a LlamaIndex ``BaseEmbedding``.
+        InvalidEmbedderError (a TypeError): ``embed_model`` is not a LlamaIndex ``BaseEmbedding``.
     """
 
     def __init__(self, embed_model: BaseEmbedding, *, name: str | None = None, dim: int | None = None) -> None:
         if not isinstance(embed_model, BaseEmbedding):
-            raise TypeError(
-                f"embed_model must be a llama_index BaseEmbedding, got {type(embed_model).__name__}"
+            raise InvalidEmbedderError(
+                f"embed_model must be a llama_index BaseEmbedding (for example HuggingFaceEmbedding(...), an instance), got "
+                f"{type(embed_model).__name__}; for a hybrid_memory Embedder pass it to the retriever or memory directly"
             )
         self.embed_model = embed_model
         super().__init__(

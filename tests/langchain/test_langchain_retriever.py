@@ -13,7 +13,7 @@ from langchain_core.language_models.fake_chat_models import ParrotFakeChatModel 
 from langchain_core.prompts import ChatPromptTemplate  # noqa: E402
 from langchain_core.runnables import RunnableLambda  # noqa: E402
 
-from hybrid_memory import HashingEmbedder, HybridMemory, InvalidFilterError, InvalidRequestError  # noqa: E402
+from hybrid_memory import HashingEmbedder, HybridMemory, InvalidEmbedderError, InvalidFilterError, InvalidRequestError  # noqa: E402
 from langchain_hybrid_memory import HybridMemoryRetriever, LangChainEmbedder  # noqa: E402
 
 QUERY = "HTTP 504 billing"
@@ -209,8 +209,12 @@ def test_langchain_embedder_bridge_shapes_and_dtype():
     empty = embedder.embed_documents([])
     assert empty.shape == (0, 12) and empty.dtype == np.float32
     assert LangChainEmbedder(fake, name="mine", dim=12).name == "mine"
-    with pytest.raises(TypeError, match="Embeddings"):
+    with pytest.raises(InvalidEmbedderError) as err:
         LangChainEmbedder(HashingEmbedder(dim=4))  # type: ignore[arg-type]
+    assert str(err.value) == (
+        "embeddings must be a langchain_core Embeddings (for example HuggingFaceEmbeddings(...), an instance), got "
+        "HashingEmbedder; for a hybrid_memory Embedder pass it to the retriever or memory directly")
+    assert isinstance(err.value, TypeError) and isinstance(err.value, InvalidRequestError)
 
 
 # --- inside a chain ---------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from llama_index.core.schema import (  # noqa: E402
 )
 from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters  # noqa: E402
 
-from hybrid_memory import HashingEmbedder, InvalidFilterError, InvalidRequestError  # noqa: E402
+from hybrid_memory import HashingEmbedder, InvalidEmbedderError, InvalidFilterError, InvalidRequestError  # noqa: E402
 from llamaindex_hybrid_memory import HybridMemoryRetriever, LlamaIndexEmbedder  # noqa: E402
 
 QUERY = "HTTP 504 billing"
@@ -227,8 +227,12 @@ def test_llamaindex_embedder_bridge_shapes_and_dtype():
     assert query.shape == (6,) and query.dtype == np.float32
     assert embedder.embed_documents([]).shape == (0, 6)
     assert LlamaIndexEmbedder(MockEmbedding(embed_dim=6), name="mine").name == "mine"
-    with pytest.raises(TypeError, match="BaseEmbedding"):
+    with pytest.raises(InvalidEmbedderError) as err:
         LlamaIndexEmbedder(HashingEmbedder(dim=4))  # type: ignore[arg-type]
+    assert str(err.value) == (
+        "embed_model must be a llama_index BaseEmbedding (for example HuggingFaceEmbedding(...), an instance), got "
+        "HashingEmbedder; for a hybrid_memory Embedder pass it to the retriever or memory directly")
+    assert isinstance(err.value, TypeError) and isinstance(err.value, InvalidRequestError)
 
 
 # --- query engine -----------------------------------------------------------------------------------
