@@ -409,4 +409,5 @@ def _json_object(line: str, where: str) -> dict[str, Any]:
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     loc = ".".join(str(part) for part in err.get("loc", ()))
-    return f"{loc}: {err.get('msg', 'invalid')}" if loc else str(err.get("msg", "invalid"))
+    message = str(err.get("msg", "invalid")).removeprefix("Value error, ")  # pydantic's prefix for our validators
+    return f"{loc}: {message}" if loc else message

@@ -287,6 +287,14 @@ def test_beir_lines_keep_scope_and_validity(tmp_path: Path) -> None:
     bad = _write_jsonl(tmp_path / "bad.jsonl", [{"_id": "c", "text": "t", "user_id": 5}])
     with pytest.raises(InvalidRequestError, match=r"bad\.jsonl, line 1: invalid document 'c': user_id"):
         list(read_beir_corpus(bad))
+    empty = _write_jsonl(tmp_path / "empty.jsonl", [{"_id": "d", "text": "t", "valid_from": 10, "valid_to": 5}])
+    with pytest.raises(InvalidRequestError) as err:
+        list(read_beir_corpus(empty))
+    # the library's own message, without pydantic's "Value error, " prefix
+    assert str(err.value) == (
+        f"{empty}, line 1: invalid document 'd': valid_to must be after valid_from, got valid_from "
+        "1970-01-01T00:00:10Z (Unix 10) and valid_to 1970-01-01T00:00:05Z (Unix 5): the interval [valid_from, "
+        "valid_to) would be empty; give a later valid_to, or none (the fact still holds)")
 
 
 def _docs_with_memories(tmp_path: Path) -> Path:
