@@ -73,6 +73,10 @@ def query_vector(vector: np.ndarray | Sequence[float], dim: int) -> np.ndarray:
         InvalidRequestError: not numbers, complex, not one-dimensional, not ``dim`` long, or holding NaN or an
             infinity (the message gives the first index holding one).
     """
+    if type(vector) is np.ndarray and vector.dtype == np.float32 and vector.shape == (dim,) and np.isfinite(vector).all():
+        # the common case, an embedder's own output: one check, normalised exactly as below (the copy below has
+        # the same values)
+        return l2_normalize(vector.reshape(1, -1))[0]
     from ._exceptions import InvalidRequestError
 
     fix = f"pass {dim} finite floats (this memory's embedding size), or None to embed search_text"

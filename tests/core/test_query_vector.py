@@ -90,3 +90,19 @@ def test_the_qdrant_backend_uses_the_same_checker(tmp_path):
             with pytest.raises(InvalidRequestError) as raised:
                 mem.search("kafka", query_vector=vector)
             assert str(raised.value) == message
+
+
+def test_float32_fast_path_equals_the_general_path_to_the_bit() -> None:
+    given = np.array([3.0, 0.0, -4.0, 0.0], dtype=np.float32)
+    kept = given.copy()
+    fast = query_vector(given, 4)  # an embedder's own float32 (dim,) output: the one-check path
+    np.testing.assert_array_equal(given, kept)  # the caller's array is not normalised in place
+    for other in ([3.0, 0.0, -4.0, 0.0], given.astype(np.float64), given.astype(np.float16)):
+        general = query_vector(other, 4)
+        assert general.dtype == np.float32 and general.tobytes() == fast.tobytes()
+    assert fast.tolist() == [0.6000000238418579, 0.0, -0.800000011920929, 0.0]
+    assert query_vector(np.zeros(4, dtype=np.float32), 4).tolist() == [0.0, 0.0, 0.0, 0.0]
+    bad = np.array([1.0, np.nan, 0.0, np.inf], dtype=np.float32)  # float32 and (dim,), but not finite
+    with pytest.raises(InvalidRequestError) as raised:
+        query_vector(bad, 4)
+    assert str(raised.value) == f"query_vector holds NaN at index 1 (2 values are not finite); {FIX}"
