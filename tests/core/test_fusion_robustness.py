@@ -58,3 +58,35 @@ def test_margins_against_the_better_engine_overall_and_by_class() -> None:
     no_classes = robust.margins({"sparse alone": {"ndcg@10": 0.5}, "dense alone": {"ndcg@10": 0.6}})
     assert no_classes["sparse alone"] == {"ndcg@10": 0.5, "margin": pytest.approx(-0.1), "worst_class_margin": None,
                                           "worst_class": None}
+
+
+def test_chance_excess_by_hand() -> None:
+    trial = __import__("dense_calibration_trial")
+    q = np.array([1.0, 0.0], dtype=np.float32)
+    mu, sigma = np.zeros(2), np.diag([0.25, 1.0])
+    # z = (1.0 - 0) / sqrt(0.25) = 2; sqrt(2 ln e^2) = 2; so the top is exactly where chance puts the maximum
+    assert trial.chance_excess(q, 1.0, mu, sigma, int(round(np.exp(2.0)))) == pytest.approx(2.0 - np.sqrt(2 * np.log(7)))
+    assert trial.chance_excess(q, 1.5, mu, sigma, 2) == pytest.approx(3.0 - np.sqrt(2 * np.log(2)))
+    assert trial.chance_excess(q, 1.0, mu, np.zeros((2, 2)), 100) == float("inf")  # no spread: not judged
+    assert trial.H["clip(e + 1)"](-0.25) == 0.75 and trial.H["clip(e + 1)"](0.5) == 1.0
+    assert trial.H["logistic(2e)"](0.0) == 0.5
+
+
+def test_calibrated_default_with_factor_1_orders_as_the_default() -> None:
+    from hybrid_memory.fusion import FusionInput
+    from hybrid_memory.fusion.methods import fuse_adaptive
+
+    trial = __import__("dense_calibration_trial")
+    inp = FusionInput(
+        runs={"sparse": ["a", "b", "c"], "dense": ["d", "c", "a"]},
+        scores={"sparse": {"a": 9.0, "b": 4.0, "c": 2.0, "d": 0.0}, "dense": {"d": 0.8, "c": 0.5, "a": 0.1, "b": 0.05}},
+        priors={"sparse": 1.0, "dense": 1.0}, lower_bounds={"sparse": 0.0, "dense": -1.0},
+    )
+    order = lambda scores: sorted(scores, key=lambda k: (-scores[k], k))  # noqa: E731
+    # by hand: top_outlier 6 (BM25) and 2.5 (dense), so alphas 2/3 and 1/3; z of log(1 + BM25) a 1.250, b 0.425,
+    # c -0.184, d -1.491; z of the cosines a -0.855, b -1.018, c 0.448, d 1.426; fused a 0.548, c 0.027,
+    # b -0.056, d -0.519
+    fused = trial.calibrated(inp, 1.0)
+    assert [round(fused[k], 3) for k in "acbd"] == [0.548, 0.027, -0.056, -0.519]
+    assert order(fused) == order(fuse_adaptive(inp).scores) == ["a", "c", "b", "d"]
+    assert order(trial.calibrated(inp, 0.0)) == ["a", "b", "c", "d"]  # dense weighs nothing: BM25's order

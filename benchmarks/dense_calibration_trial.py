@@ -1,0 +1,143 @@
+"""Offline trial, not the library's method: the default fusion with dense's confidence scaled by how far its top
+cosine stands above chance over the corpus.
+
+Usage::
+
+    HYBRID_MEMORY_BENCH_CACHE=/work/bench-cache python benchmarks/dense_calibration_trial.py
+
+Why: ``fusion_robustness.py`` shows the default falling below the better engine when the dense engine is weak.
+Its per-query confidence, ``top_outlier``, is scale-free, so a list of compressed, noisy cosines looks as peaked
+as a good one. This trial measures one calibration that is not scale-free.
+
+The statistic: for query vector ``q`` (unit, float64 (dim,)), the corpus mean ``mu`` and covariance ``Sigma`` of the
+document vectors (float64, population), and the top cosine ``s1`` of the dense engine's candidates::
+
+    e = (s1 - q.mu) / sqrt(q' Sigma q) - sqrt(2 ln N)
+
+``sqrt(2 ln N)`` is the leading term of the expected maximum of N independent standard normal scores (Cramér
+1946; David and Nagaraja, "Order Statistics", 3rd ed., 2003, section 10.5), where N is the number of documents the
+query may return: the allowed set under a filter, else the corpus. ``mu`` and ``Sigma`` are always the whole
+corpus's, which approximates a filtered subset. ``e`` < 0 means the top is no further out than chance would put it.
+Dense's confidence weight ``prior x (1 + top_outlier)`` is multiplied by ``h(e)``, then the default runs
+unchanged (log-BM25 z-scores, convex weights, exact-match guard). Functions ``h``: ``logistic(2e)``, and
+``clip(e + 1, 0, 1)`` (1 at and above chance, 0 one unit below it).
+
+Variants: the clean set and ``fusion_robustness.py``'s dense-noise levels (the same seeded vectors). Candidates are
+gathered once per query, as ``fusion_eval.py --offline`` does. Printed: a table per set; each cell is nDCG@10 minus
+the better engine's, then the worst class's margin. Written to ``benchmarks/results/dense_calibration_trial.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as common
+import _fusion_data as fdata
+import fusion_eval as fe
+import fusion_robustness as robust
+
+
+def chance_excess(q: np.ndarray, top: float, mu: np.ndarray, sigma: np.ndarray, n: int) -> float:
+    """``(top - q.mu) / sqrt(q' Sigma q) - sqrt(2 ln n)`` (module docstring); q float (dim,), mu (dim,), Sigma (dim, dim),
+    n >= 2. Returns +inf for a query with no spread over the corpus (every document scores alike)."""
+    q = q.astype(np.float64)
+    var = float(q @ sigma @ q)
+    if not var > 0:
+        return math.inf
+    return (top - float(q @ mu)) / math.sqrt(var) - math.sqrt(2.0 * math.log(max(n, 2)))
+
+
+H = {
+    "logistic(2e)": lambda e: 1.0 / (1.0 + math.exp(-2.0 * e)) if e < 50 else 1.0,
+    "clip(e + 1)": lambda e: min(1.0, max(0.0, e + 1.0)),
+}
+
+
+def calibrated(inp: Any, factor: float) -> dict[str, float]:
+    """The default's scores with dense's confidence weight times ``factor`` (``fuse_adaptive`` otherwise)."""
+    from hybrid_memory.fusion import methods as m
+    from hybrid_memory.fusion.adaptive import confidence_weights, guard_columns
+
+    weights = confidence_weights(m._padded_lists(inp, list(m._active(inp))), inp.priors)
+    if "dense" in weights:
+        weights["dense"] *= factor
+    total = sum(weights.values())
+    if not total > 0:
+        weights = m._active(inp)
+        total = sum(weights.values())
+    alphas = {n: w / total for n, w in weights.items() if w > 0}
+    keys, fused = m._zscores(inp, alphas, log_bm25=True)
+    return dict(zip(keys, guard_columns(fused, inp.columns[2]), strict=True))
+
+
+def run(data: fdata.EvalSet) -> dict[str, dict[str, dict[str, float]]]:
+    """label -> run (qid -> {key: score}) for sparse, dense, the default and each calibrated default."""
+    from hybrid_memory.engines import Query
+    from hybrid_memory.fusion import methods as m
+
+    memory = fe.build_memory(data)
+    vectors = data.doc_vectors.astype(np.float64)
+    mu, sigma = vectors.mean(axis=0), np.cov(vectors.T, bias=True)
+    labels = ["sparse alone", "dense alone", "default", *(f"default, h = {name}" for name in H)]
+    runs: dict[str, dict[str, dict[str, float]]] = {label: {} for label in labels}
+    total = memory.count()
+    for qid in data.qrels:
+        req, allowed = memory._prepare(fe.request(data, qid, {}), {})
+        cand = memory._searcher.candidates(
+            Query(req.search_text, data.query_vectors[qid]), top_k=fe.TOP_K, depth=fe.TOP_K * fe.MULTIPLIER,
+            weights={"sparse": 1.0, "dense": 1.0}, allowed=allowed, fusion="adaptive")
+        inp = cand.input
+        scored = {"sparse alone": inp.own_scores("sparse"), "dense alone": inp.own_scores("dense")}
+        if inp.runs:
+            scored["default"] = m.fuse_adaptive(inp).scores
+            dense = inp.list_scores("dense")
+            e = chance_excess(data.query_vectors[qid], max(dense), mu, sigma,
+                              total if allowed is None else len(allowed)) if dense else math.inf
+            for name, h in H.items():
+                scored[f"default, h = {name}"] = calibrated(inp, h(e))
+        for label in labels:
+            ranked = sorted(scored.get(label, {}).items(), key=lambda kv: (-kv[1], kv[0]))[: fe.TOP_K]
+            runs[label][qid] = {key: float(fe.TOP_K - i) for i, (key, _) in enumerate(ranked)}
+    memory.close()
+    return runs
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--datasets", nargs="+", default=list(fdata.DATASETS), choices=fdata.DATASETS)
+    parser.add_argument("--levels", nargs="+", type=float, default=list(robust.DENSE_LEVELS))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    common.ensure_core_importable()
+    results: dict[str, Any] = {"dense_levels": args.levels, "h": list(H), "datasets": {}}
+    for name in args.datasets:
+        started = time.perf_counter()
+        table, per_variant = [], {}
+        for variant, data in robust.variants(fdata.load(name), tuple(args.levels), ())[: 1 + len(args.levels)]:
+            m = robust.margins(fe.evaluate_runs(data, run(data)))
+            per_variant[variant] = m
+            table.append([variant, m["sparse alone"]["ndcg@10"], m["dense alone"]["ndcg@10"]]
+                         + [f"{m[label]['margin']:+.4f} / {m[label]['worst_class_margin']:+.4f}"
+                            if m[label]["worst_class_margin"] is not None else f"{m[label]['margin']:+.4f}"
+                            for label in m if label not in ("sparse alone", "dense alone")])
+        headers = ["variant", "sparse", "dense", *(label for label in per_variant["clean"] if "alone" not in label)]
+        print(f"\n## {name}: margin over the better engine / worst class's margin ({time.perf_counter() - started:.0f} s)")
+        print(common.format_table(table, headers))
+        results["datasets"][name] = per_variant
+    path = common.write_results("dense_calibration_trial", results)
+    print(f"\nwrote {path}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
