@@ -24,6 +24,18 @@ def test_a_host_and_port_without_scheme_is_refused_not_made_a_local_folder(tmp_p
     assert list(tmp_path.iterdir()) == []  # no local-mode folder named after the address
 
 
+def test_a_url_with_another_scheme_is_refused_not_made_a_local_folder(tmp_path, monkeypatch):
+    # a fresh user's finding: 'htps://...' was a local-mode folder named 'htps:/...', and export-qdrant said copied
+    monkeypatch.chdir(tmp_path)
+    for url, scheme in (("htps://qdrant.example:6333", "htps"), ("ftp://x", "ftp"), ("grpc://q:6334", "grpc")):
+        with pytest.raises(InvalidRequestError) as err:
+            qdrant(url)
+        assert str(err.value) == (
+            f"{url!r} has the scheme {scheme!r}: a Qdrant server's URL starts with 'http://' or 'https://' (for a "
+            "local-mode directory give a path without '://')")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_wrong_client_type_and_write_ordering_are_named():
     with pytest.raises(InvalidRequestError, match="client_or_url must be a qdrant_client.QdrantClient.*got int"):
         qdrant(5)

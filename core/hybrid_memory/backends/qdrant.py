@@ -639,7 +639,8 @@ class QdrantBackend:
 
         Raises:
             MissingDependencyError: qdrant-client is not installed.
-            InvalidRequestError: a host:port without its scheme, a wrong client type, a bad write_ordering, or a
+            InvalidRequestError: a host:port without its scheme, a URL whose scheme is not http or https, a wrong
+                client type, a bad write_ordering, or a
                 local-mode directory that is a file or lies inside an embedded memory's folder.
         """
         if write_ordering not in (None, "weak", "medium", "strong"):
@@ -648,6 +649,12 @@ class QdrantBackend:
             raise InvalidRequestError(
                 f"{client_or_url!r} looks like a server address without its scheme: give the URL, "
                 f"'http://{client_or_url}' (or a directory path for qdrant-client's local mode)"
+            )
+        scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", client_or_url) if isinstance(client_or_url, str) else None
+        if scheme and scheme.group(1).lower() not in ("http", "https"):
+            raise InvalidRequestError(
+                f"{client_or_url!r} has the scheme {scheme.group(1)!r}: a Qdrant server's URL starts with 'http://' or "
+                "'https://' (for a local-mode directory give a path without '://')"
             )
         if not isinstance(client_or_url, str) and not hasattr(client_or_url, "collection_exists"):
             raise InvalidRequestError(
@@ -661,7 +668,7 @@ class QdrantBackend:
                 from .._exceptions import missing_dependency
 
                 raise missing_dependency("qdrant-client", "qdrant") from exc
-            if client_or_url.startswith(("http://", "https://")):
+            if scheme:  # http or https
                 # no server version check: its failure is a UserWarning printed before our own clear error,
                 # and a version mismatch is not this library's concern (the schema is checked on open)
                 client = QdrantClient(url=client_or_url, api_key=api_key, check_compatibility=False)
