@@ -150,7 +150,19 @@ def add_scope_field_arguments(p: argparse.ArgumentParser, what: str) -> None:
     ``what`` is each one's help, with ``{name}`` for the field."""
     for name in SCOPE_FIELDS:
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, metavar=name.upper(),
-                       help=what.format(name=name))
+                       action=_OnceAction, help=what.format(name=name))
+
+
+class _OnceAction(argparse.Action):
+    """A scope option given twice must give one value (argparse keeps the last, so ``--tenant a --tenant b`` would
+    silently write or read tenant b): a second, different value is a usage error, exit 2."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        given = getattr(namespace, self.dest, None)
+        if given is not None and given != values:
+            parser.error(f"{option_string} {given} and {option_string} {values} disagree; give {option_string} once")
+        setattr(namespace, self.dest, values)
 
 
 def _search_scope(args: argparse.Namespace) -> Any:

@@ -378,12 +378,23 @@ def _global_search_tool(view: HybridMemory | ScopedMemory, graph: Any) -> Callab
 
 # -- the `hybrid-memory mcp` command ----------------------------------------------------------------------
 def parse_scope(pairs: list[str]) -> Scope | None:
-    """``["user_id=u1", "tenant=acme"]`` -> ``Scope``. Raises InvalidRequestError for a bad pair or field."""
+    """``["user_id=u1", "tenant=acme"]`` -> ``Scope``.
+
+    Raises:
+        InvalidRequestError: a bad pair or field, a value with white space around it (``tenant= acme`` would scope
+            to " acme"), or one field given two values (the last would silently win: for a server, the scope is
+            who may read what).
+    """
     fields: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key or not value:
             raise InvalidRequestError(f"--scope takes FIELD=VALUE (tenant, user_id, agent_id, session_id), got {pair!r}")
+        if value != value.strip() or key != key.strip():
+            raise InvalidRequestError(f"--scope {pair!r} has white space around its field or value; give "
+                                      f"--scope {key.strip()}={value.strip()}")
+        if key in fields and fields[key] != value:
+            raise InvalidRequestError(f"--scope {key}={fields[key]} and --scope {key}={value} disagree; give {key} once")
         fields[key] = value
     return as_scope(fields)
 

@@ -434,6 +434,17 @@ def test_search_scope_returns_only_that_scopes_chunks(tmp_path, capsys):
     assert main(["search", "billing", "--memory", memory, "--hashing-dim", "16", "--scope", "user_id"]) == 2
     assert capsys.readouterr().err == ("hybrid-memory: error: --scope takes FIELD=VALUE (tenant, user_id, agent_id, "
                                        "session_id), got 'user_id'\n")
+    # one field, two values: refused in either form (argparse and a dict kept the last; a fresh user's finding)
+    assert ids("--user-id", "alice", "--user-id", "alice") == ["a1", "a2"]  # the same value twice is one
+    assert main(["search", "billing", "--memory", memory, "--hashing-dim", "16", "--scope", "user_id=alice",
+                 "--scope", "user_id=bob"]) == 2
+    assert capsys.readouterr().err == ("hybrid-memory: error: --scope user_id=alice and --scope user_id=bob disagree; "
+                                       "give user_id once\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["search", "billing", "--memory", memory, "--user-id", "alice", "--user-id", "bob"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.endswith(
+        "hybrid-memory search: error: --user-id alice and --user-id bob disagree; give --user-id once\n")
 
 
 def test_ingest_never_reads_the_memorys_own_files(tmp_path, capsys):

@@ -9,7 +9,7 @@ pytest.importorskip("mcp")
 from mcp import Client  # noqa: E402
 from mcp.client._memory import InMemoryTransport  # noqa: E402
 
-from hybrid_memory import HashingEmbedder, HybridMemory  # noqa: E402
+from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError  # noqa: E402
 from hybrid_memory.cli import main  # noqa: E402
 from hybrid_memory.mcp_server import build_server, parse_scope  # noqa: E402
 
@@ -155,6 +155,17 @@ def test_cli_mcp_refuses_a_missing_memory_and_bad_scopes(tmp_path, capsys):
     assert "scope" in capsys.readouterr().err
     assert parse_scope(["user_id=u1", "tenant=acme"]).bound() == {"tenant": "acme", "user_id": "u1"}
     assert parse_scope([]) is None
+    assert parse_scope(["tenant=acme", "tenant=acme"]).bound() == {"tenant": "acme"}  # the same value twice is one
+    # a fresh user's finding: the last of two values won, so a server silently served the other tenant
+    with pytest.raises(InvalidRequestError) as err:
+        parse_scope(["tenant=acme", "tenant=nobody"])
+    assert str(err.value) == "--scope tenant=acme and --scope tenant=nobody disagree; give tenant once"
+    with pytest.raises(InvalidRequestError) as err:
+        parse_scope(["tenant= acme"])
+    assert str(err.value) == "--scope 'tenant= acme' has white space around its field or value; give --scope tenant=acme"
+    assert main(["mcp", "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "--read-only",
+                 "--scope", "tenant=acme", "--scope", "tenant=nobody"]) == 2
+    assert "disagree; give tenant once" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("port", "message"), [("99999", "must be 1-65535, got 99999; choose another --port"),
