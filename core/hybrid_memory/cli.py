@@ -8,8 +8,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
@@ -336,9 +338,14 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     discard = [created is not None]  # until the memory is known to hold a chunk (or to be another's)
     try:
         return _run_ingest(args, extra, scope, created, discard)
-    except BaseException:
-        if discard[0] and created is not None and created.exists():
+    except BaseException as exc:
+        removed = discard[0] and created is not None and created.exists()
+        if removed:
             _remove_new_folder(created)
+        if isinstance(exc, KeyboardInterrupt):  # main prints this one line instead of a traceback
+            what = (f"nothing was stored, so the folder this run created for the memory, {created}, was removed"
+                    if removed else "what was stored before stays (ingest is an upsert)")
+            raise type(exc)(f"{what}; run the same command again") from exc
         raise
 
 
@@ -600,6 +607,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose:
         logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s logs index builds at DEBUG
+    previous = _on_sigterm_interrupt()
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:  # e.g. piped into `head`
@@ -607,6 +615,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except (HybridMemoryError, MissingDependencyError, json.JSONDecodeError, OSError, ValueError) as exc:
         return _fail(str(exc))
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (timeout, docker stop, systemd): one line, no traceback
+        signal_name = "SIGTERM" if isinstance(exc, _Terminated) else "Ctrl-C"
+        message = exc.args[0] if exc.args and isinstance(exc.args[0], str) else "nothing more was done"
+        print(f"hybrid-memory: interrupted ({signal_name}); {message}", file=sys.stderr)
+        return 143 if isinstance(exc, _Terminated) else 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is, so that what runs on Ctrl-C (an ingest's clean-up) runs on it too."""
+
+
+def _on_sigterm_interrupt() -> Any:
+    """Turn SIGTERM into :class:`_Terminated` for the command's duration; returns the previous handler (None when
+    not in the main thread, where Python lets no handler be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def _raise(signum: int, frame: Any) -> None:
+        raise _Terminated()
+
+    return signal.signal(signal.SIGTERM, _raise)
 
 
 if __name__ == "__main__":  # pragma: no cover
