@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("qdrant_client", reason="the qdrant extra is not installed: pip install 'hybrid-memory[qdrant]'")
 
-from hybrid_memory import BackendUnavailableError, HashingEmbedder, HybridMemory, InvalidRequestError  # noqa: E402
+from hybrid_memory import BackendUnavailableError, HashingEmbedder, HybridMemory, InvalidRequestError, StoreBusyError  # noqa: E402
 
 
 def qdrant(*args, **kwargs):
@@ -34,6 +34,25 @@ def test_a_url_with_another_scheme_is_refused_not_made_a_local_folder(tmp_path, 
             f"{url!r} has the scheme {scheme!r}: a Qdrant server's URL starts with 'http://' or 'https://' (for a "
             "local-mode directory give a path without '://')")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_local_mode_folder_open_elsewhere_is_store_busy(tmp_path):
+    # a fresh user's finding: the second open raised qdrant-client's own RuntimeError
+    folder = tmp_path / "qlocal"
+    first = qdrant(str(folder))
+    try:
+        first.add([{"chunk_id": "a", "text": "kafka consumer lag"}])
+        with pytest.raises(StoreBusyError) as err:
+            qdrant(str(folder))
+        assert str(err.value) == (
+            f"qdrant-client local-mode folder {folder} is open elsewhere (in this process or another); local mode is "
+            "opened by one client at a time: close the other memory on it, or use a Qdrant server for several "
+            "processes")
+        assert first.count() == 1  # the first memory is untouched
+    finally:
+        first.close()
+    with qdrant(str(folder)) as again:  # free once the first is closed
+        assert again.count() == 1
 
 
 def test_wrong_client_type_and_write_ordering_are_named():

@@ -83,6 +83,7 @@ from .._exceptions import (
     BackendUnavailableError,
     HybridMemoryError,
     InvalidRequestError,
+    StoreBusyError,
 )
 from ..embedders import l2_normalize
 from ..engines import Hit, Query
@@ -639,6 +640,7 @@ class QdrantBackend:
 
         Raises:
             MissingDependencyError: qdrant-client is not installed.
+            StoreBusyError: a local-mode directory another client holds open.
             InvalidRequestError: a host:port without its scheme, a URL whose scheme is not http or https, a wrong
                 client type, a bad write_ordering, or a
                 local-mode directory that is a file or lies inside an embedded memory's folder.
@@ -675,7 +677,16 @@ class QdrantBackend:
             elif client_or_url == ":memory:":
                 client = QdrantClient(":memory:")
             else:
-                client = QdrantClient(path=str(check_local_mode_path(client_or_url)))
+                folder = check_local_mode_path(client_or_url)
+                try:
+                    client = QdrantClient(path=str(folder))
+                except RuntimeError as exc:  # qdrant-client's portalocker lock: the folder is open elsewhere
+                    if "already accessed" not in str(exc):
+                        raise
+                    raise StoreBusyError(
+                        f"qdrant-client local-mode folder {folder} is open elsewhere (in this process or another); "
+                        "local mode is opened by one client at a time: close the other memory on it, or use a Qdrant "
+                        "server for several processes") from exc
         else:
             client = client_or_url
         coll = ClientCollection(client, collection, shard_number=shard_number, replication_factor=replication_factor,
