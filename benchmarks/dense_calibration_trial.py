@@ -24,7 +24,8 @@ unchanged (log-BM25 z-scores, convex weights, exact-match guard). Functions ``h`
 
 Variants: the clean set and ``fusion_robustness.py``'s dense-noise levels (the same seeded vectors). Candidates are
 gathered once per query, as ``fusion_eval.py --offline`` does. Printed: a table per set; each cell is nDCG@10 minus
-the better engine's, then the worst class's margin. Written to ``benchmarks/results/dense_calibration_trial.json``.
+the better engine's, then the worst class's margin. Written to ``benchmarks/results/dense_calibration_trial.json``
+(``dense_calibration_trial_subset.json`` for a run on some sets or levels only).
 """
 
 from __future__ import annotations
@@ -134,7 +135,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"\n## {name}: margin over the better engine / worst class's margin ({time.perf_counter() - started:.0f} s)")
         print(common.format_table(table, headers))
         results["datasets"][name] = per_variant
-    path = common.write_results("dense_calibration_trial", results)
+    full = args.datasets == list(fdata.DATASETS) and args.levels == list(robust.DENSE_LEVELS)
+    # a run on some sets or levels only must not replace the full run the README quotes
+    path = common.write_results("dense_calibration_trial" if full else "dense_calibration_trial_subset", results)
     print(f"\nwrote {path}")
     return results
 
