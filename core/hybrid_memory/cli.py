@@ -240,9 +240,25 @@ def _read_inputs(paths: Sequence[str], args: argparse.Namespace, extra: dict[str
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            yield from read_text_folder(path, chunk_size=args.chunk_size, chunk_overlap=chunk_overlap, metadata=extra,
-                                        id_prefix=args.id_prefix, on_unreadable=skip,
-                                        on_empty=None if empty is None else lambda p: empty.append(str(p)))
+            seen = [0]  # the folder's matched files, read or not: a folder with none gets a word
+
+            def _skip(p: Path, reason: str) -> None:
+                seen[0] += 1
+                skip(p, reason)
+
+            def _empty(p: Path) -> None:
+                seen[0] += 1
+                if empty is not None:
+                    empty.append(str(p))
+
+            sources: set[str] = set()
+            for chunk in read_text_folder(path, chunk_size=args.chunk_size, chunk_overlap=chunk_overlap, metadata=extra,
+                                          id_prefix=args.id_prefix, on_unreadable=_skip, on_empty=_empty):
+                sources.add(chunk.source)
+                yield chunk
+            if not seen[0] and not sources:
+                logger.warning("no file under %s was read: only names ending in .md or .txt, as written, are read "
+                               "(a.MD and notes.markdown are not); rename the files to read them", path)
         else:
             for chunk in read_beir_corpus(path):
                 yield chunk.model_copy(update={"metadata": {**chunk.metadata, **extra}}) if extra else chunk

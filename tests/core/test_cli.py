@@ -555,3 +555,23 @@ def test_search_fusion_flag_takes_the_registrys_methods(tmp_path, capsys):
         main([*base, "--fusion", "bogus"])
     assert exc.value.code == 2
     assert "argument --fusion: invalid choice: 'bogus'" in capsys.readouterr().err
+
+
+def test_a_folder_ingest_that_reads_no_file_says_so(tmp_path, capsys, caplog):
+    # a fresh user's finding: a folder of .rst and .MD files gave 0 chunks, exit 0 and no word
+    folder = tmp_path / "rst"
+    folder.mkdir()
+    (folder / "a.rst").write_text("hello")
+    (folder / "C.MD").write_text("hi")
+    with caplog.at_level("WARNING", logger="hybrid_memory.cli"):
+        assert main(["ingest", str(folder), "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "-q"]) == 0
+    assert json.loads(capsys.readouterr().out)["chunks"] == 0
+    assert [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.cli"] == [
+        f"no file under {folder} was read: only names ending in .md or .txt, as written, are read (a.MD and "
+        "notes.markdown are not); rename the files to read them"]
+    caplog.clear()
+    (folder / "b.md").write_text("# runbook\nrestart the consumer")
+    with caplog.at_level("WARNING", logger="hybrid_memory.cli"):
+        assert main(["ingest", str(folder), "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "-q"]) == 0
+    assert json.loads(capsys.readouterr().out)["chunks"] == 1
+    assert [r for r in caplog.records if r.name == "hybrid_memory.cli"] == []
