@@ -137,6 +137,10 @@ def _parse_metadata(pairs: Sequence[str]) -> dict[str, Any]:
             metadata[key] = json.loads(value)
         except json.JSONDecodeError:
             metadata[key] = value
+        if key in SCOPE_FIELDS:  # legal metadata, but most likely meant as the scope
+            logger.warning("--metadata %s=... writes a metadata key, not the scope field %s: search --%s (or --scope "
+                           "%s=...) will not find these chunks by it; to stamp the scope, give --%s instead",
+                           key, key, key.replace("_", "-"), key, key.replace("_", "-"))
     return metadata
 
 

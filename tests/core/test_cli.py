@@ -575,3 +575,16 @@ def test_a_folder_ingest_that_reads_no_file_says_so(tmp_path, capsys, caplog):
         assert main(["ingest", str(folder), "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "-q"]) == 0
     assert json.loads(capsys.readouterr().out)["chunks"] == 1
     assert [r for r in caplog.records if r.name == "hybrid_memory.cli"] == []
+
+
+def test_metadata_named_like_a_scope_field_gets_a_warning(tmp_path, capsys, caplog):
+    # a fresh user's finding: --metadata tenant=acme wrote metadata, and search --tenant acme then found nothing
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"_id": "a", "text": "billing error E42"}) + "\n")
+    with caplog.at_level("WARNING", logger="hybrid_memory.cli"):
+        assert main(["ingest", str(corpus), "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "-q",
+                     "--metadata", "user_id=alice", "--metadata", "team=sre"]) == 0
+    capsys.readouterr()
+    assert [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.cli"] == [
+        "--metadata user_id=... writes a metadata key, not the scope field user_id: search --user-id (or --scope "
+        "user_id=...) will not find these chunks by it; to stamp the scope, give --user-id instead"]
