@@ -80,6 +80,8 @@ def query_vector(vector: np.ndarray | Sequence[float], dim: int) -> np.ndarray:
     from ._exceptions import InvalidRequestError
 
     fix = f"pass {dim} finite floats (this memory's embedding size), or None to embed search_text"
+    if callable(getattr(vector, "detach", None)) and callable(getattr(vector, "cpu", None)):
+        vector = vector.detach().cpu()  # a torch tensor, perhaps requiring grad or on a GPU: read its values only
     try:
         given = np.asarray(vector)
     except (TypeError, ValueError) as exc:  # a ragged list

@@ -106,3 +106,10 @@ def test_float32_fast_path_equals_the_general_path_to_the_bit() -> None:
     with pytest.raises(InvalidRequestError) as raised:
         query_vector(bad, 4)
     assert str(raised.value) == f"query_vector holds NaN at index 1 (2 values are not finite); {FIX}"
+
+
+def test_a_torch_tensor_that_requires_grad_is_read_by_value() -> None:
+    torch = pytest.importorskip("torch", reason="torch comes with the default embedder's extra")
+    given = torch.tensor([3.0, 0.0, -4.0, 0.0], requires_grad=True)  # numpy() on it raised torch's RuntimeError
+    assert query_vector(given, 4).tolist() == [0.6000000238418579, 0.0, -0.800000011920929, 0.0]
+    assert given.requires_grad and given.tolist() == [3.0, 0.0, -4.0, 0.0]  # the caller's tensor is untouched
