@@ -244,7 +244,7 @@ def _read_inputs(paths: Sequence[str], args: argparse.Namespace, extra: dict[str
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            seen = [0]  # the folder's matched files, read or not: a folder with none gets a word
+            seen = [0]  # chunks, unreadable and empty files of the folder: a folder with none of them gets a word
 
             def _skip(p: Path, reason: str) -> None:
                 seen[0] += 1
@@ -255,12 +255,11 @@ def _read_inputs(paths: Sequence[str], args: argparse.Namespace, extra: dict[str
                 if empty is not None:
                     empty.append(str(p))
 
-            sources: set[str] = set()
             for chunk in read_text_folder(path, chunk_size=args.chunk_size, chunk_overlap=chunk_overlap, metadata=extra,
                                           id_prefix=args.id_prefix, on_unreadable=_skip, on_empty=_empty):
-                sources.add(chunk.source)
+                seen[0] += 1
                 yield chunk
-            if not seen[0] and not sources:
+            if not seen[0]:
                 logger.warning("no file under %s was read: only names ending in .md or .txt, as written, are read "
                                "(a.MD and notes.markdown are not); rename the files to read them", path)
         else:

@@ -873,7 +873,7 @@ class HybridMemory:
         """
         self._check_open()
         metadata_filter, bound = _checked_filter(metadata_filter), _bound(scope)
-        self._check_listed_scope_keys(metadata_filter, bound)
+        self._check_scope_keys(metadata_filter, bound, catch_up=True)  # SQL listings: no search caught up
         return self._store.iter_chunks(metadata_filter, scope=bound, as_of=_instant(as_of))
 
     def page_chunks(
@@ -887,13 +887,8 @@ class HybridMemory:
         one indexed range read, whatever its number. Raises InvalidFilterError, InvalidRequestError."""
         self._check_open()
         metadata_filter, bound = _checked_filter(metadata_filter), _bound(scope)
-        self._check_listed_scope_keys(metadata_filter, bound)
+        self._check_scope_keys(metadata_filter, bound, catch_up=True)  # SQL listings: no search caught up
         return self._store.page_chunks(metadata_filter, bound, _instant(as_of), _page_after(after, limit), limit)
-
-    def _check_listed_scope_keys(self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None) -> None:
-        """The scope-field check of a search, for the SQL listings (iter_chunks, page_chunks): only when the
-        filter names a scope field does it catch the filter index up with other processes' commits."""
-        self._check_scope_keys(metadata_filter, scope, catch_up=True)
 
     def chunk_hashes(self, *, scope: Scope | Mapping[str, Any] | None = None) -> dict[str, str]:
         """chunk_id -> sha256 of the text, for every stored chunk in ``scope`` (all when None), for change

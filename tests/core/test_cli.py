@@ -306,41 +306,37 @@ def test_a_failed_first_batch_removes_the_memory_folder_the_ingest_created(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl"]  # new/, new/deep/ and mem/ are gone
 
 
-def test_an_ingest_interrupted_before_its_first_batch_removes_the_folder_it_created(tmp_path, monkeypatch, capsys):
-    import hybrid_memory.cli as cli
-
-    def interrupted(memory, chunks, **kwargs):
-        next(iter(chunks))
-        raise KeyboardInterrupt  # Ctrl-C while the first batch is embedded
-
-    monkeypatch.setattr(cli, "_ingest", interrupted)
-    corpus = _bad_corpus(tmp_path, 3)
-    # one line and exit 130, not a traceback (a fresh user's finding)
-    assert main(["ingest", str(corpus), "--memory", str(tmp_path / "mem"), "--hashing-dim", "8", "-q"]) == 130
-    assert capsys.readouterr().err == (
-        f"hybrid-memory: interrupted (Ctrl-C); nothing was stored, so the folder this run created for the memory, "
-        f"{tmp_path / 'mem'}, was removed; run the same command again\n")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl"]
+def _ctrl_c() -> None:
+    raise KeyboardInterrupt  # Ctrl-C while the first batch is embedded
 
 
-def test_sigterm_during_an_ingest_runs_the_same_clean_up_and_exits_143(tmp_path, monkeypatch, capsys):
+def _sigterm() -> None:
     import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGTERM)  # what timeout, docker stop and systemd send
+    raise AssertionError("the SIGTERM handler raises before this line")  # pragma: no cover
+
+
+@pytest.mark.parametrize(("interrupt", "name", "code"), [(_ctrl_c, "Ctrl-C", 130), (_sigterm, "SIGTERM", 143)])
+def test_an_ingest_interrupted_before_its_first_batch_removes_the_folder_it_created(tmp_path, monkeypatch, capsys,
+                                                                                    interrupt, name, code):
+    # one line and exit 130 / 143, not a traceback, and SIGTERM runs Ctrl-C's clean-up (fresh users' findings)
     import signal
 
     import hybrid_memory.cli as cli
 
     before = signal.getsignal(signal.SIGTERM)
 
-    def terminated(memory, chunks, **kwargs):
+    def interrupted(memory, chunks, **kwargs):
         next(iter(chunks))
-        os.kill(os.getpid(), signal.SIGTERM)  # what timeout, docker stop and systemd send
-        raise AssertionError("the SIGTERM handler raises before this line")  # pragma: no cover
+        interrupt()
 
-    monkeypatch.setattr(cli, "_ingest", terminated)
+    monkeypatch.setattr(cli, "_ingest", interrupted)
     corpus = _bad_corpus(tmp_path, 3)
-    assert main(["ingest", str(corpus), "--memory", str(tmp_path / "mem"), "--hashing-dim", "8", "-q"]) == 143
+    assert main(["ingest", str(corpus), "--memory", str(tmp_path / "mem"), "--hashing-dim", "8", "-q"]) == code
     assert capsys.readouterr().err == (
-        f"hybrid-memory: interrupted (SIGTERM); nothing was stored, so the folder this run created for the memory, "
+        f"hybrid-memory: interrupted ({name}); nothing was stored, so the folder this run created for the memory, "
         f"{tmp_path / 'mem'}, was removed; run the same command again\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl"]
     assert signal.getsignal(signal.SIGTERM) is before  # the command's handler is gone again
