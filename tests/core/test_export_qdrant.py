@@ -348,3 +348,39 @@ def test_a_server_collection_that_holds_points_is_refused_too_and_replace_clears
         assert export_to_qdrant(mem, backend, replace=True) == 6
         assert backend.collection.count(None) == 6 and backend.get(["prod-504"]) == {}
         backend.close()
+
+
+def test_a_backend_with_other_bm25_k1_b_than_the_memorys_is_refused_before_anything_is_written(tmp_path):
+    """The memory opened with k1=1.2, b=0.5 and a backend left at Qdrant's 1.5 / 0.75: the copy's sparse values
+    would rank differently, so it is refused with both pairs and the fix; equal values copy."""
+    from hybrid_memory import InvalidRequestError
+    from hybrid_memory.backends.edge_info import read_export_info
+    from hybrid_memory.backends.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant import QdrantBackend
+
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16), k1=1.2, b=0.5) as mem:
+        mem.add(_note_chunks())
+        backend = QdrantBackend.edge(tmp_path / "shard", payload_indexes=False)
+        with pytest.raises(InvalidRequestError) as err:
+            export_to_qdrant(mem, backend)
+        assert str(err.value) == (
+            "the memory ranks with BM25 k1=1.2, b=0.5 but the Qdrant backend writes k1=1.5, b=0.75, so the copy would "
+            "rank differently from the memory; nothing was written: open the backend with k1=1.2, b=0.5 "
+            "(QdrantBackend.edge(path, k1=1.2, b=0.5) or QdrantBackend.client(url, k1=1.2, b=0.5))")
+        assert read_export_info(tmp_path / "shard") is None  # no export record either
+        backend.open(16)
+        assert backend.collection.count(None) == 0
+        backend.close()
+        only_b = QdrantBackend.edge(tmp_path / "shard", k1=1.2, payload_indexes=False)
+        with pytest.raises(InvalidRequestError, match=r"writes k1=1\.2, b=0\.75,"):
+            export_to_qdrant(mem, only_b)
+        only_b.close()
+        same = QdrantBackend.edge(tmp_path / "shard", k1=1.2, b=0.5, payload_indexes=False)
+        assert export_to_qdrant(mem, same) == 6
+        assert same.collection.count(None) == 6
+        assert (read_export_info(tmp_path / "shard")["k1"], read_export_info(tmp_path / "shard")["b"]) == (1.2, 0.5)
+        same.close()
+    # the CLI opens the backend with the memory's own values (its memory: the defaults 1.5 / 0.75)
+    assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16", "-q",
+                 "--edge-path", str(tmp_path / "shard2")]) == 0
+    assert (read_export_info(tmp_path / "shard2")["k1"], read_export_info(tmp_path / "shard2")["b"]) == (1.5, 0.75)

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..memory import HybridMemory
     from .qdrant import QdrantBackend
 
-__all__ = ["check_target", "export_to_qdrant"]
+__all__ = ["check_bm25", "check_target", "export_to_qdrant"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +60,27 @@ def check_target(backend: QdrantBackend, *, replace: bool = False) -> int:
             f"and copy again, or {other}"
         )
     return held
+
+
+def check_bm25(memory: HybridMemory, backend: QdrantBackend) -> None:
+    """Refuse a ``backend`` whose BM25 ``k1`` / ``b`` are not the ``memory``'s own.
+
+    A point's sparse values are fixed when it is written (``tf / (tf + k1 · (1 - b + b · |d| / avgdl))``, Lucene
+    BM25 as in bm25s), so a copy written with other parameters ranks differently from the memory. The memory does
+    not persist ``k1`` / ``b``: they are the values it was opened with (``memory._sparse``).
+
+    Raises:
+        InvalidRequestError: they differ; the message names both pairs and how to open the backend.
+    """
+    want = (float(memory._sparse.k1), float(memory._sparse.b))
+    have = (float(backend.encoder.k1), float(backend.encoder.b))
+    if want != have:
+        raise InvalidRequestError(
+            f"the memory ranks with BM25 k1={want[0]:g}, b={want[1]:g} but the Qdrant backend writes k1={have[0]:g}, "
+            f"b={have[1]:g}, so the copy would rank differently from the memory; nothing was written: open the backend "
+            f"with k1={want[0]:g}, b={want[1]:g} (QdrantBackend.edge(path, k1={want[0]:g}, b={want[1]:g}) or "
+            f"QdrantBackend.client(url, k1={want[0]:g}, b={want[1]:g}))"
+        )
 
 
 def _clear(backend: QdrantBackend, batch: int = 1000) -> int:
@@ -101,10 +122,12 @@ def export_to_qdrant(
         The number of chunks copied.
 
     Raises:
-        InvalidRequestError: the target holds points and ``replace`` is False (:func:`check_target`).
+        InvalidRequestError: the backend's BM25 ``k1`` / ``b`` differ from the memory's (:func:`check_bm25`),
+            or the target holds points and ``replace`` is False (:func:`check_target`); nothing is written.
         StoreFormatError: the collection exists with another schema (dimension, distance, sparse modifier).
         DimensionMismatchError: a stored vector does not have the memory's dimension.
     """
+    check_bm25(memory, backend)  # before the target is opened or cleared: a refused copy writes nothing
     dim = int(memory.embedder.dim)
     if getattr(backend, "dim", None) != dim:
         backend.open(dim)
@@ -193,15 +216,16 @@ def _cmd_export(args) -> int:  # noqa: ANN001
         # BM25's length normalisation is fixed when points are written: the memory's own average length, so the
         # copy ranks as the memory does (Qdrant's default 256 tokens would reorder its results)
         avgdl = args.avgdl if args.avgdl is not None else memory._sparse.avgdl
+        bm25 = {"k1": memory._sparse.k1, "b": memory._sparse.b}  # the memory's own (check_bm25)
         if args.edge_path:
             from .qdrant_collection import EdgeCollection
 
             # not QdrantBackend.edge, which takes an earlier copy's export record: this copy writes its own
-            backend = QdrantBackend(EdgeCollection(args.edge_path), indexed_keys=keys, avgdl=avgdl)
+            backend = QdrantBackend(EdgeCollection(args.edge_path), indexed_keys=keys, avgdl=avgdl, **bm25)
         else:
             api_key = args.api_key if args.api_key is not None else os.environ.get("QDRANT_API_KEY") or None
             backend = QdrantBackend.client(args.url, collection=args.collection, api_key=api_key,
-                                           indexed_keys=keys, avgdl=avgdl, **options)
+                                           indexed_keys=keys, avgdl=avgdl, **bm25, **options)
         total = memory.count()
         try:  # connect and create or check the collection first: a refused connection draws no 0/N bar
             backend.open(int(memory.embedder.dim))
