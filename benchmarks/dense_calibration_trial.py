@@ -22,8 +22,19 @@ Dense's confidence weight ``prior x (1 + top_outlier)`` is multiplied by ``h(e)`
 unchanged (log-BM25 z-scores, convex weights, exact-match guard). Functions ``h``: ``logistic(2e)``, and
 ``clip(e + 1, 0, 1)`` (1 at and above chance, 0 one unit below it).
 
-Variants: the clean set and ``fusion_robustness.py``'s dense-noise levels (the same seeded vectors). Candidates are
-gathered once per query, as ``fusion_eval.py --offline`` does. Printed: a table per set; each cell is nDCG@10 minus
+Two further rows measure other ways to the same end:
+
+* ``dense c = max(0, e)``: dense's confidence is the excess itself, ``prior x (1 + max(0, e))``, instead of
+  ``top_outlier`` (BM25 keeps ``1 + top_outlier``);
+* ``both, cross-reference``: a calibration for both engines from the candidates alone, no corpus statistics. For
+  engine ``E``, the other engine's candidates that ``E`` did not return stand for the corpus: when ``E`` is
+  noise, the other engine's picks are random documents to it. ``e'_E = (top_E - mean) / std - sqrt(2 ln N)``
+  over ``E``'s exact scores of those candidates (BM25 read as ``log(1 + s)``, as the default reads it; at least 3
+  of them, else no factor), and each engine's confidence weight is multiplied by ``logistic(2 e'_E)``.
+
+Variants: the clean set and ``fusion_robustness.py``'s dense-noise levels and sparse steps (the same seeded vectors
+and queries): a calibration that lowers dense's weight must also be seen where BM25 is the weak engine. Candidates
+are gathered once per query, as ``fusion_eval.py --offline`` does. Printed: a table per set; each cell is nDCG@10 minus
 the better engine's, then the worst class's margin. Written to ``benchmarks/results/dense_calibration_trial.json``
 (``dense_calibration_trial_subset.json`` for a run on some sets or levels only).
 """
@@ -64,14 +75,38 @@ H = {
 }
 
 
-def calibrated(inp: Any, factor: float) -> dict[str, float]:
-    """The default's scores with dense's confidence weight times ``factor`` (``fuse_adaptive`` otherwise)."""
+def cross_excess(inp: Any, name: str, n: int) -> float | None:
+    """``e'`` of engine ``name`` (module docstring, "both, cross-reference"): its top score against its exact scores of
+    the other engines' candidates it did not return, in standard deviations (population), minus ``sqrt(2 ln n)``.
+    Returns None when fewer than 3 such candidates have a score, +inf when they all score alike."""
+    own = list(inp.runs.get(name, ()))
+    scores = inp.scores.get(name, {})
+    read = (lambda s: math.log1p(max(s, 0.0))) if inp.lower_bounds.get(name) == 0 else float
+    held = set(own)
+    ref = [read(scores[k]) for other, run in inp.runs.items() if other != name for k in run
+           if k not in held and k in scores]
+    if not own or len(ref) < 3:
+        return None
+    mean = sum(ref) / len(ref)
+    std = math.sqrt(sum((x - mean) ** 2 for x in ref) / len(ref))
+    if not std > 0:
+        return math.inf
+    return (read(scores[own[0]]) - mean) / std - math.sqrt(2.0 * math.log(max(n, 2)))
+
+
+def calibrated(inp: Any, factor: float | dict[str, float], *, dense_confidence: float | None = None) -> dict[str, float]:
+    """The default's scores with engine confidence weights times ``factor`` (a number: dense's; a dict: per
+    engine) and, when ``dense_confidence`` is given, dense's weight ``prior x (1 + dense_confidence)``
+    (``fuse_adaptive`` otherwise)."""
     from hybrid_memory.fusion import methods as m
     from hybrid_memory.fusion.adaptive import confidence_weights, guard_columns
 
     weights = confidence_weights(m._padded_lists(inp, list(m._active(inp))), inp.priors)
-    if "dense" in weights:
-        weights["dense"] *= factor
+    if dense_confidence is not None and weights.get("dense", 0) > 0:
+        weights["dense"] = float(inp.priors.get("dense", 1.0)) * (1.0 + dense_confidence)
+    for name, f in (factor if isinstance(factor, dict) else {"dense": factor}).items():
+        if name in weights:
+            weights[name] *= f
     total = sum(weights.values())
     if not total > 0:
         weights = m._active(inp)
@@ -89,7 +124,8 @@ def run(data: fdata.EvalSet) -> dict[str, dict[str, dict[str, float]]]:
     memory = fe.build_memory(data)
     vectors = data.doc_vectors.astype(np.float64)
     mu, sigma = vectors.mean(axis=0), np.cov(vectors.T, bias=True)
-    labels = ["sparse alone", "dense alone", "default", *(f"default, h = {name}" for name in H)]
+    labels = ["sparse alone", "dense alone", "default", *(f"default, h = {name}" for name in H),
+              "dense c = max(0, e)", "both, cross-reference"]
     runs: dict[str, dict[str, dict[str, float]]] = {label: {} for label in labels}
     total = memory.count()
     for qid in data.qrels:
@@ -102,10 +138,13 @@ def run(data: fdata.EvalSet) -> dict[str, dict[str, dict[str, float]]]:
         if inp.runs:
             scored["default"] = m.fuse_adaptive(inp).scores
             dense = inp.list_scores("dense")
-            e = chance_excess(data.query_vectors[qid], max(dense), mu, sigma,
-                              total if allowed is None else len(allowed)) if dense else math.inf
+            n = total if allowed is None else len(allowed)
+            e = chance_excess(data.query_vectors[qid], max(dense), mu, sigma, n) if dense else math.inf
             for name, h in H.items():
                 scored[f"default, h = {name}"] = calibrated(inp, h(e))
+            scored["dense c = max(0, e)"] = calibrated(inp, 1.0, dense_confidence=min(10.0, max(0.0, e)))
+            cross = {name: H["logistic(2e)"](x) for name in inp.runs if (x := cross_excess(inp, name, n)) is not None}
+            scored["both, cross-reference"] = calibrated(inp, cross)
         for label in labels:
             ranked = sorted(scored.get(label, {}).items(), key=lambda kv: (-kv[1], kv[0]))[: fe.TOP_K]
             runs[label][qid] = {key: float(fe.TOP_K - i) for i, (key, _) in enumerate(ranked)}
@@ -117,14 +156,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", nargs="+", default=list(fdata.DATASETS), choices=fdata.DATASETS)
     parser.add_argument("--levels", nargs="+", type=float, default=list(robust.DENSE_LEVELS))
+    parser.add_argument("--no-sparse-steps", action="store_true", help="leave out the weak-BM25 variants")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     common.ensure_core_importable()
-    results: dict[str, Any] = {"dense_levels": args.levels, "h": list(H), "datasets": {}}
+    results: dict[str, Any] = {"dense_levels": args.levels, "sparse_steps": [] if args.no_sparse_steps else
+                               [list(step) for step in robust.SPARSE_STEPS], "h": list(H), "datasets": {}}
     for name in args.datasets:
         started = time.perf_counter()
         table, per_variant = [], {}
-        for variant, data in robust.variants(fdata.load(name), tuple(args.levels), ())[: 1 + len(args.levels)]:
+        steps = () if args.no_sparse_steps else robust.SPARSE_STEPS
+        for variant, data in robust.variants(fdata.load(name), tuple(args.levels), steps):
             m = robust.margins(fe.evaluate_runs(data, run(data)))
             per_variant[variant] = m
             table.append([variant, m["sparse alone"]["ndcg@10"], m["dense alone"]["ndcg@10"]]
@@ -135,7 +177,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"\n## {name}: margin over the better engine / worst class's margin ({time.perf_counter() - started:.0f} s)")
         print(common.format_table(table, headers))
         results["datasets"][name] = per_variant
-    full = args.datasets == list(fdata.DATASETS) and args.levels == list(robust.DENSE_LEVELS)
+    full = args.datasets == list(fdata.DATASETS) and args.levels == list(robust.DENSE_LEVELS) and not args.no_sparse_steps
     # a run on some sets or levels only must not replace the full run the README quotes
     path = common.write_results("dense_calibration_trial" if full else "dense_calibration_trial_subset", results)
     print(f"\nwrote {path}")

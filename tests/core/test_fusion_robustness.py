@@ -90,3 +90,28 @@ def test_calibrated_default_with_factor_1_orders_as_the_default() -> None:
     assert [round(fused[k], 3) for k in "acbd"] == [0.548, 0.027, -0.056, -0.519]
     assert order(fused) == order(fuse_adaptive(inp).scores) == ["a", "c", "b", "d"]
     assert order(trial.calibrated(inp, 0.0)) == ["a", "b", "c", "d"]  # dense weighs nothing: BM25's order
+
+
+def test_cross_excess_by_hand() -> None:
+    from hybrid_memory.fusion import FusionInput
+
+    trial = __import__("dense_calibration_trial")
+    e3 = float(np.expm1(3.0))  # a BM25 score whose log(1 + s) is 3
+    inp = FusionInput(
+        runs={"sparse": ["a", "b"], "dense": ["c", "d", "f"]},
+        scores={"sparse": {"a": e3, "b": 1.0, "c": 0.0, "d": float(np.expm1(1.0)), "f": 0.0},
+                "dense": {"c": 0.6, "d": 0.5, "f": 0.4, "a": 0.1, "b": 0.2}},
+        priors={"sparse": 1.0, "dense": 1.0}, lower_bounds={"sparse": 0.0, "dense": -1.0},
+    )
+    chance = np.sqrt(2 * np.log(100))
+    # BM25 against dense's candidates c, d, f: log(1 + s) 0, 1, 0 -> mean 1/3, std sqrt(2/9); top log(1 + a) = 3
+    assert trial.cross_excess(inp, "sparse", 100) == pytest.approx((3 - 1 / 3) / np.sqrt(2 / 9) - chance)
+    # dense against BM25's candidates it did not return: a 0.1, b 0.2 -> only 2, too few to judge
+    assert trial.cross_excess(inp, "dense", 100) is None
+    flat = FusionInput(runs={"sparse": ["a"], "dense": ["b", "c", "d"]},
+                       scores={"sparse": {"a": 2.0, "b": 0.0, "c": 0.0, "d": 0.0}, "dense": {"b": 0.3, "a": 0.1}},
+                       priors={}, lower_bounds={"sparse": 0.0, "dense": -1.0})
+    assert trial.cross_excess(flat, "sparse", 10) == float("inf")  # b, c, d score alike: not judged
+    # calibrated() with per-engine factors: BM25 weighing nothing leaves dense's order
+    order = lambda scores: sorted(scores, key=lambda k: (-scores[k], k))  # noqa: E731
+    assert order(trial.calibrated(inp, {"sparse": 0.0}))[:3] == ["c", "d", "f"]
