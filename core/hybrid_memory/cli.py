@@ -358,33 +358,36 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     try:
         return _run_ingest(args, extra, scope, created, discard)
     except BaseException as exc:
-        removed = discard[0] and created is not None and created.exists()
-        if removed:
-            _remove_new_folder(created)
-        if isinstance(exc, KeyboardInterrupt):  # main prints this one line instead of a traceback
-            what = (f"nothing was stored, so the folder this run created for the memory, {created}, was removed"
-                    if removed else "what was stored before stays (ingest is an upsert)")
+        if not (discard[0] and created is not None and created.exists()):
+            if isinstance(exc, KeyboardInterrupt):  # main prints this one line instead of a traceback
+                raise type(exc)("what was stored before stays (ingest is an upsert); run the same command again") from exc
+            raise
+        what = _discard_new_folder(created, Path(args.memory).absolute())
+        if isinstance(exc, KeyboardInterrupt):
             raise type(exc)(f"{what}; run the same command again") from exc
+        if isinstance(exc, HybridMemoryError):
+            raise HybridMemoryError(f"{exc} ({what}; fix the input and run the same command again)") from exc
+        logger.warning("%s", what)
         raise
 
 
-def _remove_new_folder(folder: Path) -> None:
-    """Remove ``folder``, which this ingest created and in which it stored nothing (its empty memory)."""
-    import shutil
+def _discard_new_folder(created: Path, memory: Path) -> str:
+    """Remove ``created``, the folder this ingest created for ``memory`` and stored nothing in, when that loses
+    nothing (:func:`~hybrid_memory._discard.remove_new_memory`: under the memory's locks, 0 chunks, no other
+    process has it open); the clause saying what happened, for the message."""
+    from ._discard import remove_new_memory
 
-    try:
-        shutil.rmtree(folder)
-    except OSError as exc:
-        logger.warning("could not remove %s, the empty memory this ingest created (%s); remove it by hand",
-                       folder, exc.strerror or exc)
-    else:
-        logger.info("removed %s: this ingest created it and stored nothing", folder)
+    outcome = remove_new_memory(created, memory)
+    if outcome.removed:
+        return f"nothing was stored, so the folder this run created for the memory, {created}, was removed"
+    return (f"this run stored nothing, but the folder it created for the memory, {created}, was kept: "
+            f"{outcome.reason}")
 
 
 def _run_ingest(args: argparse.Namespace, extra: dict[str, Any], scope: Any, created: Path | None,
                 discard: list[bool]) -> int:
     """The ingest itself; ``discard[0]`` is left True only when the run fails with nothing stored in a memory
-    folder it created (``created``), which :func:`_cmd_ingest` then removes."""
+    folder it created (``created``), which :func:`_cmd_ingest` then removes if that loses nothing."""
     skipped: list[str] = []
     empty: list[str] = []
     with open_memory(args, must_exist=False) as memory:
@@ -398,13 +401,8 @@ def _run_ingest(args: argparse.Namespace, extra: dict[str, Any], scope: Any, cre
             new_folder, discard[0] = discard[0], False  # kept if the count below fails: nothing is known then
             total = memory.count()
             discard[0] = new_folder and total == 0
-            if not isinstance(exc, HybridMemoryError):
-                raise
-            if discard[0]:
-                raise HybridMemoryError(
-                    f"{exc} (nothing was stored, so the folder this run created for the memory, {created}, was removed; "
-                    "fix the input and run the same command again)"
-                ) from exc
+            if not isinstance(exc, HybridMemoryError) or discard[0]:
+                raise  # _cmd_ingest says what became of the folder it created
             raise HybridMemoryError(
                 f"{exc} (the memory now holds {total} chunks, {total - before} new from this run; ingest is an "
                 "upsert, so fix the input and run the same command again)"
@@ -418,11 +416,12 @@ def _run_ingest(args: argparse.Namespace, extra: dict[str, Any], scope: Any, cre
         if empty:
             shown = ", ".join(empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
             logger.warning("%d files held no text (empty or white space only) and gave no chunk: %s", len(empty), shown)
+        total = memory.count()
         summary = {"ingested": count, "repeated_ids": repeated, "skipped_files": len(skipped), "empty_files": len(empty),
-                   "chunks": memory.count(), "memory": str(memory.path)}
+                   "chunks": total, "memory": str(memory.path)}
         if scope:
             summary["scope"] = scope.bound()
-        print(json.dumps(summary))
+    print(json.dumps(summary))
     return 0
 
 
