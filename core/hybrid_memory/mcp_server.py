@@ -10,8 +10,10 @@ Tools: ``search_memory`` (the reference request, metadata filter and ``as_of`` i
 
 * **Scope** comes from the server's configuration (``--scope user_id=u1``), never from tool arguments: the
   tools run on a :class:`~hybrid_memory.ScopedMemory`, and no tool input has a scope field. A scope field an LLM
-  puts inside ``request``, ``memory`` or ``update`` is refused (a tool error naming ``--scope``); one put at the
-  top level of the arguments, beside them, is dropped unread by the SDK, as every unknown top-level argument is.
+  puts inside ``request``, ``memory`` or ``update``, or at the top level of the arguments, is refused (a tool
+  error naming ``--scope``).
+* **Unknown arguments** at the top level (``list_memories`` with ``limit``) are refused, naming the ones the
+  tool accepts, before the SDK would drop them unread (its argument model ignores extra fields).
 * **Read-only** servers do not register the write tools; calling one is a tool error saying the server is
   read-only and how to start it writable (the SDK would say ``Unknown tool``).
 * **Errors** of the library (bad filter, unknown id, ...) come back as MCP tool errors (``isError``) whose text
@@ -185,6 +187,31 @@ def _arguments_message(tool: str, error: Any) -> str:
     return f"invalid arguments for {tool}; fix and call again: " + "; ".join(lines)
 
 
+def _unknown_arguments_message(tool: str, unknown: Mapping[str, Any], accepted: list[str]) -> str:
+    """Top-level arguments a tool does not declare, in :func:`_arguments_message`'s style, with the ones it takes
+    (``invalid arguments for list_memories; fix and call again: limit: unknown argument (got 5); list_memories
+    accepts only cursor, page_size, metadata_filter``)."""
+    lines = []
+    for key, given in unknown.items():
+        hint = ("; the scope of what a tool reads and writes is the server's (hybrid-memory mcp --scope)"
+                if key in SCOPE_FIELDS else "")
+        lines.append(f"{key}: unknown argument (got {given!r:.80}){hint}")
+    takes = ", ".join(accepted) if accepted else "no arguments"
+    return f"invalid arguments for {tool}; fix and call again: " + "; ".join(lines) + f"; {tool} accepts only {takes}"
+
+
+def _not_found_message(chunk_ids: list[str]) -> str:
+    """``get_memory``'s error when none of ``chunk_ids`` is stored (in the server's scope: an id of another scope
+    reads as unknown, so the message tells nothing of it)."""
+    if not chunk_ids:
+        return ("chunk_ids is empty; give the ids of the memories to get (search_memory and list_memories give each "
+                "memory's chunk_id)")
+    shown = ", ".join(repr(c)[:80] for c in chunk_ids[:5]) + (f" and {len(chunk_ids) - 5} more" if len(chunk_ids) > 5 else "")
+    which = "id" if len(chunk_ids) == 1 else "ids"
+    return (f"no memory with {which} {shown}; find ids with search_memory (each result's chunk_id) or "
+            "list_memories")
+
+
 def _read_only_message(name: str, served: list[str]) -> str:
     return (f"{name} is a write tool, and this server is read-only: it serves {', '.join(served)}. To write, "
             "start it without --read-only (hybrid-memory mcp --memory DIR; in Python, build_server(memory, "
@@ -210,6 +237,12 @@ def _mcp_server_class() -> type:
             if name in self.withheld:
                 served = [tool.name for tool in self._tool_manager.list_tools()]
                 raise tool_error(_read_only_message(name, served))
+            tool = self._tool_manager.get_tool(name)
+            if tool is not None and isinstance(arguments, Mapping):
+                accepted = list(tool.parameters.get("properties", {}))
+                unknown = {key: value for key, value in arguments.items() if key not in accepted}
+                if unknown:  # the SDK would drop them unread (its argument model ignores extra fields)
+                    raise tool_error(_unknown_arguments_message(name, unknown, accepted))
             try:
                 return await super().call_tool(name, arguments, context)
             except tool_error as exc:
@@ -271,8 +304,12 @@ def build_server(
 
     @_guard
     def get_memory(chunk_ids: list[str]) -> list[StoredChunk]:
-        """The stored memories with these ids, in order; unknown ids are left out."""
-        return view.get(chunk_ids)
+        """The stored memories with these ids, in order; unknown ids are left out. A tool error when none of them
+        is stored (search_memory and list_memories give each memory's chunk_id)."""
+        found = view.get(chunk_ids)
+        if not found:
+            raise InvalidRequestError(_not_found_message(chunk_ids))
+        return found
 
     @_guard
     def list_memories(
@@ -342,6 +379,8 @@ def build_server(
     global_tool = _global_search_tool(view, graph)
     if global_tool is not None:
         server.add_tool(global_tool, name="global_search")
+    for tool in server._tool_manager.list_tools():  # the schema says what call_tool enforces: no unknown argument
+        tool.parameters["additionalProperties"] = False
     return server
 
 

@@ -116,7 +116,9 @@ async def test_a_scoped_server_cannot_see_other_scopes(memory):
         secret = await call(c, "search_memory", {"request": {"search_text": "Erik vault passphrase zebra-quartz-lantern",
                                                              "top_k": 10}})
         assert [r["chunk_id"] for r in secret.structured_content["results"]] == ["u1-a"]
-        assert (await call(c, "get_memory", {"chunk_ids": ["u2-a"]})).structured_content == {"result": []}
+        other = await call(c, "get_memory", {"chunk_ids": ["u2-a"]})  # reads as an unknown id: tells nothing of u2
+        assert other.is_error and other.content[0].text == (
+            "no memory with id 'u2-a'; find ids with search_memory (each result's chunk_id) or list_memories")
         listed = (await call(c, "list_memories", {})).structured_content["memories"]
         assert [m["chunk_id"] for m in listed] == ["u1-a"]
         assert (await call(c, "delete_memory", {"chunk_ids": ["u2-a"]})).structured_content == {"deleted": 0}
@@ -299,13 +301,20 @@ async def test_a_write_tool_on_a_read_only_server_says_the_server_is_read_only(m
     assert memory.count() == 2
 
 
-async def test_a_scope_argument_is_dropped_at_the_top_level_and_refused_inside(memory):
-    """What the README says: never reaches the memory either way."""
+async def test_a_scope_argument_is_refused_at_the_top_level_and_inside(memory):
+    """What the README says: never reaches the memory either way (at the top level the SDK dropped it unread; it
+    is refused now, as every unknown argument)."""
     async with client(build_server(memory, scope={"user_id": "u1"})) as c:
         top = await call(c, "search_memory", {"request": {"search_text": "Erik vault passphrase", "top_k": 5},
                                               "user_id": "u2"})
-        assert not top.is_error and [r["chunk_id"] for r in top.structured_content["results"]] == ["u1-a"]
-        added = await call(c, "add_memory", {"memory": {"chunk_id": "n1", "text": "Dana likes tea"}, "user_id": "u2"})
+        assert top.is_error and top.content[0].text == (
+            "invalid arguments for search_memory; fix and call again: user_id: unknown argument (got 'u2'); the scope "
+            "of what a tool reads and writes is the server's (hybrid-memory mcp --scope); search_memory accepts only "
+            "request")
+        added = await call(c, "add_memory", {"memory": {"chunk_id": "n0", "text": "Dana likes tea"}, "user_id": "u2"})
+        assert added.is_error and "user_id: unknown argument (got 'u2'); the scope" in added.content[0].text
+        assert memory.get(["n0"]) == []
+        added = await call(c, "add_memory", {"memory": {"chunk_id": "n1", "text": "Dana likes tea"}})
         assert added.structured_content["action"] == "written"
         inside = await call(c, "search_memory", {"request": {"search_text": "Erik", "user_id": "u2"}})
         assert inside.content[0].text == (
@@ -316,3 +325,44 @@ async def test_a_scope_argument_is_dropped_at_the_top_level_and_refused_inside(m
             "metadata_filter key 'user_id' is a scope field, not metadata: no chunk in this scope has 'user_id' in its "
             "metadata")
     assert (memory.get(["n1"])[0].user_id, memory.count(scope={"user_id": "u2"})) == ("u1", 1)
+
+
+async def test_get_memory_of_unknown_ids_is_a_tool_error_naming_them_and_where_ids_come_from(memory):
+    """A fresh user's finding: an unknown id answered with no content at all. None found: a tool error naming the
+    ids and the tools that give ids; some found: those, in order (the unknown ones left out, as documented)."""
+    async with client(build_server(memory)) as c:
+        one = await call(c, "get_memory", {"chunk_ids": ["nope"]})
+        assert one.is_error and one.content[0].text == (
+            "no memory with id 'nope'; find ids with search_memory (each result's chunk_id) or list_memories")
+        many = await call(c, "get_memory", {"chunk_ids": [f"x{i}" for i in range(7)]})
+        assert many.is_error and many.content[0].text == (
+            "no memory with ids 'x0', 'x1', 'x2', 'x3', 'x4' and 2 more; find ids with search_memory (each result's "
+            "chunk_id) or list_memories")
+        empty = await call(c, "get_memory", {"chunk_ids": []})
+        assert empty.is_error and empty.content[0].text == (
+            "chunk_ids is empty; give the ids of the memories to get (search_memory and list_memories give each "
+            "memory's chunk_id)")
+        mixed = await call(c, "get_memory", {"chunk_ids": ["nope", "u2-a", "u1-a"]})
+        assert not mixed.is_error
+        assert [m["chunk_id"] for m in mixed.structured_content["result"]] == ["u2-a", "u1-a"]
+
+
+async def test_unknown_arguments_are_refused_naming_the_accepted_ones(memory):
+    """A fresh user's finding: list_memories(limit=1) answered a full page, the SDK having dropped 'limit' unread.
+    Every tool refuses an argument it does not declare (nothing runs), and its schema says so."""
+    async with client(build_server(memory, graph=None)) as c:
+        limited = await call(c, "list_memories", {"limit": 1})
+        assert limited.is_error and limited.content[0].text == (
+            "invalid arguments for list_memories; fix and call again: limit: unknown argument (got 1); list_memories "
+            "accepts only cursor, page_size, metadata_filter")
+        two = await call(c, "delete_memory", {"chunk_ids": ["u1-a"], "ids": ["u2-a"], "force": True})
+        assert two.is_error and two.content[0].text == (
+            "invalid arguments for delete_memory; fix and call again: ids: unknown argument (got ['u2-a']); force: "
+            "unknown argument (got True); delete_memory accepts only chunk_ids")
+        assert memory.count() == 2  # the refused delete deleted nothing
+        page = await call(c, "list_memories", {"page_size": 1})
+        assert [m["chunk_id"] for m in page.structured_content["memories"]] == ["u1-a"]
+        schemas = {t.name: t.input_schema for t in (await c.list_tools()).tools}
+        assert {name: schema["additionalProperties"] for name, schema in schemas.items()} == dict.fromkeys(
+            ["search_memory", "get_memory", "list_memories", "add_memory", "update_memory", "delete_memory",
+             "supersede_memory"], False)
