@@ -18,7 +18,7 @@ Tools: ``search_memory`` (the reference request, metadata filter and ``as_of`` i
   read-only and how to start it writable (the SDK would say ``Unknown tool``).
 * **Errors** of the library (bad filter, unknown id, ...) come back as MCP tool errors (``isError``) whose text
   is the library's message alone (the SDK's ``Error executing tool <name>:`` prefix is dropped; a write's
-  ``invalid chunk #0:`` reads ``invalid memory:``); bad arguments read ``invalid arguments for <tool>; fix and
+  ``invalid chunk #0:`` reads ``invalid memory:``, as does one naming an id the tool generated); bad arguments read ``invalid arguments for <tool>; fix and
   call again: <field>: <problem>``; the server keeps running.
 * ``add_memory`` catches duplicates on write with :data:`ADD_DEDUP` (exact and near, skip) and says so.
 
@@ -29,10 +29,11 @@ over a Qdrant Edge shard with ``--edge-path DIR [--index-key KEY[=TYPE] ...] (--
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -144,6 +145,21 @@ def _library_message(exc: BaseException) -> str:
     """The library's message as a tool's error text: a tool writes one memory, so the write path's batch position
     (``invalid chunk #0: ...``, ``chunk #0 ('id'): ...``) reads ``invalid memory: ...`` / ``memory 'id': ...``."""
     return _ONE_CHUNK.sub(lambda m: f"memory {m.group(1)}: " if m.group(1) else "invalid memory: ", str(exc), count=1)
+
+
+@contextlib.contextmanager
+def _no_generated_id(given: str | None, chunk_id: str) -> Iterator[None]:
+    """A write of a memory whose ``chunk_id`` the tool generated (``given`` None): an error that names the memory by
+    that id (``memory 'a67a…': metadata key '$x' …``), an id the caller never saw, reads ``invalid memory: …``, so
+    what is wrong comes first."""
+    try:
+        yield
+    except (HybridMemoryError, ValueError) as exc:
+        prefix = f"memory {chunk_id!r}: "
+        text = _library_message(exc)
+        if given is not None or not text.startswith(prefix):
+            raise
+        raise InvalidRequestError("invalid memory: " + text[len(prefix):]) from exc
 
 
 def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -331,8 +347,10 @@ def build_server(
     def add_memory(memory: MemoryInput) -> WriteOutcome:
         """Store a memory. An exact or near duplicate of a stored memory is not stored again: the answer gives
         the stored memory's id (action 'skipped')."""
+        chunk = memory.chunk()
         try:
-            decision = view.write([memory.chunk()], dedup=ADD_DEDUP, replace=False).decisions[0]
+            with _no_generated_id(memory.chunk_id, chunk["chunk_id"]):
+                decision = view.write([chunk], dedup=ADD_DEDUP, replace=False).decisions[0]
         except DuplicateChunkError as exc:  # the core's fix is upsert(); an MCP client's is a tool
             raise DuplicateChunkError(
                 f"a memory with id {memory.chunk_id!r} is already stored; change it with the update_memory tool, "
@@ -366,7 +384,9 @@ def build_server(
     def supersede_memory(old_ids: list[str], memory: MemoryInput) -> WriteOutcome:
         """Store a new fact that replaces old ones: their validity ends where the new one's starts (its
         valid_from, else now); they stay stored as history (search with as_of before that instant finds them)."""
-        new_id = view.supersede(old_ids, memory.chunk())
+        chunk = memory.chunk()
+        with _no_generated_id(memory.chunk_id, chunk["chunk_id"]):
+            new_id = view.supersede(old_ids, chunk)
         return WriteOutcome(chunk_id=new_id, action="superseded", stored_id=new_id, closed=list(old_ids))
 
     tools: list[Callable[..., Any]] = [search_memory, get_memory, list_memories]

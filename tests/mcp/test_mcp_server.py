@@ -366,3 +366,21 @@ async def test_unknown_arguments_are_refused_naming_the_accepted_ones(memory):
         assert {name: schema["additionalProperties"] for name, schema in schemas.items()} == dict.fromkeys(
             ["search_memory", "get_memory", "list_memories", "add_memory", "update_memory", "delete_memory",
              "supersede_memory"], False)
+
+
+async def test_a_bad_memory_without_chunk_id_is_not_named_by_the_generated_id(memory):
+    """A fresh user's finding: add_memory with a bad metadata key read "memory 'a67a9941…': metadata key …", an id the
+    caller never gave and that was never stored; it reads "invalid memory: metadata key '$x' …". A given id is still
+    named."""
+    async with client(build_server(memory)) as c:
+        for tool, arguments in [("add_memory", {"memory": {"text": "x", "metadata": {"$x": 1}}}),
+                                ("supersede_memory", {"old_ids": ["u1-a"], "memory": {"text": "x", "metadata": {"$x": 1}}})]:
+            result = await call(c, tool, arguments)
+            assert result.is_error and result.content[0].text == (
+                "invalid memory: metadata key '$x' cannot be filtered on: a key may not start with '$' (reserved for "
+                "operators); rename it"), tool
+        empty = await call(c, "add_memory", {"memory": {"text": "x", "metadata": {"": 1}}})
+        assert empty.content[0].text == "invalid memory: metadata key '' cannot be filtered on: the key is empty; rename it"
+        named = await call(c, "add_memory", {"memory": {"chunk_id": "m1", "text": "x", "metadata": {"$x": 1}}})
+        assert named.content[0].text.startswith("memory 'm1': metadata key '$x' cannot be filtered on")
+    assert [c.chunk_id for c in memory.iter_chunks()] == ["u1-a", "u2-a"] and memory.get(["u1-a"])[0].valid_to is None
