@@ -387,7 +387,9 @@ def _discard_new_folder(created: Path, memory: Path) -> str:
 def _run_ingest(args: argparse.Namespace, extra: dict[str, Any], scope: Any, created: Path | None,
                 discard: list[bool]) -> int:
     """The ingest itself; ``discard[0]`` is left True only when the run fails with nothing stored in a memory
-    folder it created (``created``), which :func:`_cmd_ingest` then removes if that loses nothing."""
+    folder it created (``created``), which :func:`_cmd_ingest` then removes if that loses nothing. A run that
+    succeeds with nothing stored in such a folder (no file held text) removes it itself once the memory is closed,
+    by the same rule, and says so in a warning."""
     skipped: list[str] = []
     empty: list[str] = []
     with open_memory(args, must_exist=False) as memory:
@@ -421,6 +423,8 @@ def _run_ingest(args: argparse.Namespace, extra: dict[str, Any], scope: Any, cre
                    "chunks": total, "memory": str(memory.path)}
         if scope:
             summary["scope"] = scope.bound()
+    if created is not None and before == total == 0 and created.exists():  # no text was read: an empty memory
+        logger.warning("%s", _discard_new_folder(created, Path(args.memory).absolute()))
     print(json.dumps(summary))
     return 0
 

@@ -564,7 +564,9 @@ def test_a_folder_ingest_that_reads_no_file_says_so(tmp_path, capsys, caplog):
     assert json.loads(capsys.readouterr().out)["chunks"] == 0
     assert [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.cli"] == [
         f"no file under {folder} was read: only names ending in .md or .txt, as written, are read (a.MD and "
-        "notes.markdown are not); rename the files to read them"]
+        "notes.markdown are not); rename the files to read them",
+        f"nothing was stored, so the folder this run created for the memory, {tmp_path / 'm'}, was removed"]
+    assert not (tmp_path / "m").exists()
     caplog.clear()
     (folder / "b.md").write_text("# runbook\nrestart the consumer")
     with caplog.at_level("WARNING", logger="hybrid_memory.cli"):

@@ -167,3 +167,33 @@ def test_a_folder_without_a_store_goes_only_if_it_is_empty(tmp_path):
     kept = remove_new_memory(tmp_path / "b", tmp_path / "b" / "mem")
     assert kept.removed is False and kept.reason.startswith(f"{tmp_path / 'b' / 'mem'} is not empty (")
     assert (tmp_path / "b" / "mem" / "x.txt").read_text() == "x"
+
+
+def test_a_folder_ingest_that_stores_nothing_leaves_no_memory_folder_it_created(tmp_path, capsys, caplog):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("")
+    (docs / "b.txt").write_text("  \n\t\n")
+    with caplog.at_level("WARNING", logger="hybrid_memory.cli"):
+        assert main(["ingest", str(docs), "--memory", str(tmp_path / "new" / "mem"), "--hashing-dim", "8", "-q"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "ingested": 0, "repeated_ids": 0, "skipped_files": 0, "empty_files": 2, "chunks": 0,
+        "memory": str(tmp_path / "new" / "mem")}
+    assert [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.cli"] == [
+        f"2 files held no text (empty or white space only) and gave no chunk: {docs / 'a.md'}, {docs / 'b.txt'}",
+        f"nothing was stored, so the folder this run created for the memory, {tmp_path / 'new'}, was removed"]
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == ["docs", "docs/a.md", "docs/b.txt"]
+
+
+def test_a_folder_ingest_that_stores_nothing_keeps_a_memory_folder_that_existed(tmp_path, capsys, caplog):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("")
+    memory = tmp_path / "mem"
+    _new_memory(memory)  # an empty memory made before this run: not the run's to remove
+    with caplog.at_level("WARNING", logger="hybrid_memory.cli"):
+        assert main(["ingest", str(docs), "--memory", str(memory), "--hashing-dim", "8", "-q"]) == 0
+    assert json.loads(capsys.readouterr().out)["chunks"] == 0
+    assert [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.cli"] == [
+        f"1 files held no text (empty or white space only) and gave no chunk: {docs / 'a.md'}"]
+    assert (memory / "store.sqlite3").is_file()
