@@ -966,8 +966,8 @@ class HybridMemory:
         both in ``request`` (its text, or its ``search_text``) and as a keyword, the two must be equal.
 
         Raises:
-            InvalidRequestError: a field is invalid (the message names it), or two different search texts were
-                given (in ``request`` and as ``search_text=``).
+            InvalidRequestError: a field is invalid (the message names it), two different search texts were
+                given (in ``request`` and as ``search_text=``), or ``request`` is None without ``search_text=``.
             InvalidFilterError: the metadata filter is malformed.
         """
         if isinstance(request, SearchRequest):
@@ -977,6 +977,11 @@ class HybridMemory:
         elif isinstance(request, Mapping):
             data = dict(request)
         elif request is None:
+            if "search_text" not in fields:  # search(None): "got {}" named nothing the caller passed
+                raise InvalidRequestError(
+                    'invalid search request: got None (and no search_text=); pass a request dict or SearchRequest, '
+                    'e.g. {"search_text": "..."}, or the search text itself'
+                )
             data = {}
         else:
             raise InvalidRequestError(

@@ -106,3 +106,22 @@ def test_the_qdrant_order_filter_hint_names_the_cli_flag_too():
         translate(parse_filter({"severity": {"$lte": 1}}), set())
     assert str(raised.value).endswith("declare it: HybridMemory.qdrant(..., indexed_keys={'severity': 'float'}), or "
                                       "on the command line --index-key severity=float")
+
+
+NONE_FIX = ('invalid search request: got None (and no search_text=); pass a request dict or SearchRequest, e.g. '
+            '{"search_text": "..."}, or the search text itself')
+
+
+async def test_search_of_none_says_none_was_passed_and_what_to_pass(memory):
+    """A fresh user's finding: memory.search(None) read "search_text: Field required (got {})", a {} never passed."""
+    for call in (lambda: memory.search(None), lambda: memory.search(), lambda: memory.search(None, top_k=3),
+                 lambda: memory.scoped({"user_id": "u1"}).search(None)):
+        with pytest.raises(InvalidRequestError) as info:
+            call()
+        assert str(info.value) == NONE_FIX
+    with pytest.raises(InvalidRequestError) as info:
+        await memory.asearch(None)
+    assert str(info.value) == NONE_FIX
+    # None with search_text= is a request, as before
+    assert [r.chunk_id for r in memory.search(None, search_text="HTTP 504", top_k=2).results] == \
+        [r.chunk_id for r in memory.search("HTTP 504", top_k=2).results]
