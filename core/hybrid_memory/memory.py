@@ -631,7 +631,7 @@ class HybridMemory:
         if scope is not None:
             items = [scope.stamp(c) for c in items]
         if vectors is not None:
-            vectors = check_vectors(vectors, len(items), dim)
+            vectors = check_vectors(vectors, len(items), dim, [c.chunk_id for c in items])
         return scope, policy, items, vectors
 
     def _write(

@@ -83,20 +83,30 @@ def system_fields(chunk: Chunk, previous: Mapping[str, Any] | None, merges: Mapp
     return system
 
 
-def check_vectors(vectors: Any, n: int, dim: int) -> np.ndarray:
-    """Caller-given vectors as float32 (n, dim).
+def check_vectors(vectors: Any, n: int, dim: int, ids: Sequence[str] | None = None) -> np.ndarray:
+    """Caller-given vectors as float32 (n, dim); ``ids``, the chunk ids of the rows, name a bad row's chunk.
 
     Raises:
         DimensionMismatchError: another shape.
-        InvalidRequestError: NaN or infinite values.
+        InvalidRequestError: NaN or infinite values (after the cast to float32); the message names the first bad
+            row, its chunk and how many rows are bad.
     """
-    vectors = np.asarray(vectors, dtype=np.float32)
+    with np.errstate(over="ignore"):  # a float64 beyond float32's range becomes inf: reported below, not warned
+        vectors = np.asarray(vectors, dtype=np.float32)
     if vectors.ndim != 2 or vectors.shape != (n, dim):
         raise DimensionMismatchError(
             f"vectors must have shape ({n}, {dim}) (one row per chunk, the memory's dimension), got {vectors.shape}"
         )
-    if not np.isfinite(vectors).all():
-        raise InvalidRequestError("vectors contain NaN or infinite values")
+    finite = np.isfinite(vectors).all(axis=1)
+    if not finite.all():
+        bad = np.flatnonzero(~finite)
+        first = int(bad[0])
+        which = f" (chunk {ids[first]!r})" if ids is not None and first < len(ids) else ""
+        raise InvalidRequestError(
+            f"vectors row {first}{which} holds NaN or infinite values as float32 ({len(bad)} of {n} rows do); "
+            "nothing was stored: give finite rows (np.isfinite(vectors).all(axis=1) finds the bad ones), or leave "
+            "vectors= out to embed the texts with the memory's embedder"
+        )
     return vectors
 
 

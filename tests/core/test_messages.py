@@ -125,3 +125,25 @@ async def test_search_of_none_says_none_was_passed_and_what_to_pass(memory):
     # None with search_text= is a request, as before
     assert [r.chunk_id for r in memory.search(None, search_text="HTTP 504", top_k=2).results] == \
         [r.chunk_id for r in memory.search("HTTP 504", top_k=2).results]
+
+
+def test_a_nan_in_given_vectors_names_the_first_bad_row_its_chunk_and_the_fix(memory):
+    """A fresh user's finding: "vectors contain NaN or infinite values" named no row and no fix."""
+    import numpy as np
+
+    vectors = np.random.default_rng(3).normal(size=(4, 64)).astype(np.float32)
+    vectors[2, 5] = np.nan
+    vectors[3, 0] = np.inf
+    chunks = [{"chunk_id": f"v{i}", "text": f"vector note {i}"} for i in range(4)]
+    with pytest.raises(InvalidRequestError) as info:
+        memory.add(chunks, vectors=vectors)
+    assert str(info.value) == (
+        "vectors row 2 (chunk 'v2') holds NaN or infinite values as float32 (2 of 4 rows do); nothing was stored: "
+        "give finite rows (np.isfinite(vectors).all(axis=1) finds the bad ones), or leave vectors= out to embed the "
+        "texts with the memory's embedder")
+    with pytest.raises(InvalidRequestError,
+                       match=r"^vectors row 0 \(chunk 'v0'\) holds NaN or infinite values as float32 \(1 of 1 "):
+        memory.upsert(chunks[:1], vectors=np.full((1, 64), 1e39))  # finite in float64, infinite as float32
+    assert memory.count() == 6 and memory.get(["v0", "v2"]) == []
+    vectors[2, 5] = vectors[3, 0] = 0.5
+    assert memory.add(chunks, vectors=vectors) == ["v0", "v1", "v2", "v3"] and memory.count() == 10
