@@ -25,6 +25,7 @@ import difflib
 import hashlib
 import json
 import shlex
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,8 @@ class Scope(BaseModel):
     @field_validator("tenant", "user_id", "agent_id", "session_id")
     @classmethod
     def _usable(cls, value: str | None, info: Any) -> str | None:
+        if isinstance(value, str):
+            _no_control_character(value, info.field_name)
         return _scope_value(value, info.field_name)
 
     def bound(self) -> dict[str, str]:
@@ -102,6 +105,26 @@ class Scope(BaseModel):
                     f"leave {name} out (the view stamps it) or write through a view of that scope"
                 )
         return chunk.model_copy(update=update) if update else chunk
+
+
+def _no_control_character(value: str, field: str) -> None:
+    """Refuse a scope value holding a control character (Unicode category Cc: C0 such as ``\\n``, ``\\t``,
+    ``\\x00``, DEL and C1) or a line / paragraph separator (Zl, Zp): a scope value is an id on one line, and one
+    read from a file or a prompt with its new line would bind a scope no chunk is in, with no word.
+
+    Chunks already stored with such a value still open and read (the check is the scope's, not the stored
+    chunk's); only a new scope that binds one is refused.
+
+    Raises:
+        ValueError: the message names the field, the character and its position, and the fix.
+    """
+    for position, char in enumerate(value):
+        if unicodedata.category(char) in ("Cc", "Zl", "Zp"):
+            raise ValueError(
+                f"{field} holds the control character {char!r} at position {position}; a scope value is an id on "
+                f"one line: remove it (value.strip() drops a trailing new line), or leave {field} out (None) for no "
+                f"{field}"
+            )
 
 
 def as_scope(scope: Scope | Mapping[str, Any] | None) -> Scope | None:

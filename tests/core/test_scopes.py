@@ -196,3 +196,34 @@ def test_an_unscoped_upsert_keeps_the_stored_owner_unless_it_names_one(memory):
     memory.upsert([{"chunk_id": "a1", "text": "now shared", "user_id": None}])  # stated explicitly: it wins
     assert [c.user_id for c in memory.get(["a1"])] == [None]
     assert memory.scoped(user_id="alice").get(["a1"]) == []
+
+
+@pytest.mark.parametrize("value, char, position", [("u1\n", "'\\n'", 2), ("u\x001", "'\\x00'", 1), ("u\t1", "'\\t'", 1),
+                                                   ("u1\x85", "'\\x85'", 2), ("u\u20281", "'\\u2028'", 1)])
+def test_a_scope_value_with_a_control_character_is_refused_naming_the_field_and_the_fix(memory, value, char, position):
+    """A fresh user's finding: a user_id read with its new line bound a scope no chunk is in, with no word."""
+    with pytest.raises(InvalidRequestError) as info:
+        memory.scoped({"user_id": value})
+    assert str(info.value) == (
+        f"invalid scope: user_id: user_id holds the control character {char} at position {position}; a scope value is "
+        "an id on one line: remove it (value.strip() drops a trailing new line), or leave user_id out (None) for no "
+        f"user_id (got {value!r})")
+    with pytest.raises(InvalidRequestError, match=r"^invalid scope: tenant: tenant holds the control character"):
+        memory.search("HTTP 504", scope={"tenant": value})
+    with pytest.raises(InvalidRequestError, match=r"^invalid scope: agent_id: agent_id holds the control character"):
+        memory.add([{"chunk_id": "c", "text": "x"}], scope={"agent_id": value})
+    assert memory.count() == 0
+
+
+def test_chunks_stored_with_a_control_character_in_a_scope_field_still_open_and_search(tmp_path):
+    """The check is the scope's: a memory whose chunks were stored with such a value before still opens, reads and
+    searches (unscoped), and its other scopes search as before."""
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(64)) as mem:
+        mem.add([{"chunk_id": "old", "text": "Dana prefers PostgreSQL", "user_id": "u1\n"},
+                 {"chunk_id": "ok", "text": "Dana prefers SQLite", "user_id": "u1"}])
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(64)) as mem:
+        assert [(c.chunk_id, c.user_id) for c in mem.iter_chunks()] == [("old", "u1\n"), ("ok", "u1")]
+        assert sorted(r.chunk_id for r in mem.search("Dana prefers", top_k=5).results) == ["ok", "old"]
+        assert [r.chunk_id for r in mem.scoped({"user_id": "u1"}).search("Dana prefers", top_k=5).results] == ["ok"]
+        with pytest.raises(InvalidRequestError, match=r"^invalid scope: user_id: user_id holds the control character"):
+            mem.scoped({"user_id": "u1\n"})
