@@ -98,8 +98,25 @@ def test_cli_refuses_bad_targets(tmp_path, capsys):
     other = tmp_path / "mem8"
     with HybridMemory(other, embedder=HashingEmbedder(8)) as mem:
         mem.add([{"chunk_id": "x", "text": "eight dims"}])
-    assert main(["export-qdrant", "--memory", str(other), "--hashing-dim", "8", "-q", "--edge-path", str(tmp_path / "s3")]) == 2
-    assert "does not fit this memory" in capsys.readouterr().err
+    for replace in ([], ["--replace"]):  # --replace clears points, not the dimension: the same refusal
+        assert main(["export-qdrant", "--memory", str(other), "--hashing-dim", "8", "-q",
+                     "--edge-path", str(tmp_path / "s3"), *replace]) == 2
+        assert capsys.readouterr().err == (
+            f"hybrid-memory: error: Qdrant Edge shard {tmp_path / 's3'} holds vectors of dimension 16, this memory's "
+            "are 8: a shard keeps its dimension (--replace clears its points, not its schema); give a new "
+            f"--edge-path, or remove the shard folder {tmp_path / 's3'} and export again\n")
+    from hybrid_memory import DimensionMismatchError
+    from hybrid_memory.backends.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant import QdrantBackend
+
+    with HybridMemory(other, embedder=HashingEmbedder(8)) as mem:  # the library says the same
+        backend = QdrantBackend.edge(tmp_path / "s3", payload_indexes=False)
+        with pytest.raises(DimensionMismatchError, match=r"holds vectors of dimension 16, this memory's are 8: a shard"):
+            export_to_qdrant(mem, backend, replace=True)
+        backend.close()
+    with HybridMemory.qdrant(edge_path=tmp_path / "s3", embedder=HashingEmbedder(16)) as copy:
+        assert copy.count() == 7  # the refused copies wrote nothing, cleared nothing
+    assert main(["export-qdrant", "--memory", str(other), "--hashing-dim", "8", "-q", "--edge-path", str(tmp_path / "s4")]) == 0
 
 
 def test_an_unreachable_server_fails_before_the_progress_bar(tmp_path, capsys):

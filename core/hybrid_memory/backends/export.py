@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..memory import HybridMemory
     from .qdrant import QdrantBackend
 
-__all__ = ["check_bm25", "check_target", "export_to_qdrant"]
+__all__ = ["check_bm25", "check_target", "export_to_qdrant", "open_target"]
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +83,41 @@ def check_bm25(memory: HybridMemory, backend: QdrantBackend) -> None:
         )
 
 
+def open_target(backend: QdrantBackend, dim: int) -> None:
+    """Open ``backend`` for vectors of ``dim`` (``QdrantBackend.open``), after checking that an Edge shard there
+    holds that dimension: a shard keeps the dimension it was created with (``replace`` clears its points, not its
+    schema), and the engine's own refusal read as a Qdrant config error whose fix was the wrong one.
+
+    Raises:
+        DimensionMismatchError: the Edge shard (its ``edge_config.json``) holds another dimension; the message
+            names both and the fix (a new ``--edge-path``, or remove the shard folder).
+    """
+    folder = getattr(backend, "path", None)
+    held = _shard_dim(folder) if folder is not None else None
+    if held is not None and held != dim:
+        raise DimensionMismatchError(
+            f"Qdrant Edge shard {folder} holds vectors of dimension {held}, this memory's are {dim}: a shard keeps "
+            f"its dimension (--replace clears its points, not its schema); give a new --edge-path, or remove the "
+            f"shard folder {folder} and export again"
+        )
+    backend.open(dim)
+
+
+def _shard_dim(folder: Path) -> int | None:
+    """The dense vectors' size in an Edge shard's ``edge_config.json`` (Qdrant Edge writes it); None when there is
+    no shard or the file does not say (then opening the shard reports what is wrong)."""
+    import json
+
+    from ..paths import EDGE_CONFIG
+    from .qdrant_collection import DENSE
+
+    try:
+        size = json.loads((Path(folder) / EDGE_CONFIG).read_text(encoding="utf-8"))["vectors"][DENSE]["size"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
 def _clear(backend: QdrantBackend, batch: int = 1000) -> int:
     """Delete every point of ``backend``'s collection (and an Edge shard's export record); returns how many."""
     folder = getattr(backend, "path", None)
@@ -125,12 +160,13 @@ def export_to_qdrant(
         InvalidRequestError: the backend's BM25 ``k1`` / ``b`` differ from the memory's (:func:`check_bm25`),
             or the target holds points and ``replace`` is False (:func:`check_target`); nothing is written.
         StoreFormatError: the collection exists with another schema (dimension, distance, sparse modifier).
-        DimensionMismatchError: a stored vector does not have the memory's dimension.
+        DimensionMismatchError: a stored vector does not have the memory's dimension, or the Edge shard holds
+            another dimension (:func:`open_target`).
     """
     check_bm25(memory, backend)  # before the target is opened or cleared: a refused copy writes nothing
     dim = int(memory.embedder.dim)
     if getattr(backend, "dim", None) != dim:
-        backend.open(dim)
+        open_target(backend, dim)
     if check_target(backend, replace=replace):
         logger.info("cleared %d points of %s before the copy", _clear(backend), backend.name)
     folder = getattr(backend, "path", None)
@@ -228,7 +264,7 @@ def _cmd_export(args) -> int:  # noqa: ANN001
                                            indexed_keys=keys, avgdl=avgdl, **bm25, **options)
         total = memory.count()
         try:  # connect and create or check the collection first: a refused connection draws no 0/N bar
-            backend.open(int(memory.embedder.dim))
+            open_target(backend, int(memory.embedder.dim))  # an Edge shard of another dimension: named, with the fix
             held = check_target(backend, replace=args.replace)  # an earlier copy: refused without --replace
         except BaseException:
             backend.close()
