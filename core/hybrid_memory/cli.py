@@ -229,11 +229,12 @@ def _check_ingest_args(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
 
 
 def _read_inputs(paths: Sequence[str], args: argparse.Namespace, extra: dict[str, Any],
-                 skipped: list[str], empty: list[str] | None = None) -> Iterator[Chunk]:
+                 skipped: list[str], empty: list[str] | None = None, linked: list[str] | None = None) -> Iterator[Chunk]:
     """Chunks of every path, in order. A folder's file that cannot be read as text (not UTF-8, binary, no
     permission) is skipped with a warning and its path appended to ``skipped``; a file with no text (empty,
-    white space only) gives no chunk and its path is appended to ``empty``; a bad .jsonl line stops the
-    ingest (the message names the line)."""
+    white space only) gives no chunk and its path is appended to ``empty``; a symbolic link to a folder is not
+    followed (:func:`~hybrid_memory.ingest.read_text_folder` warns, naming it) and its path is appended to
+    ``linked``; a bad .jsonl line stops the ingest (the message names the line)."""
     from .ingest import read_beir_corpus, read_text_folder
 
     def skip(path: Path, reason: str) -> None:
@@ -244,7 +245,7 @@ def _read_inputs(paths: Sequence[str], args: argparse.Namespace, extra: dict[str
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            seen = [0]  # chunks, unreadable and empty files of the folder: a folder with none of them gets a word
+            seen = [0]  # chunks, unreadable and empty files, folder links: a folder with none of them gets a word
 
             def _skip(p: Path, reason: str) -> None:
                 seen[0] += 1
@@ -255,8 +256,14 @@ def _read_inputs(paths: Sequence[str], args: argparse.Namespace, extra: dict[str
                 if empty is not None:
                     empty.append(str(p))
 
+            def _linked(p: Path) -> None:
+                seen[0] += 1
+                if linked is not None:
+                    linked.append(str(p))
+
             for chunk in read_text_folder(path, chunk_size=args.chunk_size, chunk_overlap=chunk_overlap, metadata=extra,
-                                          id_prefix=args.id_prefix, on_unreadable=_skip, on_empty=_empty):
+                                          id_prefix=args.id_prefix, on_unreadable=_skip, on_empty=_empty,
+                                          on_symlinked_folder=_linked):
                 seen[0] += 1
                 yield chunk
             if not seen[0]:
@@ -392,13 +399,14 @@ def _run_ingest(args: argparse.Namespace, extra: dict[str, Any], scope: Any, cre
     by the same rule, and says so in a warning."""
     skipped: list[str] = []
     empty: list[str] = []
+    linked: list[str] = []
     with open_memory(args, must_exist=False) as memory:
         before = memory.count()
         discard[0] = created is not None and before == 0
         target = memory.scoped(scope) if scope else memory
         try:
-            count, repeated = _ingest(memory, _read_inputs(args.paths, args, extra, skipped, empty), progress=not args.quiet,
-                                      target=target)
+            count, repeated = _ingest(memory, _read_inputs(args.paths, args, extra, skipped, empty, linked),
+                                      progress=not args.quiet, target=target)
         except BaseException as exc:
             new_folder, discard[0] = discard[0], False  # kept if the count below fails: nothing is known then
             total = memory.count()
@@ -420,7 +428,7 @@ def _run_ingest(args: argparse.Namespace, extra: dict[str, Any], scope: Any, cre
             logger.warning("%d files held no text (empty or white space only) and gave no chunk: %s", len(empty), shown)
         total = memory.count()
         summary = {"ingested": count, "repeated_ids": repeated, "skipped_files": len(skipped), "empty_files": len(empty),
-                   "chunks": total, "memory": str(memory.path)}
+                   "symlinked_folders": len(linked), "chunks": total, "memory": str(memory.path)}
         if scope:
             summary["scope"] = scope.bound()
     if created is not None and before == total == 0 and created.exists():  # no text was read: an empty memory

@@ -146,6 +146,7 @@ def read_text_folder(
     id_prefix: str | None = None,
     on_unreadable: Callable[[Path, str], None] | None = None,
     on_empty: Callable[[Path], None] | None = None,
+    on_symlinked_folder: Callable[[Path], None] | None = None,
 ) -> Iterator[Chunk]:
     """Yield chunks of the ``.md`` and ``.txt`` files under ``folder``, files in sorted relative-path order.
 
@@ -189,6 +190,10 @@ def read_text_folder(
             file is skipped (the CLI logs a warning and counts it), so one bad file does not stop a folder.
         on_empty: called with the path of each file that gives no chunk (empty, or white space only); such a
             file is also logged at INFO. The CLI counts them (``empty_files``) and logs a warning.
+        on_symlinked_folder: called with the path of each symbolic link to a folder found below ``folder``
+            when a pattern is recursive (``**``). ``pathlib``'s ``**`` does not follow such links (one may loop,
+            or lead out of the folder being read), so nothing under them is read; each is logged as a WARNING
+            naming it and its target, with or without this callback. The CLI counts them (``symlinked_folders``).
 
     Yields:
         Chunk, file by file, chunks in document order.
@@ -200,7 +205,8 @@ def read_text_folder(
             is created, before the first chunk is asked for.
     """
     root, chunk_size, chunk_overlap = _checked_folder_args(folder, chunk_size, chunk_overlap)
-    return _text_folder_chunks(root, chunk_size, chunk_overlap, metadata, glob, id_prefix, on_unreadable, on_empty)
+    return _text_folder_chunks(root, chunk_size, chunk_overlap, metadata, glob, id_prefix, on_unreadable, on_empty,
+                               on_symlinked_folder)
 
 
 def _checked_folder_args(folder: StrPath, chunk_size: Any, chunk_overlap: Any) -> tuple[Path, int, int]:
@@ -226,7 +232,7 @@ def _checked_folder_args(folder: StrPath, chunk_size: Any, chunk_overlap: Any) -
 def _text_folder_chunks(
     root: Path, chunk_size: int, chunk_overlap: int, metadata: Mapping[str, Any] | None, glob: str | Sequence[str],
     id_prefix: str | None, on_unreadable: Callable[[Path, str], None] | None,
-    on_empty: Callable[[Path], None] | None = None,
+    on_empty: Callable[[Path], None] | None = None, on_symlinked_folder: Callable[[Path], None] | None = None,
 ) -> Iterator[Chunk]:
     patterns = [glob] if isinstance(glob, str) else list(glob)
     base_metadata = dict(metadata or {})
@@ -244,6 +250,13 @@ def _text_folder_chunks(
         {p.relative_to(root).as_posix(): p for pattern in patterns for p in root.glob(pattern)
          if (p.is_file() or _dangling_link(p)) and not _in_a_memory_folder(p.parent, root, inside, memories)}.items()
     )
+    if any("**" in pattern for pattern in patterns):  # ** does not follow a link to a folder: say so, once each
+        for link in _symlinked_folders(root, inside, memories):
+            logger.warning("skipped %s: a symbolic link to the folder %s, and links to folders are not followed (one "
+                           "may loop, or lead out of the folder being read); to read that folder, ingest it as a "
+                           "path of its own", link, link.resolve())
+            if on_symlinked_folder is not None:
+                on_symlinked_folder(link)
     for folder in sorted(memories):
         logger.info("read_text_folder: skipped %s: a memory's own folder (it holds %s)", folder, _memory_file(folder))
     logger.debug("read_text_folder: %d files under %s", len(files), root)
@@ -298,6 +311,23 @@ def _in_a_memory_folder(folder: Path, root: Path, inside: dict[Path, bool], memo
             answer = True
         inside[current] = answer
     return answer
+
+
+def _symlinked_folders(root: Path, inside: dict[Path, bool], memories: set[Path]) -> list[Path]:
+    """The symbolic links to folders below ``root`` that a ``**`` walk meets and does not enter (none inside a
+    memory's own folder), in sorted walk order."""
+    links: list[Path] = []
+    for current, folders, _files in os.walk(root):  # followlinks=False, as pathlib's ** walks
+        folders.sort()
+        for name in list(folders):
+            path = Path(current) / name
+            if path.is_symlink():
+                folders.remove(name)  # os.walk does not enter it either
+                if not _in_a_memory_folder(path, root, inside, memories):
+                    links.append(path)
+            elif _in_a_memory_folder(path, root, inside, memories):
+                folders.remove(name)
+    return links
 
 
 def _dangling_link(path: Path) -> bool:

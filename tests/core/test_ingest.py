@@ -347,3 +347,30 @@ def test_text_folder_refuses_a_memorys_own_folder(tmp_path: Path, inside: str, h
                                                   r"memory's indexes, not documents: ingest the folder that holds "
                                                   r"your documents"):
         read_text_folder(docs / inside)
+
+
+def test_a_symlinked_sub_folder_is_named_in_a_warning_and_reported(tmp_path, caplog):
+    docs, outside = tmp_path / "docs", tmp_path / "outside"
+    (docs / "sub").mkdir(parents=True)
+    (outside / "deep").mkdir(parents=True)
+    (docs / "a.md").write_text("alpha")
+    (docs / "sub" / "b.md").write_text("beta")
+    (outside / "c.md").write_text("gamma")
+    (outside / "deep" / "d.md").write_text("delta")
+    (docs / "linked").symlink_to(outside, target_is_directory=True)
+    (docs / "sub" / "loop").symlink_to(docs, target_is_directory=True)  # a loop: never entered
+    (docs / "c.md").symlink_to(outside / "c.md")  # a link to a file is read, as before
+    reported: list[Path] = []
+    with caplog.at_level("WARNING", logger="hybrid_memory.ingest"):
+        chunks = list(read_text_folder(docs, id_prefix="", on_symlinked_folder=reported.append))
+    assert [c.chunk_id for c in chunks] == ["a.md#0", "c.md#0", "sub/b.md#0"]
+    assert reported == [docs / "linked", docs / "sub" / "loop"]
+    assert [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.ingest"] == [
+        f"skipped {docs / 'linked'}: a symbolic link to the folder {outside}, and links to folders are not followed "
+        "(one may loop, or lead out of the folder being read); to read that folder, ingest it as a path of its own",
+        f"skipped {docs / 'sub' / 'loop'}: a symbolic link to the folder {docs}, and links to folders are not "
+        "followed (one may loop, or lead out of the folder being read); to read that folder, ingest it as a path of "
+        "its own"]
+    caplog.clear()
+    assert [c.chunk_id for c in read_text_folder(docs, id_prefix="", glob="*.md")] == ["a.md#0", "c.md#0"]
+    assert caplog.records == []  # a pattern that does not recurse would not enter a folder anyway: no word
