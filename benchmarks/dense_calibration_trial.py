@@ -1,5 +1,5 @@
-"""Offline trial, not the library's method: the default fusion with dense's confidence scaled by how far its top
-cosine stands above chance over the corpus.
+"""Offline trial, not the library's method: the default fusion with each engine's confidence calibrated against
+chance over the corpus (dense alone first, then both engines in one unit, the surprise).
 
 Usage::
 
@@ -31,6 +31,22 @@ Two further rows measure other ways to the same end:
   noise, the other engine's picks are random documents to it. ``e'_E = (top_E - mean) / std - sqrt(2 ln N)``
   over ``E``'s exact scores of those candidates (BM25 read as ``log(1 + s)``, as the default reads it; at least 3
   of them, else no factor), and each engine's confidence weight is multiplied by ``logistic(2 e'_E)``.
+
+Then a calibration of both engines in one unit, the **surprise** of the engine's top hit: minus the natural log
+of the number of documents that chance would put at least that high, among the ``n`` the query may return::
+
+    dense:  S_d = -(ln n + ln Phi_c(z)),       z = (s1 - q.mu) / sqrt(q' Sigma q)
+    BM25:   S_s = -(ln n + sum_{t in T} ln(df_t / N))
+
+``Phi_c`` is the standard normal upper tail (``scipy.special.log_ndtr(-z)``): the dense null is the Gaussian of the
+first trial. The BM25 null is term independence (the binary independence model's assumption; Robertson and Spärck
+Jones 1976): ``T`` is the set of distinct query tokens the top BM25 document holds, ``df_t`` their document
+frequencies over the corpus of ``N`` documents, so ``n prod df_t / N`` documents would hold all of ``T`` by chance.
+Both are in nats, so they compare across engines: about 0 when the top is what chance gives, 12-18 for a good
+engine's top on these sets. Rows ``surprise: h`` multiply each engine's confidence weight by ``h(max(0, S))`` (an
+engine whose surprise is unknown, no document term matched, keeps 1): ``h = sqrt`` and ``h = identity``; row
+``surprise alone`` replaces ``1 + top_outlier`` by ``max(0, S)``. Document frequencies are counted here with the
+library's tokenizer over the chunk texts; the library's own index holds them too.
 
 Variants: the clean set and ``fusion_robustness.py``'s dense-noise levels and sparse steps (the same seeded vectors
 and queries): a calibration that lowers dense's weight must also be seen where BM25 is the weak engine. Candidates
@@ -75,6 +91,27 @@ H = {
 }
 
 
+def dense_surprise(q: np.ndarray, top: float, mu: np.ndarray, sigma: np.ndarray, n: int) -> float:
+    """``S_d = -(ln n + ln Phi_c(z))`` (module docstring), nats; q float (dim,), mu (dim,), Sigma (dim, dim), n >= 1.
+    Returns +inf for a query with no spread over the corpus."""
+    from scipy.special import log_ndtr
+
+    q = q.astype(np.float64)
+    var = float(q @ sigma @ q)
+    if not var > 0:
+        return math.inf
+    return -(math.log(max(n, 1)) + float(log_ndtr(-(top - float(q @ mu)) / math.sqrt(var))))
+
+
+def sparse_surprise(held: set[str], df: dict[str, int], n_docs: int, n: int) -> float | None:
+    """``S_s = -(ln n + sum_{t in held} ln(df_t / N))`` (module docstring), nats: ``held`` the distinct query tokens
+    the top BM25 document holds, ``df`` token -> document frequency over ``n_docs`` documents, ``n`` the documents
+    the query may return. None when ``held`` is empty (no term matched: nothing to judge)."""
+    if not held:
+        return None
+    return -(math.log(max(n, 1)) + sum(math.log(df[t] / n_docs) for t in held))
+
+
 def cross_excess(inp: Any, name: str, n: int) -> float | None:
     """``e'`` of engine ``name`` (module docstring, "both, cross-reference"): its top score against its exact scores of
     the other engines' candidates it did not return, in standard deviations (population), minus ``sqrt(2 ln n)``.
@@ -94,16 +131,21 @@ def cross_excess(inp: Any, name: str, n: int) -> float | None:
     return (read(scores[own[0]]) - mean) / std - math.sqrt(2.0 * math.log(max(n, 2)))
 
 
-def calibrated(inp: Any, factor: float | dict[str, float], *, dense_confidence: float | None = None) -> dict[str, float]:
+SURPRISE_H = {"sqrt": math.sqrt, "identity": lambda x: x}
+"""Functions of the surprise (nats, >= 0) that multiply an engine's confidence weight."""
+
+
+def calibrated(inp: Any, factor: float | dict[str, float], *, confidence: dict[str, float] | None = None) -> dict[str, float]:
     """The default's scores with engine confidence weights times ``factor`` (a number: dense's; a dict: per
-    engine) and, when ``dense_confidence`` is given, dense's weight ``prior x (1 + dense_confidence)``
-    (``fuse_adaptive`` otherwise)."""
+    engine) and, for each engine of ``confidence``, its weight ``prior x confidence[engine]`` in place of
+    ``prior x (1 + top_outlier)`` (``fuse_adaptive`` otherwise)."""
     from hybrid_memory.fusion import methods as m
     from hybrid_memory.fusion.adaptive import confidence_weights, guard_columns
 
     weights = confidence_weights(m._padded_lists(inp, list(m._active(inp))), inp.priors)
-    if dense_confidence is not None and weights.get("dense", 0) > 0:
-        weights["dense"] = float(inp.priors.get("dense", 1.0)) * (1.0 + dense_confidence)
+    for name, value in (confidence or {}).items():
+        if weights.get(name, 0) > 0:
+            weights[name] = float(inp.priors.get(name, 1.0)) * value
     for name, f in (factor if isinstance(factor, dict) else {"dense": factor}).items():
         if name in weights:
             weights[name] *= f
@@ -120,14 +162,22 @@ def run(data: fdata.EvalSet) -> dict[str, dict[str, dict[str, float]]]:
     """label -> run (qid -> {key: score}) for sparse, dense, the default and each calibrated default."""
     from hybrid_memory.engines import Query
     from hybrid_memory.fusion import methods as m
+    from hybrid_memory.sparse import _QueryTerms
 
     memory = fe.build_memory(data)
     vectors = data.doc_vectors.astype(np.float64)
     mu, sigma = vectors.mean(axis=0), np.cov(vectors.T, bias=True)
     labels = ["sparse alone", "dense alone", "default", *(f"default, h = {name}" for name in H),
-              "dense c = max(0, e)", "both, cross-reference"]
+              "dense c = max(0, e)", "both, cross-reference", *(f"surprise: {name}" for name in SURPRISE_H),
+              "surprise alone"]
     runs: dict[str, dict[str, dict[str, float]]] = {label: {} for label in labels}
     total = memory.count()
+    tokenizer = memory._sparse.tokenizer  # the library's tokenizer, as the index reads the chunks
+    doc_terms = {c["chunk_id"]: set(tokenizer.tokenize(c["text"])) for c in data.chunks}
+    df: dict[str, int] = {}
+    for terms in doc_terms.values():
+        for t in terms:
+            df[t] = df.get(t, 0) + 1
     for qid in data.qrels:
         req, allowed = memory._prepare(fe.request(data, qid, {}), {})
         cand = memory._searcher.candidates(
@@ -142,9 +192,19 @@ def run(data: fdata.EvalSet) -> dict[str, dict[str, dict[str, float]]]:
             e = chance_excess(data.query_vectors[qid], max(dense), mu, sigma, n) if dense else math.inf
             for name, h in H.items():
                 scored[f"default, h = {name}"] = calibrated(inp, h(e))
-            scored["dense c = max(0, e)"] = calibrated(inp, 1.0, dense_confidence=min(10.0, max(0.0, e)))
+            scored["dense c = max(0, e)"] = calibrated(inp, 1.0, confidence={"dense": 1.0 + min(10.0, max(0.0, e))})
             cross = {name: H["logistic(2e)"](x) for name in inp.runs if (x := cross_excess(inp, name, n)) is not None}
             scored["both, cross-reference"] = calibrated(inp, cross)
+            sparse_run = inp.runs.get("sparse")
+            query_terms = set(_QueryTerms(req.search_text, tokenizer).distinct)
+            surprise = {"dense": dense_surprise(data.query_vectors[qid], max(dense), mu, sigma, n) if dense else None,
+                        "sparse": sparse_surprise(query_terms & doc_terms.get(sparse_run[0], set()), df, total, n)
+                        if sparse_run else None}
+            known = {name: max(0.0, x) for name, x in surprise.items()
+                     if x is not None and math.isfinite(x) and name in inp.runs}  # inf: no spread, not judged
+            for name, h in SURPRISE_H.items():
+                scored[f"surprise: {name}"] = calibrated(inp, {k: h(x) for k, x in known.items()})
+            scored["surprise alone"] = calibrated(inp, 1.0, confidence=known)
         for label in labels:
             ranked = sorted(scored.get(label, {}).items(), key=lambda kv: (-kv[1], kv[0]))[: fe.TOP_K]
             runs[label][qid] = {key: float(fe.TOP_K - i) for i, (key, _) in enumerate(ranked)}
@@ -173,7 +233,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                          + [f"{m[label]['margin']:+.4f} / {m[label]['worst_class_margin']:+.4f}"
                             if m[label]["worst_class_margin"] is not None else f"{m[label]['margin']:+.4f}"
                             for label in m if label not in ("sparse alone", "dense alone")])
-        headers = ["variant", "sparse", "dense", *(label for label in per_variant["clean"] if "alone" not in label)]
+        headers = ["variant", "sparse", "dense", *(label for label in per_variant["clean"] if label not in ("sparse alone", "dense alone"))]
         print(f"\n## {name}: margin over the better engine / worst class's margin ({time.perf_counter() - started:.0f} s)")
         print(common.format_table(table, headers))
         results["datasets"][name] = per_variant

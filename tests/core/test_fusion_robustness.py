@@ -115,3 +115,20 @@ def test_cross_excess_by_hand() -> None:
     # calibrated() with per-engine factors: BM25 weighing nothing leaves dense's order
     order = lambda scores: sorted(scores, key=lambda k: (-scores[k], k))  # noqa: E731
     assert order(trial.calibrated(inp, {"sparse": 0.0}))[:3] == ["c", "d", "f"]
+
+
+def test_surprises_by_hand() -> None:
+    from scipy.stats import norm
+
+    trial = __import__("dense_calibration_trial")
+    q = np.array([1.0, 0.0], dtype=np.float32)
+    mu, sigma = np.zeros(2), np.diag([0.25, 1.0])
+    # z = (1.0 - 0) / 0.5 = 2: chance puts 100 x P(Z > 2) = 2.275 of 100 documents there
+    assert trial.dense_surprise(q, 1.0, mu, sigma, 100) == pytest.approx(-np.log(100 * norm.sf(2.0)))
+    assert trial.dense_surprise(q, 1.0, mu, np.zeros((2, 2)), 100) == float("inf")
+    # two held terms in 10 and 1 of 1000 documents, 50 allowed: 50 x 0.01 x 0.001 = 0.0005 expected by chance
+    df = {"pool": 10, "e504": 1, "the": 900}
+    assert trial.sparse_surprise({"pool", "e504"}, df, 1000, 50) == pytest.approx(-np.log(50 * 0.01 * 0.001))
+    assert trial.sparse_surprise({"the"}, df, 1000, 1000) == pytest.approx(-np.log(900))  # a common word: < 0
+    assert trial.sparse_surprise(set(), df, 1000, 50) is None
+    assert trial.SURPRISE_H["sqrt"](9.0) == 3.0 and trial.SURPRISE_H["identity"](2.5) == 2.5
