@@ -172,8 +172,8 @@ class _OnceAction(argparse.Action):
 
 
 def _search_scope(args: argparse.Namespace) -> Any:
-    """The Scope of ``search``: its ``--tenant/--user-id/--agent-id/--session-id`` (as ingest's) and its
-    ``--scope FIELD=VALUE`` pairs (as mcp's), or None.
+    """The Scope of ``search`` and ``ingest``: their ``--tenant/--user-id/--agent-id/--session-id`` and their
+    ``--scope FIELD=VALUE`` pairs (as mcp's, read by ``mcp_server.parse_scope``), or None.
 
     Raises:
         InvalidRequestError: a bad pair, field or value, or a field given two values."""
@@ -196,7 +196,7 @@ def _check_ingest_args(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     """Every check of ``ingest`` that needs no memory, run before the memory folder is created: the paths
     exist and are .jsonl files or folders, none of them is ``--memory`` itself, holds it, or is a memory's own
     folder (a memory inside a folder is skipped by :func:`~hybrid_memory.ingest.read_text_folder`),
-    ``--metadata`` pairs, ``--chunk-size``, the scope options.
+    ``--metadata`` pairs, ``--chunk-size``, the scope options (the field options and ``--scope`` pairs).
 
     Returns ``(metadata added to every chunk, Scope or None)``. Raises HybridMemoryError naming the fix."""
     from .filters import check_metadata
@@ -225,7 +225,7 @@ def _check_ingest_args(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
         check_metadata(extra)  # the key and value rules of stored metadata
     except HybridMemoryError as exc:
         raise HybridMemoryError(f"--metadata: {exc}") from exc
-    return extra, _ingest_scope(args)
+    return extra, _search_scope(args)  # --scope pairs as search reads them, with its conflict rules
 
 
 def _read_inputs(paths: Sequence[str], args: argparse.Namespace, extra: dict[str, Any],
@@ -575,6 +575,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="put before folder chunk ids and sources (default: the folder's name and a slash)")
     add_scope_field_arguments(ingest, "stamp {name}=VALUE on every chunk (a line with another {name} is refused; ids "
                                       "held by another scope are refused)")
+    ingest.add_argument("--scope", action="append", default=[], metavar="FIELD=VALUE",
+                        help="stamp this scope on every chunk (tenant, user_id, agent_id, session_id); repeatable, as "
+                             "for search, mcp and graph build; the same as the field options above")
     ingest.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     ingest.set_defaults(func=_cmd_ingest)
 
