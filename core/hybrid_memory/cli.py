@@ -274,6 +274,12 @@ def _read_inputs(paths: Sequence[str], args: argparse.Namespace, extra: dict[str
                 yield chunk.model_copy(update={"metadata": {**chunk.metadata, **extra}}) if extra else chunk
 
 
+def _count(n: int, noun: str, *, was: bool = False) -> str:
+    """``"1 file"`` / ``"2 files"`` (``0 files``); with ``was``, the verb follows: ``"1 file was"`` / ``"2 files were"``."""
+    words = f"{n} {noun}" + ("" if n == 1 else "s")
+    return f"{words} {'was' if n == 1 else 'were'}" if was else words
+
+
 def _last_of_each_id(batch: list[Chunk]) -> tuple[list[Chunk], int]:
     """The batch with each chunk_id once: at the place of its first occurrence, with the content of its last
     (what upserting the lines one by one gives); and how many lines were replaced by a later one."""
@@ -414,18 +420,19 @@ def _run_ingest(args: argparse.Namespace, extra: dict[str, Any], scope: Any, cre
             if not isinstance(exc, HybridMemoryError) or discard[0]:
                 raise  # _cmd_ingest says what became of the folder it created
             raise HybridMemoryError(
-                f"{exc} (the memory now holds {total} chunks, {total - before} new from this run; ingest is an "
-                "upsert, so fix the input and run the same command again)"
+                f"{exc} (the memory now holds {_count(total, 'chunk')}, {total - before} new from this run; ingest is "
+                "an upsert, so fix the input and run the same command again)"
             ) from exc
         discard[0] = False
         if repeated:
-            logger.warning("%d lines repeated an earlier chunk id; the last line of each id was kept", repeated)
+            logger.warning("%s repeated an earlier chunk id; the last line of each id was kept", _count(repeated, "line"))
         if skipped:
-            logger.warning("%d unreadable files were skipped (listed above); fix them and run the same command "
-                           "again", len(skipped))
+            logger.warning("%s skipped (listed above); fix %s and run the same command again",
+                           _count(len(skipped), "unreadable file", was=True), "it" if len(skipped) == 1 else "them")
         if empty:
             shown = ", ".join(empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
-            logger.warning("%d files held no text (empty or white space only) and gave no chunk: %s", len(empty), shown)
+            logger.warning("%s held no text (empty or white space only) and gave no chunk: %s", _count(len(empty), "file"),
+                           shown)
         total = memory.count()
         summary = {"ingested": count, "repeated_ids": repeated, "skipped_files": len(skipped), "empty_files": len(empty),
                    "symlinked_folders": len(linked), "chunks": total, "memory": str(memory.path)}

@@ -358,7 +358,7 @@ def test_a_failed_first_batch_keeps_a_folder_that_existed_with_its_contents(tmp_
     with HybridMemory.open(memory, embedder=HashingEmbedder(8)) as mem:
         mem.upsert([{"chunk_id": "kept", "text": "kept note"}])
     assert main(["ingest", str(corpus), "--memory", str(memory), "--hashing-dim", "8", "-q"]) == 2
-    assert "(the memory now holds 1 chunks, 0 new from this run;" in capsys.readouterr().err
+    assert "(the memory now holds 1 chunk, 0 new from this run;" in capsys.readouterr().err
     second = tmp_path / "second"
     assert main(["ingest", str(_bad_corpus(tmp_path, 256)), "--memory", str(second), "--hashing-dim", "8", "-q"]) == 2
     assert "(the memory now holds 256 chunks, 256 new from this run;" in capsys.readouterr().err
@@ -385,7 +385,7 @@ def test_ingest_warnings_print_above_the_progress_bar_not_on_its_line(tmp_path):
 
     warning = (f"WARNING hybrid_memory.cli: skipped {docs / 'a.md'}: a broken symbolic link to {tmp_path / 'deleted.md'} "
                "(No such file or directory); fix or remove the link\n")
-    summary = "WARNING hybrid_memory.cli: 1 unreadable files were skipped (listed above); fix them and run the same " \
+    summary = "WARNING hybrid_memory.cli: 1 unreadable file was skipped (listed above); fix it and run the same " \
               "command again\n"
     bar = "\ringesting: 0chunk [00:00, ?chunk/s]"
     stderr = ingest()

@@ -195,5 +195,5 @@ def test_a_folder_ingest_that_stores_nothing_keeps_a_memory_folder_that_existed(
         assert main(["ingest", str(docs), "--memory", str(memory), "--hashing-dim", "8", "-q"]) == 0
     assert json.loads(capsys.readouterr().out)["chunks"] == 0
     assert [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.cli"] == [
-        f"1 files held no text (empty or white space only) and gave no chunk: {docs / 'a.md'}"]
+        f"1 file held no text (empty or white space only) and gave no chunk: {docs / 'a.md'}"]
     assert (memory / "store.sqlite3").is_file()

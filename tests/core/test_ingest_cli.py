@@ -60,3 +60,51 @@ def test_ingest_scope_conflicts_are_refused_before_the_memory_is_created(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.jsonl"]  # nothing was created
     assert main([*base, "--scope", "user_id=alice", "--user-id", "alice"]) == 0  # one field, one value: fine
     assert json.loads(capsys.readouterr().out)["scope"] == {"user_id": "alice"}
+
+
+def _summary_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.cli"]
+
+
+def test_summary_lines_say_1_file_and_2_files(tmp_path, capsys, caplog):
+    for n in (1, 2):
+        docs = tmp_path / f"docs{n}"
+        docs.mkdir()
+        (docs / "z.md").write_text("the one note with text")
+        names = [f"e{i}.md" for i in range(n)]
+        for name in names:
+            (docs / name).write_text("")
+            (docs / f"bad-{name}").write_bytes(b"\xff\xfe binary")
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="hybrid_memory.cli"):
+            assert main(["ingest", str(docs), "--memory", str(tmp_path / f"mem{n}"), "--hashing-dim", "8", "-q"]) == 0
+        capsys.readouterr()
+        skipped = [f"skipped {docs / f'bad-{name}'}: not valid UTF-8 (invalid start byte at byte 0); convert it to UTF-8"
+                   for name in names]
+        assert _summary_warnings(caplog) == [*skipped, *{
+            1: ["1 unreadable file was skipped (listed above); fix it and run the same command again",
+                f"1 file held no text (empty or white space only) and gave no chunk: {docs / 'e0.md'}"],
+            2: ["2 unreadable files were skipped (listed above); fix them and run the same command again",
+                f"2 files held no text (empty or white space only) and gave no chunk: {docs / 'e0.md'}, {docs / 'e1.md'}"],
+        }[n]]
+
+
+def test_summary_lines_say_1_line_and_1_chunk(tmp_path, capsys, caplog):
+    corpus = tmp_path / "c.jsonl"
+    lines = [{"_id": "a", "text": "first"}, {"_id": "a", "text": "second"}]
+    corpus.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with caplog.at_level("WARNING", logger="hybrid_memory.cli"):
+        assert main(["ingest", str(corpus), "--memory", str(tmp_path / "mem"), "--hashing-dim", "8", "-q"]) == 0
+    capsys.readouterr()
+    assert _summary_warnings(caplog) == ["1 line repeated an earlier chunk id; the last line of each id was kept"]
+    caplog.clear()
+    corpus.write_text("".join(json.dumps(line) + "\n" for line in [*lines, {"_id": "a", "text": "third"}]))
+    with caplog.at_level("WARNING", logger="hybrid_memory.cli"):
+        assert main(["ingest", str(corpus), "--memory", str(tmp_path / "mem"), "--hashing-dim", "8", "-q"]) == 0
+    capsys.readouterr()
+    assert _summary_warnings(caplog) == ["2 lines repeated an earlier chunk id; the last line of each id was kept"]
+    corpus.write_text(json.dumps({"_id": "bad"}) + "\n")
+    assert main(["ingest", str(corpus), "--memory", str(tmp_path / "mem"), "--hashing-dim", "8", "-q"]) == 2
+    assert capsys.readouterr().err.endswith(
+        "(the memory now holds 1 chunk, 0 new from this run; ingest is an upsert, so fix the input and run the same "
+        "command again)\n")
