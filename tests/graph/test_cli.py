@@ -90,3 +90,22 @@ def test_export_refuses_an_unknown_extension(tmp_path, capsys):
     assert main(["graph", "export", "--memory", memory, "-o", str(tmp_path / "g.png")]) == 2
     assert "--format" in capsys.readouterr().err
     assert not (tmp_path / "g.png").exists()
+
+
+def test_a_missing_graph_names_the_graphs_that_exist(tmp_path, capsys):
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text("\n".join(json.dumps({"_id": cid, "text": text}) for cid, text in NOTES.items()))
+    memory = str(tmp_path / "m")
+    dim = ["--hashing-dim", "64"]
+    assert main(["ingest", str(notes), "--memory", memory, *dim, "-q", "--tenant", "acme"]) == 0
+    assert main(["graph", "build", "--memory", memory, *dim, "--scope", "tenant=acme"]) == 0
+    capsys.readouterr()
+    assert main(["graph", "ask", "ERR_CONN_RESET", "--memory", memory, *dim]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        f"no graph in {memory}/graph; run `hybrid-memory graph build --memory {memory}` first "
+        "(this memory has graphs for: --scope tenant=acme)"
+    )
+    assert main(["graph", "build", "--memory", memory, *dim]) == 0  # the whole memory's graph too
+    capsys.readouterr()
+    assert main(["graph", "show", "--memory", memory, "--scope", "tenant=other"]) == 2
+    assert "(this memory has graphs for: --scope tenant=acme, no --scope)" in capsys.readouterr().err

@@ -42,10 +42,28 @@ def _load(args: argparse.Namespace, **kwargs: Any) -> Any:
     path = _graph_dir(args)
     if not (path / "manifest.json").is_file():
         scope = "".join(f" --scope {pair}" for pair in getattr(args, "scope", None) or [])
+        others = _built_graphs(Path(args.memory), path)
         raise GraphStateError(
             f"no graph in {path}; run `hybrid-memory graph build --memory {args.memory}{scope}` first"
+            + (f" (this memory has graphs for: {', '.join(others)})" if others else "")
         )
     return GraphIndex.load(path, **kwargs)
+
+
+def _built_graphs(memory: Path, asked: Path) -> list[str]:
+    """The graphs built in ``memory`` other than ``asked``, as the options that open them: ``no --scope`` for
+    ``MEMORY/graph``, ``--scope F=V ...`` for each ``MEMORY/graph_scopes/*`` (read from its manifest's ``scope``),
+    sorted; an unreadable manifest is left out."""
+    found = []
+    for manifest in [memory / "graph" / "manifest.json", *sorted((memory / "graph_scopes").glob("*/manifest.json"))]:
+        if manifest.parent == asked or not manifest.is_file():
+            continue
+        try:
+            bound = json.loads(manifest.read_text(encoding="utf-8")).get("scope") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        found.append(" ".join(f"--scope {k}={v}" for k, v in sorted(bound.items())) or "no --scope")
+    return sorted(found)
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
