@@ -146,7 +146,7 @@ def _remove_under_store_lock(created: Path, memory: Path, store: Path) -> Discar
                                         f"put back ({exc.strerror or exc}) and is now at {tomb}")
             return Discarded(False, f"it holds {foreign}, which a new memory does not write")
         poison_fd = os.open(inner / STORE_FILE, os.O_WRONLY)  # closed only after the connection: see below
-        os.pwrite(poison_fd, _NOT_A_DATABASE, 0)
+        os.write(poison_fd, _NOT_A_DATABASE)  # at offset 0 (os.pwrite is not on Windows)
     finally:
         connection.close()
         if poison_fd is not None:  # closing another descriptor of the file drops this process's POSIX locks on it,
