@@ -289,6 +289,11 @@ class HybridMemory:
         try:
             store = SQLiteStore(db, **options)
             store.get_meta("manifest")
+        except sqlite3.OperationalError as exc:  # a readable store that SQLite could not open or lock now: keep it
+            raise StoreFormatError(
+                f"opening {db} failed ({exc}); the store was not changed, so do not move or restore it: check the "
+                "folder's permissions and free space, then open it again"
+            ) from exc
         except sqlite3.DatabaseError as exc:
             raise StoreFormatError(
                 f"{db} is not a readable SQLite database ({exc}); restore it from a backup, or move the folder "
