@@ -110,7 +110,7 @@ def test_cli_refuses_bad_targets(tmp_path, capsys):
     from hybrid_memory.backends.qdrant import QdrantBackend
 
     with HybridMemory(other, embedder=HashingEmbedder(8)) as mem:  # the library says the same
-        backend = QdrantBackend.edge(tmp_path / "s3", payload_indexes=False)
+        backend = QdrantBackend.edge(tmp_path / "s3", avgdl=mem._sparse.avgdl, payload_indexes=False)
         with pytest.raises(DimensionMismatchError, match=r"holds vectors of dimension 16, this memory's are 8: a shard"):
             export_to_qdrant(mem, backend, replace=True)
         backend.close()
@@ -301,7 +301,7 @@ def test_the_library_export_refuses_a_non_empty_target_and_records_an_interrupte
 
     _memory(tmp_path / "mem")
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
-        backend = QdrantBackend.edge(tmp_path / "shard", payload_indexes=False)
+        backend = QdrantBackend.edge(tmp_path / "shard", avgdl=mem._sparse.avgdl, payload_indexes=False)
         calls = []
         real_write = backend.write
 
@@ -353,18 +353,25 @@ def test_a_server_collection_that_holds_points_is_refused_too_and_replace_clears
 
     _memory(tmp_path / "mem")
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
-        backend = QdrantBackend.client(":memory:", collection="runbooks", payload_indexes=False)
+        backend = QdrantBackend.client(":memory:", collection="runbooks", avgdl=mem._sparse.avgdl,
+                                       payload_indexes=False)
         assert export_to_qdrant(mem, backend) == 7
-        mem.delete(["prod-504"])
         with pytest.raises(InvalidRequestError) as err:
             export_to_qdrant(mem, backend)
         assert str(err.value) == (
             "Qdrant collection 'runbooks' already holds 7 points; copying onto it would keep the chunks deleted from the "
             "memory since then and mix two BM25 length normalisations: give --replace (replace=True) to clear it and "
             "copy again, or another --collection")
-        assert export_to_qdrant(mem, backend, replace=True) == 6
-        assert backend.collection.count(None) == 6 and backend.get(["prod-504"]) == {}
-        backend.close()
+        mem.delete(["prod-504"])  # the memory's avgdl moves: the same collection, reached with the new one
+        assert mem._sparse.avgdl != backend.encoder.avgdl
+        with pytest.raises(InvalidRequestError, match=r"^the memory ranks with BM25 avgdl="):
+            export_to_qdrant(mem, backend, replace=True)
+        assert backend.collection.count(None) == 7  # the refused copy cleared nothing
+        again = QdrantBackend.client(backend.collection.client, collection="runbooks", avgdl=mem._sparse.avgdl,
+                                     payload_indexes=False)
+        assert export_to_qdrant(mem, again, replace=True) == 6
+        assert again.collection.count(None) == 6 and again.get(["prod-504"]) == {}
+        again.close()
 
 
 def test_a_backend_with_other_bm25_k1_b_than_the_memorys_is_refused_before_anything_is_written(tmp_path):
@@ -377,7 +384,8 @@ def test_a_backend_with_other_bm25_k1_b_than_the_memorys_is_refused_before_anyth
 
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16), k1=1.2, b=0.5) as mem:
         mem.add(_note_chunks())
-        backend = QdrantBackend.edge(tmp_path / "shard", payload_indexes=False)
+        avgdl = mem._sparse.avgdl  # the same: this test is about k1 / b (avgdl: the test below)
+        backend = QdrantBackend.edge(tmp_path / "shard", avgdl=avgdl, payload_indexes=False)
         with pytest.raises(InvalidRequestError) as err:
             export_to_qdrant(mem, backend)
         assert str(err.value) == (
@@ -388,11 +396,11 @@ def test_a_backend_with_other_bm25_k1_b_than_the_memorys_is_refused_before_anyth
         backend.open(16)
         assert backend.collection.count(None) == 0
         backend.close()
-        only_b = QdrantBackend.edge(tmp_path / "shard", k1=1.2, payload_indexes=False)
-        with pytest.raises(InvalidRequestError, match=r"writes k1=1\.2, b=0\.75,"):
+        only_b = QdrantBackend.edge(tmp_path / "shard", k1=1.2, avgdl=avgdl, payload_indexes=False)
+        with pytest.raises(InvalidRequestError, match=r"ranks with BM25 b=0\.5 but the Qdrant backend writes b=0\.75, "):
             export_to_qdrant(mem, only_b)
         only_b.close()
-        same = QdrantBackend.edge(tmp_path / "shard", k1=1.2, b=0.5, payload_indexes=False)
+        same = QdrantBackend.edge(tmp_path / "shard", k1=1.2, b=0.5, avgdl=avgdl, payload_indexes=False)
         assert export_to_qdrant(mem, same) == 6
         assert same.collection.count(None) == 6
         assert (read_export_info(tmp_path / "shard")["k1"], read_export_info(tmp_path / "shard")["b"]) == (1.2, 0.5)
@@ -401,3 +409,73 @@ def test_a_backend_with_other_bm25_k1_b_than_the_memorys_is_refused_before_anyth
     assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16", "-q",
                  "--edge-path", str(tmp_path / "shard2")]) == 0
     assert (read_export_info(tmp_path / "shard2")["k1"], read_export_info(tmp_path / "shard2")["b"]) == (1.5, 0.75)
+
+
+def test_a_backend_with_another_avgdl_than_the_memorys_is_refused_before_anything_is_written(tmp_path, capsys):
+    """``export_to_qdrant(m, QdrantBackend.edge(path))`` from Python used Qdrant's default avgdl 256, not the
+    memory's average chunk length, so the copy ranked differently without a word: refused, both values exact."""
+    from hybrid_memory import InvalidRequestError
+    from hybrid_memory.backends.edge_info import read_export_info
+    from hybrid_memory.backends.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant import QdrantBackend
+
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
+        # tokens: [kafka, broker], [postgr], [redi]: avgdl 4 / 3
+        mem.add([{"chunk_id": "a", "text": "kafka broker"}, {"chunk_id": "b", "text": "postgres"},
+                 {"chunk_id": "c", "text": "redis"}])
+        assert mem._sparse.avgdl == 4 / 3
+        backend = QdrantBackend.edge(tmp_path / "shard", payload_indexes=False)
+        with pytest.raises(InvalidRequestError) as err:
+            export_to_qdrant(mem, backend)
+        assert str(err.value) == (
+            "the memory ranks with BM25 avgdl=1.3333333333333333 but the Qdrant backend writes avgdl=256.0, so the "
+            "copy would rank differently from the memory; nothing was written: open the backend with "
+            "avgdl=1.3333333333333333 (QdrantBackend.edge(path, avgdl=1.3333333333333333) or "
+            "QdrantBackend.client(url, avgdl=1.3333333333333333))")
+        assert read_export_info(tmp_path / "shard") is None  # no export record
+        backend.open(16)
+        assert backend.collection.count(None) == 0  # the target is empty
+        backend.close()
+        # k1 and avgdl both off: one message names both, and one fix
+        with pytest.raises(InvalidRequestError) as err:
+            export_to_qdrant(mem, QdrantBackend.edge(tmp_path / "shard", k1=2.0, avgdl=1.3, payload_indexes=False))
+        assert str(err.value).startswith("the memory ranks with BM25 k1=1.5, avgdl=1.3333333333333333 but the Qdrant "
+                                         "backend writes k1=2.0, avgdl=1.3, so the copy")
+        # the fix named copies, with the memory's avgdl in the export record
+        fixed = QdrantBackend.edge(tmp_path / "shard", avgdl=1.3333333333333333, payload_indexes=False)
+        assert export_to_qdrant(mem, fixed) == 3
+        assert (fixed.collection.count(None), read_export_info(tmp_path / "shard")["avgdl"]) == (3, 4 / 3)
+        fixed.close()
+        # another avgdl on purpose (export-qdrant --avgdl): given to export_to_qdrant too, it is checked against that
+        other = QdrantBackend.edge(tmp_path / "other", avgdl=12.5, payload_indexes=False)
+        with pytest.raises(InvalidRequestError, match=r"ranks with BM25 avgdl=12\.25 but the Qdrant backend writes "
+                                                      r"avgdl=12\.5, "):
+            export_to_qdrant(mem, other, avgdl=12.25)
+        assert export_to_qdrant(mem, other, avgdl=12.5) == 3
+        assert read_export_info(tmp_path / "other")["avgdl"] == 12.5
+        other.close()
+    # the CLI passes the memory's own avgdl: it exports, and prints it
+    assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16", "-q",
+                 "--edge-path", str(tmp_path / "cli")]) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (printed["copied"], printed["avgdl"], read_export_info(tmp_path / "cli")["avgdl"]) == (3, 4 / 3, 4 / 3)
+
+
+def test_an_empty_memory_exports_as_before_with_any_avgdl(tmp_path, capsys):
+    """A memory of no chunks has no average length (its avgdl reads 1.0): the avgdl check is skipped, so the
+    Python copy with the backend's default and the CLI's both copy nothing, as before."""
+    from hybrid_memory.backends.edge_info import read_export_info
+    from hybrid_memory.backends.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant import QdrantBackend
+
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
+        assert (mem.count(), mem._sparse.avgdl) == (0, 1.0)
+        backend = QdrantBackend.edge(tmp_path / "shard", payload_indexes=False)
+        assert export_to_qdrant(mem, backend) == 0
+        info = read_export_info(tmp_path / "shard")
+        assert (info["avgdl"], info["chunks"], info["complete"], backend.collection.count(None)) == (256.0, 0, True, 0)
+        backend.close()
+    assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16", "-q",
+                 "--edge-path", str(tmp_path / "cli")]) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (printed["copied"], printed["avgdl"], read_export_info(tmp_path / "cli")["avgdl"]) == (0, 1.0, 1.0)

@@ -62,24 +62,34 @@ def check_target(backend: QdrantBackend, *, replace: bool = False) -> int:
     return held
 
 
-def check_bm25(memory: HybridMemory, backend: QdrantBackend) -> None:
-    """Refuse a ``backend`` whose BM25 ``k1`` / ``b`` are not the ``memory``'s own.
+def check_bm25(memory: HybridMemory, backend: QdrantBackend, *, avgdl: float | None = None) -> None:
+    """Refuse a ``backend`` whose BM25 ``k1`` / ``b`` / ``avgdl`` are not the ones the copy is meant to rank with.
 
     A point's sparse values are fixed when it is written (``tf / (tf + k1 · (1 - b + b · |d| / avgdl))``, Lucene
     BM25 as in bm25s), so a copy written with other parameters ranks differently from the memory. The memory does
-    not persist ``k1`` / ``b``: they are the values it was opened with (``memory._sparse``).
+    not persist ``k1`` / ``b``: they are the values it was opened with (``memory._sparse``). ``avgdl`` is the
+    memory's own average chunk length in tokens (``memory._sparse.avgdl``) unless one is given (``export-qdrant
+    --avgdl``); it is not checked for a memory that holds no chunks (there is no length to normalise by, and
+    nothing is copied), unless given.
 
     Raises:
-        InvalidRequestError: they differ; the message names both pairs and how to open the backend.
+        InvalidRequestError: they differ; the message names both values of each (repr) and how to open the
+            backend.
     """
-    want = (float(memory._sparse.k1), float(memory._sparse.b))
-    have = (float(backend.encoder.k1), float(backend.encoder.b))
-    if want != have:
+    want = {"k1": float(memory._sparse.k1), "b": float(memory._sparse.b)}
+    have = {"k1": float(backend.encoder.k1), "b": float(backend.encoder.b)}
+    if avgdl is not None or len(memory._sparse):
+        want["avgdl"] = float(avgdl if avgdl is not None else memory._sparse.avgdl)
+        have["avgdl"] = float(backend.encoder.avgdl)
+    names = [name for name in want if want[name] != have[name]]
+    if names:
+        def values(of: dict[str, float]) -> str:
+            return ", ".join(f"{name}={of[name]!r}" for name in names)
+
         raise InvalidRequestError(
-            f"the memory ranks with BM25 k1={want[0]:g}, b={want[1]:g} but the Qdrant backend writes k1={have[0]:g}, "
-            f"b={have[1]:g}, so the copy would rank differently from the memory; nothing was written: open the backend "
-            f"with k1={want[0]:g}, b={want[1]:g} (QdrantBackend.edge(path, k1={want[0]:g}, b={want[1]:g}) or "
-            f"QdrantBackend.client(url, k1={want[0]:g}, b={want[1]:g}))"
+            f"the memory ranks with BM25 {values(want)} but the Qdrant backend writes {values(have)}, so the copy "
+            f"would rank differently from the memory; nothing was written: open the backend with {values(want)} "
+            f"(QdrantBackend.edge(path, {values(want)}) or QdrantBackend.client(url, {values(want)}))"
         )
 
 
@@ -141,6 +151,7 @@ def export_to_qdrant(
     batch_size: int = 256,
     progress: Callable[[int], None] | None = None,
     replace: bool = False,
+    avgdl: float | None = None,
 ) -> int:
     """Copy every chunk of an embedded ``memory`` with its stored vector into ``backend``'s collection.
 
@@ -152,18 +163,22 @@ def export_to_qdrant(
         batch_size: chunks per upsert request (default 256).
         progress: called with the number of chunks copied after each batch (the CLI's progress bar).
         replace: clear a target that holds points before copying (default False: such a target is refused).
+        avgdl: the BM25 average length in tokens the copy is meant to be written with (``export-qdrant --avgdl``);
+            default None: the memory's own (``memory._sparse.avgdl``), so the copy ranks as the memory does. The
+            backend must be opened with it (``QdrantBackend.edge(path, avgdl=...)``; Qdrant's default is 256).
 
     Returns:
         The number of chunks copied.
 
     Raises:
-        InvalidRequestError: the backend's BM25 ``k1`` / ``b`` differ from the memory's (:func:`check_bm25`),
+        InvalidRequestError: the backend's BM25 ``k1`` / ``b`` differ from the memory's, or its ``avgdl`` from
+            ``avgdl`` (default the memory's; :func:`check_bm25`),
             or the target holds points and ``replace`` is False (:func:`check_target`); nothing is written.
         StoreFormatError: the collection exists with another schema (dimension, distance, sparse modifier).
         DimensionMismatchError: a stored vector does not have the memory's dimension, or the Edge shard holds
             another dimension (:func:`open_target`).
     """
-    check_bm25(memory, backend)  # before the target is opened or cleared: a refused copy writes nothing
+    check_bm25(memory, backend, avgdl=avgdl)  # before the target is opened or cleared: a refused copy writes nothing
     dim = int(memory.embedder.dim)
     if getattr(backend, "dim", None) != dim:
         open_target(backend, dim)
@@ -282,7 +297,7 @@ def _cmd_export(args) -> int:  # noqa: ANN001
             last[0] = done
 
         try:
-            copied = export_to_qdrant(memory, backend, progress=progress, replace=args.replace)
+            copied = export_to_qdrant(memory, backend, progress=progress, replace=args.replace, avgdl=avgdl)
         finally:
             if bar is not None:
                 bar.close()
