@@ -86,13 +86,37 @@ def system_fields(chunk: Chunk, previous: Mapping[str, Any] | None, merges: Mapp
 def check_vectors(vectors: Any, n: int, dim: int, ids: Sequence[str] | None = None) -> np.ndarray:
     """Caller-given vectors as float32 (n, dim); ``ids``, the chunk ids of the rows, name a bad row's chunk.
 
+    Accepted: real numbers (ints or floats, a list of rows, a numpy array, a torch tensor). Complex numbers are
+    refused (numpy would drop the imaginary part with only a ComplexWarning, as :func:`~hybrid_memory.embedders.
+    query_vector` refuses them too), and so are strings, booleans and other non-numbers.
+
     Raises:
-        DimensionMismatchError: another shape.
-        InvalidRequestError: NaN or infinite values (after the cast to float32); the message names the first bad
-            row, its chunk and how many rows are bad.
+        DimensionMismatchError: another shape, or rows of unequal lengths.
+        InvalidRequestError: not real numbers (the message names their type), or NaN or infinite values (after
+            the cast to float32); the message names the first bad row, its chunk and how many rows are bad.
     """
+    fix = ("nothing was stored: give real numbers, float32 rows of the memory's dimension, or leave vectors= out to "
+           "embed the texts with the memory's embedder")
+    if callable(getattr(vectors, "detach", None)) and callable(getattr(vectors, "cpu", None)):
+        vectors = vectors.detach().cpu()  # a torch tensor, perhaps requiring grad or on a GPU: read its values only
+    try:
+        given = np.asarray(vectors)
+    except (TypeError, ValueError) as exc:  # rows of unequal lengths (numpy refuses a ragged array)
+        raise DimensionMismatchError(
+            f"vectors must have shape ({n}, {dim}) (one row per chunk, the memory's dimension), got rows of unequal "
+            f"lengths ({type(vectors).__name__}); {fix}") from exc
+    if given.dtype.kind == "c":
+        raise InvalidRequestError(
+            f"vectors hold complex numbers (dtype {given.dtype}); an embedding is real: pass their real part if that "
+            f"is what you mean (vectors.real); {fix}")
+    if given.dtype.kind not in "iuf":
+        bad = _first_non_number(given)
+        if bad is not _NONE:
+            raise InvalidRequestError(
+                f"vectors must be real numbers, got {type(vectors).__name__} holding {type(bad).__name__} "
+                f"{bad!r:.40} (dtype {given.dtype}); {fix}")
     with np.errstate(over="ignore"):  # a float64 beyond float32's range becomes inf: reported below, not warned
-        vectors = np.asarray(vectors, dtype=np.float32)
+        vectors = given.astype(np.float32, copy=False)
     if vectors.ndim != 2 or vectors.shape != (n, dim):
         raise DimensionMismatchError(
             f"vectors must have shape ({n}, {dim}) (one row per chunk, the memory's dimension), got {vectors.shape}"
@@ -108,6 +132,23 @@ def check_vectors(vectors: Any, n: int, dim: int, ids: Sequence[str] | None = No
             "vectors= out to embed the texts with the memory's embedder"
         )
     return vectors
+
+
+_NONE = object()
+
+
+def _first_non_number(given: np.ndarray) -> Any:
+    """The first element of a non-numeric array that is not a real number (a ``str``, a ``bool``, ``None`` ...),
+    as a Python value; ``_NONE`` when every element is one (an object array of floats, or empty)."""
+    import numbers
+
+    for value in given.reshape(-1):
+        value = value.item() if isinstance(value, np.generic) else value
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            if value is None and given.dtype.kind == "O":
+                continue  # None casts to NaN, which the finite check below reports with its row
+            return value
+    return _NONE
 
 
 def embed_checked(embedder: Embedder, texts: Sequence[str], dim: int) -> np.ndarray:

@@ -67,6 +67,7 @@ import functools
 import json
 import logging
 import math
+import numbers
 import re
 import time
 import uuid
@@ -214,6 +215,11 @@ def _df_leg(token: str, limit: int, terms: bool = False) -> Leg:
     return Leg(TERMS if terms else SPARSE, ([token_index(token)], [1.0]), None, limit, ())
 
 
+def _real(value: Any) -> bool:
+    """Whether ``value`` is a real number (int, float, a numpy scalar), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 class SparseEncoder:
     """Texts to BM25 sparse vectors for a collection with Qdrant's IDF modifier (module docstring).
 
@@ -221,10 +227,23 @@ class SparseEncoder:
         tokenizer: the library's tokenizer (identifiers whole and split).
         k1, b: Lucene BM25 parameters (bm25s defaults 1.5 and 0.75, as the embedded backend).
         avgdl: average document length in tokens used by the length normalisation, > 0.
+
+    Raises:
+        InvalidRequestError: ``k1``, ``b`` or ``avgdl`` is not a real number (a ``str``, a ``bool``, ``None``: the
+            message names its type and the fix) or out of its range.
     """
 
     def __init__(self, tokenizer: TechnicalTokenizer | None = None, *, k1: float = 1.5, b: float = 0.75,
                  avgdl: float = DEFAULT_AVGDL) -> None:
+        for name, value, rule, fix in (
+            ("k1", k1, "a finite number >= 0", "k1=1.5 (bm25s' default)"),
+            ("b", b, "a number in [0, 1]", "b=0.75 (bm25s' default)"),
+            ("avgdl", avgdl, "a positive number of tokens",
+             "avgdl= the memory's average chunk length (export-qdrant prints it)"),
+        ):
+            if not _real(value):
+                raise InvalidRequestError(f"{name} must be {rule}, got {type(value).__name__} {value!r:.60}; pass a "
+                                          f"float: {fix}")
         if not (k1 >= 0 and math.isfinite(k1)):
             raise InvalidRequestError(f"k1 must be a finite number >= 0, got {k1!r}")
         if not 0 <= b <= 1:
@@ -604,7 +623,7 @@ class QdrantBackend:
         for name in ("avgdl", "k1", "b") if info else ():
             if name not in kwargs:
                 kwargs[name] = info[name]
-            elif float(kwargs[name]) != info[name]:
+            elif _real(kwargs[name]) and float(kwargs[name]) != info[name]:  # not a number: refused just below
                 logger.warning("Qdrant Edge shard %s was written with %s=%s (its export record); opened with %s=%s, "
                                "so new writes are normalised differently from the copied points", collection.path,
                                name, info[name], name, kwargs[name])

@@ -1,0 +1,109 @@
+"""Bad numbers given to a write or to a Qdrant backend (a fresh user's findings): strings, complex numbers, ragged
+rows and non-number BM25 parameters get the library's error naming the value's type and the fix, never numpy's
+or Python's raw error, and nothing is stored."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from hybrid_memory import DimensionMismatchError, HashingEmbedder, HybridMemory, InvalidRequestError
+
+FIX = ("nothing was stored: give real numbers, float32 rows of the memory's dimension, or leave vectors= out to "
+       "embed the texts with the memory's embedder")
+
+
+@pytest.fixture
+def mem(tmp_path):
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(8)) as memory:
+        memory.add([{"chunk_id": "kept", "text": "the note already stored"}])
+        yield memory
+
+
+def _refused(mem, vectors, error=InvalidRequestError):
+    chunks = [{"chunk_id": f"n{i}", "text": f"new note {i}"} for i in range(len(vectors))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's ComplexWarning would fail the test
+        with pytest.raises(error) as info:
+            mem.add(chunks, vectors=vectors)
+    assert type(info.value) is error
+    assert (mem.count(), [c.chunk_id for c in mem.iter_chunks()]) == (1, ["kept"])  # nothing stored
+    return str(info.value)
+
+
+def test_string_vectors_name_their_type_and_the_fix(mem):
+    assert _refused(mem, [["a"] * 8]) == f"vectors must be real numbers, got list holding str 'a' (dtype <U1); {FIX}"
+    assert _refused(mem, np.array([[b"x"] * 8])) == (
+        f"vectors must be real numbers, got ndarray holding bytes b'x' (dtype |S1); {FIX}")
+    mixed = [[0.5] * 7 + ["0.1"]]  # numpy reads the whole row as text
+    assert _refused(mem, mixed) == f"vectors must be real numbers, got list holding str '0.5' (dtype <U32); {FIX}"
+    objects = np.array([[0.5] * 7 + [{"x": 1}]], dtype=object)
+    assert _refused(mem, objects) == f"vectors must be real numbers, got ndarray holding dict {{'x': 1}} (dtype object); {FIX}"
+    assert _refused(mem, [[True] * 8]) == f"vectors must be real numbers, got list holding bool True (dtype bool); {FIX}"
+
+
+def test_complex_vectors_are_refused_as_query_vector_refuses_them(mem):
+    expected = ("vectors hold complex numbers (dtype complex128); an embedding is real: pass their real part if that "
+                f"is what you mean (vectors.real); {FIX}")
+    assert _refused(mem, np.full((1, 8), 1 + 2j)) == expected  # was accepted with a ComplexWarning
+    assert _refused(mem, [[1j] * 8]) == expected  # was a raw TypeError
+    assert _refused(mem, np.full((1, 8), 1j, dtype=np.complex64)) == expected.replace("complex128", "complex64")
+
+
+def test_ragged_rows_are_a_dimension_error_naming_the_shape_wanted(mem):
+    assert _refused(mem, [[0.1] * 8, [0.1] * 7], DimensionMismatchError) == (
+        f"vectors must have shape (2, 8) (one row per chunk, the memory's dimension), got rows of unequal lengths "
+        f"(list); {FIX}")
+
+
+def test_real_numbers_of_every_kind_are_still_accepted(mem):
+    ints = [[1, 0, 0, 0, 0, 0, 0, 0]]
+    mem.add([{"chunk_id": "i", "text": "int row"}], vectors=ints)
+    mem.add([{"chunk_id": "o", "text": "object row"}], vectors=np.array([[0.0, 2.0] + [0.0] * 6], dtype=object))
+    mem.add([{"chunk_id": "f", "text": "float64 row"}], vectors=np.eye(8)[2:3])
+    assert mem.count() == 4
+    hits = mem.search({"search_text": "zzz", "top_k": 1}, query_vector=[0, 1, 0, 0, 0, 0, 0, 0]).results
+    assert [h.chunk_id for h in hits] == ["o"]
+    # None in a row still reads as NaN, reported with its row and chunk as before
+    with pytest.raises(InvalidRequestError) as info:
+        mem.add([{"chunk_id": "z", "text": "none row"}], vectors=[[0.5] * 7 + [None]])
+    assert str(info.value).startswith("vectors row 0 (chunk 'z') holds NaN or infinite values as float32 (1 of 1 ")
+    assert mem.count() == 4
+
+
+def test_qdrant_bm25_parameters_that_are_not_numbers_name_their_type_and_the_fix(tmp_path):
+    pytest.importorskip("qdrant_edge", reason="qdrant-edge-py is not installed (pip install 'hybrid-memory[qdrant]')")
+    from hybrid_memory.backends.qdrant import QdrantBackend, SparseEncoder
+
+    cases = [
+        ({"k1": "x"}, "k1 must be a finite number >= 0, got str 'x'; pass a float: k1=1.5 (bm25s' default)"),
+        ({"b": None}, "b must be a number in [0, 1], got NoneType None; pass a float: b=0.75 (bm25s' default)"),
+        ({"avgdl": "12"}, ("avgdl must be a positive number of tokens, got str '12'; pass a float: avgdl= the "
+                           "memory's average chunk length (export-qdrant prints it)")),
+        ({"k1": True}, "k1 must be a finite number >= 0, got bool True; pass a float: k1=1.5 (bm25s' default)"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(InvalidRequestError) as info:
+            QdrantBackend.edge(tmp_path / "shard", payload_indexes=False, **kwargs)
+        assert str(info.value) == message
+        with pytest.raises(InvalidRequestError) as info:
+            SparseEncoder(**kwargs)
+        assert str(info.value) == message
+    assert not (tmp_path / "shard").exists() or not any((tmp_path / "shard").iterdir())  # nothing written
+    # numpy numbers and ints are numbers
+    encoder = SparseEncoder(k1=np.float32(1.25), b=1, avgdl=np.int64(40))
+    assert (encoder.k1, encoder.b, encoder.avgdl) == (1.25, 1.0, 40.0)
+    # a shard with an export record: a non-number is refused the same way (not float()'s raw ValueError)
+    (tmp_path / "rec").mkdir()
+    from hybrid_memory.backends.edge_info import write_export_info
+
+    write_export_info(tmp_path / "rec", avgdl=9.5, k1=1.5, b=0.75, memory=None, chunks=0, complete=True,
+                      embedder={"name": "hashing-8", "dim": 8}, indexed_keys={})
+    with pytest.raises(InvalidRequestError) as info:
+        QdrantBackend.edge(tmp_path / "rec", payload_indexes=False, k1="x")
+    assert str(info.value) == cases[0][1]
+    with pytest.raises(InvalidRequestError) as info:
+        HybridMemory.qdrant(edge_path=tmp_path / "rec", embedder=HashingEmbedder(8), avgdl="12")
+    assert str(info.value) == cases[2][1]
