@@ -50,7 +50,7 @@ from .filters import check_metadata, validate_filter
 from .engines import DenseEngine, Query, RowSet, SparseEngine
 from .paths import EDGE_CONFIG, STORE_FILE, memory_path
 from .models import _SHORT, SCOPE_FIELDS, Chunk, SearchRequest, SearchResponse, StoredChunk, build_response, validation_message
-from .scopes import Scope, ScopedMemory, as_scope, check_scope_keys
+from .scopes import Scope, ScopedMemory, as_scope, check_scope_keys, check_scope_values
 from .searcher import HybridResult, HybridSearcher
 from .sparse import BM25Index
 from .store import CommitResult, NewRow, SQLiteStore, WriteConflict
@@ -603,6 +603,7 @@ class HybridMemory:
                 raise InvalidRequestError(validation_message(exc, f"chunk #{position}")) from exc
             try:
                 check_metadata(item.metadata)  # the key rule filters share, and storable values (bounded depth)
+                check_scope_values(item)  # a scope value no view could bind would hide the chunk from every scope
             except InvalidRequestError as exc:
                 raise InvalidRequestError(f"chunk #{position} ({item.chunk_id!r}): {exc}") from exc
             try:

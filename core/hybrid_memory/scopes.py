@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .memory import HybridMemory
     from .temporal import RecencyPrior
 
-__all__ = ["SCOPE_FIELDS", "Scope", "ScopedMemory", "as_scope", "check_scope_keys"]
+__all__ = ["SCOPE_FIELDS", "Scope", "ScopedMemory", "as_scope", "check_scope_keys", "check_scope_values"]
 
 
 class Scope(BaseModel):
@@ -125,6 +125,23 @@ def _no_control_character(value: str, field: str) -> None:
                 f"one line: remove it (value.strip() drops a trailing new line), or leave {field} out (None) for no "
                 f"{field}"
             )
+
+
+def check_scope_values(chunk: Chunk) -> None:
+    """Refuse a chunk to be written whose scope field holds a control character or a line / paragraph separator
+    (:func:`_no_control_character`): no :class:`Scope` can bind that value, so no scoped view (``scoped()``,
+    ``--scope``, ``mcp --scope``) could ever read the chunk. Chunks already stored with one still read.
+
+    Raises:
+        InvalidRequestError: the message names the field, the character, its position and the fix.
+    """
+    for name in SCOPE_FIELDS:
+        value = getattr(chunk, name, None)
+        if isinstance(value, str):
+            try:
+                _no_control_character(value, name)
+            except ValueError as exc:
+                raise InvalidRequestError(f"{exc} (got {value!r})") from None
 
 
 def as_scope(scope: Scope | Mapping[str, Any] | None) -> Scope | None:

@@ -215,12 +215,30 @@ def test_a_scope_value_with_a_control_character_is_refused_naming_the_field_and_
     assert memory.count() == 0
 
 
-def test_chunks_stored_with_a_control_character_in_a_scope_field_still_open_and_search(tmp_path):
-    """The check is the scope's: a memory whose chunks were stored with such a value before still opens, reads and
-    searches (unscoped), and its other scopes search as before."""
+def test_a_chunk_whose_scope_field_holds_a_control_character_is_refused_on_write(memory):
+    """A fresh user's finding: such a chunk was stored in a scope no view can bind, so nothing could read it."""
+    with pytest.raises(InvalidRequestError) as info:
+        memory.add([{"chunk_id": "a", "text": "fine"}, {"chunk_id": "b", "text": "Dana prefers SQLite", "user_id": "bob\n"}])
+    assert str(info.value) == (
+        "chunk #1 ('b'): user_id holds the control character '\\n' at position 3; a scope value is an id on one line: "
+        "remove it (value.strip() drops a trailing new line), or leave user_id out (None) for no user_id "
+        "(got 'bob\\n')")
+    with pytest.raises(InvalidRequestError, match=r"^chunk #0 \('c'\): tenant holds the control character '\\t'"):
+        memory.upsert([{"chunk_id": "c", "text": "x", "tenant": "t\tx"}])
+    assert memory.count() == 0
+
+
+def test_chunks_stored_with_a_control_character_in_a_scope_field_still_open_and_search(tmp_path, monkeypatch):
+    """The check is the scope's and the write's: a memory whose chunks were stored with such a value before (the
+    write check did not exist then) still opens, reads and searches (unscoped), and its other scopes search as
+    before."""
+    import hybrid_memory.memory as memory_module
+
+    monkeypatch.setattr(memory_module, "check_scope_values", lambda chunk: None)  # the write of an earlier version
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(64)) as mem:
         mem.add([{"chunk_id": "old", "text": "Dana prefers PostgreSQL", "user_id": "u1\n"},
                  {"chunk_id": "ok", "text": "Dana prefers SQLite", "user_id": "u1"}])
+    monkeypatch.undo()
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(64)) as mem:
         assert [(c.chunk_id, c.user_id) for c in mem.iter_chunks()] == [("old", "u1\n"), ("ok", "u1")]
         assert sorted(r.chunk_id for r in mem.search("Dana prefers", top_k=5).results) == ["ok", "old"]
