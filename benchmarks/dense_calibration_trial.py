@@ -42,8 +42,9 @@ of the number of documents that chance would put at least that high, among the `
 first trial. The BM25 null is term independence (the binary independence model's assumption; Robertson and Spärck
 Jones 1976): ``T`` is the set of distinct query tokens the top BM25 document holds, ``df_t`` their document
 frequencies over the corpus of ``N`` documents, so ``n prod df_t / N`` documents would hold all of ``T`` by chance.
-Both are in nats, so they compare across engines: about 0 when the top is what chance gives, 12-18 for a good
-engine's top on these sets. Rows ``surprise: h`` multiply each engine's confidence weight by ``h(max(0, S))`` (an
+Both are in nats, so they compare across engines: about 0 when the top is what chance gives, medians of 6-18 for a
+clean engine's top on these sets (SciFact BM25 12.6, dense 5.9; HotpotQA-100 18.2 and 16.1). Rows
+``surprise: h`` multiply each engine's confidence weight by ``h(max(0, S))`` (an
 engine whose surprise is unknown, no document term matched, keeps 1): ``h = sqrt`` and ``h = identity``; row
 ``surprise alone`` replaces ``1 + top_outlier`` by ``max(0, S)``. Document frequencies are counted here with the
 library's tokenizer over the chunk texts; the library's own index holds them too.
