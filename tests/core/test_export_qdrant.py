@@ -479,3 +479,30 @@ def test_an_empty_memory_exports_as_before_with_any_avgdl(tmp_path, capsys):
                  "--edge-path", str(tmp_path / "cli")]) == 0
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert (printed["copied"], printed["avgdl"], read_export_info(tmp_path / "cli")["avgdl"]) == (0, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("avgdl, shown", [("x", "str 'x'"), ("8.0", "str '8.0'"), (True, "bool True"),
+                                          (1j, "complex 1j"), ([8.0], "list [8.0]")])
+def test_an_avgdl_that_is_not_a_number_is_refused_naming_it(tmp_path, avgdl, shown):
+    """A fresh user's finding: export_to_qdrant(..., avgdl=) took "8.0" silently and raised raw errors for others."""
+    from hybrid_memory import InvalidRequestError
+    from hybrid_memory.backends.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant import QdrantBackend
+
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
+        mem.add([{"chunk_id": "a", "text": "kafka broker"}])
+        backend = QdrantBackend.edge(tmp_path / "shard", payload_indexes=False)
+        with pytest.raises(InvalidRequestError) as err:
+            export_to_qdrant(mem, backend, avgdl=avgdl)
+        assert str(err.value) == (
+            f"avgdl must be a number of tokens > 0, got {shown}; leave it out to copy with the memory's own average "
+            "chunk length, or pass a float such as avgdl=120.0")
+        for bad in (0, -1.0, float("nan"), float("inf")):
+            with pytest.raises(InvalidRequestError) as err:
+                export_to_qdrant(mem, backend, avgdl=bad)
+            assert str(err.value) == (
+                f"avgdl must be a finite number of tokens > 0, got {bad!r}; leave it out to copy with the memory's "
+                "own average chunk length, or pass a float such as avgdl=120.0")
+        backend.open(16)
+        assert backend.collection.count(None) == 0  # nothing was written
+        backend.close()

@@ -144,6 +144,29 @@ def _clear(backend: QdrantBackend, batch: int = 1000) -> int:
     return removed
 
 
+def _checked_avgdl(avgdl: object) -> float | None:
+    """``export_to_qdrant``'s ``avgdl``: None, or a finite real number > 0 (tokens) as a float.
+
+    Raises:
+        InvalidRequestError: a string, bool, complex or other non-number, or a value <= 0 or not finite; the
+            message names the value and the fix.
+    """
+    if avgdl is None:
+        return None
+    if isinstance(avgdl, (bool, np.bool_)) or not isinstance(avgdl, (int, float, np.integer, np.floating)):
+        raise InvalidRequestError(
+            f"avgdl must be a number of tokens > 0, got {type(avgdl).__name__} {avgdl!r}; leave it out to copy "
+            "with the memory's own average chunk length, or pass a float such as avgdl=120.0"
+        )
+    value = float(avgdl)
+    if not (value > 0 and np.isfinite(value)):
+        raise InvalidRequestError(
+            f"avgdl must be a finite number of tokens > 0, got {avgdl!r}; leave it out to copy with the memory's "
+            "own average chunk length, or pass a float such as avgdl=120.0"
+        )
+    return value
+
+
 def export_to_qdrant(
     memory: HybridMemory,
     backend: QdrantBackend,
@@ -178,6 +201,7 @@ def export_to_qdrant(
         DimensionMismatchError: a stored vector does not have the memory's dimension, or the Edge shard holds
             another dimension (:func:`open_target`).
     """
+    avgdl = _checked_avgdl(avgdl)
     check_bm25(memory, backend, avgdl=avgdl)  # before the target is opened or cleared: a refused copy writes nothing
     dim = int(memory.embedder.dim)
     if getattr(backend, "dim", None) != dim:
