@@ -38,14 +38,11 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from .paths import STORE_FILE
+from .paths import INDEX_LOCK, STORE_FILE
 
 __all__ = ["Discarded", "remove_new_memory"]
 
 logger = logging.getLogger(__name__)
-
-INDEX_LOCK = ".indexes.lock"
-"""The inter-process lock file of a memory's derived index files (``HybridMemory._files_lock``)."""
 
 NEW_MEMORY_NAMES: tuple[str, ...] = (
     STORE_FILE, f"{STORE_FILE}-wal", f"{STORE_FILE}-shm", f"{STORE_FILE}-journal", "manifest.json", INDEX_LOCK,

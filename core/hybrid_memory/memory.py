@@ -48,7 +48,7 @@ from .embedders import query_vector as checked_query_vector
 from .filter_index import FilterIndex, system_filter
 from .filters import check_metadata, validate_filter
 from .engines import DenseEngine, Query, RowSet, SparseEngine
-from .paths import EDGE_CONFIG, STORE_FILE, memory_path
+from .paths import EDGE_CONFIG, INDEX_LOCK, STORE_FILE, memory_path
 from .models import _SHORT, SCOPE_FIELDS, Chunk, SearchRequest, SearchResponse, StoredChunk, build_response, validation_message
 from .scopes import Scope, ScopedMemory, as_scope, check_scope_keys, check_scope_values
 from .searcher import HybridResult, HybridSearcher
@@ -258,7 +258,7 @@ class HybridMemory:
         self._dense = self._new_dense()
         self._write_lock = threading.RLock()  # one local writer at a time (embedding happens under it)
         self._index_lock = ReadWriteLock()  # searches share it; applying a change to the indexes takes it alone
-        self._files_lock = FileLock(str(self.path / ".indexes.lock")) if self.path is not None else None
+        self._files_lock = FileLock(str(self.path / INDEX_LOCK)) if self.path is not None else None
         self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hybrid-memory")
         self._dirty = False
         self._closed = False

@@ -15,10 +15,14 @@ from typing import Any
 
 from ._exceptions import InvalidRequestError
 
-__all__ = ["EDGE_CONFIG", "STORE_FILE", "check_edge_path", "check_local_mode_path", "embedded_memory_at", "memory_path"]
+__all__ = ["EDGE_CONFIG", "INDEX_LOCK", "STORE_FILE", "check_edge_path", "check_local_mode_path", "embedded_memory_at", "memory_path"]
 
 STORE_FILE = "store.sqlite3"
 """The SQLite store of an embedded memory, inside its folder."""
+
+INDEX_LOCK = ".indexes.lock"
+"""The inter-process lock file of a memory's derived index files (``filelock``; saves, loads and the ingest
+clean-up take it)."""
 
 EDGE_CONFIG = "edge_config.json"
 """The file a Qdrant Edge shard (qdrant-edge-py 0.x) writes first in its folder."""
