@@ -506,3 +506,28 @@ def test_an_avgdl_that_is_not_a_number_is_refused_naming_it(tmp_path, avgdl, sho
         backend.open(16)
         assert backend.collection.count(None) == 0  # nothing was written
         backend.close()
+
+
+@pytest.mark.parametrize("batch_size, shown", [("a", "str 'a'"), (0, "int 0"), (-3, "int -3"), (True, "bool True"),
+                                               (2.5, "float 2.5"), (None, "NoneType None")])
+def test_a_batch_size_that_is_not_an_int_of_at_least_1_is_refused_before_anything_is_written(tmp_path, batch_size,
+                                                                                              shown):
+    """A fresh user's finding: batch_size="a" raised a raw TypeError after the export record was written, and 0, -1,
+    True and 2.5 were taken."""
+    from hybrid_memory import InvalidRequestError
+    from hybrid_memory.backends.edge_info import read_export_info
+    from hybrid_memory.backends.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant import QdrantBackend
+
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
+        mem.add([{"chunk_id": "a", "text": "kafka broker"}])
+        backend = QdrantBackend.edge(tmp_path / "shard", avgdl=mem._sparse.avgdl, payload_indexes=False)
+        with pytest.raises(InvalidRequestError) as err:
+            export_to_qdrant(mem, backend, batch_size=batch_size)
+        assert str(err.value) == (
+            f"batch_size must be an int >= 1 (chunks per upsert request), got {shown}; nothing was written: pass an "
+            "int such as batch_size=256 (the default)")
+        assert read_export_info(tmp_path / "shard") is None  # not even a record of a partial copy
+        assert export_to_qdrant(mem, backend, batch_size=np.int64(1)) == 1
+        assert backend.collection.count(None) == 1
+        backend.close()

@@ -167,6 +167,22 @@ def _checked_avgdl(avgdl: object) -> float | None:
     return value
 
 
+def _checked_batch_size(batch_size: object) -> int:
+    """``export_to_qdrant``'s ``batch_size``: an int >= 1 (a numpy integer too), as an int.
+
+    Raises:
+        InvalidRequestError: a bool, float, string or other non-int, or an int < 1; the message names the value
+            and the fix.
+    """
+    if isinstance(batch_size, (bool, np.bool_)) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        shown = f"{type(batch_size).__name__} {batch_size!r:.60}"
+        raise InvalidRequestError(
+            f"batch_size must be an int >= 1 (chunks per upsert request), got {shown}; nothing was written: pass an "
+            "int such as batch_size=256 (the default)"
+        )
+    return int(batch_size)
+
+
 def export_to_qdrant(
     memory: HybridMemory,
     backend: QdrantBackend,
@@ -183,7 +199,7 @@ def export_to_qdrant(
         backend: the target; opened here for the memory's embedding dimension (created when absent, schema
             checked when present), unless the caller already opened it for that dimension (the CLI does, so
             an unreachable server fails before its progress bar is drawn).
-        batch_size: chunks per upsert request (default 256).
+        batch_size: chunks per upsert request, an int >= 1 (default 256).
         progress: called with the number of chunks copied after each batch (the CLI's progress bar).
         replace: clear a target that holds points before copying (default False: such a target is refused).
         avgdl: the BM25 average length in tokens the copy is meant to be written with (``export-qdrant --avgdl``);
@@ -194,13 +210,15 @@ def export_to_qdrant(
         The number of chunks copied.
 
     Raises:
-        InvalidRequestError: the backend's BM25 ``k1`` / ``b`` differ from the memory's, or its ``avgdl`` from
+        InvalidRequestError: ``batch_size`` is not an int >= 1, ``avgdl`` is not a number of tokens > 0, the
+            backend's BM25 ``k1`` / ``b`` differ from the memory's, or its ``avgdl`` from
             ``avgdl`` (default the memory's; :func:`check_bm25`),
             or the target holds points and ``replace`` is False (:func:`check_target`); nothing is written.
         StoreFormatError: the collection exists with another schema (dimension, distance, sparse modifier).
         DimensionMismatchError: a stored vector does not have the memory's dimension, or the Edge shard holds
             another dimension (:func:`open_target`).
     """
+    batch_size = _checked_batch_size(batch_size)  # first: a refused copy writes nothing, not even its record
     avgdl = _checked_avgdl(avgdl)
     check_bm25(memory, backend, avgdl=avgdl)  # before the target is opened or cleared: a refused copy writes nothing
     dim = int(memory.embedder.dim)
