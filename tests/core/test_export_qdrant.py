@@ -531,3 +531,39 @@ def test_a_batch_size_that_is_not_an_int_of_at_least_1_is_refused_before_anythin
         assert export_to_qdrant(mem, backend, batch_size=np.int64(1)) == 1
         assert backend.collection.count(None) == 1
         backend.close()
+
+
+def test_a_folder_path_or_other_non_memory_given_as_the_memory_is_refused_naming_the_fix(tmp_path):
+    """A fresh user's finding: export_to_qdrant("mem", backend) raised a raw AttributeError ('str' object has no
+    attribute '_sparse')."""
+    from pathlib import Path
+
+    from hybrid_memory import InvalidRequestError
+    from hybrid_memory.backends.edge_info import read_export_info
+    from hybrid_memory.backends.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant import QdrantBackend
+
+    _memory(tmp_path / "mem")
+    folder = str(tmp_path / "mem")
+    backend = QdrantBackend.edge(tmp_path / "shard", payload_indexes=False)
+    for given in (folder, Path(folder)):
+        with pytest.raises(InvalidRequestError) as err:
+            export_to_qdrant(given, backend)
+        assert str(err.value) == (
+            f"export_to_qdrant copies an open HybridMemory, got the path {folder!r}; open it first and pass the "
+            f"memory: with HybridMemory.open({folder!r}) as memory: export_to_qdrant(memory, backend)")
+    with pytest.raises(InvalidRequestError) as err:
+        export_to_qdrant(5, backend)
+    assert str(err.value) == ("export_to_qdrant copies an open HybridMemory, got int 5; pass HybridMemory.open(path) "
+                              "of the memory's folder")
+    with HybridMemory.qdrant(edge_path=tmp_path / "other", embedder=HashingEmbedder(16)) as on_backend:
+        with pytest.raises(InvalidRequestError) as err:
+            export_to_qdrant(on_backend, backend)
+    assert str(err.value) == ("export_to_qdrant copies an embedded HybridMemory (a folder), got a memory on a backend "
+                              "(QdrantBackend), whose chunks are already there; pass HybridMemory.open(path)")
+    assert read_export_info(tmp_path / "shard") is None
+    with HybridMemory.open(folder, embedder=HashingEmbedder(16)) as mem:  # the fix named copies
+        fixed = QdrantBackend.edge(tmp_path / "shard2", avgdl=mem._sparse.avgdl, payload_indexes=False)
+        assert export_to_qdrant(mem, fixed) == 7
+        fixed.close()
+    backend.close()

@@ -183,6 +183,34 @@ def _checked_batch_size(batch_size: object) -> int:
     return int(batch_size)
 
 
+def _checked_memory(memory: object) -> None:
+    """``export_to_qdrant``'s ``memory``: an open embedded :class:`~hybrid_memory.HybridMemory`.
+
+    Raises:
+        InvalidRequestError: a folder path (str / os.PathLike; the message says to open it with
+            ``HybridMemory.open(path)`` and pass that), a memory on a backend, or anything else; the message
+            names what was given and the fix.
+    """
+    from ..memory import HybridMemory
+    from .memory import BackendMemory
+
+    if isinstance(memory, (str, os.PathLike)):
+        raise InvalidRequestError(
+            f"export_to_qdrant copies an open HybridMemory, got the path {str(memory)!r}; open it first and pass "
+            f"the memory: with HybridMemory.open({str(memory)!r}) as memory: export_to_qdrant(memory, backend)"
+        )
+    if isinstance(memory, BackendMemory):
+        raise InvalidRequestError(
+            "export_to_qdrant copies an embedded HybridMemory (a folder), got a memory on a backend "
+            f"({type(memory.backend).__name__}), whose chunks are already there; pass HybridMemory.open(path)"
+        )
+    if not isinstance(memory, HybridMemory):
+        raise InvalidRequestError(
+            f"export_to_qdrant copies an open HybridMemory, got {type(memory).__name__} {memory!r:.80}; pass "
+            "HybridMemory.open(path) of the memory's folder"
+        )
+
+
 def export_to_qdrant(
     memory: HybridMemory,
     backend: QdrantBackend,
@@ -210,15 +238,17 @@ def export_to_qdrant(
         The number of chunks copied.
 
     Raises:
-        InvalidRequestError: ``batch_size`` is not an int >= 1, ``avgdl`` is not a number of tokens > 0, the
-            backend's BM25 ``k1`` / ``b`` differ from the memory's, or its ``avgdl`` from
+        InvalidRequestError: ``memory`` is not an embedded HybridMemory (a folder path: the message says to pass
+            ``HybridMemory.open(path)``), ``batch_size`` is not an int >= 1, ``avgdl`` is not a number of tokens
+            > 0, the backend's BM25 ``k1`` / ``b`` differ from the memory's, or its ``avgdl`` from
             ``avgdl`` (default the memory's; :func:`check_bm25`),
             or the target holds points and ``replace`` is False (:func:`check_target`); nothing is written.
         StoreFormatError: the collection exists with another schema (dimension, distance, sparse modifier).
         DimensionMismatchError: a stored vector does not have the memory's dimension, or the Edge shard holds
             another dimension (:func:`open_target`).
     """
-    batch_size = _checked_batch_size(batch_size)  # first: a refused copy writes nothing, not even its record
+    _checked_memory(memory)  # first: a refused copy writes nothing, not even its record
+    batch_size = _checked_batch_size(batch_size)
     avgdl = _checked_avgdl(avgdl)
     check_bm25(memory, backend, avgdl=avgdl)  # before the target is opened or cleared: a refused copy writes nothing
     dim = int(memory.embedder.dim)
