@@ -567,3 +567,20 @@ def test_a_folder_path_or_other_non_memory_given_as_the_memory_is_refused_naming
         assert export_to_qdrant(mem, fixed) == 7
         fixed.close()
     backend.close()
+
+
+def test_a_closed_memory_is_refused_as_closed_not_with_a_bm25_fix(tmp_path):
+    """A closed memory reached check_bm25 first, whose refusal advised another avgdl."""
+    from hybrid_memory import MemoryClosedError
+    from hybrid_memory.backends.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant import QdrantBackend
+
+    mem = HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16))
+    mem.add([{"chunk_id": "a", "text": "kafka broker"}])
+    mem.close()
+    backend = QdrantBackend.edge(tmp_path / "shard", payload_indexes=False)
+    with pytest.raises(MemoryClosedError) as err:
+        export_to_qdrant(mem, backend)
+    assert str(err.value) == f"this memory is closed; open it again with HybridMemory.open(path) ({tmp_path / 'mem'})"
+    assert not (tmp_path / "shard").exists() or not any((tmp_path / "shard").iterdir())  # nothing written
+    backend.close()

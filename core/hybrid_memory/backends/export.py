@@ -190,6 +190,8 @@ def _checked_memory(memory: object) -> None:
         InvalidRequestError: a folder path (str / os.PathLike; the message says to open it with
             ``HybridMemory.open(path)`` and pass that), a memory on a backend, or anything else; the message
             names what was given and the fix.
+        MemoryClosedError: the memory is closed (checked here: its BM25 parameters would otherwise be compared
+            first, and a closed memory's refusal named a BM25 fix).
     """
     from ..memory import HybridMemory
     from .memory import BackendMemory
@@ -209,6 +211,7 @@ def _checked_memory(memory: object) -> None:
             f"export_to_qdrant copies an open HybridMemory, got {type(memory).__name__} {memory!r:.80}; pass "
             "HybridMemory.open(path) of the memory's folder"
         )
+    memory._check_open()
 
 
 def export_to_qdrant(
@@ -246,6 +249,7 @@ def export_to_qdrant(
         StoreFormatError: the collection exists with another schema (dimension, distance, sparse modifier).
         DimensionMismatchError: a stored vector does not have the memory's dimension, or the Edge shard holds
             another dimension (:func:`open_target`).
+        MemoryClosedError: ``memory`` is closed.
     """
     _checked_memory(memory)  # first: a refused copy writes nothing, not even its record
     batch_size = _checked_batch_size(batch_size)
