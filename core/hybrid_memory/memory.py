@@ -39,6 +39,7 @@ from ._exceptions import (
     StoreBusyError,
     StoreFormatError,
 )
+from ._options import check_memory_options
 from ._rwlock import ReadWriteLock
 from .changes import ChangeSet
 from .dedup import DedupPolicy, WriteResult, as_policy
@@ -132,7 +133,9 @@ class HybridMemory:
 
     Raises:
         StoreFormatError: the directory was written by another format version or another embedder.
-        InvalidRequestError: ``path`` is a file, cannot be created (``/proc/nope``, a path below a file), is
+        InvalidRequestError: a numeric option of the wrong type or out of its range (``k1="x"``, ``b=2``,
+            ``compact_min=-1``, ``faiss_threads=0``, ``busy_timeout="x"``, a bool for an int), before the folder is
+            created; ``path`` is a file, cannot be created (``/proc/nope``, a path below a file), is
             a folder this process cannot write, holds a Qdrant Edge shard, or is not a str / os.PathLike
             (``HybridMemory(5)``) or is empty; the message names the path and the fix.
 
@@ -219,8 +222,8 @@ class HybridMemory:
     ) -> None:
         if dense_index not in DENSE_KINDS:
             raise InvalidRequestError(f"dense_index must be one of {DENSE_KINDS}, got {dense_index!r}")
-        if not isinstance(candidate_multiplier, int) or candidate_multiplier < 1:
-            raise InvalidRequestError(f"candidate_multiplier must be an int >= 1, got {candidate_multiplier!r}")
+        check_memory_options(k1=k1, b=b, candidate_multiplier=candidate_multiplier, compact_min=compact_min,
+                             compact_ratio=compact_ratio, faiss_threads=faiss_threads, busy_timeout=busy_timeout)
         if synchronous not in ("full", "normal"):
             raise InvalidRequestError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
         self.path = memory_path(path) if path is not None else None
@@ -253,7 +256,7 @@ class HybridMemory:
         self._sparse = BM25Index(
             TechnicalTokenizer(), k1=k1, b=b, compact_min=compact_min, compact_ratio=compact_ratio
         )
-        self._faiss_threads = faiss_threads
+        self._faiss_threads = None if faiss_threads is None else int(faiss_threads)  # FAISS takes no numpy int
         self._dense_kind = dense_index
         self._dense = self._new_dense()
         self._write_lock = threading.RLock()  # one local writer at a time (embedding happens under it)

@@ -107,3 +107,44 @@ def test_qdrant_bm25_parameters_that_are_not_numbers_name_their_type_and_the_fix
     with pytest.raises(InvalidRequestError) as info:
         HybridMemory.qdrant(edge_path=tmp_path / "rec", embedder=HashingEmbedder(8), avgdl="12")
     assert str(info.value) == cases[2][1]
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("k1", "x", "k1 must be a finite number >= 0, got str 'x'; pass a float such as k1=1.5 (bm25s' default)"),
+    ("k1", True, "k1 must be a finite number >= 0, got bool True; pass a float such as k1=1.5 (bm25s' default)"),
+    ("k1", -1, "k1 must be a finite number >= 0, got int -1; pass a float such as k1=1.5 (bm25s' default)"),
+    ("b", "x", "b must be a number in [0, 1], got str 'x'; pass a float such as b=0.75 (bm25s' default)"),
+    ("b", None, "b must be a number in [0, 1], got NoneType None; pass a float such as b=0.75 (bm25s' default)"),
+    ("b", 2, "b must be a number in [0, 1], got int 2; pass a float such as b=0.75 (bm25s' default)"),
+    ("compact_min", "x", "compact_min must be an int >= 0 (documents), got str 'x'; pass an int such as "
+                         "compact_min=500 (the default)"),
+    ("compact_min", 2.5, "compact_min must be an int >= 0 (documents), got float 2.5; pass an int such as "
+                         "compact_min=500 (the default)"),
+    ("compact_ratio", -0.5, "compact_ratio must be a finite number >= 0 (a fraction of the main BM25 segment), got "
+                            "float -0.5; pass a float such as compact_ratio=0.1 (the default)"),
+    ("candidate_multiplier", True, "candidate_multiplier must be an int >= 1, got bool True; pass an int such as "
+                                   "candidate_multiplier=2 (the default)"),
+    ("faiss_threads", 0, "faiss_threads must be an int >= 1 or None, got int 0; pass faiss_threads=1 (the default) "
+                         "or None to leave FAISS's own thread count"),
+    ("faiss_threads", "x", "faiss_threads must be an int >= 1 or None, got str 'x'; pass faiss_threads=1 (the "
+                           "default) or None to leave FAISS's own thread count"),
+    ("busy_timeout", "x", "busy_timeout must be a finite number of seconds >= 0, got str 'x'; pass a float such as "
+                          "busy_timeout=30.0 (the default)"),
+])
+def test_a_bad_numeric_constructor_option_is_refused_before_the_folder_is_created(tmp_path, option, value, message):
+    """A fresh user's finding: HybridMemory(path, k1="x") created the folder and raised a raw TypeError from inside
+    the BM25 index ('>=' not supported between instances of 'str' and 'int'); compact_min=-1, faiss_threads=0 and
+    k1=True were taken."""
+    with pytest.raises(InvalidRequestError) as info:
+        HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(8), **{option: value})
+    assert str(info.value) == message
+    assert list(tmp_path.iterdir()) == []  # no folder left behind
+
+
+def test_numpy_numbers_are_numbers_for_the_constructor_options(tmp_path):
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(8), k1=np.float32(1.25), b=np.float64(0.5),
+                      compact_min=np.int64(3), compact_ratio=np.float32(0.5), candidate_multiplier=np.int64(3),
+                      faiss_threads=np.int64(1), busy_timeout=np.int64(5)) as memory:
+        memory.add([{"chunk_id": "a", "text": "kafka broker lag"}, {"chunk_id": "b", "text": "postgres vacuum"}])
+        assert (memory._sparse.k1, memory._sparse.b, memory._faiss_threads) == (1.25, 0.5, 1)
+        assert [r.chunk_id for r in memory.search("kafka lag", top_k=1).results] == ["a"]

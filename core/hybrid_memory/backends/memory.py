@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from .._exceptions import InvalidRequestError
+from .._options import check_memory_options
 from .._rwlock import ReadWriteLock
 from ..dedup import DedupPolicy, WriteResult, as_policy
 from ..embedders import Embedder, SentenceTransformerEmbedder
@@ -89,8 +90,7 @@ class BackendMemory(HybridMemory):
                 f"a memory on a backend keeps no directory (got path {path!r}); pass backend=... alone, or a "
                 "path alone for the embedded memory"
             )
-        if not isinstance(candidate_multiplier, int) or candidate_multiplier < 1:
-            raise InvalidRequestError(f"candidate_multiplier must be an int >= 1, got {candidate_multiplier!r}")
+        check_memory_options(candidate_multiplier=candidate_multiplier)
         if recency_prior is not None and not isinstance(recency_prior, RecencyPrior):
             raise InvalidRequestError(f"recency_prior must be a RecencyPrior or None, got {recency_prior!r}")
         self.path = None
