@@ -932,9 +932,24 @@ class BM25Index:
                 rare = self._rare_holders(terms, max_df, min_share, cache)
             full_holders = None
         id_list = ids.tolist()
-        counts = [sum(1 for h in rare if i in h) for i in id_list] if rare else [0] * len(id_list)
+        # each holder set has at most max_df ids: walk those, not every candidate against every set
+        where = {i: j for j, i in enumerate(id_list)}
+        unique = len(where) == len(id_list)
+        if not rare:
+            counts = [0] * len(id_list)
+        elif unique:
+            counts = [0] * len(id_list)
+            for holders in rare:
+                for i in holders:
+                    j = where.get(i)
+                    if j is not None:
+                        counts[j] += 1
+        else:
+            counts = [sum(1 for h in rare if i in h) for i in id_list]
         if len(terms.distinct) >= min_terms:
-            if full_holders is not None:  # set lookups, no numpy call per term
+            if full_holders is not None and unique and len(full_holders) < len(where):
+                full_at = sorted(where[i] for i in full_holders if i in where)  # set lookups, the smaller side
+            elif full_holders is not None:
                 full_at = [j for j, i in enumerate(id_list) if i in full_holders]
             else:
                 full_at = np.flatnonzero(self.holds_all_terms(query, ids, cache=cache)).tolist()

@@ -187,6 +187,28 @@ def test_exact_matches_count_rare_identifiers_and_whole_query_matches():
     assert index.exact_matches("tenant upload", ids, max_df=3).tolist() == [0, 0, 0, 0]  # under 3 terms
 
 
+@pytest.mark.parametrize(("ids", "expected"), [
+    ([0, 3, 5, 100], [[0, 1, 1, 0], [0, 3, 1, 0], [0, 0, 0, 1]]),
+    ([100, 5, 3, 0], [[0, 1, 1, 0], [0, 1, 3, 0], [1, 0, 0, 0]]),
+    # 3 and 100 hold all of "tenant upload rejected" (100 in order): 4 of the 5 candidates hold them all, more
+    # than max_df 3, so that conjunction is not rare here and adds nothing
+    ([3, 100, 3, 0, 100], [[1, 0, 1, 0, 0], [3, 0, 3, 0, 0], [0, 0, 0, 0, 0]]),
+], ids=["sorted", "reversed", "repeated"])
+def test_prepared_exact_matches_equal_the_direct_ones(ids, expected):
+    """What the search thread prepares (prepare_exact_matches, then set lookups) gives the direct counts, for
+    candidates in any order and with repeated ids."""
+    index = BM25Index(compact_min=10_000)
+    index.build(list(range(len(MAIN))), MAIN)
+    index.add([100], ["tenant upload rejected twice"])
+    ids = np.array(ids)
+    for text, counts in zip(["E4012 tenant", "tenant E4012 rejected upload", "tenant upload rejected"], expected, strict=True):
+        cache: dict = {}
+        index.prepare_exact_matches(text, 3, 0.25, cache=cache)
+        assert cache["bm25_exact"][2] is not None  # the prepared path is the one tested
+        assert index.exact_matches(text, ids, max_df=3, cache=cache).tolist() == counts
+        assert index.exact_matches(text, ids, max_df=3).tolist() == counts
+
+
 @pytest.mark.parametrize("count_max", [0, 10**9], ids=["binary-search", "bincount"])
 def test_holds_all_terms_is_the_set_containment_on_both_paths(monkeypatch, count_max):
     """Both ways of holds_all_terms (a binary search per term's column, one bincount over the columns) give
