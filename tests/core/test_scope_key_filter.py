@@ -1,6 +1,6 @@
 """A metadata filter on a scope field's name (``{"tenant": "small"}``) when the chunks carry that scope, not that
 metadata (a fresh user's finding: 0 results and no word). Such a filter is refused, naming the fix, exactly when no
-chunk searched has the key in its metadata; when some chunk's metadata holds it (``benchmarks/scale.py`` stores
+chunk searched has the key in its metadata, on every backend; when some chunk's metadata holds it (``benchmarks/scale.py`` stores
 ``tenant`` as metadata), the filter runs with its usual semantics."""
 
 from __future__ import annotations
@@ -8,6 +8,8 @@ from __future__ import annotations
 import pytest
 
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidFilterError
+
+from .test_backends import ENGINES, open_memory
 
 
 def _message(name: str, value: str | None, where: str = "this memory", shell: str | None = None) -> str:
@@ -20,9 +22,10 @@ def _message(name: str, value: str | None, where: str = "this memory", shell: st
             "session_id)")
 
 
-@pytest.fixture
-def memory():
-    mem = HybridMemory(embedder=HashingEmbedder(16))
+@pytest.fixture(params=ENGINES)
+def memory(request, tmp_path):
+    """The same memory on every backend (each test id names the engine it ran on)."""
+    mem = open_memory(request.param, tmp_path, embedder=HashingEmbedder(16))
     mem.scoped(tenant="small").add([{"chunk_id": "s1", "text": "kafka consumer lag"},
                                     {"chunk_id": "s2", "text": "kafka broker disk"}])
     mem.scoped(tenant="big", user_id="alice").add([{"chunk_id": "b1", "text": "kafka topic retention",

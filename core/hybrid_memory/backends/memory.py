@@ -39,7 +39,7 @@ from ..engines import Query
 from ..fusion import FUSION_METHODS
 from ..memory import HybridMemory, _bound, _checked_filter, _instant, _page_after
 from ..models import SCOPE_FIELDS, TIME_FIELDS, Chunk, SearchRequest, SearchResponse, StoredChunk, build_response
-from ..scopes import Scope, as_scope
+from ..scopes import Scope, as_scope, check_scope_keys
 from ..searcher import HybridResult, HybridSearcher
 from ..temporal import RecencyPrior, apply_recency_prior
 from ..write_plan import embed_checked, plan_supersede, plan_write
@@ -232,13 +232,17 @@ class BackendMemory(HybridMemory):
               as_of: Any = None) -> int:
         """Number of stored chunks matching the filter, in ``scope``, valid at ``as_of``."""
         self._check_open()
-        return self.backend.count(self.backend.resolve(_checked_filter(metadata_filter), _bound(scope), _instant(as_of)))
+        metadata_filter, bound = _checked_filter(metadata_filter), _bound(scope)
+        self._check_scope_keys(metadata_filter, bound)
+        return self.backend.count(self.backend.resolve(metadata_filter, bound, _instant(as_of)))
 
     def iter_chunks(self, metadata_filter: Mapping[str, Any] | None = None, *,
                     scope: Scope | Mapping[str, Any] | None = None, as_of: Any = None) -> Iterator[StoredChunk]:
         """Stored chunks matching the filter, in ``scope``, valid at ``as_of``, in order of first insertion."""
         self._check_open()
-        return self.backend.iter_chunks(self.backend.resolve(_checked_filter(metadata_filter), _bound(scope), _instant(as_of)))
+        metadata_filter, bound = _checked_filter(metadata_filter), _bound(scope)
+        self._check_scope_keys(metadata_filter, bound)
+        return self.backend.iter_chunks(self.backend.resolve(metadata_filter, bound, _instant(as_of)))
 
     def page_chunks(
         self, metadata_filter: Mapping[str, Any] | None = None, *, after: int | None = None, limit: int = 100,
@@ -251,7 +255,9 @@ class BackendMemory(HybridMemory):
         the page's chunks. Raises InvalidFilterError, InvalidRequestError."""
         self._check_open()
         start = _page_after(after, limit)
-        resolved = self.backend.resolve(_checked_filter(metadata_filter), _bound(scope), _instant(as_of))
+        metadata_filter, bound = _checked_filter(metadata_filter), _bound(scope)
+        self._check_scope_keys(metadata_filter, bound)
+        resolved = self.backend.resolve(metadata_filter, bound, _instant(as_of))
         return self.backend.page_chunks(resolved, start, limit)
 
     def chunk_hashes(self, *, scope: Scope | Mapping[str, Any] | None = None) -> dict[str, str]:
@@ -264,7 +270,22 @@ class BackendMemory(HybridMemory):
 
     def _resolve_filter(self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None = None,
                         as_of: float | None = None) -> Any:
-        return self.backend.resolve(metadata_filter, scope, as_of)
+        resolved = self.backend.resolve(metadata_filter, scope, as_of)
+        self._check_scope_keys(metadata_filter, scope)
+        return resolved
+
+    def _check_scope_keys(self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None,
+                          catch_up: bool = False) -> None:
+        """:func:`~hybrid_memory.scopes.check_scope_keys` as the embedded memory runs it: whether some chunk in
+        ``scope`` holds the key is one count of ``{name: {"$exists": True}}`` in the backend (asked only for a
+        filter key that is a scope field's name)."""
+        if not metadata_filter:
+            return
+
+        def holds(name: str) -> bool:
+            return self.backend.count(self.backend.resolve({name: {"$exists": True}}, scope, None)) > 0
+
+        check_scope_keys(metadata_filter, holds, scoped=bool(scope))
 
     def _query(self, req: SearchRequest, query_vector: np.ndarray | Sequence[float] | None) -> Query:
         dim = int(self.embedder.dim)
