@@ -49,7 +49,9 @@ def _batched(items: Iterable[Chunk], size: int) -> Iterator[list[Chunk]]:
 
 def open_memory(args: argparse.Namespace, *, must_exist: bool = True, show_progress: bool = True):  # noqa: ANN201
     """Open ``args.memory`` (with ``--hashing-dim`` when given) for a command, or the Qdrant Edge shard of
-    ``--edge-path`` (``args.shard``, on ``search``, ``stats`` and ``mcp``) with its ``--index-key`` payload indexes.
+    ``--edge-path`` (``args.shard``, on ``search``, ``stats`` and ``mcp``) with its ``--index-key`` payload indexes;
+    without ``--hashing-dim``, a shard whose export record names a hashing embedder is opened with it (as an
+    embedded memory is).
 
     Raises:
         HybridMemoryError: ``--hashing-dim`` < 1; ``must_exist`` and there is no memory at the path (a mistyped
@@ -74,6 +76,12 @@ def open_memory(args: argparse.Namespace, *, must_exist: bool = True, show_progr
         if not (folder / EDGE_CONFIG).is_file():
             raise HybridMemoryError(f"no Qdrant Edge shard at {shard} (no {EDGE_CONFIG}); write one with: "
                                     f"hybrid-memory export-qdrant --memory DIR --edge-path {shard}")
+        if embedder is None:  # as an embedded memory does: the hashing embedder its export record names
+            from .backends.edge_info import read_export_info
+
+            written = (read_export_info(folder) or {}).get("embedder") or {}
+            if written.get("name") == f"hashing-{written.get('dim')}" and isinstance(written.get("dim"), int):
+                embedder = HashingEmbedder(written["dim"])
         options: dict[str, Any] = {"indexed_keys": indexed_keys(getattr(args, "index_key", None) or [])}
         if getattr(args, "avgdl", None) is not None:
             options["avgdl"] = args.avgdl

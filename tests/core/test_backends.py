@@ -450,8 +450,11 @@ def test_edge_shard_reopens_and_checks_its_schema(tmp_path):
     with HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(64)) as mem:
         assert mem.count() == 6
         assert _ids(mem.search("getUserById", top_k=1)) == ["auth-user"]
-    with pytest.raises(StoreFormatError, match="expected vector size 32, but got 64"):
+    with pytest.raises(StoreFormatError) as err:  # no export record: the dimensions, and the fix without a name
         HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(32))
+    assert str(err.value) == (f"Qdrant Edge shard at {tmp_path / 'shard'} holds vectors of dimension 64, this memory's "
+                              "embedder gives 32: open it with the embedder it was written with, or give another "
+                              "directory")
 
 
 def test_client_collection_is_idempotent_and_checks_its_schema():

@@ -584,3 +584,39 @@ def test_a_closed_memory_is_refused_as_closed_not_with_a_bm25_fix(tmp_path):
     assert str(err.value) == f"this memory is closed; open it again with HybridMemory.open(path) ({tmp_path / 'mem'})"
     assert not (tmp_path / "shard").exists() or not any((tmp_path / "shard").iterdir())  # nothing written
     backend.close()
+
+
+def test_stats_of_a_shard_written_with_a_hashing_embedder_needs_no_hashing_dim_and_another_dim_names_the_fix(
+        tmp_path, capsys):
+    """A fresh user's finding: `stats --edge-path` of a shard exported from a --hashing-dim memory loaded MiniLM and
+    failed with Qdrant's raw 'expected vector size 384, but got 16' and no fix; it now opens with the hashing
+    embedder the export record names (as an embedded memory does), and a wrong one names the one that fits."""
+    from hybrid_memory import StoreFormatError
+
+    _memory(tmp_path / "mem")
+    assert _export(tmp_path) == 0
+    capsys.readouterr()
+    assert main(["stats", "--edge-path", str(tmp_path / "shard")]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert (stats["embedder"], stats["points"]) == ({"name": "hashing-16", "dim": 16}, 7)
+    shard = tmp_path / "shard"
+    assert main(["stats", "--edge-path", str(shard), "--hashing-dim", "8"]) != 0
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"hybrid-memory: error: Qdrant Edge shard at {shard} holds vectors of dimension 16, this memory's embedder "
+        "gives 8: open it with the embedder it was written with, 'hashing-16' (its export record): --hashing-dim 16 "
+        "on the command line, embedder=HashingEmbedder(16) in Python")
+    record = shard / "hybrid_memory_export.json"
+    info = json.loads(record.read_text())
+    record.write_text(json.dumps({**info, "embedder": {"name": "my-model", "dim": 16}}))
+    with pytest.raises(StoreFormatError) as err:
+        HybridMemory.qdrant(edge_path=shard, embedder=HashingEmbedder(8))
+    assert str(err.value) == (f"Qdrant Edge shard at {shard} holds vectors of dimension 16, this memory's embedder "
+                              "gives 8: open it with the embedder it was written with, 'my-model' (dim 16, its export "
+                              "record)")
+    record.unlink()
+    with pytest.raises(StoreFormatError) as err:
+        HybridMemory.qdrant(edge_path=shard, embedder=HashingEmbedder(8))
+    assert str(err.value) == (f"Qdrant Edge shard at {shard} holds vectors of dimension 16, this memory's embedder "
+                              "gives 8: open it with the embedder it was written with, or give another directory")
+    with HybridMemory.qdrant(edge_path=shard, embedder=HashingEmbedder(16), avgdl=info["avgdl"]) as copy:
+        assert copy.count() == 7  # nothing was lost by the refused opens

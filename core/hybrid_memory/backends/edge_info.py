@@ -20,7 +20,7 @@ from typing import Any
 
 from .._exceptions import StoreFormatError
 
-__all__ = ["EXPORT_INFO", "read_export_info", "remove_export_info", "write_export_info"]
+__all__ = ["EXPORT_INFO", "embedder_fix", "read_export_info", "remove_export_info", "shard_dim", "write_export_info"]
 
 EXPORT_INFO = "hybrid_memory_export.json"
 """The export record's file name inside the shard's folder."""
@@ -89,6 +89,38 @@ def read_export_info(folder: str | os.PathLike[str]) -> dict[str, Any] | None:
 def remove_export_info(folder: str | os.PathLike[str]) -> None:
     """Remove the export record of ``folder`` if there is one (the shard is being cleared)."""
     (Path(folder) / EXPORT_INFO).unlink(missing_ok=True)
+
+
+def shard_dim(folder: str | os.PathLike[str]) -> int | None:
+    """The dense vectors' size in an Edge shard's ``edge_config.json`` (Qdrant Edge writes it); None when there is
+    no shard or the file does not say (then opening the shard reports what is wrong)."""
+    from ..paths import EDGE_CONFIG
+    from .qdrant_collection import DENSE
+
+    try:
+        size = json.loads((Path(folder) / EDGE_CONFIG).read_text(encoding="utf-8"))["vectors"][DENSE]["size"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
+def embedder_fix(folder: str | os.PathLike[str]) -> str:
+    """Which embedder opens the shard in ``folder``, as its export record names it, to end the sentence "open it
+    with the embedder it was written with": for a :class:`~hybrid_memory.embedders.HashingEmbedder` of n
+    dimensions, ``--hashing-dim n`` (the CLI) and ``embedder=HashingEmbedder(n)``; else the record's embedder
+    name; without a readable record, "or give another directory"."""
+    try:
+        info = read_export_info(folder)
+    except StoreFormatError:
+        info = None
+    embedder = (info or {}).get("embedder") or {}
+    name, dim = embedder.get("name"), embedder.get("dim")
+    if not isinstance(name, str):
+        return ", or give another directory"
+    if name == f"hashing-{dim}":
+        return (f", {name!r} (its export record): --hashing-dim {dim} on the command line, "
+                f"embedder=HashingEmbedder({dim}) in Python")
+    return f", {name!r} (dim {dim}, its export record)"
 
 
 _FIX = ("write the shard again with: hybrid-memory export-qdrant --memory DIR --edge-path SHARD --replace "

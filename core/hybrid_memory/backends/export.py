@@ -25,7 +25,7 @@ import numpy as np
 
 from .._exceptions import DimensionMismatchError, InvalidRequestError
 from .base import ChunkVersion
-from .edge_info import read_export_info, remove_export_info, write_export_info
+from .edge_info import read_export_info, remove_export_info, shard_dim, write_export_info
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..memory import HybridMemory
@@ -103,7 +103,7 @@ def open_target(backend: QdrantBackend, dim: int) -> None:
             names both and the fix (a new ``--edge-path``, or remove the shard folder).
     """
     folder = getattr(backend, "path", None)
-    held = _shard_dim(folder) if folder is not None else None
+    held = shard_dim(folder) if folder is not None else None
     if held is not None and held != dim:
         raise DimensionMismatchError(
             f"Qdrant Edge shard {folder} holds vectors of dimension {held}, this memory's are {dim}: a shard keeps "
@@ -111,21 +111,6 @@ def open_target(backend: QdrantBackend, dim: int) -> None:
             f"shard folder {folder} and export again"
         )
     backend.open(dim)
-
-
-def _shard_dim(folder: Path) -> int | None:
-    """The dense vectors' size in an Edge shard's ``edge_config.json`` (Qdrant Edge writes it); None when there is
-    no shard or the file does not say (then opening the shard reports what is wrong)."""
-    import json
-
-    from ..paths import EDGE_CONFIG
-    from .qdrant_collection import DENSE
-
-    try:
-        size = json.loads((Path(folder) / EDGE_CONFIG).read_text(encoding="utf-8"))["vectors"][DENSE]["size"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return size if isinstance(size, int) and not isinstance(size, bool) else None
 
 
 def _clear(backend: QdrantBackend, batch: int = 1000) -> int:

@@ -589,6 +589,14 @@ class EdgeCollection:
                     "Edge shard is opened by one process at a time: close the other memory on it, or use a Qdrant "
                     "server for several processes"
                 ) from exc
+            from .edge_info import embedder_fix, shard_dim
+
+            held = shard_dim(self.path)
+            if held is not None and held != int(dim):  # the embedder's dimension: say which one fits
+                raise StoreFormatError(
+                    f"Qdrant Edge shard at {self.path} holds vectors of dimension {held}, this memory's embedder "
+                    f"gives {int(dim)}: open it with the embedder it was written with{embedder_fix(self.path)}"
+                ) from exc
             raise StoreFormatError(
                 f"Qdrant Edge shard at {self.path} does not fit this memory ({exc}); open it with the embedder it "
                 "was built with, or give another directory"
