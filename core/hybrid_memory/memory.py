@@ -1306,6 +1306,26 @@ class HybridMemory:
             "last_open_sync": self.last_sync,
         }
 
+    @property
+    def bm25_params(self) -> dict[str, float]:
+        """The BM25 parameters this memory ranks with, read only: ``{"k1": ..., "b": ..., "avgdl": ...}``.
+
+        ``k1`` and ``b`` are the ones it was opened with (not persisted: give the same ones when reopening);
+        ``avgdl`` is the average chunk length, in tokens of the library's tokenizer, that BM25's length
+        normalisation divides by (the main segment's mean; before its first merge the delta's; 1.0 for an empty
+        memory), after applying other processes' commits. A Qdrant copy written with these ranks as this memory
+        does: ``QdrantBackend.edge(path, **memory.bm25_params)``, then ``export_to_qdrant(memory, backend)``. A new
+        dict each call: changing it changes nothing.
+
+        Raises:
+            MemoryClosedError: the memory is closed.
+        """
+        self._check_open()
+        self._catch_up()
+        with self._index_lock.read():
+            self._check_open()
+            return {"k1": float(self._sparse.k1), "b": float(self._sparse.b), "avgdl": float(self._sparse.avgdl)}
+
     def close(self) -> None:
         """Persist the indexes and release the store. Idempotent.
 

@@ -620,3 +620,35 @@ def test_stats_of_a_shard_written_with_a_hashing_embedder_needs_no_hashing_dim_a
                               "gives 8: open it with the embedder it was written with, or give another directory")
     with HybridMemory.qdrant(edge_path=shard, embedder=HashingEmbedder(16), avgdl=info["avgdl"]) as copy:
         assert copy.count() == 7  # nothing was lost by the refused opens
+
+
+def test_bm25_params_give_the_memorys_k1_b_and_avgdl_and_a_backend_opened_with_them_takes_the_copy(tmp_path):
+    """A fresh user's finding: README named the private memory._sparse.avgdl for the backend's avgdl."""
+    from hybrid_memory import MemoryClosedError
+    from hybrid_memory.backends.edge_info import read_export_info
+    from hybrid_memory.backends.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant import QdrantBackend
+    from hybrid_memory.tokenizer import TechnicalTokenizer
+
+    texts = ["Kafka broker lag on orders", "postgres VACUUM stalled", "HTTP 504 from checkout-api"]
+    tokens = [TechnicalTokenizer().tokenize(t) for t in texts]
+    assert tokens == [["kafka", "broker", "lag", "order"], ["postgr", "vacuum", "stall"],
+                      ["http", "504", "from", "checkout-api", "checkout", "api"]]
+    avgdl = (4 + 3 + 6) / 3  # the mean chunk length in tokens
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16), k1=1.2, b=0.5) as mem:
+        assert mem.bm25_params == {"k1": 1.2, "b": 0.5, "avgdl": 1.0}  # no chunks yet: 1.0
+        mem.add([{"chunk_id": f"c{i}", "text": t} for i, t in enumerate(texts)])
+        assert mem.bm25_params == {"k1": 1.2, "b": 0.5, "avgdl": avgdl}
+        mem.bm25_params["avgdl"] = 99.0  # a copy: read only
+        assert mem.bm25_params["avgdl"] == avgdl
+        backend = QdrantBackend.edge(tmp_path / "shard", payload_indexes=False, **mem.bm25_params)
+        assert export_to_qdrant(mem, backend) == 3
+        backend.close()
+    record = read_export_info(tmp_path / "shard")
+    assert (record["k1"], record["b"], record["avgdl"]) == (1.2, 0.5, avgdl)
+    with HybridMemory.open(tmp_path / "mem", k1=1.2, b=0.5) as mem:  # reopened: the merged main segment's mean
+        assert mem.bm25_params == {"k1": 1.2, "b": 0.5, "avgdl": avgdl}
+    with HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(16)) as copy:
+        assert copy.bm25_params == {"k1": 1.2, "b": 0.5, "avgdl": avgdl}  # the backend's, from the export record
+    with pytest.raises(MemoryClosedError):
+        _ = mem.bm25_params

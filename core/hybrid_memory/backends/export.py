@@ -67,8 +67,8 @@ def check_bm25(memory: HybridMemory, backend: QdrantBackend, *, avgdl: float | N
 
     A point's sparse values are fixed when it is written (``tf / (tf + k1 · (1 - b + b · |d| / avgdl))``, Lucene
     BM25 as in bm25s), so a copy written with other parameters ranks differently from the memory. The memory does
-    not persist ``k1`` / ``b``: they are the values it was opened with (``memory._sparse``). ``avgdl`` is the
-    memory's own average chunk length in tokens (``memory._sparse.avgdl``) unless one is given (``export-qdrant
+    not persist ``k1`` / ``b``: they are the values it was opened with (``memory.bm25_params``). ``avgdl`` is the
+    memory's own average chunk length in tokens (``memory.bm25_params["avgdl"]``) unless one is given (``export-qdrant
     --avgdl``); it is not checked for a memory that holds no chunks (there is no length to normalise by, and
     nothing is copied), unless given.
 
@@ -76,10 +76,11 @@ def check_bm25(memory: HybridMemory, backend: QdrantBackend, *, avgdl: float | N
         InvalidRequestError: they differ; the message names both values of each (repr) and how to open the
             backend.
     """
-    want = {"k1": float(memory._sparse.k1), "b": float(memory._sparse.b)}
+    params = memory.bm25_params
+    want = {"k1": params["k1"], "b": params["b"]}
     have = {"k1": float(backend.encoder.k1), "b": float(backend.encoder.b)}
     if avgdl is not None or len(memory._sparse):
-        want["avgdl"] = float(avgdl if avgdl is not None else memory._sparse.avgdl)
+        want["avgdl"] = float(avgdl if avgdl is not None else params["avgdl"])
         have["avgdl"] = float(backend.encoder.avgdl)
     names = [name for name in want if want[name] != have[name]]
     if names:
@@ -219,7 +220,7 @@ def export_to_qdrant(
         progress: called with the number of chunks copied after each batch (the CLI's progress bar).
         replace: clear a target that holds points before copying (default False: such a target is refused).
         avgdl: the BM25 average length in tokens the copy is meant to be written with (``export-qdrant --avgdl``);
-            default None: the memory's own (``memory._sparse.avgdl``), so the copy ranks as the memory does. The
+            default None: the memory's own (``memory.bm25_params["avgdl"]``), so the copy ranks as the memory does. The
             backend must be opened with it (``QdrantBackend.edge(path, avgdl=...)``; Qdrant's default is 256).
 
     Returns:
@@ -327,8 +328,9 @@ def _cmd_export(args) -> int:  # noqa: ANN001
     with open_memory(args, show_progress=False) as memory:
         # BM25's length normalisation is fixed when points are written: the memory's own average length, so the
         # copy ranks as the memory does (Qdrant's default 256 tokens would reorder its results)
-        avgdl = args.avgdl if args.avgdl is not None else memory._sparse.avgdl
-        bm25 = {"k1": memory._sparse.k1, "b": memory._sparse.b}  # the memory's own (check_bm25)
+        params = memory.bm25_params
+        avgdl = args.avgdl if args.avgdl is not None else params["avgdl"]
+        bm25 = {"k1": params["k1"], "b": params["b"]}  # the memory's own (check_bm25)
         if args.edge_path:
             from .qdrant_collection import EdgeCollection
 

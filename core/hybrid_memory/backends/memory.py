@@ -332,6 +332,22 @@ class BackendMemory(HybridMemory):
                 "embedder": {"name": self.embedder.name, "dim": int(self.embedder.dim)},
                 "candidate_multiplier": self.candidate_multiplier}
 
+    @property
+    def bm25_params(self) -> dict[str, float]:
+        """The BM25 parameters the backend writes sparse vectors with, read only: ``{"k1": ..., "b": ...,
+        "avgdl": ...}`` (for Qdrant, its :class:`~hybrid_memory.backends.qdrant.SparseEncoder`'s). A new dict each
+        call.
+
+        Raises:
+            MemoryClosedError: the memory is closed.
+            InvalidRequestError: the backend keeps no BM25 encoder.
+        """
+        self._check_open()
+        encoder = getattr(self.backend, "encoder", None)
+        if encoder is None:
+            raise InvalidRequestError(f"the {type(self.backend).__name__} backend keeps no BM25 parameters")
+        return {"k1": float(encoder.k1), "b": float(encoder.b), "avgdl": float(encoder.avgdl)}
+
     def close(self) -> None:
         """Close the backend. Idempotent."""
         if self._closed:
