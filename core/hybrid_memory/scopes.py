@@ -58,6 +58,7 @@ class Scope(BaseModel):
     def _usable(cls, value: str | None, info: Any) -> str | None:
         if isinstance(value, str):
             _no_control_character(value, info.field_name)
+            _no_surrounding_space(value, info.field_name)
         return _scope_value(value, info.field_name)
 
     def bound(self) -> dict[str, str]:
@@ -127,13 +128,32 @@ def _no_control_character(value: str, field: str) -> None:
             )
 
 
+def _no_surrounding_space(value: str, field: str) -> None:
+    """Refuse a scope value with white space at its start or end (``" u1 "``): the same rule on every entry point
+    (a chunk written from Python, ``scoped()`` and ``scope=`` of a search, ``--scope`` / ``--user-id`` of the
+    command line, ``mcp --scope``), so a value is never stored under one spelling and searched under another.
+    Refused, never stripped: a stored key is not changed silently. Chunks already stored with such a value still
+    read and delete by id through the unscoped memory (the check is the new scope's or the new chunk's).
+
+    Raises:
+        ValueError: the message names the field, the value and the fix.
+    """
+    if value != value.strip():
+        raise ValueError(
+            f"{field} must not have white space at its start or end, got {value!r}; a scope value is an id: give "
+            f"{field}={value.strip()!r} (value.strip()), or leave {field} out (None) for no {field}"
+        )
+
+
 def check_scope_values(chunk: Chunk) -> None:
     """Refuse a chunk to be written whose scope field holds a control character or a line / paragraph separator
     (:func:`_no_control_character`): no :class:`Scope` can bind that value, so no scoped view (``scoped()``,
-    ``--scope``, ``mcp --scope``) could ever read the chunk. Chunks already stored with one still read.
+    ``--scope``, ``mcp --scope``) could ever read the chunk; or white space at its start or end
+    (:func:`_no_surrounding_space`), which no scope binds either. Chunks already stored with one still read.
 
     Raises:
-        InvalidRequestError: the message names the field, the character, its position and the fix.
+        InvalidRequestError: the message names the field, the value (or the character and its position) and the
+            fix.
     """
     for name in SCOPE_FIELDS:
         value = getattr(chunk, name, None)
@@ -142,6 +162,10 @@ def check_scope_values(chunk: Chunk) -> None:
                 _no_control_character(value, name)
             except ValueError as exc:
                 raise InvalidRequestError(f"{exc} (got {value!r})") from None
+            try:
+                _no_surrounding_space(value, name)
+            except ValueError as exc:
+                raise InvalidRequestError(str(exc)) from None
 
 
 def as_scope(scope: Scope | Mapping[str, Any] | None) -> Scope | None:

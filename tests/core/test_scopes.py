@@ -245,3 +245,47 @@ def test_chunks_stored_with_a_control_character_in_a_scope_field_still_open_and_
         assert [r.chunk_id for r in mem.scoped({"user_id": "u1"}).search("Dana prefers", top_k=5).results] == ["ok"]
         with pytest.raises(InvalidRequestError, match=r"^invalid scope: user_id: user_id holds the control character"):
             mem.scoped({"user_id": "u1\n"})
+
+
+def test_a_scope_value_with_white_space_around_it_is_refused_on_every_entry_point(memory, tmp_path, capsys):
+    """A fresh user's finding: a chunk with user_id " u1 " was stored as is while ``--scope user_id= u1 `` was
+    refused; now one rule everywhere: refused naming the value and the fix, never stripped."""
+    from hybrid_memory.cli import main
+
+    fix = ("user_id must not have white space at its start or end, got ' u1 '; a scope value is an id: give "
+           "user_id='u1' (value.strip()), or leave user_id out (None) for no user_id")
+    with pytest.raises(InvalidRequestError) as info:
+        memory.add([{"chunk_id": "a", "text": "fine"}, {"chunk_id": "b", "text": "Dana prefers SQLite", "user_id": " u1 "}])
+    assert str(info.value) == f"chunk #1 ('b'): {fix}"
+    with pytest.raises(InvalidRequestError) as info:
+        memory.upsert([{"chunk_id": "c", "text": "x", "tenant": "acme "}])
+    assert str(info.value) == ("chunk #0 ('c'): tenant must not have white space at its start or end, got 'acme '; a "
+                               "scope value is an id: give tenant='acme' (value.strip()), or leave tenant out (None) for "
+                               "no tenant")
+    with pytest.raises(InvalidRequestError) as info:
+        memory.scoped(user_id=" u1 ")
+    assert str(info.value) == f"invalid scope: user_id: {fix}"
+    with pytest.raises(InvalidRequestError) as info:
+        memory.search("Dana", scope={"user_id": " u1 "})
+    assert str(info.value) == f"invalid scope: user_id: {fix}"
+    assert memory.count() == 0
+    HybridMemory(tmp_path / "m", embedder=HashingEmbedder(8)).close()
+    assert main(["search", "Dana", "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "--user-id", " u1 "]) == 2
+    assert f"invalid scope: user_id: {fix}" in capsys.readouterr().err
+
+
+def test_chunks_stored_with_white_space_around_a_scope_value_still_read_and_delete(tmp_path, monkeypatch):
+    """Values stored before the rule stay readable and deletable through the unscoped memory."""
+    import hybrid_memory.memory as memory_module
+
+    monkeypatch.setattr(memory_module, "check_scope_values", lambda chunk: None)  # the write of an earlier version
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(64)) as mem:
+        mem.add([{"chunk_id": "old", "text": "Dana prefers PostgreSQL", "user_id": " u1 "},
+                 {"chunk_id": "ok", "text": "Dana prefers SQLite", "user_id": "u1"}])
+    monkeypatch.undo()
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(64)) as mem:
+        assert [(c.chunk_id, c.user_id) for c in mem.get(["old", "ok"])] == [("old", " u1 "), ("ok", "u1")]
+        assert sorted(r.chunk_id for r in mem.search("Dana prefers", top_k=5).results) == ["ok", "old"]
+        assert [r.chunk_id for r in mem.scoped({"user_id": "u1"}).search("Dana prefers", top_k=5).results] == ["ok"]
+        assert mem.delete(["old"]) == 1
+        assert [c.chunk_id for c in mem.iter_chunks()] == ["ok"]
