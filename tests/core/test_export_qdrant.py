@@ -652,3 +652,49 @@ def test_bm25_params_give_the_memorys_k1_b_and_avgdl_and_a_backend_opened_with_t
         assert copy.bm25_params == {"k1": 1.2, "b": 0.5, "avgdl": avgdl}  # the backend's, from the export record
     with pytest.raises(MemoryClosedError):
         _ = mem.bm25_params
+
+
+def test_opening_an_interrupted_export_warns_naming_the_fix_and_stats_say_so(tmp_path, caplog, capsys):
+    """A fresh user's finding: a shard whose export failed part way (its record says complete: false) opened and
+    searched without a word, missing chunks."""
+    import logging
+
+    from hybrid_memory.backends.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant import QdrantBackend
+
+    shard = tmp_path / "shard"
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
+        mem.add([{"chunk_id": f"c{i}", "text": f"kafka broker {i}"} for i in range(5)])
+        backend = QdrantBackend.edge(shard, payload_indexes=False, **mem.bm25_params)
+        real_write, calls = backend.write, []
+
+        def write(versions, seqs=None):
+            calls.append(len(versions))
+            if len(calls) == 2:
+                raise OSError("disk full")
+            real_write(versions, seqs)
+
+        backend.write = write
+        with pytest.raises(OSError, match="disk full"):
+            export_to_qdrant(mem, backend, batch_size=2)
+        backend.close()
+    warning = (f"Qdrant Edge shard {shard} holds a partial copy of {tmp_path / 'mem'}: its export was interrupted (its "
+               "record hybrid_memory_export.json says complete: false), so searches miss the chunks it did not copy; "
+               f"write it again with: hybrid-memory export-qdrant --memory {tmp_path / 'mem'} --edge-path {shard} "
+               f"--replace, or remove the folder {shard}")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="hybrid_memory.backends.qdrant"):
+        with HybridMemory.qdrant(edge_path=shard, embedder=HashingEmbedder(16), payload_indexes=False) as copy:
+            assert [r.message for r in caplog.records] == [warning]
+            assert copy.count() == 2  # the shard still opens and reads: 2 of 5 chunks were copied
+            stats = copy.stats()
+            assert (stats["export"]["complete"], stats["export_warning"]) == (False, warning)
+    assert main(["stats", "--edge-path", str(shard), "--hashing-dim", "16"]) == 0
+    assert json.loads(capsys.readouterr().out)["export_warning"] == warning
+    assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16", "--edge-path", str(shard),
+                 "--replace", "-q"]) == 0  # the fix the warning names
+    capsys.readouterr()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="hybrid_memory.backends.qdrant"):
+        with HybridMemory.qdrant(edge_path=shard, embedder=HashingEmbedder(16), payload_indexes=False) as copy:
+            assert (copy.count(), copy.stats()["export_warning"], caplog.records) == (5, None, [])

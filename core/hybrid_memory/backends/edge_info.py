@@ -20,7 +20,7 @@ from typing import Any
 
 from .._exceptions import StoreFormatError
 
-__all__ = ["EXPORT_INFO", "embedder_fix", "read_export_info", "remove_export_info", "shard_dim", "write_export_info"]
+__all__ = ["EXPORT_INFO", "embedder_fix", "partial_export", "read_export_info", "remove_export_info", "shard_dim", "write_export_info"]
 
 EXPORT_INFO = "hybrid_memory_export.json"
 """The export record's file name inside the shard's folder."""
@@ -121,6 +121,21 @@ def embedder_fix(folder: str | os.PathLike[str]) -> str:
         return (f", {name!r} (its export record): --hashing-dim {dim} on the command line, "
                 f"embedder=HashingEmbedder({dim}) in Python")
     return f", {name!r} (dim {dim}, its export record)"
+
+
+def partial_export(folder: str | os.PathLike[str], info: dict[str, Any] | None) -> str | None:
+    """The warning for a shard whose export record ``info`` says the copy did not finish (``"complete": false``:
+    the export failed or was killed part way, so the shard lacks chunks of its memory), naming the fix; None for
+    a complete copy or a shard without a record. The shard stays readable (nothing in it is wrong, only missing):
+    :meth:`QdrantBackend.edge <hybrid_memory.backends.qdrant.QdrantBackend.edge>` logs it and ``stats`` reports
+    it as ``export_warning``."""
+    if not info or info.get("complete", True):
+        return None
+    source = info.get("memory") or "DIR"
+    return (f"Qdrant Edge shard {folder} holds a partial copy of {source}: its export was interrupted (its record "
+            f"{EXPORT_INFO} says complete: false), so searches miss the chunks it did not copy; write it again with: "
+            f"hybrid-memory export-qdrant --memory {source} --edge-path {folder} --replace, or remove the folder "
+            f"{folder}")
 
 
 _FIX = ("write the shard again with: hybrid-memory export-qdrant --memory DIR --edge-path SHARD --replace "

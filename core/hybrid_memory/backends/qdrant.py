@@ -608,7 +608,9 @@ class QdrantBackend:
                 written by ``export-qdrant`` holds its export record
                 (:mod:`~hybrid_memory.backends.edge_info`): ``avgdl``, ``k1`` and ``b`` not given here are the
                 record's, so writes are normalised as the copied points were; one given that differs from the
-                record is used and logged as a warning (the shard then mixes two normalisations).
+                record is used and logged as a warning (the shard then mixes two normalisations). A record that
+                says the copy was interrupted (``complete: false``) is logged as a warning naming the fix
+                (export again with ``--replace``, or remove the folder); the shard still opens.
 
         Raises:
             InvalidRequestError: ``path`` is a file, or is (or lies inside) an embedded memory's folder; a bad
@@ -617,9 +619,12 @@ class QdrantBackend:
         """
         collection = EdgeCollection(path, payload_cache=payload_cache, payload_memory=payload_memory,
                                     search_threads=search_threads)
-        from .edge_info import read_export_info
+        from .edge_info import partial_export, read_export_info
 
         info = read_export_info(collection.path) if collection.path.is_dir() else None
+        partial = partial_export(collection.path, info)
+        if partial:
+            logger.warning("%s", partial)
         for name in ("avgdl", "k1", "b") if info else ():
             if name not in kwargs:
                 kwargs[name] = info[name]
@@ -1053,14 +1058,17 @@ class QdrantBackend:
         """Backend name, collection, points, BM25 configuration (the ``avgdl`` writes use, tokens), indexed keys;
         for an Edge shard also ``export``: its export record (:func:`~hybrid_memory.backends.edge_info.read_export_info`:
         source memory, chunks copied, whether the copy completed, avgdl; None when ``export-qdrant`` did not
-        write the shard)."""
+        write the shard) and ``export_warning``: for an interrupted copy (``complete: false``) the warning that it
+        lacks chunks and how to write it again (:func:`~hybrid_memory.backends.edge_info.partial_export`), else
+        None)."""
         out = {"backend": self.name, "collection": getattr(self.collection, "name", None),
                "points": self.collection.count(None), "bm25": self.encoder.config(),
                "indexed_keys": dict(self.indexed_keys)}
         if self.path is not None:
-            from .edge_info import read_export_info
+            from .edge_info import partial_export, read_export_info
 
             out["export"] = read_export_info(self.path)
+            out["export_warning"] = partial_export(self.path, out["export"])
         return out
 
     def close(self) -> None:
