@@ -18,6 +18,7 @@ plans to their storage; neither restates a rule.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,8 @@ __all__ = [
     "plan_write",
     "system_fields",
 ]
+
+logger = logging.getLogger(__name__)
 
 _KEPT_ON_UPSERT = (*SCOPE_FIELDS, *TIME_FIELDS)
 
@@ -92,8 +95,12 @@ def check_vectors(vectors: Any, n: int, dim: int, ids: Sequence[str] | None = No
 
     Raises:
         DimensionMismatchError: another shape, or rows of unequal lengths.
-        InvalidRequestError: not real numbers (the message names their type), or NaN or infinite values (after
-            the cast to float32); the message names the first bad row, its chunk and how many rows are bad.
+        InvalidRequestError: not real numbers (the message names the first bad element: its row, its chunk, its
+            column, its type and value), or NaN or infinite values (after the cast to float32); the message names
+            the first bad row, its chunk and how many rows are bad.
+
+    All-zero rows are accepted (a placeholder, see :mod:`hybrid_memory.dense`: never returned by dense search)
+    with a warning logged naming their chunks: they are found by BM25 only.
     """
     fix = ("nothing was stored: give real numbers, float32 rows of the memory's dimension, or leave vectors= out to "
            "embed the texts with the memory's embedder")
@@ -110,11 +117,11 @@ def check_vectors(vectors: Any, n: int, dim: int, ids: Sequence[str] | None = No
             f"vectors hold complex numbers (dtype {given.dtype}); an embedding is real: pass their real part if that "
             f"is what you mean (vectors.real); {fix}")
     if given.dtype.kind not in "iuf":
-        bad = _first_non_number(given)
+        where, bad = _first_non_number(vectors, given)
         if bad is not _NONE:
             raise InvalidRequestError(
                 f"vectors must be real numbers, got {type(vectors).__name__} holding {type(bad).__name__} "
-                f"{bad!r:.40} (dtype {given.dtype}); {fix}")
+                f"{bad!r:.40}{_element(where, ids)} (dtype {given.dtype}); {fix}")
     with np.errstate(over="ignore"):  # a float64 beyond float32's range becomes inf: reported below, not warned
         vectors = given.astype(np.float32, copy=False)
     if vectors.ndim != 2 or vectors.shape != (n, dim):
@@ -131,24 +138,59 @@ def check_vectors(vectors: Any, n: int, dim: int, ids: Sequence[str] | None = No
             "nothing was stored: give finite rows (np.isfinite(vectors).all(axis=1) finds the bad ones), or leave "
             "vectors= out to embed the texts with the memory's embedder"
         )
+    _warn_zero_rows(vectors, ids)
     return vectors
+
+
+def _element(where: tuple[int, ...], ids: Sequence[str] | None) -> str:
+    """`` at row 0 (chunk 'n0'), column 7`` for a 2-d position, `` at index (0, 1, 2)`` for another."""
+    if len(where) != 2:
+        return f" at index {where}" if where else ""
+    row, column = where
+    which = f" (chunk {ids[row]!r})" if ids is not None and row < len(ids) else ""
+    return f" at row {row}{which}, column {column}"
+
+
+def _warn_zero_rows(vectors: np.ndarray, ids: Sequence[str] | None) -> None:
+    """Log a warning naming the chunks (the first five and the count) whose given vector is all zeros: such a
+    vector has no direction, so dense search never returns the chunk (see :mod:`hybrid_memory.dense`) and only
+    BM25 finds it. Accepted, not refused: callers send placeholders on purpose."""
+    zero = np.flatnonzero(~vectors.any(axis=1))
+    if not len(zero):
+        return
+    names = [repr(ids[i]) if ids is not None and i < len(ids) else f"row {i}" for i in zero[:5].tolist()]
+    more = ", ..." if len(zero) > 5 else ""
+    logger.warning(
+        "vectors= holds all-zero rows for %d of %d chunks (%s%s): an all-zero vector has no direction, so dense "
+        "search never returns those chunks and they are found by BM25 only; pass the embedder's vectors for them, "
+        "or leave vectors= out to embed the texts with the memory's embedder",
+        len(zero), len(vectors), ", ".join(names), more)
 
 
 _NONE = object()
 
 
-def _first_non_number(given: np.ndarray) -> Any:
-    """The first element of a non-numeric array that is not a real number (a ``str``, a ``bool``, ``None`` ...),
-    as a Python value; ``_NONE`` when every element is one (an object array of floats, or empty)."""
+def _first_non_number(vectors: Any, given: np.ndarray) -> tuple[tuple[int, ...], Any]:
+    """``(position, value)`` of the first element of a non-numeric array that is not a real number (a ``str``, a
+    ``bool``, ``None`` ...), the value as the caller gave it; ``((), _NONE)`` when every element is one (an object
+    array of floats, or empty). A list or tuple is walked as given, not as ``given``: numpy reads a row of floats
+    holding one string all as text (``[0.5, "0.1"]`` -> ``['0.5', '0.1']``), which would blame the first float."""
     import numbers
 
-    for value in given.reshape(-1):
+    nested = isinstance(vectors, (list, tuple))
+    for where in np.ndindex(given.shape):
+        if nested:
+            value = vectors
+            for index in where:
+                value = value[index]
+        else:
+            value = given[where]
         value = value.item() if isinstance(value, np.generic) else value
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            if value is None and given.dtype.kind == "O":
+            if value is None and (given.dtype.kind == "O" or nested):
                 continue  # None casts to NaN, which the finite check below reports with its row
-            return value
-    return _NONE
+            return tuple(int(i) for i in where), value
+    return (), _NONE
 
 
 def embed_checked(embedder: Embedder, texts: Sequence[str], dim: int) -> np.ndarray:

@@ -34,14 +34,19 @@ def _refused(mem, vectors, error=InvalidRequestError):
 
 
 def test_string_vectors_name_their_type_and_the_fix(mem):
-    assert _refused(mem, [["a"] * 8]) == f"vectors must be real numbers, got list holding str 'a' (dtype <U1); {FIX}"
+    assert _refused(mem, [["a"] * 8]) == (
+        f"vectors must be real numbers, got list holding str 'a' at row 0 (chunk 'n0'), column 0 (dtype <U1); {FIX}")
     assert _refused(mem, np.array([[b"x"] * 8])) == (
-        f"vectors must be real numbers, got ndarray holding bytes b'x' (dtype |S1); {FIX}")
-    mixed = [[0.5] * 7 + ["0.1"]]  # numpy reads the whole row as text
-    assert _refused(mem, mixed) == f"vectors must be real numbers, got list holding str '0.5' (dtype <U32); {FIX}"
+        f"vectors must be real numbers, got ndarray holding bytes b'x' at row 0 (chunk 'n0'), column 0 (dtype |S1); {FIX}")
+    mixed = [[0.5] * 7 + ["0.1"]]  # numpy reads the whole row as text; the message names the element given
+    assert _refused(mem, mixed) == (
+        f"vectors must be real numbers, got list holding str '0.1' at row 0 (chunk 'n0'), column 7 (dtype <U32); {FIX}")
     objects = np.array([[0.5] * 7 + [{"x": 1}]], dtype=object)
-    assert _refused(mem, objects) == f"vectors must be real numbers, got ndarray holding dict {{'x': 1}} (dtype object); {FIX}"
-    assert _refused(mem, [[True] * 8]) == f"vectors must be real numbers, got list holding bool True (dtype bool); {FIX}"
+    assert _refused(mem, objects) == (
+        f"vectors must be real numbers, got ndarray holding dict {{'x': 1}} at row 0 (chunk 'n0'), column 7 (dtype object); "
+        f"{FIX}")
+    assert _refused(mem, [[True] * 8]) == (
+        f"vectors must be real numbers, got list holding bool True at row 0 (chunk 'n0'), column 0 (dtype bool); {FIX}")
 
 
 def test_complex_vectors_are_refused_as_query_vector_refuses_them(mem):
@@ -148,3 +153,42 @@ def test_numpy_numbers_are_numbers_for_the_constructor_options(tmp_path):
         memory.add([{"chunk_id": "a", "text": "kafka broker lag"}, {"chunk_id": "b", "text": "postgres vacuum"}])
         assert (memory._sparse.k1, memory._sparse.b, memory._faiss_threads) == (1.25, 0.5, 1)
         assert [r.chunk_id for r in memory.search("kafka lag", top_k=1).results] == ["a"]
+
+
+def test_a_mixed_row_names_its_first_bad_element_by_row_column_and_value(mem):
+    """A fresh user's finding: a row of floats holding one string quoted the first float ('0.5'), which numpy had
+    turned into text, not the string given."""
+    vectors = [[0.1] * 8, [0.2] * 5 + ["0.3", 0.4, "x"], [0.5] * 8]
+    assert _refused(mem, vectors) == (
+        f"vectors must be real numbers, got list holding str '0.3' at row 1 (chunk 'n1'), column 5 (dtype <U32); {FIX}")
+    with_none = [[0.1] * 8, [0.2] * 3 + [None] + [0.2] * 3 + [b"b"], [0.5] * 8]  # None casts to NaN: not the first
+    assert _refused(mem, with_none) == (
+        f"vectors must be real numbers, got list holding bytes b'b' at row 1 (chunk 'n1'), column 7 (dtype object); "
+        f"{FIX}")
+
+
+def test_all_zero_rows_are_stored_with_a_warning_naming_their_chunks(mem, caplog):
+    """A fresh user's finding: an all-zero row was taken silently; it stays accepted (dense.py: never returned by
+    dense search, a placeholder on purpose) and is now logged, naming the chunks, the count and the fix."""
+    chunks = [{"chunk_id": f"z{i}", "text": f"zero note {i}"} for i in range(7)] + [{"chunk_id": "ok", "text": "kept"}]
+    vectors = np.vstack([np.zeros((7, 8)), np.ones((1, 8))])
+    with caplog.at_level("WARNING", logger="hybrid_memory.write_plan"):
+        assert mem.add(chunks, vectors=vectors) == [c["chunk_id"] for c in chunks]
+    assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records] == [(
+        "hybrid_memory.write_plan", "WARNING",
+        "vectors= holds all-zero rows for 7 of 8 chunks ('z0', 'z1', 'z2', 'z3', 'z4', ...): an all-zero vector has no "
+        "direction, so dense search never returns those chunks and they are found by BM25 only; pass the embedder's "
+        "vectors for them, or leave vectors= out to embed the texts with the memory's embedder")]
+    assert mem.count() == 9
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="hybrid_memory.write_plan"):
+        mem.upsert([{"chunk_id": "z0", "text": "zero note 0"}, {"chunk_id": "one", "text": "one"}],
+                   vectors=np.vstack([np.zeros((1, 8)), np.ones((1, 8))]))
+    assert [r.getMessage() for r in caplog.records] == [
+        "vectors= holds all-zero rows for 1 of 2 chunks ('z0'): an all-zero vector has no direction, so dense search "
+        "never returns those chunks and they are found by BM25 only; pass the embedder's vectors for them, or leave "
+        "vectors= out to embed the texts with the memory's embedder"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="hybrid_memory.write_plan"):
+        mem.upsert([{"chunk_id": "one", "text": "one"}], vectors=np.ones((1, 8)))
+    assert caplog.records == []
