@@ -56,7 +56,7 @@ from .searcher import HybridResult, HybridSearcher
 from .sparse import BM25Index
 from .store import CommitResult, NewRow, SQLiteStore, WriteConflict
 from .temporal import RecencyPrior, apply_recency_prior, to_timestamp
-from .write_plan import check_vectors, embed_checked, plan_supersede, plan_write
+from .write_plan import check_chunk_list, check_vectors, embed_checked, plan_supersede, plan_write
 from .tokenizer import TechnicalTokenizer
 
 __all__ = ["FORMAT_VERSION", "RANK_FLOOR", "HybridMemory"]
@@ -528,6 +528,7 @@ class HybridMemory:
             ScopeError: with ``scope``, a chunk of another scope or an id another scope holds (nothing is written).
             DimensionMismatchError: ``vectors`` has the wrong shape (nothing is written).
         """
+        check_chunk_list(chunks, "add")
         return self._write(chunks, vectors, replace=False, dedup=dedup, scope=scope).ids
 
     def upsert(
@@ -544,6 +545,7 @@ class HybridMemory:
         A chunk whose text is unchanged keeps its vector (no re-embedding); only its source, metadata, scope
         and event time are updated. Raises as :meth:`add`, except for already stored ids.
         """
+        check_chunk_list(chunks, "upsert")
         return self._write(chunks, vectors, replace=True, dedup=dedup, scope=scope).ids
 
     def write(
@@ -562,6 +564,7 @@ class HybridMemory:
         Duplicates are looked for among chunks with new ids only, in exactly the same scope (see
         :mod:`hybrid_memory.dedup`). Raises as :meth:`add` / :meth:`upsert`.
         """
+        check_chunk_list(chunks, "write")
         return self._write(chunks, vectors, replace=replace, dedup=dedup, scope=scope)
 
     def add_texts(
@@ -593,11 +596,7 @@ class HybridMemory:
         return self.upsert(chunks, scope=scope)
 
     def _validate_chunks(self, chunks: Iterable[Chunk | Mapping[str, Any]]) -> list[Chunk]:
-        if isinstance(chunks, (Chunk, Mapping, str)) or not isinstance(chunks, Iterable):
-            raise InvalidRequestError(
-                f"chunks must be a list of Chunk objects or mappings, got {type(chunks).__name__}; wrap one chunk "
-                "in a list: add([chunk])"
-            )
+        check_chunk_list(chunks, "add")  # add / upsert / write checked first, naming themselves
         valid: list[Chunk] = []
         for position, chunk in enumerate(chunks):
             try:

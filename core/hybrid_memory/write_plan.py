@@ -19,7 +19,7 @@ plans to their storage; neither restates a rule.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,7 @@ from .temporal import iso_utc
 
 __all__ = [
     "WritePlan",
+    "check_chunk_list",
     "check_vectors",
     "embed_checked",
     "inherit_scope",
@@ -84,6 +85,20 @@ def system_fields(chunk: Chunk, previous: Mapping[str, Any] | None, merges: Mapp
     system["merged"] = list(previous.get("merged") or []) + list(merges.get(chunk.chunk_id, []))
     system["superseded_by"] = previous.get("superseded_by") if chunk.valid_to is not None else None
     return system
+
+
+def check_chunk_list(chunks: Any, call: str) -> None:
+    """Refuse one chunk (a :class:`Chunk`, a mapping or a str) or a non-iterable where ``call`` (``"add"``,
+    ``"upsert"``, ``"write"``) takes a list of chunks; the advice names that call.
+
+    Raises:
+        InvalidRequestError: the message names what was given and the call to make: ``write([chunk])``.
+    """
+    if isinstance(chunks, (Chunk, Mapping, str)) or not isinstance(chunks, Iterable):
+        raise InvalidRequestError(
+            f"chunks must be a list of Chunk objects or mappings, got {type(chunks).__name__}; wrap one chunk "
+            f"in a list: {call}([chunk])"
+        )
 
 
 def check_vectors(vectors: Any, n: int, dim: int, ids: Sequence[str] | None = None) -> np.ndarray:

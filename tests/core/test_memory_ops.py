@@ -163,6 +163,22 @@ def test_many_single_adds_with_background_merges_stay_correct(embedder):
         )
 
 
+def test_one_chunk_given_where_a_list_is_taken_names_the_call_that_was_made(memory):
+    """A fresh user's finding: write({...}) advised add([chunk]), another call than the one made."""
+    chunk = {"chunk_id": "x", "text": "y"}
+    before = memory.count()
+    for call in ("add", "upsert", "write"):
+        with pytest.raises(InvalidRequestError) as info:
+            getattr(memory, call)(chunk)
+        assert str(info.value) == (
+            f"chunks must be a list of Chunk objects or mappings, got dict; wrap one chunk in a list: {call}([chunk])")
+        with pytest.raises(InvalidRequestError) as info:
+            getattr(memory.scoped(user_id="u1"), call)("y")
+        assert str(info.value) == (
+            f"chunks must be a list of Chunk objects or mappings, got str; wrap one chunk in a list: {call}([chunk])")
+    assert memory.count() == before == 6
+
+
 def test_wrong_argument_shapes_are_clear_errors(memory):
     with pytest.raises(InvalidRequestError, match="wrap it"):
         memory.add_texts("hello")
