@@ -76,12 +76,13 @@ def open_memory(args: argparse.Namespace, *, must_exist: bool = True, show_progr
         if not (folder / EDGE_CONFIG).is_file():
             raise HybridMemoryError(f"no Qdrant Edge shard at {shard} (no {EDGE_CONFIG}); write one with: "
                                     f"hybrid-memory export-qdrant --memory DIR --edge-path {shard}")
-        if embedder is None:  # as an embedded memory does: the hashing embedder its export record names
-            from .backends.edge_info import read_export_info
+        from .backends.edge_info import read_export_info
 
-            written = (read_export_info(folder) or {}).get("embedder") or {}
+        written = (read_export_info(folder) or {}).get("embedder") or {}
+        if embedder is None:  # as an embedded memory does: the hashing embedder its export record names
             if written.get("name") == f"hashing-{written.get('dim')}" and isinstance(written.get("dim"), int):
                 embedder = HashingEmbedder(written["dim"])
+        _check_shard_embedder(shard, written, embedder)
         options: dict[str, Any] = {"indexed_keys": indexed_keys(getattr(args, "index_key", None) or [])}
         if getattr(args, "avgdl", None) is not None:
             options["avgdl"] = args.avgdl
@@ -96,6 +97,24 @@ def open_memory(args: argparse.Namespace, *, must_exist: bool = True, show_progr
             f"no memory at {args.memory}; create it with: hybrid-memory ingest FILE_OR_FOLDER --memory {args.memory}"
         )
     return HybridMemory(args.memory, embedder=embedder, show_progress=show_progress)
+
+
+def _check_shard_embedder(shard: str, written: dict[str, Any], embedder: Any) -> None:
+    """Refuse to open a shard whose export record names another embedder of the same dimension than the one
+    the command would open it with (``--hashing-dim`` or the default model), as an embedded memory built with
+    another embedder is refused: its queries would be embedded by another model than its vectors, without an
+    error (another dimension is refused when the shard is opened, naming the one that fits)."""
+    from .embedders import DEFAULT_MODEL_NAME
+
+    name, dim = written.get("name"), written.get("dim")
+    opened = (DEFAULT_MODEL_NAME, 384) if embedder is None else (embedder.name, int(embedder.dim))
+    if isinstance(name, str) and dim == opened[1] and name != opened[0]:
+        raise HybridMemoryError(
+            f"Qdrant Edge shard {shard} was written with the embedder {name!r} (dim {dim}, its export record), not "
+            f"{opened[0]!r}: its queries would be embedded by another model than its vectors; the command line "
+            f"opens shards written with the default embedder or --hashing-dim N only: open it from Python with "
+            f"HybridMemory.qdrant(edge_path={shard!r}, embedder=<the {name!r} embedder>)"
+        )
 
 
 INDEX_KINDS = ("keyword", "float", "integer", "bool")

@@ -698,3 +698,31 @@ def test_opening_an_interrupted_export_warns_naming_the_fix_and_stats_say_so(tmp
     with caplog.at_level(logging.WARNING, logger="hybrid_memory.backends.qdrant"):
         with HybridMemory.qdrant(edge_path=shard, embedder=HashingEmbedder(16), payload_indexes=False) as copy:
             assert (copy.count(), copy.stats()["export_warning"], caplog.records) == (5, None, [])
+
+
+def test_stats_of_a_shard_written_with_another_embedder_of_the_same_dimension_is_refused_naming_it(tmp_path, capsys):
+    """Checking a fresh user's finding (stats --edge-path of a memory with a non-default embedder): a shard whose
+    record names an embedder the command line cannot give, of the dimension it would open it with, opened with the
+    default model (stats then showed two embedders, search embedded queries with the wrong model)."""
+    from hybrid_memory.backends.edge_info import EXPORT_INFO
+
+    for dim, given in ((384, []), (16, ["--hashing-dim", "16"])):
+        shard = tmp_path / f"shard{dim}"
+        with HybridMemory(tmp_path / f"mem{dim}", embedder=HashingEmbedder(dim)) as mem:
+            mem.add([{"chunk_id": "a", "text": "kafka broker"}])
+        assert main(["export-qdrant", "--memory", str(tmp_path / f"mem{dim}"), "--hashing-dim", str(dim),
+                     "--edge-path", str(shard), "-q"]) == 0
+        record = json.loads((shard / EXPORT_INFO).read_text(encoding="utf-8"))
+        record["embedder"]["name"] = "local:bge-small-en"  # as a memory built with HybridMemory(embedder=...) writes
+        (shard / EXPORT_INFO).write_text(json.dumps(record), encoding="utf-8")
+        capsys.readouterr()
+        assert main(["stats", "--edge-path", str(shard), *given]) == 2
+        opened = "hashing-16" if given else "sentence-transformers/all-MiniLM-L6-v2"
+        assert capsys.readouterr().err.strip() == (
+            f"hybrid-memory: error: Qdrant Edge shard {shard} was written with the embedder 'local:bge-small-en' "
+            f"(dim {dim}, its export record), not {opened!r}: its queries would be embedded by another model than its "
+            "vectors; the command line opens shards written with the default embedder or --hashing-dim N only: open "
+            f"it from Python with HybridMemory.qdrant(edge_path={str(shard)!r}, embedder=<the 'local:bge-small-en' "
+            "embedder>)")
+        with HybridMemory.qdrant(edge_path=shard, embedder=HashingEmbedder(dim)) as copy:
+            assert copy.count() == 1  # the library still opens it with the embedder given
