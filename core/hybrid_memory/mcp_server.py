@@ -114,6 +114,8 @@ class WriteOutcome(BaseModel):
     duplicate_of: str | None = Field(default=None, description="The stored memory it duplicates, if any.")
     kind: Literal["exact", "near"] | None = Field(default=None, description="How the duplicate was recognised.")
     closed: list[str] = Field(default_factory=list, description="supersede: the ids whose validity was closed.")
+    note: str | None = Field(default=None, description="What to know about the outcome: for a skipped duplicate, "
+                             "that nothing given was stored and how to change the stored memory.")
 
 
 class MemoryPage(BaseModel):
@@ -345,8 +347,9 @@ def build_server(
 
     @_guard
     def add_memory(memory: MemoryInput) -> WriteOutcome:
-        """Store a memory. An exact or near duplicate of a stored memory is not stored again: the answer gives
-        the stored memory's id (action 'skipped')."""
+        """Store a memory. An exact or near duplicate of a stored memory is not stored again, nor is its new
+        metadata applied: the answer gives the stored memory's id (action 'skipped') and a note naming
+        update_memory, the tool that changes it."""
         chunk = memory.chunk()
         try:
             with _no_generated_id(memory.chunk_id, chunk["chunk_id"]):
@@ -356,8 +359,13 @@ def build_server(
                 f"a memory with id {memory.chunk_id!r} is already stored; change it with the update_memory tool, "
                 "supersede it with supersede_memory, or leave chunk_id out to store a new memory"
             ) from exc
+        note = None
+        if decision.action == "skipped":  # its source, metadata and validity were dropped with it: say so
+            note = (f"not stored: an {decision.kind} duplicate of memory {decision.stored_id!r}, which was left as it "
+                    "was (the source, metadata and validity given here were not applied to it); to change its "
+                    f"metadata, call update_memory with chunk_id {decision.stored_id!r}")
         return WriteOutcome(chunk_id=decision.chunk_id, action=decision.action, stored_id=decision.stored_id,
-                            duplicate_of=decision.duplicate_of, kind=decision.kind)
+                            duplicate_of=decision.duplicate_of, kind=decision.kind, note=note)
 
     @_guard
     def update_memory(update: MemoryUpdate) -> WriteOutcome:

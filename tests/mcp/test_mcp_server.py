@@ -51,12 +51,28 @@ async def test_tools_and_their_schemas_come_from_the_models(memory):
         assert {t.name for t in (await c.list_tools()).tools} == READ_TOOLS
 
 
+async def test_add_memory_of_a_stored_text_with_new_metadata_says_it_was_a_duplicate_and_how_to_change_it(memory):
+    """A fresh user's finding: the same text with new metadata was skipped as a duplicate with no word that the
+    metadata was not applied."""
+    async with client(build_server(memory, scope={"user_id": "u1"})) as c:
+        again = (await call(c, "add_memory", {"memory": {"text": "Dana prefers PostgreSQL for the billing-service",
+                                                         "metadata": {"team": "billing"}}})).structured_content
+        assert again == {
+            "chunk_id": again["chunk_id"], "action": "skipped", "stored_id": "u1-a", "duplicate_of": "u1-a",
+            "kind": "exact", "closed": [],
+            "note": "not stored: an exact duplicate of memory 'u1-a', which was left as it was (the source, metadata "
+                    "and validity given here were not applied to it); to change its metadata, call update_memory "
+                    "with chunk_id 'u1-a'"}
+    assert [(c.chunk_id, c.metadata) for c in memory.get(["u1-a", again["chunk_id"]])] == [("u1-a", {})]
+    assert memory.count() == 2
+
+
 async def test_every_tool_round_trip(memory):
     async with client(build_server(memory, scope={"user_id": "u1"})) as c:
         added = (await call(c, "add_memory", {"memory": {"chunk_id": "n1", "text": "Dana works on project Apollo",
                                                          "valid_from": "2024-01-01"}})).structured_content
         assert added == {"chunk_id": "n1", "action": "written", "stored_id": "n1", "duplicate_of": None, "kind": None,
-                         "closed": []}
+                         "closed": [], "note": None}
         again = (await call(c, "add_memory", {"memory": {"text": "Dana works on project Apollo"}})).structured_content
         assert (again["action"], again["stored_id"], again["kind"]) == ("skipped", "n1", "exact")
         found = (await call(c, "search_memory", {"request": {"search_text": "Dana project Apollo", "top_k": 2}}))
