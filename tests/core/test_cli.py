@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from hybrid_memory import HashingEmbedder, HybridMemory
 from hybrid_memory.cli import main
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "incident_memory"
@@ -108,15 +109,29 @@ def test_same_named_folders_are_not_overwritten(tmp_path, capsys):
     (["mcp"], "no memory at {}; create it with: hybrid-memory ingest"),
     (["graph", "build"], "no memory at {}; create it with: hybrid-memory ingest"),
     (["graph", "show"], "no graph in {}/graph; run `hybrid-memory graph build --memory {}` first"),
+    (["graph", "ask", "who?"], "no memory at {}; create it with: hybrid-memory ingest"),
 ])
 def test_reading_commands_never_create_a_memory(tmp_path, capsys, command, message):
     missing = tmp_path / "typo"
     empty = tmp_path / "empty"
     empty.mkdir()
-    for folder in (missing, empty):
-        assert main([*command, "--memory", str(folder), "--hashing-dim", "8"]) == 2
-        assert message.format(folder, folder) in capsys.readouterr().err
+    assert main([*command, "--memory", str(empty), "--hashing-dim", "8"]) == 2
+    assert message.format(empty, empty) in capsys.readouterr().err
+    if command[0] != "graph":
+        assert main([*command, "--memory", str(missing), "--hashing-dim", "8"]) == 2
+        assert message.format(missing, missing) in capsys.readouterr().err
     assert not missing.exists() and list(empty.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [["graph", "show"], ["graph", "ask", "who?"]])
+def test_graph_show_and_ask_on_a_folder_that_does_not_exist_say_so(tmp_path, capsys, command):
+    """A fresh user's finding: graph show on a mistyped --memory advised `graph build`, which cannot help."""
+    missing = tmp_path / "typo"
+    assert main([*command, "--memory", str(missing), "--hashing-dim", "8"]) == 2
+    assert capsys.readouterr().err == (
+        f"hybrid-memory: error: no memory at {missing}: the folder does not exist; check --memory (the folder ingest "
+        f"wrote), or create a memory with: hybrid-memory ingest FILE_OR_FOLDER --memory {missing}\n")
+    assert not missing.exists()
 
 
 def test_the_help_says_which_commands_create_the_memory(capsys):
@@ -586,3 +601,24 @@ def test_metadata_named_like_a_scope_field_gets_a_warning(tmp_path, capsys, capl
     assert [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.cli"] == [
         "--metadata user_id=... writes a metadata key, not the scope field user_id: search --user-id (or --scope "
         "user_id=...) will not find these chunks by it; to stamp the scope, give --user-id instead"]
+
+
+def test_graph_build_on_a_scope_of_no_chunks_says_so_and_builds_nothing(tmp_path, capsys):
+    """A fresh user's finding: graph build --scope of a value no chunk holds saved an empty graph with no word."""
+    memory = tmp_path / "mem"
+    with HybridMemory(memory, embedder=HashingEmbedder(8)) as mem:
+        mem.add([{"chunk_id": "a", "text": "Dana prefers PostgreSQL at Acme Corp", "user_id": "u1"}])
+    assert main(["graph", "build", "--memory", str(memory), "--hashing-dim", "8", "--scope", "user_id=u2"]) == 2
+    assert capsys.readouterr().err == (
+        f"hybrid-memory: error: 0 chunks matched --scope user_id=u2 (the memory at {memory} holds 1 chunk), so no "
+        f"graph was built; check the scope's values (each must equal the chunks' own: `hybrid-memory stats --memory "
+        f"{memory}` counts them, `hybrid-memory search QUERY --memory {memory} --scope user_id=u2` shows what the "
+        "scope finds), or leave --scope out to build the whole memory's graph\n")
+    assert not (memory / "graph_scopes").exists()
+    empty = tmp_path / "empty"
+    HybridMemory(empty, embedder=HashingEmbedder(8)).close()
+    assert main(["graph", "build", "--memory", str(empty), "--hashing-dim", "8"]) == 2
+    assert capsys.readouterr().err == (
+        f"hybrid-memory: error: the memory at {empty} holds 0 chunks, so no graph was built; add some first: "
+        f"hybrid-memory ingest FILE_OR_FOLDER --memory {empty}\n")
+    assert not (empty / "graph").exists()

@@ -36,9 +36,23 @@ def _graph_dir(args: argparse.Namespace) -> Path:
     return Path(args.memory) / "graph" if scope is None else Path(args.memory) / "graph_scopes" / scope.key()
 
 
+def _memory_folder_exists(args: argparse.Namespace) -> None:
+    """Refuse a ``--memory`` folder that does not exist (a mistyped path), before any advice about its graph.
+
+    Raises:
+        GraphStateError: the message names the path, says it does not exist, and the fix.
+    """
+    if not Path(args.memory).exists():
+        raise GraphStateError(
+            f"no memory at {args.memory}: the folder does not exist; check --memory (the folder ingest wrote), or "
+            f"create a memory with: hybrid-memory ingest FILE_OR_FOLDER --memory {args.memory}"
+        )
+
+
 def _load(args: argparse.Namespace, **kwargs: Any) -> Any:
     from .index import GraphIndex
 
+    _memory_folder_exists(args)
     path = _graph_dir(args)
     if not (path / "manifest.json").is_file():
         scope = "".join(f" --scope {pair}" for pair in getattr(args, "scope", None) or [])
@@ -74,6 +88,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         scope = _scope(args)
         target = memory.scoped(scope) if scope is not None else memory
         if args.rebuild or not (_graph_dir(args) / "manifest.json").is_file():
+            _some_chunks(args, memory, target, scope)
             index = GraphIndex(
                 extractor=OfflineExtractor(proper_nouns=not args.technical),
                 max_cluster_size=10 if args.max_cluster_size is None else args.max_cluster_size,
@@ -100,6 +115,29 @@ def _cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _some_chunks(args: argparse.Namespace, memory: Any, target: Any, scope: Any) -> None:
+    """Refuse to build a new graph of no chunks (an empty graph would be saved with no word).
+
+    Raises:
+        GraphStateError: the message names the scope and the memory's chunk count, and the fix.
+    """
+    if target.count() > 0:
+        return
+    if scope is None:
+        raise GraphStateError(
+            f"the memory at {args.memory} holds 0 chunks, so no graph was built; add some first: "
+            f"hybrid-memory ingest FILE_OR_FOLDER --memory {args.memory}"
+        )
+    pairs = " ".join(f"--scope {name}={value}" for name, value in scope.bound().items())
+    total = memory.count()
+    raise GraphStateError(
+        f"0 chunks matched {pairs} (the memory at {args.memory} holds {total} chunk{'' if total == 1 else 's'}), so "
+        f"no graph was built; check the scope's values (each must equal the chunks' own: `hybrid-memory stats "
+        f"--memory {args.memory}` counts them, `hybrid-memory search QUERY --memory {args.memory} {pairs}` shows "
+        "what the scope finds), or leave --scope out to build the whole memory's graph"
+    )
+
+
 def _check_level(index: Any, level: int | None) -> None:
     levels = sorted({c.level for c in index.communities.values()})
     if level is not None and levels and level not in levels:
@@ -107,6 +145,7 @@ def _check_level(index: Any, level: int | None) -> None:
 
 
 def _cmd_ask(args: argparse.Namespace) -> int:
+    _memory_folder_exists(args)
     with _open_memory(args) as memory:
         index = _load(args, embedder=memory.embedder)
         _check_level(index, args.level)
