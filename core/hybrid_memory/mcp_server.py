@@ -361,7 +361,8 @@ def build_server(
             ) from exc
         note = None
         if decision.action == "skipped":  # its source, metadata and validity were dropped with it: say so
-            note = (f"not stored: an {decision.kind} duplicate of memory {decision.stored_id!r}, which was left as it "
+            article = "an" if decision.kind == "exact" else "a"
+            note = (f"not stored: {article} {decision.kind} duplicate of memory {decision.stored_id!r}, which was left as it "
                     "was (the source, metadata and validity given here were not applied to it); to change its "
                     f"metadata, call update_memory with chunk_id {decision.stored_id!r}")
         return WriteOutcome(chunk_id=decision.chunk_id, action=decision.action, stored_id=decision.stored_id,

@@ -63,6 +63,12 @@ async def test_add_memory_of_a_stored_text_with_new_metadata_says_it_was_a_dupli
             "note": "not stored: an exact duplicate of memory 'u1-a', which was left as it was (the source, metadata "
                     "and validity given here were not applied to it); to change its metadata, call update_memory "
                     "with chunk_id 'u1-a'"}
+        near = (await call(c, "add_memory", {"memory": {"text": "Dana prefers PostgreSQL for the billing-service!",
+                                                        "metadata": {"team": "billing"}}})).structured_content
+        assert (near["action"], near["kind"], near["note"]) == (
+            "skipped", "near", "not stored: a near duplicate of memory 'u1-a', which was left as it was (the source, "
+            "metadata and validity given here were not applied to it); to change its metadata, call update_memory "
+            "with chunk_id 'u1-a'")
     assert [(c.chunk_id, c.metadata) for c in memory.get(["u1-a", again["chunk_id"]])] == [("u1-a", {})]
     assert memory.count() == 2
 
