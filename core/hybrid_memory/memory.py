@@ -97,6 +97,24 @@ def _sorted_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a[b[pos] != a]
 
 
+
+def _check_embedder(embedder: Any) -> None:
+    """Refuse an ``embedder=`` that does not follow the Embedder protocol (a model name, a class), naming the fix.
+
+    Raises:
+        InvalidRequestError: an attribute of the protocol is missing.
+    """
+    for attribute in ("name", "dim", "embed_documents", "embed_query"):
+        if not hasattr(embedder, attribute):
+            given = (f"the class {embedder.__name__}" if isinstance(embedder, type)
+                     else f"{type(embedder).__name__} {embedder!r}"[:120])
+            raise InvalidRequestError(
+                f"embedder {given} lacks {attribute!r}; it must follow the Embedder protocol (name, dim, "
+                "embed_documents, embed_query): pass an instance such as SentenceTransformerEmbedder() (the packaged "
+                "all-MiniLM-L6-v2) or HashingEmbedder(384), or leave embedder out for the default"
+            )
+
+
 class HybridMemory:
     """Hybrid BM25 + dense memory, persisted in a folder: the query-adaptive fusion by default, weighted
     Reciprocal Rank Fusion and the other methods of ``hybrid_memory.fusion.FUSION_METHODS`` by name.
@@ -233,6 +251,8 @@ class HybridMemory:
         if recency_prior is not None and not isinstance(recency_prior, RecencyPrior):
             raise InvalidRequestError(f"recency_prior must be a RecencyPrior or None, got {recency_prior!r}")
         self.recency_prior = recency_prior
+        if embedder is not None:
+            _check_embedder(embedder)  # before any folder exists: a refused call leaves nothing behind
         if self.path is not None:
             if not (self.path / STORE_FILE).exists() and (self.path / EDGE_CONFIG).exists():
                 raise InvalidRequestError(
@@ -338,12 +358,7 @@ class HybridMemory:
                 embedder = HashingEmbedder(int(saved["embedder"]["dim"]))
             else:
                 embedder = SentenceTransformerEmbedder()
-        for attribute in ("name", "dim", "embed_documents", "embed_query"):
-            if not hasattr(embedder, attribute):
-                raise InvalidRequestError(
-                    f"embedder {type(embedder).__name__} lacks {attribute!r}; it must follow the Embedder protocol "
-                    "(name, dim, embed_documents, embed_query)"
-                )
+        _check_embedder(embedder)
         info = {"name": str(embedder.name), "dim": int(embedder.dim)}
         if saved is None:
             manifest = {"format_version": FORMAT_VERSION, "embedder": info, "created_at": time.time()}

@@ -192,3 +192,19 @@ def test_all_zero_rows_are_stored_with_a_warning_naming_their_chunks(mem, caplog
     with caplog.at_level("WARNING", logger="hybrid_memory.write_plan"):
         mem.upsert([{"chunk_id": "one", "text": "one"}], vectors=np.ones((1, 8)))
     assert caplog.records == []
+
+
+@pytest.mark.parametrize(("embedder", "given"), [
+    ("all-MiniLM-L6-v2", "str 'all-MiniLM-L6-v2'"),
+    (object, "the class object"),
+])
+def test_an_embedder_that_is_not_one_is_refused_before_the_folder_is_created(tmp_path, embedder, given):
+    from hybrid_memory import HybridMemory, InvalidRequestError
+
+    with pytest.raises(InvalidRequestError) as raised:
+        HybridMemory(tmp_path / "mem", embedder=embedder)
+    assert str(raised.value) == (
+        f"embedder {given} lacks 'name'; it must follow the Embedder protocol (name, dim, embed_documents, "
+        "embed_query): pass an instance such as SentenceTransformerEmbedder() (the packaged all-MiniLM-L6-v2) or "
+        "HashingEmbedder(384), or leave embedder out for the default")
+    assert list(tmp_path.iterdir()) == []  # nothing created
