@@ -726,3 +726,26 @@ def test_stats_of_a_shard_written_with_another_embedder_of_the_same_dimension_is
             "embedder>)")
         with HybridMemory.qdrant(edge_path=shard, embedder=HashingEmbedder(dim)) as copy:
             assert copy.count() == 1  # the library still opens it with the embedder given
+
+
+def test_a_backend_that_is_not_a_qdrant_backend_is_refused_before_anything_is_written(tmp_path):
+    """A fresh user's finding: export_to_qdrant(memory, "./shard") and (memory, None) raised a raw AttributeError
+    ('str' object has no attribute 'encoder')."""
+    from hybrid_memory import InvalidRequestError
+    from hybrid_memory.backends.export import export_to_qdrant
+
+    _memory(tmp_path / "mem")
+    shard = str(tmp_path / "shard")
+    with HybridMemory.open(tmp_path / "mem", embedder=HashingEmbedder(16)) as memory:
+        with pytest.raises(InvalidRequestError) as err:
+            export_to_qdrant(memory, shard)
+        assert str(err.value) == (
+            f"export_to_qdrant writes to a QdrantBackend, got the path {shard!r}; nothing was written: open the shard "
+            f"first, QdrantBackend.edge({shard!r}, **memory.bm25_params), and pass that")
+        with pytest.raises(InvalidRequestError) as err:
+            export_to_qdrant(memory, None)
+        assert str(err.value) == (
+            "export_to_qdrant writes to a QdrantBackend, got NoneType None; nothing was written: pass "
+            "QdrantBackend.edge(path, **memory.bm25_params) or QdrantBackend.client(url_or_client, collection=..., "
+            "**memory.bm25_params)")
+    assert not (tmp_path / "shard").exists()

@@ -169,6 +169,28 @@ def _checked_batch_size(batch_size: object) -> int:
     return int(batch_size)
 
 
+def _checked_backend(backend: object) -> None:
+    """``export_to_qdrant``'s ``backend``: a :class:`~hybrid_memory.backends.qdrant.QdrantBackend`.
+
+    Raises:
+        InvalidRequestError: a path (str / os.PathLike) or anything else, naming what was given and the fix.
+    """
+    from .qdrant import QdrantBackend
+
+    if isinstance(backend, QdrantBackend):
+        return
+    if isinstance(backend, (str, os.PathLike)):
+        raise InvalidRequestError(
+            f"export_to_qdrant writes to a QdrantBackend, got the path {str(backend)!r}; nothing was written: open "
+            f"the shard first, QdrantBackend.edge({str(backend)!r}, **memory.bm25_params), and pass that"
+        )
+    raise InvalidRequestError(
+        f"export_to_qdrant writes to a QdrantBackend, got {type(backend).__name__} {backend!r}"[:200]
+        + "; nothing was written: pass QdrantBackend.edge(path, **memory.bm25_params) or "
+        "QdrantBackend.client(url_or_client, collection=..., **memory.bm25_params)"
+    )
+
+
 def _checked_memory(memory: object) -> None:
     """``export_to_qdrant``'s ``memory``: an open embedded :class:`~hybrid_memory.HybridMemory`.
 
@@ -236,8 +258,10 @@ def export_to_qdrant(
         DimensionMismatchError: a stored vector does not have the memory's dimension, or the Edge shard holds
             another dimension (:func:`open_target`).
         MemoryClosedError: ``memory`` is closed.
+        InvalidRequestError: ``backend`` is not a QdrantBackend (a path, None; :func:`_checked_backend`).
     """
     _checked_memory(memory)  # first: a refused copy writes nothing, not even its record
+    _checked_backend(backend)
     batch_size = _checked_batch_size(batch_size)
     avgdl = _checked_avgdl(avgdl)
     check_bm25(memory, backend, avgdl=avgdl)  # before the target is opened or cleared: a refused copy writes nothing
