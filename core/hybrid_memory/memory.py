@@ -97,7 +97,6 @@ def _sorted_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a[b[pos] != a]
 
 
-
 def _check_embedder(embedder: Any) -> None:
     """Refuse an ``embedder=`` that does not follow the Embedder protocol (a model name, a class), naming the fix.
 
