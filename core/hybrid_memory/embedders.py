@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import numbers
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -16,7 +17,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from ._exceptions import DimensionMismatchError, HybridMemoryError, MissingDependencyError
+from ._exceptions import DimensionMismatchError, HybridMemoryError, InvalidRequestError, MissingDependencyError
 from .tokenizer import TechnicalTokenizer
 
 __all__ = [
@@ -235,12 +236,20 @@ class HashingEmbedder:
     positive cosine, so dense ranking is meaningful enough to test with, and identical across processes.
 
     Args:
-        dim: vector dimension (default 64).
+        dim: vector dimension, an int >= 1 (default 64); numpy ints count, a bool does not.
+
+    Raises:
+        InvalidRequestError: ``dim`` is not an int >= 1 (0, negative, a float, a bool, a string); the
+            message names the value given and a valid one.
     """
 
     def __init__(self, dim: int = 64) -> None:
-        if dim < 1:
-            raise ValueError(f"dim must be >= 1, got {dim}")
+        if not isinstance(dim, numbers.Integral) or isinstance(dim, bool) or dim < 1:
+            raise InvalidRequestError(
+                f"HashingEmbedder dim must be an int >= 1 (the vector dimension), got {type(dim).__name__} "
+                f"{dim!r:.60}; pass an int such as HashingEmbedder(dim=64) (the default)"
+            )
+        dim = int(dim)
         self.dim = dim
         self.name = f"hashing-{dim}"
         self._tokenizer = TechnicalTokenizer()

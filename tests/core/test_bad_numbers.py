@@ -208,3 +208,21 @@ def test_an_embedder_that_is_not_one_is_refused_before_the_folder_is_created(tmp
         "embed_query): pass an instance such as SentenceTransformerEmbedder() (the packaged all-MiniLM-L6-v2) or "
         "HashingEmbedder(384), or leave embedder out for the default")
     assert list(tmp_path.iterdir()) == []  # nothing created
+
+
+@pytest.mark.parametrize(("dim", "given"), [
+    (0, "int 0"), (-3, "int -3"), (2.5, "float 2.5"), (True, "bool True"), ("8", "str '8'"), (None, "NoneType None"),
+])
+def test_a_hashing_embedder_dim_that_is_not_an_int_from_1_is_the_librarys_error(dim, given):
+    """A fresh user's finding: HashingEmbedder(dim=0) raised a plain ValueError, dim=True and dim=2.5 were taken
+    (a 1-wide or float dimension), and dim='8' gave a raw TypeError from the comparison."""
+    with pytest.raises(InvalidRequestError) as raised:
+        HashingEmbedder(dim=dim)
+    assert str(raised.value) == (
+        f"HashingEmbedder dim must be an int >= 1 (the vector dimension), got {given}; pass an int such as "
+        "HashingEmbedder(dim=64) (the default)")
+
+
+def test_a_numpy_int_dim_is_an_int():
+    embedder = HashingEmbedder(dim=np.int64(4))
+    assert (embedder.dim, type(embedder.dim), embedder.name) == (4, int, "hashing-4")
