@@ -127,7 +127,9 @@ class HybridMemory:
         k1, b: BM25 parameters (bm25s, Lucene variant); defaults 1.5 and 0.75.
         candidate_multiplier: each engine retrieves ``candidate_multiplier × max(top_k, RANK_FLOOR)`` candidates before
             fusion (default 2, as in the reference design); >= 1.
-        compact_min, compact_ratio: when the BM25 delta segment is merged (see :class:`BM25Index`).
+        compact_min, compact_ratio: when the BM25 delta segment is merged (see :class:`BM25Index`): once the delta
+            and removed documents reach ``max(compact_min, compact_ratio × main size)``; ``compact_ratio`` is a
+            fraction in [0, 1] (0 leaves ``compact_min`` alone to decide).
         faiss_threads: OpenMP threads for FAISS, set in every thread that searches (1 is fastest for single
             queries on 2 cores, measured by ``benchmarks/scale.py``).
         dense_index: ``"auto"`` (default: an exact scan below :data:`~hybrid_memory.dense.ANN_MIN` vectors,
@@ -151,8 +153,8 @@ class HybridMemory:
     Raises:
         StoreFormatError: the directory was written by another format version or another embedder.
         InvalidRequestError: a numeric option of the wrong type or out of its range (``k1="x"``, ``b=2``,
-            ``compact_min=-1``, ``faiss_threads=0``, ``busy_timeout="x"``, a bool for an int), before the folder is
-            created; ``path`` is a file, cannot be created (``/proc/nope``, a path below a file), is
+            ``compact_min=-1``, ``compact_ratio=5``, ``faiss_threads=0``, ``busy_timeout="x"``, a bool for an int,
+            ``show_progress="yes"``), before the folder is created; ``path`` is a file, cannot be created (``/proc/nope``, a path below a file), is
             a folder this process cannot write, holds a Qdrant Edge shard, or is not a str / os.PathLike
             (``HybridMemory(5)``) or is empty; the message names the path and the fix.
 
@@ -240,7 +242,8 @@ class HybridMemory:
         if dense_index not in DENSE_KINDS:
             raise InvalidRequestError(f"dense_index must be one of {DENSE_KINDS}, got {dense_index!r}")
         check_memory_options(k1=k1, b=b, candidate_multiplier=candidate_multiplier, compact_min=compact_min,
-                             compact_ratio=compact_ratio, faiss_threads=faiss_threads, busy_timeout=busy_timeout)
+                             compact_ratio=compact_ratio, faiss_threads=faiss_threads, busy_timeout=busy_timeout,
+                             show_progress=show_progress, background_compaction=background_compaction)
         if synchronous not in ("full", "normal"):
             raise InvalidRequestError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
         self.path = memory_path(path) if path is not None else None

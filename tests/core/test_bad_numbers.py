@@ -125,8 +125,18 @@ def test_qdrant_bm25_parameters_that_are_not_numbers_name_their_type_and_the_fix
                          "compact_min=500 (the default)"),
     ("compact_min", 2.5, "compact_min must be an int >= 0 (documents), got float 2.5; pass an int such as "
                          "compact_min=500 (the default)"),
-    ("compact_ratio", -0.5, "compact_ratio must be a finite number >= 0 (a fraction of the main BM25 segment), got "
-                            "float -0.5; pass a float such as compact_ratio=0.1 (the default)"),
+    ("compact_ratio", -0.5, "compact_ratio must be a number in [0, 1] (a fraction of the main BM25 segment; 0 leaves "
+                            "compact_min alone to decide), got float -0.5; pass a float such as compact_ratio=0.1 "
+                            "(the default)"),
+    ("compact_ratio", 5, "compact_ratio must be a number in [0, 1] (a fraction of the main BM25 segment; 0 leaves "
+                         "compact_min alone to decide), got int 5; pass a float such as compact_ratio=0.1 (the "
+                         "default)"),
+    ("show_progress", "yes", "show_progress must be a bool, got str 'yes'; pass show_progress=True for progress bars, "
+                             "or False (the default)"),
+    ("show_progress", 1, "show_progress must be a bool, got int 1; pass show_progress=True for progress bars, or "
+                         "False (the default)"),
+    ("background_compaction", "no", "background_compaction must be a bool, got str 'no'; pass "
+                                    "background_compaction=True (the default) or False to merge in the writing call"),
     ("candidate_multiplier", True, "candidate_multiplier must be an int >= 1, got bool True; pass an int such as "
                                    "candidate_multiplier=2 (the default)"),
     ("faiss_threads", 0, "faiss_threads must be an int >= 1 or None, got int 0; pass faiss_threads=1 (the default) "
@@ -144,6 +154,20 @@ def test_a_bad_numeric_constructor_option_is_refused_before_the_folder_is_create
         HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(8), **{option: value})
     assert str(info.value) == message
     assert list(tmp_path.iterdir()) == []  # no folder left behind
+
+
+def test_compact_ratio_bounds_are_taken_and_show_progress_is_refused_on_a_backend_memory(tmp_path):
+    """compact_ratio=0 (compact_min alone decides, as tests of compaction use it) and 1 are in range; the Qdrant
+    memory checks show_progress before it opens its backend."""
+    for ratio in (0, 1):
+        with HybridMemory(embedder=HashingEmbedder(8), compact_ratio=ratio) as memory:
+            assert memory._sparse.compact_ratio == ratio
+    pytest.importorskip("qdrant_edge")
+    with pytest.raises(InvalidRequestError) as info:
+        HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(8), show_progress="yes")
+    assert str(info.value) == ("show_progress must be a bool, got str 'yes'; pass show_progress=True for progress "
+                               "bars, or False (the default)")
+    assert list(tmp_path.iterdir()) == []  # no shard folder left behind
 
 
 def test_numpy_numbers_are_numbers_for_the_constructor_options(tmp_path):

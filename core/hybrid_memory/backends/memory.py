@@ -90,7 +90,7 @@ class BackendMemory(HybridMemory):
                 f"a memory on a backend keeps no directory (got path {path!r}); pass backend=... alone, or a "
                 "path alone for the embedded memory"
             )
-        check_memory_options(candidate_multiplier=candidate_multiplier)
+        check_memory_options(candidate_multiplier=candidate_multiplier, show_progress=show_progress)
         if recency_prior is not None and not isinstance(recency_prior, RecencyPrior):
             raise InvalidRequestError(f"recency_prior must be a RecencyPrior or None, got {recency_prior!r}")
         self.path = None
