@@ -18,7 +18,7 @@ CORE = [
     "InvalidRequestError", "MAX_SEARCH_TEXT_CHARS", "MAX_TOP_K", "MAX_WEIGHT", "MemoryClosedError", "BackendUnavailableError", "MissingDependencyError",
     "RecencyPrior", "Scope", "ScopeError", "ScopedMemory", "SearchRequest", "SearchResponse", "SearchResult",
     "SentenceTransformerEmbedder", "StoreBusyError", "StoreFormatError", "StoredChunk", "WriteDecision",
-    "WriteResult", "reciprocal_rank_fusion",
+    "WriteResult", "export_to_qdrant", "reciprocal_rank_fusion",
 ]
 LANGCHAIN = ["HybridMemoryRetriever", "LangChainEmbedder", "as_core_embedder", "document_to_chunk", "result_to_document"]
 LLAMAINDEX = ["HybridMemoryRetriever", "LlamaIndexEmbedder", "as_core_embedder", "node_to_chunk", "result_to_node",
@@ -84,3 +84,16 @@ def test_star_import_of_an_adapter_works_without_the_graph_extra(package):
     lines = out.stdout.splitlines()
     assert lines[0] == repr(sorted(LANGCHAIN if package.startswith("langchain") else LLAMAINDEX))
     assert lines[1].startswith("graph:") and "pip install 'hybrid-memory[graph]'" in lines[1]
+
+
+def test_importing_the_core_imports_no_qdrant_module():
+    """export_to_qdrant is re-exported from hybrid_memory; the qdrant extra is imported only when it is called."""
+    code = textwrap.dedent("""
+        import sys
+        from hybrid_memory import export_to_qdrant
+        from hybrid_memory.backends.export import export_to_qdrant as defined
+        print(export_to_qdrant is defined, sorted(m for m in sys.modules if m.split(".")[0].startswith("qdrant")))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["True []"]

@@ -9,7 +9,8 @@ Quick start::
         response = memory.search("HTTP 504", top_k=5, metadata_filter={"environment": "production"})
 
 The GraphRAG layer lives in :mod:`hybrid_memory.graph` (``pip install 'hybrid-memory[graph]'``), imported
-only when asked for.
+only when asked for. :func:`export_to_qdrant` (from :mod:`hybrid_memory.backends.export`) imports the
+``qdrant`` extra only when called.
 """
 
 from ._exceptions import (
@@ -26,6 +27,7 @@ from ._exceptions import (
     StoreBusyError,
     StoreFormatError,
 )
+from .backends.export import export_to_qdrant
 from .dedup import DedupPolicy, WriteDecision, WriteResult
 from .embedders import CallableEmbedder, Embedder, HashingEmbedder, SentenceTransformerEmbedder
 from .fusion import FusedHit, reciprocal_rank_fusion
@@ -70,5 +72,6 @@ __all__ = [
     "StoredChunk",
     "WriteDecision",
     "WriteResult",
+    "export_to_qdrant",
     "reciprocal_rank_fusion",
 ]
