@@ -749,3 +749,62 @@ def test_a_backend_that_is_not_a_qdrant_backend_is_refused_before_anything_is_wr
             "QdrantBackend.edge(path, **memory.bm25_params) or QdrantBackend.client(url_or_client, collection=..., "
             "**memory.bm25_params)")
     assert not (tmp_path / "shard").exists()
+
+
+def test_a_closed_backend_is_refused_naming_how_to_open_it_again(tmp_path):
+    """A fresh user's finding: a QdrantBackend closed before export_to_qdrant raised a raw AttributeError
+    ('NoneType' object has no attribute 'count') from inside the shard (a RuntimeError for a client)."""
+    from hybrid_memory import InvalidRequestError, export_to_qdrant
+    from hybrid_memory.backends.qdrant import QdrantBackend
+
+    _memory(tmp_path / "mem")
+    shard = str(tmp_path / "shard")
+    with HybridMemory.open(tmp_path / "mem", embedder=HashingEmbedder(16)) as memory:
+        backend = QdrantBackend.edge(shard, **memory.bm25_params)
+        backend.open(16)
+        backend.close()
+        with pytest.raises(InvalidRequestError) as err:
+            export_to_qdrant(memory, backend)
+        assert str(err.value) == (
+            f"export_to_qdrant was given a closed QdrantBackend (of the Qdrant Edge shard {shard!r}: backend.close() "
+            f"was called); nothing was written: open it again, QdrantBackend.edge({shard!r}, **memory.bm25_params), "
+            "and pass that")
+        client = QdrantBackend.client(":memory:", collection="notes", **memory.bm25_params)
+        client.open(16)
+        client.close()
+        with pytest.raises(InvalidRequestError) as err:
+            export_to_qdrant(memory, client)
+        assert str(err.value) == (
+            "export_to_qdrant was given a closed QdrantBackend (of the Qdrant collection 'notes': backend.close() was "
+            "called); nothing was written: open it again, QdrantBackend.client(url_or_client, collection='notes', "
+            "**memory.bm25_params), and pass that")
+        backend.open(16)  # an Edge backend opened again is taken
+        assert (backend.closed, export_to_qdrant(memory, backend)) == (False, 7)
+        backend.close()
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"progress": 5}, "progress must be a function called with the number of chunks copied, or None, got int 5; "
+                      "nothing was written: pass e.g. progress=print, or leave it out"),
+    ({"replace": "yes"}, "replace must be a bool, got str 'yes'; nothing was written: pass replace=True to clear a "
+                         "target that holds points, or False (the default) to refuse one"),
+    ({"replace": 1}, "replace must be a bool, got int 1; nothing was written: pass replace=True to clear a target "
+                     "that holds points, or False (the default) to refuse one"),
+])
+def test_a_bad_progress_or_replace_is_refused_before_anything_is_written(tmp_path, options, message):
+    """A fresh user's finding: progress=5 failed after the first batch ('int' object is not callable), leaving a
+    'complete: false' export record, and replace="yes" was taken as true (clearing the target)."""
+    from hybrid_memory import InvalidRequestError, export_to_qdrant
+    from hybrid_memory.backends.qdrant import QdrantBackend
+
+    _memory(tmp_path / "mem")
+    with HybridMemory.open(tmp_path / "mem", embedder=HashingEmbedder(16)) as memory:
+        backend = QdrantBackend.edge(tmp_path / "shard", **memory.bm25_params)
+        with pytest.raises(InvalidRequestError) as err:
+            export_to_qdrant(memory, backend, batch_size=2, **options)
+        assert str(err.value) == message
+        assert not (tmp_path / "shard").exists()  # no shard, no export record
+        done = []
+        assert export_to_qdrant(memory, backend, batch_size=2, progress=done.append, replace=np.bool_(False)) == 7
+        assert done == [2, 4, 6, 7]
+        backend.close()

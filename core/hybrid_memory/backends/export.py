@@ -170,15 +170,29 @@ def _checked_batch_size(batch_size: object) -> int:
 
 
 def _checked_backend(backend: object) -> None:
-    """``export_to_qdrant``'s ``backend``: a :class:`~hybrid_memory.backends.qdrant.QdrantBackend`.
+    """``export_to_qdrant``'s ``backend``: a :class:`~hybrid_memory.backends.qdrant.QdrantBackend` not closed.
 
     Raises:
-        InvalidRequestError: a path (str / os.PathLike) or anything else, naming what was given and the fix.
+        InvalidRequestError: a path (str / os.PathLike) or anything else, naming what was given and the fix; a
+            closed backend (its collection raised a raw AttributeError or RuntimeError), naming how to open
+            one again.
     """
     from .qdrant import QdrantBackend
 
     if isinstance(backend, QdrantBackend):
-        return
+        if not backend.closed:
+            return
+        if backend.path is not None:
+            what, fix = (f"of the Qdrant Edge shard {str(backend.path)!r}",
+                         f"QdrantBackend.edge({str(backend.path)!r}, **memory.bm25_params)")
+        else:
+            name = getattr(backend.collection, "name", None)
+            what, fix = (f"of the Qdrant collection {name!r}",
+                         f"QdrantBackend.client(url_or_client, collection={name!r}, **memory.bm25_params)")
+        raise InvalidRequestError(
+            f"export_to_qdrant was given a closed QdrantBackend ({what}: backend.close() was called); nothing was "
+            f"written: open it again, {fix}, and pass that"
+        )
     if isinstance(backend, (str, os.PathLike)):
         raise InvalidRequestError(
             f"export_to_qdrant writes to a QdrantBackend, got the path {str(backend)!r}; nothing was written: open "
@@ -189,6 +203,27 @@ def _checked_backend(backend: object) -> None:
         + "; nothing was written: pass QdrantBackend.edge(path, **memory.bm25_params) or "
         "QdrantBackend.client(url_or_client, collection=..., **memory.bm25_params)"
     )
+
+
+def _checked_progress_and_replace(progress: object, replace: object) -> None:
+    """``export_to_qdrant``'s ``progress`` (a callable or None) and ``replace`` (a bool).
+
+    Raises:
+        InvalidRequestError: ``progress`` is not callable (``progress=5`` failed after the first batch, leaving an
+            interrupted-copy record), or ``replace`` is not a bool (``"yes"`` was taken as true and cleared the
+            target); the message names the value and the fix.
+    """
+    if progress is not None and not callable(progress):
+        raise InvalidRequestError(
+            f"progress must be a function called with the number of chunks copied, or None, got "
+            f"{type(progress).__name__} {progress!r:.60}; nothing was written: pass e.g. progress=print, or leave it "
+            "out"
+        )
+    if not isinstance(replace, (bool, np.bool_)):
+        raise InvalidRequestError(
+            f"replace must be a bool, got {type(replace).__name__} {replace!r:.60}; nothing was written: pass "
+            "replace=True to clear a target that holds points, or False (the default) to refuse one"
+        )
 
 
 def _checked_memory(memory: object) -> None:
@@ -239,8 +274,10 @@ def export_to_qdrant(
             checked when present), unless the caller already opened it for that dimension (the CLI does, so
             an unreachable server fails before its progress bar is drawn).
         batch_size: chunks per upsert request, an int >= 1 (default 256).
-        progress: called with the number of chunks copied after each batch (the CLI's progress bar).
-        replace: clear a target that holds points before copying (default False: such a target is refused).
+        progress: a function called with the number of chunks copied after each batch (the CLI's progress bar),
+            or None.
+        replace: a bool: clear a target that holds points before copying (default False: such a target is
+            refused).
         avgdl: the BM25 average length in tokens the copy is meant to be written with (``export-qdrant --avgdl``);
             default None: the memory's own (``memory.bm25_params["avgdl"]``), so the copy ranks as the memory does. The
             backend must be opened with it (``QdrantBackend.edge(path, avgdl=...)``; Qdrant's default is 256).
@@ -258,10 +295,12 @@ def export_to_qdrant(
         DimensionMismatchError: a stored vector does not have the memory's dimension, or the Edge shard holds
             another dimension (:func:`open_target`).
         MemoryClosedError: ``memory`` is closed.
-        InvalidRequestError: ``backend`` is not a QdrantBackend (a path, None; :func:`_checked_backend`).
+        InvalidRequestError: ``backend`` is not a QdrantBackend (a path, None) or is closed
+            (:func:`_checked_backend`); ``progress`` is not callable or None, ``replace`` is not a bool.
     """
     _checked_memory(memory)  # first: a refused copy writes nothing, not even its record
     _checked_backend(backend)
+    _checked_progress_and_replace(progress, replace)
     batch_size = _checked_batch_size(batch_size)
     avgdl = _checked_avgdl(avgdl)
     check_bm25(memory, backend, avgdl=avgdl)  # before the target is opened or cleared: a refused copy writes nothing

@@ -594,6 +594,8 @@ class QdrantBackend:
         stale (a changed chunk has another text); bounded like the Edge payload cache."""
         self.uuid_ids = False
         """Whether the collection holds format-1 points (UUID ids), found by :meth:`open`."""
+        self.closed = False
+        """True after :meth:`close` (until a later :meth:`open` succeeds): export_to_qdrant refuses it."""
 
     @classmethod
     def edge(cls, path: str | Path, *, payload_cache: int = PAYLOAD_CACHE, payload_memory: str | None = "cached",
@@ -758,6 +760,7 @@ class QdrantBackend:
             exact |= {(METADATA, k) for k, kind in self.indexed_keys.items() if kind == "float"}
         self.exact_ranges = None if getattr(self.collection, "local", False) else exact
         self.dim = int(dim)
+        self.closed = False
 
     def engines(self, embedder: Any) -> dict[str, Any]:
         """The sparse and dense engines, sharing one batched request per query."""
@@ -1072,5 +1075,6 @@ class QdrantBackend:
         return out
 
     def close(self) -> None:
-        """Close the collection."""
+        """Close the collection (``closed`` becomes True)."""
         self.collection.close()
+        self.closed = True
