@@ -13,7 +13,7 @@ import numbers
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -60,6 +60,21 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
 
 
+def holds_bool(values: Any) -> bool:
+    """Whether a list or tuple of numbers, or of rows (lists or tuples) of numbers, holds a ``bool`` or
+    ``numpy.bool_`` element: numpy turns ``[True, 2.0]`` into floats (dtype float64) without a word, so the
+    dtype cannot tell. Two levels only (a vector, a batch of rows); numpy arrays are not walked (a bool array
+    has its own dtype). About as fast as ``np.asarray`` of the same list (one ``set(map(type, row))`` a row)."""
+    if not isinstance(values, (list, tuple)):
+        return False
+    rows = [values, *(row for row in values if isinstance(row, (list, tuple)))]
+    for row in rows:
+        kinds = set(map(type, row))
+        if bool in kinds or np.bool_ in kinds:
+            return True
+    return False
+
+
 def query_vector(vector: np.ndarray | Sequence[float], dim: int) -> np.ndarray:
     """A caller's precomputed query vector as float32 (dim,), scaled to unit L2 norm (all zeros stay zeros).
 
@@ -101,6 +116,11 @@ def query_vector(vector: np.ndarray | Sequence[float], dim: int) -> np.ndarray:
         raise InvalidRequestError(f"query_vector must be one-dimensional ({dim},), got shape {given.shape}; {fix}")
     if given.shape != (dim,):
         raise InvalidRequestError(f"query_vector must be {dim} finite floats, got shape {given.shape}; {fix}")
+    if holds_bool(vector):  # numpy reads [True, 0.5] as floats
+        first = next(i for i, v in enumerate(vector) if isinstance(v, (bool, np.bool_)))
+        raise InvalidRequestError(
+            f"query_vector must be numbers, got {type(vector).__name__} holding bool {bool(vector[first])!r} at index "
+            f"{first}; {fix}")
     with np.errstate(over="ignore"):  # a float64 beyond float32's range becomes inf: reported just below
         array = given.astype(np.float32)
     bad = np.flatnonzero(~np.isfinite(array))

@@ -27,7 +27,7 @@ import numpy as np
 
 from ._exceptions import DimensionMismatchError, DuplicateChunkError, InvalidRequestError, ScopeError
 from .dedup import DedupPolicy, Match, WriteDecision, WriteResult, find_exact, find_near
-from .embedders import Embedder, l2_normalize
+from .embedders import Embedder, holds_bool, l2_normalize
 from .models import SCOPE_FIELDS, TIME_FIELDS, Chunk
 from .scopes import Scope
 from .store import content_hash
@@ -131,7 +131,7 @@ def check_vectors(vectors: Any, n: int, dim: int, ids: Sequence[str] | None = No
         raise InvalidRequestError(
             f"vectors hold complex numbers (dtype {given.dtype}); an embedding is real: pass their real part if that "
             f"is what you mean (vectors.real); {fix}")
-    if given.dtype.kind not in "iuf":
+    if given.dtype.kind not in "iuf" or holds_bool(vectors):  # numpy reads [[True, 2.0]] as floats
         where, bad = _first_non_number(vectors, given)
         if bad is not _NONE:
             raise InvalidRequestError(

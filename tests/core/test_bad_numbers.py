@@ -49,6 +49,18 @@ def test_string_vectors_name_their_type_and_the_fix(mem):
         f"vectors must be real numbers, got list holding bool True at row 0 (chunk 'n0'), column 0 (dtype bool); {FIX}")
 
 
+def test_a_bool_among_floats_is_refused_by_row_column_and_value(mem):
+    """A fresh user's finding: vectors=[[True, 2.0, ...]] was stored, numpy having read True as 1.0 (dtype float64),
+    while a row of bools alone was refused."""
+    assert _refused(mem, [[True] + [2.0] * 7]) == (
+        f"vectors must be real numbers, got list holding bool True at row 0 (chunk 'n0'), column 0 (dtype float64); "
+        f"{FIX}")
+    rows = [[0.1] * 8, (0.2,) * 5 + (np.False_, 0.4, 0.5)]  # a tuple row and numpy's bool too
+    assert _refused(mem, rows) == (
+        f"vectors must be real numbers, got list holding bool False at row 1 (chunk 'n1'), column 5 (dtype float64); "
+        f"{FIX}")
+
+
 def test_complex_vectors_are_refused_as_query_vector_refuses_them(mem):
     expected = ("vectors hold complex numbers (dtype complex128); an embedding is real: pass their real part if that "
                 f"is what you mean (vectors.real); {FIX}")

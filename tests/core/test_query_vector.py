@@ -67,6 +67,13 @@ def test_booleans_digit_strings_and_none_are_not_numbers(vector, got):
     assert _refusal(vector) == f"query_vector must be numbers, {got}; {FIX}"
 
 
+@pytest.mark.parametrize("vector, got", [([True, 0.5, 0.0, 0.0], "got list holding bool True at index 0"),
+                                         ((0.5, 0.0, np.False_, 1.0), "got tuple holding bool False at index 2")])
+def test_a_bool_among_floats_is_not_a_number(vector, got):
+    """numpy reads [True, 0.5, ...] as floats (dtype float64), so the dtype alone let it through as 1.0."""
+    assert _refusal(vector) == f"query_vector must be numbers, {got}; {FIX}"
+
+
 def test_what_langchain_and_llamaindex_pass_is_accepted():
     """A list of floats (LangChain's embed_query, LlamaIndex's QueryBundle.embedding), a float64 or int array:
     float32 (4,), unit L2 norm; the search ranks by it (dense only: the chunk the vector points at comes first)."""
