@@ -826,12 +826,20 @@ class HybridMemory:
                     if self._sparse.needs_compaction() or self._sparse.delta_size >= self._sparse.compact_min:
                         self._sparse.compact(self._store.texts, show_progress=self.show_progress)
 
-    def delete(self, chunk_ids: Iterable[str], *, scope: Scope | Mapping[str, Any] | None = None) -> int:
+    def delete(self, chunk_ids: Iterable[str] | str, *, scope: Scope | Mapping[str, Any] | None = None) -> int:
         """Delete chunks by id from the store and both engines. Unknown ids are ignored, and so are ids
         outside ``scope`` when it is given.
 
+        Args:
+            chunk_ids: a list (any iterable) of chunk ids; a lone str is one id (``delete("c1")`` deletes the
+                chunk ``"c1"``, not ``"c"`` and ``"1"``).
+
         Returns:
             The number of chunks deleted.
+
+        Raises:
+            InvalidRequestError: ``chunk_ids`` is not an iterable of str (an int, bytes, a chunk object among
+                the ids); nothing is deleted.
         """
         self._check_open()
         ids = self._ids_argument(chunk_ids)
@@ -845,20 +853,41 @@ class HybridMemory:
         return len(result.rowids)
 
     # -- reads --------------------------------------------------------------------------------------
-    def get(self, chunk_ids: Iterable[str], *, scope: Scope | Mapping[str, Any] | None = None) -> list[StoredChunk]:
-        """Stored chunks in the order of ``chunk_ids``; unknown ids (and ids outside ``scope``) are skipped."""
+    def get(self, chunk_ids: Iterable[str] | str, *, scope: Scope | Mapping[str, Any] | None = None) -> list[StoredChunk]:
+        """Stored chunks in the order of ``chunk_ids`` (a list of ids; a lone str is one id); unknown ids (and ids
+        outside ``scope``) are skipped. Raises InvalidRequestError as :meth:`delete` does."""
         self._check_open()
         return self._store.get(self._ids_argument(chunk_ids), scope=_bound(scope))
 
     @staticmethod
-    def _ids_argument(chunk_ids: Iterable[str] | str) -> list[str]:
+    def _ids_argument(chunk_ids: Iterable[str] | str, name: str = "chunk_ids") -> list[str]:
+        """``chunk_ids`` of :meth:`delete` and :meth:`get` (``old_ids`` of :meth:`supersede`, ``name`` in messages)
+        as a list of str; a lone str is one id.
+
+        Raises:
+            InvalidRequestError: not an iterable, bytes (which iterate as ints), or an element that is not a str
+                (a chunk object: the message says to pass its ``chunk_id``); the message names the value, its type,
+                its position and the fix.
+        """
         ids = [chunk_ids] if isinstance(chunk_ids, str) else chunk_ids
-        if not isinstance(ids, Iterable):
-            raise InvalidRequestError(f"chunk_ids must be a list of strings, got {type(chunk_ids).__name__}")
+        if isinstance(ids, (bytes, bytearray)) or not isinstance(ids, Iterable):
+            raise InvalidRequestError(
+                f"{name} must be a list of chunk ids (str), or one id as a str, got {type(chunk_ids).__name__} "
+                f"{chunk_ids!r:.60}; pass e.g. ['c1', 'c2'] or 'c1'"
+            )
         ids = list(ids)
-        bad = [i for i in ids if not isinstance(i, str)]
-        if bad:
-            raise InvalidRequestError(f"chunk ids must be strings, got {bad[:3]!r}")
+        for position, value in enumerate(ids):
+            if isinstance(value, str):
+                continue
+            if isinstance(getattr(value, "chunk_id", None), str):
+                raise InvalidRequestError(
+                    f"{name} must be chunk ids (str), got a {type(value).__name__} (chunk_id {value.chunk_id!r:.60}) "
+                    f"at position {position}; pass the ids: [c.chunk_id for c in chunks]"
+                )
+            raise InvalidRequestError(
+                f"{name} must be chunk ids (str), got {type(value).__name__} {value!r:.60} at position {position}; "
+                "pass the ids as str, e.g. ['c1', 'c2']"
+            )
         return ids
 
     def count(
@@ -965,7 +994,7 @@ class HybridMemory:
                 after the new one (its interval would be empty); nothing is written.
         """
         self._check_open()
-        old = self._ids_argument(old_ids)
+        old = self._ids_argument(old_ids, "old_ids")
         if not old:
             raise InvalidRequestError("old_ids is empty: give the ids of the facts the new chunk replaces")
         chunk = self._validate_chunks([new_chunk])[0]

@@ -341,14 +341,16 @@ class ScopedMemory:
         self._no_extra("supersede", extra)
         return self._memory.supersede(old_ids, new_chunk, vector=vector, scope=self.scope)
 
-    def delete(self, chunk_ids: Iterable[str], **extra: Any) -> int:
-        """Delete chunks of this scope by id; ids of other scopes are ignored like unknown ids."""
+    def delete(self, chunk_ids: Iterable[str] | str, **extra: Any) -> int:
+        """Delete chunks of this scope by id (a list; a lone str is one id); ids of other scopes are ignored like
+        unknown ids."""
         self._no_extra("delete", extra)
         return self._memory.delete(chunk_ids, scope=self.scope)
 
     # -- reads ------------------------------------------------------------------------------------
-    def get(self, chunk_ids: Iterable[str], **extra: Any) -> list[StoredChunk]:
-        """Chunks of this scope, in the order given; unknown ids and ids of other scopes are skipped."""
+    def get(self, chunk_ids: Iterable[str] | str, **extra: Any) -> list[StoredChunk]:
+        """Chunks of this scope, in the order given (a list; a lone str is one id); unknown ids and ids of other
+        scopes are skipped."""
         self._no_extra("get", extra)
         return self._memory.get(chunk_ids, scope=self.scope)
 

@@ -92,6 +92,43 @@ def test_deleted_chunk_never_comes_back(memory):
     assert memory.get(["prod-504"]) == []
 
 
+def test_a_lone_string_is_one_id_for_delete_get_and_a_scoped_view(memory):
+    """delete("prod-504") deletes that chunk (not the chunks 'p', 'r', ...): documented, as supersede's old_ids."""
+    assert [c.chunk_id for c in memory.get("prod-504")] == ["prod-504"]
+    assert memory.delete("prod-504") == 1
+    assert (memory.count(), memory.get("prod-504")) == (5, [])
+    assert memory.scoped(user_id="nobody").delete("reset") == 0  # another scope's id: ignored like an unknown one
+    assert memory.count() == 5
+
+
+@pytest.mark.parametrize("chunk_ids, message", [
+    (5, "chunk_ids must be a list of chunk ids (str), or one id as a str, got int 5; pass e.g. ['c1', 'c2'] or 'c1'"),
+    (b"reset", "chunk_ids must be a list of chunk ids (str), or one id as a str, got bytes b'reset'; pass e.g. "
+               "['c1', 'c2'] or 'c1'"),
+    (["reset", None], "chunk_ids must be chunk ids (str), got NoneType None at position 1; pass the ids as str, e.g. "
+                      "['c1', 'c2']"),
+])
+def test_ids_that_are_not_strings_are_refused_naming_value_and_position(memory, chunk_ids, message):
+    """bytes iterated as ints (the message quoted [114, 101, ...]), and the message named no fix."""
+    with pytest.raises(InvalidRequestError) as info:
+        memory.delete(chunk_ids)
+    assert str(info.value) == message
+    assert memory.count() == 6  # nothing deleted
+
+
+def test_a_chunk_object_given_as_an_id_names_its_chunk_id_and_supersede_names_old_ids(memory):
+    stored = memory.get(["reset"])
+    with pytest.raises(InvalidRequestError) as info:
+        memory.delete(stored)
+    assert str(info.value) == ("chunk_ids must be chunk ids (str), got a StoredChunk (chunk_id 'reset') at position 0; "
+                               "pass the ids: [c.chunk_id for c in chunks]")
+    with pytest.raises(InvalidRequestError) as info:
+        memory.supersede(7, {"chunk_id": "new", "text": "a new fact"})
+    assert str(info.value) == ("old_ids must be a list of chunk ids (str), or one id as a str, got int 7; pass e.g. "
+                               "['c1', 'c2'] or 'c1'")
+    assert memory.count() == 6
+
+
 def test_precomputed_vectors_are_used_and_checked(embedder):
     import numpy as np
 
@@ -186,8 +223,10 @@ def test_wrong_argument_shapes_are_clear_errors(memory):
         memory.add({"chunk_id": "x", "text": "y"})
     with pytest.raises(InvalidRequestError, match="chunk_ids must be a list"):
         memory.delete(None)
-    with pytest.raises(InvalidRequestError, match="must be strings"):
+    with pytest.raises(InvalidRequestError) as info:
         memory.get([1, 2])
+    assert str(info.value) == ("chunk_ids must be chunk ids (str), got int 1 at position 0; pass the ids as str, e.g. "
+                               "['c1', 'c2']")
     with pytest.raises(InvalidRequestError, match="chunk_id"):
         memory.add([{"chunk_id": "   ", "text": "x"}])
     with pytest.raises(InvalidRequestError, match="not valid Unicode"):

@@ -192,7 +192,7 @@ class BackendMemory(HybridMemory):
         """As :meth:`HybridMemory.supersede`: write ``new_chunk`` and close the validity of the facts it
         replaces (``valid_to`` = its ``valid_from``, ``superseded_by`` = its id) in the same batch."""
         self._check_open()
-        old = self._ids_argument(old_ids)
+        old = self._ids_argument(old_ids, "old_ids")
         if not old:
             raise InvalidRequestError("old_ids is empty: give the ids of the facts the new chunk replaces")
         chunk = self._validate_chunks([new_chunk])[0]
@@ -205,8 +205,9 @@ class BackendMemory(HybridMemory):
             self._write([chunk], vectors, replace=True, dedup="keep", scope=scope, extra_updates=closes)
         return chunk.chunk_id
 
-    def delete(self, chunk_ids: Iterable[str], *, scope: Scope | Mapping[str, Any] | None = None) -> int:
-        """Delete chunks by id (unknown ids, and ids outside ``scope``, are ignored). Returns how many were."""
+    def delete(self, chunk_ids: Iterable[str] | str, *, scope: Scope | Mapping[str, Any] | None = None) -> int:
+        """Delete chunks by id (a list; a lone str is one id); unknown ids, and ids outside ``scope``, are ignored.
+        Returns how many were. Raises InvalidRequestError as :meth:`HybridMemory.delete` does."""
         self._check_open()
         ids = self._ids_argument(chunk_ids)
         with self._write_lock:
@@ -220,8 +221,9 @@ class BackendMemory(HybridMemory):
         yield self
 
     # -- reads --------------------------------------------------------------------------------------
-    def get(self, chunk_ids: Iterable[str], *, scope: Scope | Mapping[str, Any] | None = None) -> list[StoredChunk]:
-        """Stored chunks in the order of ``chunk_ids``; unknown ids (and ids outside ``scope``) are skipped."""
+    def get(self, chunk_ids: Iterable[str] | str, *, scope: Scope | Mapping[str, Any] | None = None) -> list[StoredChunk]:
+        """Stored chunks in the order of ``chunk_ids`` (a list; a lone str is one id); unknown ids (and ids outside
+        ``scope``) are skipped."""
         self._check_open()
         ids = self._ids_argument(chunk_ids)
         bound = as_scope(scope)
