@@ -97,9 +97,16 @@ def test_qdrant_bm25_parameters_that_are_not_numbers_name_their_type_and_the_fix
     cases = [
         ({"k1": "x"}, "k1 must be a finite number >= 0, got str 'x'; pass a float: k1=1.5 (bm25s' default)"),
         ({"b": None}, "b must be a number in [0, 1], got NoneType None; pass a float: b=0.75 (bm25s' default)"),
-        ({"avgdl": "12"}, ("avgdl must be a positive number of tokens, got str '12'; pass a float: avgdl= the "
+        ({"avgdl": "12"}, ("avgdl must be a finite number of tokens > 0, got str '12'; pass a float: avgdl= the "
                            "memory's average chunk length (export-qdrant prints it)")),
         ({"k1": True}, "k1 must be a finite number >= 0, got bool True; pass a float: k1=1.5 (bm25s' default)"),
+        # out of range: the same message with the fix (it was 'k1 must be a finite number >= 0, got -1', no fix)
+        ({"k1": -1}, "k1 must be a finite number >= 0, got int -1; pass a float: k1=1.5 (bm25s' default)"),
+        ({"k1": float("inf")}, "k1 must be a finite number >= 0, got float inf; pass a float: k1=1.5 (bm25s' default)"),
+        ({"b": 2}, "b must be a number in [0, 1], got int 2; pass a float: b=0.75 (bm25s' default)"),
+        ({"b": float("nan")}, "b must be a number in [0, 1], got float nan; pass a float: b=0.75 (bm25s' default)"),
+        ({"avgdl": 0}, ("avgdl must be a finite number of tokens > 0, got int 0; pass a float: avgdl= the memory's "
+                        "average chunk length (export-qdrant prints it)")),
     ]
     for kwargs, message in cases:
         with pytest.raises(InvalidRequestError) as info:

@@ -229,27 +229,22 @@ class SparseEncoder:
         avgdl: average document length in tokens used by the length normalisation, > 0.
 
     Raises:
-        InvalidRequestError: ``k1``, ``b`` or ``avgdl`` is not a real number (a ``str``, a ``bool``, ``None``: the
-            message names its type and the fix) or out of its range.
+        InvalidRequestError: ``k1``, ``b`` or ``avgdl`` is not a real number (a ``str``, a ``bool``, ``None``) or
+            is out of its range (``k1=-1``, ``b=2``, ``avgdl=0``, NaN); the message names the value, its type and
+            the fix.
     """
 
     def __init__(self, tokenizer: TechnicalTokenizer | None = None, *, k1: float = 1.5, b: float = 0.75,
                  avgdl: float = DEFAULT_AVGDL) -> None:
-        for name, value, rule, fix in (
-            ("k1", k1, "a finite number >= 0", "k1=1.5 (bm25s' default)"),
-            ("b", b, "a number in [0, 1]", "b=0.75 (bm25s' default)"),
-            ("avgdl", avgdl, "a positive number of tokens",
+        for name, value, rule, in_range, fix in (
+            ("k1", k1, "a finite number >= 0", lambda v: v >= 0 and math.isfinite(v), "k1=1.5 (bm25s' default)"),
+            ("b", b, "a number in [0, 1]", lambda v: 0 <= v <= 1, "b=0.75 (bm25s' default)"),
+            ("avgdl", avgdl, "a finite number of tokens > 0", lambda v: v > 0 and math.isfinite(v),
              "avgdl= the memory's average chunk length (export-qdrant prints it)"),
         ):
-            if not _real(value):
+            if not (_real(value) and in_range(value)):  # a type or a range error: one message, with the fix
                 raise InvalidRequestError(f"{name} must be {rule}, got {type(value).__name__} {value!r:.60}; pass a "
                                           f"float: {fix}")
-        if not (k1 >= 0 and math.isfinite(k1)):
-            raise InvalidRequestError(f"k1 must be a finite number >= 0, got {k1!r}")
-        if not 0 <= b <= 1:
-            raise InvalidRequestError(f"b must be in [0, 1], got {b!r}")
-        if not (avgdl > 0 and math.isfinite(avgdl)):
-            raise InvalidRequestError(f"avgdl must be a positive number of tokens, got {avgdl!r}")
         self.tokenizer = tokenizer or TechnicalTokenizer()
         self.k1, self.b, self.avgdl = float(k1), float(b), float(avgdl)
 
