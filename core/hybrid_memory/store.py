@@ -569,6 +569,21 @@ class SQLiteStore:
         with self._lock:
             return int(self._conn.execute(f"SELECT COUNT(*) FROM chunks WHERE {sql}", params).fetchone()[0])
 
+    def scope_values(self, field: str, limit: int = 5) -> list[str]:
+        """The distinct values of the scope field ``field`` (tenant, user_id, agent_id, session_id) the chunks
+        hold (chunks without one left out), ascending, at most ``limit + 1`` (so a caller can tell there are
+        more than ``limit``). Read from the field's index (``chunks_<field>``), not a scan of the rows.
+
+        Raises:
+            ValueError: ``field`` is not a scope field (a programming error: the callers pass bound fields).
+        """
+        if field not in _SCOPE_COLUMNS:
+            raise ValueError(f"unknown scope field {field!r}")
+        with self._lock:
+            rows = self._conn.execute(f"SELECT DISTINCT {field} FROM chunks WHERE {field} IS NOT NULL ORDER BY "
+                                      f"{field} LIMIT ?", (int(limit) + 1,)).fetchall()
+        return [r[0] for r in rows]
+
     def filter_rowids(
         self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None = None,
         as_of: float | None = None,

@@ -603,17 +603,33 @@ def test_metadata_named_like_a_scope_field_gets_a_warning(tmp_path, capsys, capl
         "user_id=...) will not find these chunks by it; to stamp the scope, give --user-id instead"]
 
 
+def test_graph_build_on_an_unknown_scope_names_the_first_five_values_of_each_field(tmp_path, capsys):
+    memory = tmp_path / "mem"
+    with HybridMemory(memory, embedder=HashingEmbedder(8)) as mem:
+        mem.add([{"chunk_id": f"c{i}", "text": f"note {i}", "user_id": f"u{i}"} for i in (6, 1, 3, 5, 2, 4)]
+                + [{"chunk_id": "none", "text": "no user"}])
+        assert mem._store.scope_values("user_id", 5) == ["u1", "u2", "u3", "u4", "u5", "u6"]  # limit + 1, no None
+        assert mem._store.scope_values("tenant") == []
+    assert main(["graph", "build", "--memory", str(memory), "--hashing-dim", "8", "--scope", "tenant=acme",
+                 "--scope", "user_id=u9"]) == 2
+    assert capsys.readouterr().err == (
+        f"hybrid-memory: error: 0 chunks matched --scope tenant=acme --scope user_id=u9 (the memory at {memory} holds 7 "
+        "chunks; its tenant values: none (no chunk has a tenant); its user_id values: 'u1', 'u2', 'u3', 'u4', 'u5', "
+        "...), so no graph was built; give --scope values the chunks hold (each field must equal the chunks' own, as "
+        "ingest stamped them), or leave --scope out to build the whole memory's graph\n")
+    assert not (memory / "graph_scopes").exists()
+
+
 def test_graph_build_on_a_scope_of_no_chunks_says_so_and_builds_nothing(tmp_path, capsys):
     """A fresh user's finding: graph build --scope of a value no chunk holds saved an empty graph with no word."""
     memory = tmp_path / "mem"
     with HybridMemory(memory, embedder=HashingEmbedder(8)) as mem:
         mem.add([{"chunk_id": "a", "text": "Dana prefers PostgreSQL at Acme Corp", "user_id": "u1"}])
     assert main(["graph", "build", "--memory", str(memory), "--hashing-dim", "8", "--scope", "user_id=u2"]) == 2
-    assert capsys.readouterr().err == (
-        f"hybrid-memory: error: 0 chunks matched --scope user_id=u2 (the memory at {memory} holds 1 chunk), so no "
-        f"graph was built; check the scope's values (each must equal the chunks' own: `hybrid-memory stats --memory "
-        f"{memory}` counts them, `hybrid-memory search QUERY --memory {memory} --scope user_id=u2` shows what the "
-        "scope finds), or leave --scope out to build the whole memory's graph\n")
+    assert capsys.readouterr().err == (  # it advised `stats`, which has no --scope: now the values held are named
+        f"hybrid-memory: error: 0 chunks matched --scope user_id=u2 (the memory at {memory} holds 1 chunk; its user_id "
+        "values: 'u1'), so no graph was built; give --scope values the chunks hold (each field must equal the chunks' "
+        "own, as ingest stamped them), or leave --scope out to build the whole memory's graph\n")
     assert not (memory / "graph_scopes").exists()
     empty = tmp_path / "empty"
     HybridMemory(empty, embedder=HashingEmbedder(8)).close()

@@ -119,7 +119,8 @@ def _some_chunks(args: argparse.Namespace, memory: Any, target: Any, scope: Any)
     """Refuse to build a new graph of no chunks (an empty graph would be saved with no word).
 
     Raises:
-        GraphStateError: the message names the scope and the memory's chunk count, and the fix.
+        GraphStateError: the message names the scope, the memory's chunk count and, for each field of the scope,
+            the values the memory's chunks hold (the first five), and the fix.
     """
     if target.count() > 0:
         return
@@ -128,14 +129,24 @@ def _some_chunks(args: argparse.Namespace, memory: Any, target: Any, scope: Any)
             f"the memory at {args.memory} holds 0 chunks, so no graph was built; add some first: "
             f"hybrid-memory ingest FILE_OR_FOLDER --memory {args.memory}"
         )
-    pairs = " ".join(f"--scope {name}={value}" for name, value in scope.bound().items())
+    bound = scope.bound()
+    pairs = " ".join(f"--scope {name}={value}" for name, value in bound.items())
     total = memory.count()
+    held = "; ".join(f"its {name} values: {_held_values(memory, name)}" for name in bound)
     raise GraphStateError(
-        f"0 chunks matched {pairs} (the memory at {args.memory} holds {total} chunk{'' if total == 1 else 's'}), so "
-        f"no graph was built; check the scope's values (each must equal the chunks' own: `hybrid-memory stats "
-        f"--memory {args.memory}` counts them, `hybrid-memory search QUERY --memory {args.memory} {pairs}` shows "
-        "what the scope finds), or leave --scope out to build the whole memory's graph"
+        f"0 chunks matched {pairs} (the memory at {args.memory} holds {total} chunk{'' if total == 1 else 's'}; "
+        f"{held}), so no graph was built; give --scope values the chunks hold (each field must equal the chunks' "
+        "own, as ingest stamped them), or leave --scope out to build the whole memory's graph"
     )
+
+
+def _held_values(memory: Any, field: str, limit: int = 5) -> str:
+    """The values of the scope field ``field`` the memory's chunks hold, for a message: ``'u1', 'u2'`` (at most
+    ``limit``, then ``...``), or ``none (no chunk has a user_id)``."""
+    values = memory._store.scope_values(field, limit)  # the embedded store: graph build reads a --memory folder
+    if not values:
+        return f"none (no chunk has a {field})"
+    return ", ".join(repr(v) for v in values[:limit]) + (", ..." if len(values) > limit else "")
 
 
 def _check_level(index: Any, level: int | None) -> None:
