@@ -453,8 +453,9 @@ def test_edge_shard_reopens_and_checks_its_schema(tmp_path):
     with pytest.raises(StoreFormatError) as err:  # no export record: the dimensions, and the fix without a name
         HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(32))
     assert str(err.value) == (f"Qdrant Edge shard at {tmp_path / 'shard'} holds vectors of dimension 64, this memory's "
-                              "embedder gives 32: open it with the embedder it was written with, or give another "
-                              "directory")
+                              "embedder gives 32: open it with the embedder it was written with, one of dimension 64 "
+                              "(the shard has no export record naming it; on the command line, --hashing-dim 64 if it "
+                              "was written with a HashingEmbedder), or give another directory")
 
 
 def test_client_collection_is_idempotent_and_checks_its_schema():

@@ -617,7 +617,9 @@ def test_stats_of_a_shard_written_with_a_hashing_embedder_needs_no_hashing_dim_a
     with pytest.raises(StoreFormatError) as err:
         HybridMemory.qdrant(edge_path=shard, embedder=HashingEmbedder(8))
     assert str(err.value) == (f"Qdrant Edge shard at {shard} holds vectors of dimension 16, this memory's embedder "
-                              "gives 8: open it with the embedder it was written with, or give another directory")
+                              "gives 8: open it with the embedder it was written with, one of dimension 16 (the shard "
+                              "has no export record naming it; on the command line, --hashing-dim 16 if it was written "
+                              "with a HashingEmbedder), or give another directory")
     with HybridMemory.qdrant(edge_path=shard, embedder=HashingEmbedder(16), avgdl=info["avgdl"]) as copy:
         assert copy.count() == 7  # nothing was lost by the refused opens
 
@@ -808,3 +810,31 @@ def test_a_bad_progress_or_replace_is_refused_before_anything_is_written(tmp_pat
         assert export_to_qdrant(memory, backend, batch_size=2, progress=done.append, replace=np.bool_(False)) == 7
         assert done == [2, 4, 6, 7]
         backend.close()
+
+
+def test_search_on_a_hashing_shard_with_another_dimension_names_hashing_dim(tmp_path, capsys):
+    """search --edge-path with a --hashing-dim other than the shard's names --hashing-dim N: from the export record,
+    or, a shard without one, from the dimension the shard holds (it said only 'or give another directory')."""
+    from hybrid_memory.backends.edge_info import embedder_fix
+
+    _memory(tmp_path / "mem")
+    assert _export(tmp_path) == 0
+    shard = tmp_path / "shard"
+    capsys.readouterr()
+    assert main(["search", "Dana", "--edge-path", str(shard), "--hashing-dim", "8"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"hybrid-memory: error: Qdrant Edge shard at {shard} holds vectors of dimension 16, this memory's embedder "
+        "gives 8: open it with the embedder it was written with, 'hashing-16' (its export record): --hashing-dim 16 "
+        "on the command line, embedder=HashingEmbedder(16) in Python")
+    (shard / "hybrid_memory_export.json").unlink()
+    assert main(["search", "Dana", "--edge-path", str(shard), "--hashing-dim", "8"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"hybrid-memory: error: Qdrant Edge shard at {shard} holds vectors of dimension 16, this memory's embedder "
+        "gives 8: open it with the embedder it was written with, one of dimension 16 (the shard has no export record "
+        "naming it; on the command line, --hashing-dim 16 if it was written with a HashingEmbedder), or give another "
+        "directory")
+    assert embedder_fix(shard, 384) == (  # the default model's dimension: no --hashing-dim
+        ", one of dimension 384 (the shard has no export record naming it; on the command line, leave --hashing-dim "
+        "out: the default all-MiniLM-L6-v2 gives 384), or give another directory")
+    assert main(["search", "Dana", "--edge-path", str(shard), "--hashing-dim", "16"]) == 0  # the fix named works
+    assert json.loads(capsys.readouterr().out)["results"]

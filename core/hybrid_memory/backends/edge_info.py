@@ -20,6 +20,10 @@ from typing import Any
 
 from .._exceptions import StoreFormatError
 
+_DEFAULT_DIM = 384
+"""The dimension of the default embedder, all-MiniLM-L6-v2 (what the CLI opens a shard with, without
+``--hashing-dim``)."""
+
 __all__ = ["EXPORT_INFO", "embedder_fix", "partial_export", "read_export_info", "remove_export_info", "shard_dim", "write_export_info"]
 
 EXPORT_INFO = "hybrid_memory_export.json"
@@ -104,11 +108,13 @@ def shard_dim(folder: str | os.PathLike[str]) -> int | None:
     return size if isinstance(size, int) and not isinstance(size, bool) else None
 
 
-def embedder_fix(folder: str | os.PathLike[str]) -> str:
+def embedder_fix(folder: str | os.PathLike[str], held: int | None = None) -> str:
     """Which embedder opens the shard in ``folder``, as its export record names it, to end the sentence "open it
     with the embedder it was written with": for a :class:`~hybrid_memory.embedders.HashingEmbedder` of n
     dimensions, ``--hashing-dim n`` (the CLI) and ``embedder=HashingEmbedder(n)``; else the record's embedder
-    name; without a readable record, "or give another directory"."""
+    name. Without a readable record, the dimension the shard holds (``held``, when given) with the command-line
+    option that gives it (``--hashing-dim held``, or none for the default model's 384), then "or give another
+    directory"."""
     try:
         info = read_export_info(folder)
     except StoreFormatError:
@@ -116,7 +122,12 @@ def embedder_fix(folder: str | os.PathLike[str]) -> str:
     embedder = (info or {}).get("embedder") or {}
     name, dim = embedder.get("name"), embedder.get("dim")
     if not isinstance(name, str):
-        return ", or give another directory"
+        if held is None:
+            return ", or give another directory"
+        option = ("leave --hashing-dim out: the default all-MiniLM-L6-v2 gives 384" if held == _DEFAULT_DIM else
+                  f"--hashing-dim {held} if it was written with a HashingEmbedder")
+        return (f", one of dimension {held} (the shard has no export record naming it; on the command line, {option}),"
+                " or give another directory")
     if name == f"hashing-{dim}":
         return (f", {name!r} (its export record): --hashing-dim {dim} on the command line, "
                 f"embedder=HashingEmbedder({dim}) in Python")

@@ -595,7 +595,7 @@ class EdgeCollection:
             if held is not None and held != int(dim):  # the embedder's dimension: say which one fits
                 raise StoreFormatError(
                     f"Qdrant Edge shard at {self.path} holds vectors of dimension {held}, this memory's embedder "
-                    f"gives {int(dim)}: open it with the embedder it was written with{embedder_fix(self.path)}"
+                    f"gives {int(dim)}: open it with the embedder it was written with{embedder_fix(self.path, held)}"
                 ) from exc
             raise StoreFormatError(
                 f"Qdrant Edge shard at {self.path} does not fit this memory ({exc}); open it with the embedder it "
