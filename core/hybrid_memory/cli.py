@@ -344,15 +344,16 @@ def _ingest(memory: Any, chunks: Iterable[Chunk], *, progress: bool, target: Any
 
     The rule for a chunk_id given more than once (in one file, or in several): the last one wins, as if each
     line were upserted in order, whether the repeats fall in one batch or in different ones. With ``progress``
-    the bar is drawn on stderr and log records and warnings print above it (:func:`logs_above_bar`). Returns
-    ``(lines read, repeated ids replaced by a later line)``."""
+    the bar is drawn on stderr when stderr is a terminal (tqdm's ``disable=None``: in a log file or a pipe its
+    ``\\r`` redraws would put the bar and the first record on one line), and log records and warnings print
+    above it (:func:`logs_above_bar`). Returns ``(lines read, repeated ids replaced by a later line)``."""
     from tqdm.auto import tqdm
 
     target = memory if target is None else target
     total = repeated = 0
     seen: set[str] = set()
-    with memory.bulk(), logs_above_bar(progress, tqdm), \
-            tqdm(desc="ingesting", unit="chunk", disable=not progress, file=sys.stderr) as bar:
+    with memory.bulk(), tqdm(desc="ingesting", unit="chunk", disable=None if progress else True,
+                             file=sys.stderr) as bar, logs_above_bar(not bar.disable, tqdm):
         for batch in _batched(chunks, _BATCH):
             unique, _ = _last_of_each_id(batch)
             _refuse_cross_folder_overwrite(target, unique)
@@ -595,7 +596,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="build the bundled incident memory and answer the bundled request")
     demo.add_argument("--memory", default=None, help="keep the demo memory in this directory (default: temporary)")
-    demo.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    demo.add_argument("-q", "--quiet", action="store_true",
+                      help="no progress bar (none is drawn when stderr is not a terminal)")
     demo.set_defaults(func=_cmd_demo)
 
     ingest = sub.add_parser("ingest", help="add BEIR-style .jsonl files or folders of .md/.txt files (upsert)")
@@ -612,7 +614,8 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--scope", action="append", default=[], metavar="FIELD=VALUE",
                         help="stamp this scope on every chunk (tenant, user_id, agent_id, session_id); repeatable, as "
                              "for search, mcp and graph build; the same as the field options above")
-    ingest.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    ingest.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress bar (none is drawn when stderr is not a terminal)")
     ingest.set_defaults(func=_cmd_ingest)
 
     search = sub.add_parser("search", help="search and print the response JSON")

@@ -381,33 +381,59 @@ def test_a_failed_first_batch_keeps_a_folder_that_existed_with_its_contents(tmp_
         assert mem.count() == 256
 
 
-def test_ingest_warnings_print_above_the_progress_bar_not_on_its_line(tmp_path):
+def test_ingest_warnings_print_on_lines_of_their_own_with_or_without_a_terminal(tmp_path):
+    import fcntl
     import os
+    import pty
+    import struct
     import subprocess
     import sys
+    import termios
+    import tty
 
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "a.md").symlink_to(tmp_path / "deleted.md")  # read first: its warning comes while the bar is drawn
     (docs / "b.md").write_text("beta ERR_B1")
 
-    def ingest(*extra):  # the real command in its own process: its root logger has the console handler
+    def ingest(*extra, terminal=False):  # the real command in its own process: its root logger has the console handler
         command = [sys.executable, "-c", "from hybrid_memory.cli import main; raise SystemExit(main())", "ingest",
                    str(docs), "--memory", str(tmp_path / "mem"), "--hashing-dim", "8", *extra]
-        run = subprocess.run(command, capture_output=True, check=True,
-                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-        return run.stderr.decode()  # bytes: text mode would turn the bar's \r into \n
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        if not terminal:  # stderr a pipe, as with 2>log
+            return subprocess.run(command, capture_output=True, check=True, env=env).stderr.decode()
+        leader, follower = pty.openpty()
+        tty.setraw(follower)  # no \n -> \r\n translation: the bytes as written
+        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))  # a new pty is 0 columns wide
+        try:
+            subprocess.run(command, stdout=subprocess.DEVNULL, stderr=follower, check=True, env=env)
+        finally:
+            os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the follower side is closed and everything was read
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(leader)
+        return b"".join(chunks).decode()  # bytes: text mode would turn the bar's \r into \n
 
     warning = (f"WARNING hybrid_memory.cli: skipped {docs / 'a.md'}: a broken symbolic link to {tmp_path / 'deleted.md'} "
                "(No such file or directory); fix or remove the link\n")
     summary = "WARNING hybrid_memory.cli: 1 unreadable file was skipped (listed above); fix it and run the same " \
               "command again\n"
+    # not a terminal (a log file, a pipe): no bar, so each record is a line of its own, nothing before it
+    assert ingest() == warning + summary
+    assert ingest("-q") == warning + summary
+    # a terminal: tqdm.write clears the bar's line (\r, blanks, \r), prints the record, redraws the bar
     bar = "\ringesting: 0chunk [00:00, ?chunk/s]"
-    stderr = ingest()
-    # tqdm.write clears the bar's line (\r, blanks, \r), prints the record on a line of its own, redraws the bar
+    stderr = ingest(terminal=True)
     assert stderr.startswith(f"{bar}\r{' ' * (len(bar) - 1)}\r{warning}\ringesting: 0chunk [")
     assert stderr.endswith(f"]\n{summary}") and stderr.count("WARNING") == 2 and "]WARNING" not in stderr
-    assert ingest("-q") == warning + summary  # no bar: the records as they are
+    assert ingest("-q", terminal=True) == warning + summary
 
 
 def test_logs_above_bar_routes_records_and_warnings_through_tqdm_write_only_when_enabled():
