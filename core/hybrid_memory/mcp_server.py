@@ -446,21 +446,25 @@ def _global_search_tool(view: HybridMemory | ScopedMemory, graph: Any) -> Callab
 
 # -- the `hybrid-memory mcp` command ----------------------------------------------------------------------
 def parse_scope(pairs: list[str]) -> Scope | None:
-    """``["user_id=u1", "tenant=acme"]`` -> ``Scope``.
+    """``["user_id=u1", "tenant=acme"]`` -> ``Scope``. Each pair is checked as it is read, its value by
+    :func:`~hybrid_memory.scopes.as_scope`, so a bad value gets the message every other entry point gives
+    (``scoped()``, ``scope=`` of a search, ``--tenant`` / ``--user-id``): ``tenant= acme`` would scope to " acme",
+    and is refused with "invalid scope: tenant: tenant must not have white space at its start or end, ...".
 
     Raises:
-        InvalidRequestError: a bad pair or field, a value with white space around it (``tenant= acme`` would scope
-            to " acme"), or one field given two values (the last would silently win: for a server, the scope is
-            who may read what).
+        InvalidRequestError: a pair that is not FIELD=VALUE, white space around its field, an unknown field, a bad
+            value (white space at its start or end, a control character), or one field given two values (the last
+            would silently win: for a server, the scope is who may read what).
     """
     fields: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key or not value:
             raise InvalidRequestError(f"--scope takes FIELD=VALUE (tenant, user_id, agent_id, session_id), got {pair!r}")
-        if value != value.strip() or key != key.strip():
-            raise InvalidRequestError(f"--scope {pair!r} has white space around its field or value; give "
+        if key != key.strip():
+            raise InvalidRequestError(f"--scope {pair!r} has white space around its field {key!r}; give "
                                       f"--scope {key.strip()}={value.strip()}")
+        as_scope({key: value})  # the field and the value, as every entry point checks them
         if key in fields and fields[key] != value:
             raise InvalidRequestError(f"--scope {key}={fields[key]} and --scope {key}={value} disagree; give {key} once")
         fields[key] = value

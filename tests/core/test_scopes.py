@@ -272,6 +272,9 @@ def test_a_scope_value_with_white_space_around_it_is_refused_on_every_entry_poin
     HybridMemory(tmp_path / "m", embedder=HashingEmbedder(8)).close()
     assert main(["search", "Dana", "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "--user-id", " u1 "]) == 2
     assert f"invalid scope: user_id: {fix}" in capsys.readouterr().err
+    for command in (["search", "Dana"], ["mcp"]):  # --scope pairs (mcp_server.parse_scope): the same message
+        assert main([*command, "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "--scope", "user_id= u1 "]) == 2
+        assert capsys.readouterr().err == f"hybrid-memory: error: invalid scope: user_id: {fix}\n"
 
 
 def test_chunks_stored_with_white_space_around_a_scope_value_still_read_and_delete(tmp_path, monkeypatch):

@@ -184,9 +184,20 @@ def test_cli_mcp_refuses_a_missing_memory_and_bad_scopes(tmp_path, capsys):
     with pytest.raises(InvalidRequestError) as err:
         parse_scope(["tenant=acme", "tenant=nobody"])
     assert str(err.value) == "--scope tenant=acme and --scope tenant=nobody disagree; give tenant once"
+    # white space around a value: the message of every other entry point (scoped(), --tenant), not one of its own
     with pytest.raises(InvalidRequestError) as err:
         parse_scope(["tenant= acme"])
-    assert str(err.value) == "--scope 'tenant= acme' has white space around its field or value; give --scope tenant=acme"
+    assert str(err.value) == ("invalid scope: tenant: tenant must not have white space at its start or end, got "
+                              "' acme'; a scope value is an id: give tenant='acme' (value.strip()), or leave tenant "
+                              "out (None) for no tenant")
+    with pytest.raises(InvalidRequestError) as err:  # checked as read: before the two values are compared
+        parse_scope(["tenant=acme", "tenant=acme "])
+    assert str(err.value).startswith("invalid scope: tenant: tenant must not have white space at its start or end, "
+                                     "got 'acme '; ")
+    with pytest.raises(InvalidRequestError) as err:
+        parse_scope(["user_id=u1", "tenant =acme "])
+    assert str(err.value) == ("--scope 'tenant =acme ' has white space around its field 'tenant '; give "
+                              "--scope tenant=acme")
     assert main(["mcp", "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "--read-only",
                  "--scope", "tenant=acme", "--scope", "tenant=nobody"]) == 2
     assert "disagree; give tenant once" in capsys.readouterr().err
