@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from ._exceptions import DimensionMismatchError, InvalidRequestError
+from .calibration import VectorMoments, gaussian_surprise
 from .engines import RowSet, as_rowset, id_bounds
 
 __all__ = ["ANN_MIN", "CODE_COST", "DELTA_FRACTION", "DENSE_KINDS", "EXACT_MIN", "IVF_REWRITE_FRACTION", "ROW_COST", "FaissIndex"]
@@ -222,6 +223,7 @@ class FaissIndex:
         self._n_zero = 0
         self._ivf_file: str | None = None
         self._ivf_changes = 0
+        self._moments = VectorMoments(self.dim)  # exact corpus moments of the live vectors (surprise)
 
     def __len__(self) -> int:
         """Number of live vectors."""
@@ -332,6 +334,7 @@ class FaissIndex:
             self._n_slots += fresh
             self._vectors.put(slots, vectors)
             self._slot_ids[slots] = ids
+            self._moments.add(vectors)
             if reuse and self._base_rows:
                 old = np.asarray(reuse, dtype=np.int64)
                 self._dirty[old[old < self._base_rows]] = True
@@ -362,6 +365,7 @@ class FaissIndex:
             ids, slots = ids[held], slots[held]
             if not len(ids):
                 return
+            self._moments.remove(self._vectors.gather(slots))
             self._slot_of[ids] = -1
             np.bitwise_and.at(self._alive_bits, ids >> 3, (~(1 << (ids & 7))).astype(np.uint8))
             self._slot_ids[slots] = -1
@@ -699,6 +703,18 @@ class FaissIndex:
                 raise KeyError(f"ids not in the dense index: {ids[slots < 0][:5].tolist()}")
             return self._vectors.gather(slots)
 
+    def surprise(self, query: np.ndarray, top: float, n: int | None = None) -> float | None:
+        """The surprise of the inner product ``top`` as the query's best, in nats
+        (:func:`~hybrid_memory.calibration.gaussian_surprise`): the chance scores are normal with the mean and
+        variance of the float32 (dim,) ``query``'s inner products over every live vector (all-zero ones left out;
+        exact moments, :class:`~hybrid_memory.calibration.VectorMoments`), among ``n`` documents (the allowed
+        set's size; None: the live vectors). None with fewer than two directed vectors or no spread. Costs one
+        (dim, dim) matvec."""
+        chance = self._moments.chance(np.asarray(query, dtype=np.float32).reshape(-1))
+        if chance is None:
+            return None
+        return gaussian_surprise(top, chance[0], chance[1], self._moments.count if n is None else n)
+
     # -- persistence --------------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
         """What must match for a saved index to be reused as is."""
@@ -750,6 +766,7 @@ class FaissIndex:
             np.save(directory / "delta_slots.npy", delta, allow_pickle=False)
             np.save(directory / "delta_vectors.npy", self._vectors.gather(delta), allow_pickle=False)
             np.save(directory / "slot_ids.npy", self._slot_ids[:n], allow_pickle=False)
+            np.save(directory / "moments.npy", self._moments.to_array(), allow_pickle=False)
             ivf_file = None
             if self._ivf is not None:
                 ivf_file = self._ivf_file
@@ -773,6 +790,7 @@ class FaissIndex:
                 "has_ivf": ivf_file is not None,
                 "trained_n": self._trained_n,
                 "zero_ids": np.flatnonzero(self._zero).tolist(),  # live ids whose vector is all zeros
+                "moments_count": self._moments.count,
             }
             (directory / "manifest.json").write_text(json.dumps(manifest, indent=2))
             if not linked:
@@ -830,6 +848,7 @@ class FaissIndex:
             if len(live) != manifest["n_alive"] or int(live.sum()) != manifest["ids_sum"] or not _distinct(live):
                 raise ValueError("id map does not match the manifest (files from two saves)")
             zero_ids = _zero_ids(manifest, live, live_slots, vectors)
+            moments = _load_moments(directory, manifest, self.dim, len(live) - len(zero_ids), vectors, live_slots)
             ivf, ivf_file, replayed = None, None, 0
             if manifest["has_ivf"]:
                 ivf_file = manifest["ivf"] if version >= 2 else "ivf.faiss"
@@ -856,6 +875,7 @@ class FaissIndex:
                 self._zero[zero_ids] = True
             self._n_alive = len(live)
             self._n_zero = len(zero_ids)
+            self._moments = moments
             self._ivf = ivf
             self._trained_n = int(manifest["trained_n"]) if ivf is not None else 0
             if version >= 2:  # format 1 files carry no token: the next save writes a base of its own
@@ -865,6 +885,22 @@ class FaissIndex:
                 self._ivf_file = ivf_file
                 self._ivf_changes = replayed
         return True
+
+
+def _load_moments(
+    directory: Path, manifest: dict[str, Any], dim: int, directed: int, vectors: _Rows, live_slots: np.ndarray
+) -> VectorMoments:
+    """The saved moments of the live vectors (``moments.npy``), or, when a save has none (written before they
+    existed) or they count another number of directed vectors than the ``directed`` live ones, the moments
+    counted afresh from the live rows, in blocks of 65,536 (a few seconds at a million 384-d vectors)."""
+    moments = VectorMoments(dim)
+    path = directory / "moments.npy"
+    if path.exists() and manifest.get("moments_count") == directed:
+        moments.load_array(np.load(path, allow_pickle=False), directed)
+        return moments
+    for start in range(0, len(live_slots), 65_536):
+        moments.add(vectors.gather(live_slots[start:start + 65_536]))
+    return moments
 
 
 def _zero_ids(manifest: dict[str, Any], live: np.ndarray, live_slots: np.ndarray, vectors: _Rows) -> np.ndarray:

@@ -195,6 +195,12 @@ class Engine(Protocol):
 
     Implementations must be safe to call from several threads at once, and must set any per-thread state
     they need (FAISS's OpenMP thread count is per thread) inside ``search`` and ``score`` themselves.
+
+    Optional methods the searcher uses when present: ``surprise(query, hits, allowed) -> float | None``, the
+    surprise of the top hit against chance in nats (:mod:`hybrid_memory.calibration`; called in the engine's
+    own thread right after its search, read by the default fusion's per-query weights), and
+    ``exact_matches(query, ids, max_df, min_share) -> int64 (len(ids),)`` (the exact-match guard). An engine
+    without them is fused without that evidence.
     """
 
     name: str
@@ -245,6 +251,13 @@ class SparseEngine:
         """See :meth:`Engine.score`."""
         return self.index.score(query.text, ids, cache=query.cache)
 
+    def surprise(self, query: Query, hits: Sequence[Hit], allowed: RowSet | None) -> float | None:
+        """The surprise of the top hit in nats (``BM25Index.surprise``: term independence over the query tokens
+        it holds), among the allowed documents; None without hits. Read by the default fusion's weights."""
+        if not hits:
+            return None
+        return self.index.surprise(query.text, hits[0][0], None if allowed is None else len(allowed), cache=query.cache)
+
     def exact_matches(self, query: Query, ids: np.ndarray, max_df: int, min_share: float = 0.25) -> np.ndarray:
         """int64 (len(ids),): exact-match strength of each id (rare identifiers, whole-query conjunctive
         matches; see ``BM25Index.exact_matches``), read by the exact-match guard of the default fusion."""
@@ -285,6 +298,13 @@ class DenseEngine:
         if not np.any(vector):
             return []
         return self.index.search(vector, k, allowed, cache=query.cache)
+
+    def surprise(self, query: Query, hits: Sequence[Hit], allowed: RowSet | None) -> float | None:
+        """The surprise of the top hit in nats (``FaissIndex.surprise``: a Gaussian null with the corpus moments),
+        among the allowed documents; None without hits. Read by the default fusion's weights."""
+        if not hits or query.vector is None:
+            return None
+        return self.index.surprise(query.vector, hits[0][1], None if allowed is None else len(allowed))
 
     def score(self, query: Query, ids: np.ndarray) -> np.ndarray:
         """See :meth:`Engine.score`: inner products with the stored vectors of ``ids``; ``nan`` (no dense

@@ -35,6 +35,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from . import calibration
 from .token_cache import TokenCache
 from .tokenizer import TechnicalTokenizer
 
@@ -848,6 +849,47 @@ class BM25Index:
             rare = self._rare_holders(terms, max_df, min_share, cache)
             full = self._all_term_holders(terms, cache) if len(terms.distinct) >= min_terms else set()
         cache["bm25_exact"] = (key, rare, full)
+
+    def surprise(self, query: str, doc_id: int, n: int | None = None, *, cache: dict | None = None) -> float | None:
+        """The surprise of document ``doc_id`` as the query's top BM25 hit, in nats
+        (:func:`~hybrid_memory.calibration.term_surprise`): ``-(ln n + sum_t ln(df_t / N))`` over the distinct query
+        tokens ``t`` the document holds, with the document frequencies and the document count BM25 scores with
+        (main + delta, :meth:`_columns`).
+
+        Args:
+            query: the query text (tokenized once per ``cache``, a per-query dict).
+            doc_id: the top hit's int64 id.
+            n: documents the query may return (the allowed set's size); None: every live document.
+
+        Returns:
+            nats, or None when ``doc_id`` is not a live document or holds no query token. Costs a binary search
+            per query token in its column of the main segment (or a dict look-up in the delta).
+        """
+        terms = self._terms(query, cache)
+        with self._lock:
+            n_main = len(self._main_ids)
+            if n is None:
+                n = n_main - self._main_dead + len(self._delta_tf)
+            tf = self._delta_tf.get(int(doc_id))
+            row = None
+            if tf is None:
+                if not n_main:
+                    return None
+                pos, found = self._main_positions(np.array([doc_id], dtype=np.int64))
+                if not found[0]:
+                    return None
+                row = int(pos[0])
+            spans = self._spans(terms.distinct, cache)
+            indices = self._main.scores["indices"] if self._main is not None else None
+            postings = self._postings
+            dfs = []
+            for token in terms.distinct:
+                begin, end = spans.get(token, (0, 0))
+                held = token in tf if tf is not None else begin < end and _holds_id(indices[begin:end], row)
+                if held:
+                    dfs.append(end - begin + len(postings.get(token, ())))
+            n_docs = n_main + len(self._delta_tf)
+        return calibration.term_surprise(dfs, n_docs, n)
 
     def holds_all_terms(self, query: str, ids: np.ndarray, *, cache: dict | None = None) -> np.ndarray:
         """bool (len(ids),): which of the int64 ``ids`` hold every distinct token of ``query`` (a conjunctive

@@ -1,0 +1,183 @@
+"""Calibration of an engine's top hit against chance: its *surprise*, in nats, the same unit for every engine.
+
+The default fusion weighs each engine per query by how confident its list looks (``top_outlier``, scale-free).
+A scale-free measure cannot see an engine that is weak on a whole corpus (an embedder used outside its domain,
+or BM25 under vocabulary mismatch): a list of compressed, noisy cosines looks as peaked as a good one
+(``benchmarks/fusion_robustness.py``). The surprise of the top hit asks instead how many of the ``n`` documents
+the query may return would score at least that high *by chance*, under a null model of the engine's scores over
+the corpus::
+
+    S = -(ln n + ln P_null(score >= top))          (nats; about 0 when the top is what chance gives)
+
+``n x P`` is the expected number of chance documents at or above the top, so ``S = -ln(n P)``; a clean engine's
+top lies 6-18 nats out on the sets of ``benchmarks/fusion_eval.py``. The nulls (both measured offline in
+``benchmarks/dense_calibration_trial.py`` before becoming the default):
+
+* dense: the inner products of the query with the stored vectors are Gaussian with the corpus mean ``q . mu`` and
+  variance ``q' Sigma q`` (:class:`VectorMoments` keeps ``mu`` and ``Sigma`` exactly); ``P = Phi_c(z)``;
+* BM25: term independence, the binary independence model's assumption (Robertson and Spärck Jones 1976,
+  "Relevance weighting of search terms"): a random document holds each of the query tokens ``T`` that the top
+  document holds with probability ``df_t / N``, independently; ``P = prod_t df_t / N``.
+
+Everything here is a pure function of counts; the engines supply them (``BM25Index.surprise``,
+``FaissIndex.surprise``) and the fusion reads the nats (``hybrid_memory.fusion.methods.fuse_adaptive``).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterable
+
+import numpy as np
+
+__all__ = ["QUANTUM", "VectorMoments", "gaussian_surprise", "term_surprise"]
+
+QUANTUM = 2.0**-10
+"""Grid the moments read vector entries on: ``rint(v / QUANTUM)``, integers in [-1024, 1024] for unit vectors."""
+
+_CHUNK = 16_384
+"""Rows per product in :meth:`VectorMoments.add` (each product sums at most ``_CHUNK x 2^20`` < 2^35: exact)."""
+
+
+def gaussian_surprise(top: float, mean: float, variance: float, n: int) -> float | None:
+    """Surprise of a top score ``top`` among ``n`` >= 1 documents whose chance scores are normal(mean, variance)::
+
+        S = -(ln n + ln Phi_c(z)),   z = (top - mean) / sqrt(variance)
+
+    ``Phi_c`` is the standard normal upper tail (``scipy.special.log_ndtr(-z)``, accurate far into the tail).
+    Returns nats, or None when ``variance`` <= 0 (every document scores alike: nothing to judge by).
+    """
+    if not variance > 0:
+        return None
+    from scipy.special import log_ndtr
+
+    z = (float(top) - float(mean)) / math.sqrt(float(variance))
+    return -(math.log(max(int(n), 1)) + float(log_ndtr(-z)))
+
+
+def term_surprise(dfs: Iterable[int], n_docs: int, n: int) -> float | None:
+    """Surprise of a top BM25 document holding the query tokens of document frequencies ``dfs`` (each >= 1, over
+    a corpus of ``n_docs`` documents), among the ``n`` >= 1 documents the query may return::
+
+        S = -(ln n + sum_t ln(df_t / N))
+
+    Returns nats, or None when ``dfs`` is empty (the top holds no query token: nothing matched).
+    """
+    dfs = list(dfs)
+    if not dfs or n_docs < 1:
+        return None
+    log_n = math.log(n_docs)
+    return -(math.log(max(int(n), 1)) + sum(math.log(max(int(df), 1)) - log_n for df in dfs))
+
+
+class VectorMoments:
+    """Count, sum and sum of outer products of stored vectors, exact under any order of adds and removes.
+
+    The dense surprise needs the mean ``mu`` and the covariance ``Sigma`` (population) of the corpus's vectors.
+    Running float sums would drift under adds and removes, and two processes applying the same changes in
+    another order would disagree. So each vector ``v`` (float32 (dim,), entries in [-1, 1]: unit vectors) is
+    read on a grid, ``u = rint(v / QUANTUM)``, integers in [-1024, 1024], and the sums of ``u`` and of ``u u'``
+    are kept in float64, which holds every integer below 2^53 exactly: every product is at most 2^20, so up to
+    2^33 vectors sum without rounding, in any order, by BLAS or not. Adding and removing the same vectors
+    returns the sums to their exact former values, and every process reading the same store holds the same
+    bits. The grid moves an entry by at most 2^-11, far below what a chance level needs.
+
+    All-zero vectors (no direction, never returned by the dense index) are left out.
+
+    Thread-safe for one writer at a time (the dense index's lock); :meth:`chance` reads a consistent snapshot.
+    """
+
+    def __init__(self, dim: int) -> None:
+        if dim < 1:
+            raise ValueError(f"dim must be >= 1, got {dim}")
+        self.dim = dim
+        self.count = 0
+        self._sum = np.zeros(dim, dtype=np.float64)
+        self._outer = np.zeros((dim, dim), dtype=np.float64)
+        self._scaled: tuple[int, np.ndarray, np.ndarray] | None = None  # (version, mean, E[u u'] float32)
+        self._version = 0
+        self._lock = threading.Lock()
+
+    def add(self, vectors: np.ndarray) -> None:
+        """Count float32 (m, dim) vectors in (all-zero rows are skipped)."""
+        self._update(vectors, 1.0)
+
+    def remove(self, vectors: np.ndarray) -> None:
+        """Count float32 (m, dim) vectors out; they must have been added (all-zero rows are skipped)."""
+        self._update(vectors, -1.0)
+
+    def _update(self, vectors: np.ndarray, sign: float) -> None:
+        vectors = np.asarray(vectors, dtype=np.float32).reshape(-1, self.dim)
+        directed = vectors.any(axis=1)
+        if not directed.all():
+            vectors = vectors[directed]
+        if not len(vectors):
+            return
+        total = np.zeros(self.dim, dtype=np.float64)
+        outer = np.zeros((self.dim, self.dim), dtype=np.float64)
+        for start in range(0, len(vectors), _CHUNK):
+            grid = np.rint(vectors[start:start + _CHUNK].astype(np.float64) / QUANTUM)
+            total += grid.sum(axis=0)
+            outer += grid.T @ grid
+        with self._lock:
+            if sign > 0:
+                self._sum += total
+                self._outer += outer
+            else:
+                self._sum -= total
+                self._outer -= outer
+            self.count += int(sign) * len(vectors)
+            self._version += 1
+
+    def chance(self, query: np.ndarray) -> tuple[float, float] | None:
+        """(mean, variance) of the inner products of the float32 (dim,) ``query`` with the counted vectors::
+
+            mean = q . mu,    variance = q' Sigma q = E[(q . v)^2] - mean^2
+
+        (population moments over the grid values, times ``QUANTUM`` and ``QUANTUM^2``); the variance is 0 when it
+        lies below 1e-4 of the mean square (float32 rounding, not a spread). None when fewer than two vectors are
+        counted. Costs one (dim, dim) matvec (float32: some 10 us at dim 384); the scaled matrix is
+        rebuilt once after each change.
+        """
+        with self._lock:
+            if self.count < 2:
+                return None
+            scaled = self._scaled
+            if scaled is None or scaled[0] != self._version:
+                n = float(self.count)
+                mean = self._sum * (QUANTUM / n)
+                second = (self._outer * (QUANTUM * QUANTUM / n)).astype(np.float32)
+                scaled = self._scaled = (self._version, mean, second)
+        _, mean, second = scaled
+        q = np.asarray(query, dtype=np.float32).reshape(-1)
+        mu = float(q.astype(np.float64) @ mean)
+        expected_square = float(q @ (second @ q))
+        variance = expected_square - mu * mu
+        # float32 products carry a relative error of some 1e-6: a variance below 1e-4 of the mean square is
+        # that rounding, not a spread (every vector scores alike); real corpora lie near 0.2
+        return mu, variance if variance > 1e-4 * expected_square else 0.0
+
+    # -- persistence --------------------------------------------------------------------------------
+    def to_array(self) -> np.ndarray:
+        """float64 (dim + 1, dim): the sum of grid vectors, then the sum of their outer products (exact
+        integers); the count is kept by the caller (``FaissIndex.save`` writes it into its manifest)."""
+        with self._lock:
+            return np.vstack([self._sum[None, :], self._outer])
+
+    def load_array(self, array: np.ndarray, count: int) -> None:
+        """Set the sums from :meth:`to_array`'s output and ``count``.
+
+        Raises:
+            ValueError: the array is not float64 (dim + 1, dim) of integers, or ``count`` < 0.
+        """
+        array = np.asarray(array)
+        if array.shape != (self.dim + 1, self.dim) or array.dtype != np.float64 or count < 0:
+            raise ValueError(f"moments must be float64 ({self.dim + 1}, {self.dim}) with a count >= 0")
+        if not np.array_equal(array, np.rint(array)):
+            raise ValueError("moments must be integer sums")
+        with self._lock:
+            self._sum = array[0].copy()
+            self._outer = array[1:].copy()
+            self.count = int(count)
+            self._version += 1

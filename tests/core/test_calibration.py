@@ -1,0 +1,185 @@
+"""The surprise of an engine's top hit against chance (hybrid_memory.calibration), hand-computed, and the exact corpus
+moments behind the dense one: identical bits under any order of adds and removes, across saves, reopens and a
+rebuild."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from hybrid_memory.calibration import QUANTUM, VectorMoments, gaussian_surprise, term_surprise
+from hybrid_memory.dense import FaissIndex
+from hybrid_memory.engines import Query, RowSet, SparseEngine
+from hybrid_memory.sparse import BM25Index
+
+
+def _unit(rows: np.ndarray) -> np.ndarray:
+    rows = np.asarray(rows, dtype=np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+# -- the two formulas ---------------------------------------------------------------------------------------------
+def test_term_surprise_by_hand():
+    # -(ln 50 + ln(2/100) + ln(5/100)) = -ln(50 * 10 / 10000) = ln 20
+    assert term_surprise([2, 5], 100, 50) == pytest.approx(math.log(20), abs=1e-12)
+    # one token held by df documents of all N: -(ln N + ln(df / N)) = -ln df, 0 for a token only the top holds
+    assert term_surprise([1], 1000, 1000) == pytest.approx(0.0, abs=1e-12)
+    assert term_surprise([4], 1000, 1000) == pytest.approx(-math.log(4), abs=1e-12)
+    assert term_surprise([], 1000, 1000) is None
+
+
+def test_gaussian_surprise_by_hand():
+    # z = (0.5 - 0.1) / sqrt(0.04) = 2; Phi_c(2) = erfc(2 / sqrt 2) / 2 = 0.022750131948179195
+    expected = -(math.log(100) + math.log(0.022750131948179195))
+    assert gaussian_surprise(0.5, 0.1, 0.04, 100) == pytest.approx(expected, rel=1e-12)
+    assert expected == pytest.approx(-0.8219859, abs=1e-6)
+    # far in the tail, where Phi_c underflows a float: log_ndtr stays exact (-z^2/2 - ln z - ln sqrt(2 pi) - ...)
+    far = gaussian_surprise(1.0, 0.0, 1e-4, 1)  # z = 100
+    assert far == pytest.approx(5000 + math.log(100) + 0.5 * math.log(2 * math.pi), rel=1e-6)
+    assert gaussian_surprise(0.5, 0.1, 0.0, 100) is None
+
+
+# -- exact moments ------------------------------------------------------------------------------------------------
+def test_moments_are_the_grid_moments_and_exact_under_any_order():
+    rng = np.random.default_rng(7)
+    vectors = _unit(rng.standard_normal((300, 16)))
+    grid = np.rint(vectors.astype(np.float64) / QUANTUM)
+    one = VectorMoments(16)
+    one.add(vectors)
+    other = VectorMoments(16)  # another order, with a detour: add 50 extra, remove them again
+    other.add(vectors[200:])
+    other.add(vectors[:50])
+    extra = _unit(rng.standard_normal((50, 16)))
+    other.add(extra)
+    other.remove(extra)
+    other.add(vectors[50:200])
+    assert one.count == other.count == 300
+    assert np.array_equal(one.to_array(), other.to_array())  # bit-identical
+    assert np.array_equal(one.to_array()[0], grid.sum(axis=0))
+    assert np.array_equal(one.to_array()[1:], grid.T @ grid)
+    q = vectors[3]
+    mean, variance = one.chance(q)
+    products = (grid * QUANTUM) @ q.astype(np.float64)
+    assert mean == pytest.approx(products.mean(), abs=1e-7)
+    assert variance == pytest.approx(products.var(), rel=1e-4)
+
+
+def test_moments_skip_all_zero_rows_and_need_two_vectors():
+    moments = VectorMoments(3)
+    moments.add(np.array([[0, 0, 0], [1, 0, 0]], dtype=np.float32))
+    assert moments.count == 1 and moments.chance(np.array([1, 0, 0], dtype=np.float32)) is None
+    moments.add(np.array([[0, 1, 0]], dtype=np.float32))
+    mean, variance = moments.chance(np.array([1, 0, 0], dtype=np.float32))
+    assert (mean, variance) == (0.5, 0.25)  # products 1 and 0
+
+
+def test_moments_refuse_a_damaged_array():
+    moments = VectorMoments(2)
+    with pytest.raises(ValueError, match="integer sums"):
+        moments.load_array(np.array([[0.5, 0], [0, 0], [0, 0]]), 1)
+    with pytest.raises(ValueError, match=r"float64 \(3, 2\)"):
+        moments.load_array(np.zeros((2, 2)), 1)
+
+
+def test_faiss_index_moments_follow_writes_and_survive_save_and_reopen(tmp_path):
+    rng = np.random.default_rng(3)
+    vectors = _unit(rng.standard_normal((40, 8)))
+    index = FaissIndex(8)
+    index.add(np.arange(40), vectors)
+    index.remove([5, 6, 7])
+    index.add([100], vectors[:1])
+    fresh = FaissIndex(8)  # the same live vectors, added in one go
+    fresh.add(np.concatenate([np.delete(np.arange(40), [5, 6, 7]), [100]]),
+              np.concatenate([np.delete(vectors, [5, 6, 7], axis=0), vectors[:1]]))
+    assert np.array_equal(index._moments.to_array(), fresh._moments.to_array())
+    q = vectors[9]
+    assert index.surprise(q, 0.9) == fresh.surprise(q, 0.9)
+    index.save(tmp_path / "saved")
+    reopened = FaissIndex(8)
+    assert reopened.load(tmp_path / "saved")
+    assert reopened._moments.count == 38
+    assert np.array_equal(reopened._moments.to_array(), index._moments.to_array())
+    # a save written before the moments existed: counted afresh from the vectors, the same bits
+    (tmp_path / "saved" / "moments.npy").unlink()
+    older = FaissIndex(8)
+    assert older.load(tmp_path / "saved")
+    assert np.array_equal(older._moments.to_array(), index._moments.to_array())
+    # n: the documents the query may return (the allowed set), else the live vectors
+    mean, variance = index._moments.chance(q)
+    assert index.surprise(q, 0.9, 10) == gaussian_surprise(0.9, mean, variance, 10)
+    assert index.surprise(q, 0.9) == gaussian_surprise(0.9, mean, variance, 38)
+
+
+# -- BM25's top hit -----------------------------------------------------------------------------------------------
+def _bm25(main_texts: list[str], delta_texts: list[str]) -> BM25Index:
+    index = BM25Index()
+    index.build(list(range(len(main_texts))), main_texts)
+    index.add(list(range(100, 100 + len(delta_texts))), delta_texts)
+    return index
+
+
+@pytest.mark.parametrize("split", [4, 2, 0], ids=["all-main", "main+delta", "all-delta"])
+def test_bm25_surprise_by_hand_in_every_segment_state(split):
+    texts = ["alpha beta", "alpha gamma", "delta epsilon", "zeta eta"]
+    index = _bm25(texts[:split], texts[split:])
+    doc = 0 if split > 0 else 100  # "alpha beta"
+    # the top holds alpha (df 2) and beta (df 1) of N = 4: -(ln 4 + ln(2/4) + ln(1/4)) = ln 2
+    assert index.surprise("alpha beta", doc) == pytest.approx(math.log(2), abs=1e-12)
+    # among 2 allowed documents: -(ln 2 + ln(2/4) + ln(1/4)) = ln 4
+    assert index.surprise("alpha beta", doc, 2) == pytest.approx(math.log(4), abs=1e-12)
+    # tokens the top does not hold do not count; a document holding none gives None
+    assert index.surprise("beta omega", doc) == pytest.approx(0.0, abs=1e-12)  # -(ln 4 + ln(1/4))
+    other = 3 if split > 3 else 100 + 3 - split
+    assert index.surprise("alpha beta", other) is None
+    assert index.surprise("alpha beta", 999) is None
+
+
+def test_bm25_surprise_after_removal_uses_the_scoring_statistics():
+    index = _bm25(["alpha beta", "alpha gamma", "delta epsilon", "zeta eta"], [])
+    index.remove([1])
+    # a removed main document still counts in df (alpha 2) and N (4) until compaction, as in BM25's idf, while the
+    # default n is the 3 live documents: -(ln 3 + ln(2/4) + ln(1/4)) = ln(8/3)
+    assert index.surprise("alpha beta", 0) == pytest.approx(math.log(8 / 3), abs=1e-12)
+    assert index.surprise("alpha beta", 1) is None  # removed
+
+
+def test_sparse_engine_surprise_counts_the_allowed_set():
+    index = _bm25(["alpha beta", "alpha gamma", "delta epsilon", "zeta eta"], [])
+    engine = SparseEngine(index)
+    query = Query("alpha beta")
+    hits = engine.search(query, 3, None)
+    assert hits[0][0] == 0
+    assert engine.surprise(query, hits, None) == pytest.approx(math.log(2), abs=1e-12)
+    allowed = RowSet([0, 1])
+    assert engine.surprise(query, engine.search(query, 3, allowed), allowed) == pytest.approx(math.log(4), abs=1e-12)
+    assert engine.surprise(query, [], None) is None
+
+
+# -- through the searcher -----------------------------------------------------------------------------------------
+def test_the_default_reads_each_engines_surprise_and_rrf_does_not():
+    from hybrid_memory import HashingEmbedder, HybridMemory
+    from hybrid_memory.searcher import SURPRISE
+
+    texts = ["kafka consumer lag alert", "broker restart", "postgres vacuum stalled", "redis eviction storm",
+             "nginx 504 gateway timeout", "kafka lag dashboard"]
+    with HybridMemory(embedder=HashingEmbedder(32)) as memory:
+        memory.add([{"chunk_id": f"c{i}", "text": t} for i, t in enumerate(texts)])
+        weights = {"sparse": 1.0, "dense": 1.0}
+        query = Query("kafka lag", np.asarray(memory.embedder.embed_query("kafka lag"), dtype=np.float32))
+        got = memory._searcher.candidates(query, top_k=3, depth=6, weights=weights, fusion="adaptive")
+        runs = got.runs
+        top_sparse, top_dense = got.id_of[runs["sparse"].keys[0]], got.id_of[runs["dense"].keys[0]]
+        vector = query.vector
+        assert got.input.surprise == {
+            "sparse": memory._sparse.surprise("kafka lag", top_sparse),
+            "dense": memory._dense.surprise(vector, runs["dense"].scores[runs["dense"].keys[0]]),
+        }
+        assert top_sparse in (got.id_of["c0"], got.id_of["c5"])
+        # BM25's top holds kafka (df 2) and lag (df 2) of 6, among 6: -(ln 6 + ln 2/6 + ln 2/6) = ln 1.5
+        assert got.input.surprise["sparse"] == pytest.approx(math.log(1.5), abs=1e-12)
+        assert top_dense >= 0
+        plain = Query("kafka lag", vector)
+        rrf = memory._searcher.candidates(plain, top_k=3, depth=6, weights=weights, fusion="rrf")
+        assert rrf.input.surprise == {} and SURPRISE not in plain.cache
