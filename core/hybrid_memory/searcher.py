@@ -26,12 +26,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .engines import EXACT_MATCH_ARGS, Engine, Hit, Query, RowSet
-from .fusion import DEFAULT_FUSION, DEFAULT_RRF_K, FUSION_METHODS, FusionInput, rank_by_score, rrf_table
+from .fusion import DEFAULT_FUSION, DEFAULT_RRF_K, FUSION_METHODS, FusionInput, FusionMethod, rank_by_score, rrf_table
 
 #: at most this many hits are read from one engine to break a tie at its candidate cut (see ``_run``)
 TIE_DEPTH_LIMIT = 512
 
-__all__ = ["TIE_DEPTH_LIMIT", "Candidates", "EngineRun", "HandoffPolicy", "HybridHit", "HybridResult", "HybridSearcher", "size_class"]
+SURPRISE = "surprise"
+"""``Query.cache`` key of the engines' top-hit surprises (engine name -> nats or None), present when the fusion
+method reads them (:attr:`~hybrid_memory.fusion.FusionMethod.surprise`): each engine's is computed in the thread
+that ran it, right after its search."""
+
+__all__ = ["SURPRISE", "TIE_DEPTH_LIMIT", "Candidates", "EngineRun", "HandoffPolicy", "HybridHit", "HybridResult", "HybridSearcher", "size_class"]
 
 
 class HandoffPolicy:
@@ -267,9 +272,20 @@ class HybridSearcher:
         policy.record(True, time.perf_counter() - started, size)
         return {name: runs[name][0] for name in active}
 
+    def _run_named(self, name: str, query: Query, depth: int, allowed: RowSet | None) -> list[Hit]:
+        """:meth:`_run` of engine ``name``, then, when the method reads it (``query.cache`` holds
+        :data:`SURPRISE`), the surprise of its top hit, from the engine's optional ``surprise`` method."""
+        engine = self.engines[name]
+        hits = self._run(engine, query, depth, allowed)
+        wanted = query.cache.get(SURPRISE)
+        if wanted is not None:
+            finder = getattr(engine, "surprise", None)
+            wanted[name] = finder(query, hits, allowed) if finder is not None else None
+        return hits
+
     def _timed_run(self, name: str, query: Query, depth: int, allowed: RowSet | None) -> tuple[list[Hit], float]:
         started = time.perf_counter()
-        hits = self._run(self.engines[name], query, depth, allowed)
+        hits = self._run_named(name, query, depth, allowed)
         seconds = time.perf_counter() - started
         self.policy.record_engine(name, seconds)
         return hits, seconds
@@ -304,7 +320,7 @@ class HybridSearcher:
             KeyError: ``fusion`` names no method.
         """
         method = FUSION_METHODS[fusion]
-        max_df = self._announce(query, method.identifiers, top_k, max_df)
+        max_df = self._announce(query, method, top_k, max_df)
         hits = self._gather(query, depth, self._active(weights), allowed)
         candidates = self._candidates(query, hits, depth, weights, rrf_k, method.name, max_df)
         return self.fuse(candidates, method.name, top_k)
@@ -323,12 +339,12 @@ class HybridSearcher:
     ) -> HybridResult:
         """:meth:`search` for asyncio: each engine runs in a worker thread under ``asyncio.gather``."""
         method = FUSION_METHODS[fusion]
-        max_df = self._announce(query, method.identifiers, top_k, max_df)
+        max_df = self._announce(query, method, top_k, max_df)
         active = self._active(weights)
         hits: dict[str, list[Hit]] = {}
         if not (allowed is not None and len(allowed) == 0):
             results = await asyncio.gather(
-                *(asyncio.to_thread(self._run, self.engines[name], query, depth, allowed) for name in active)
+                *(asyncio.to_thread(self._run_named, name, query, depth, allowed) for name in active)
             )
             hits = dict(zip(active, results, strict=True))
         candidates = await asyncio.to_thread(
@@ -348,22 +364,27 @@ class HybridSearcher:
         fusion: str = DEFAULT_FUSION,
         max_df: int | None = None,
     ) -> Candidates:
-        """Run the engines and gather what ``fusion`` needs (cross-scores and identifier matches are
-        gathered when any method could need them: pass ``fusion="adaptive"`` to get both)."""
+        """Run the engines and gather what ``fusion`` needs (cross-scores, identifier matches and the engines'
+        surprises are gathered when the method needs them: pass ``fusion="adaptive"`` to get all three)."""
         method = FUSION_METHODS[fusion]
-        max_df = self._announce(query, method.identifiers, top_k, max_df)
+        max_df = self._announce(query, method, top_k, max_df)
         hits = self._gather(query, depth, self._active(weights), allowed)
         return self._candidates(query, hits, depth, weights, rrf_k, method.name, max_df)
 
     # -- candidates and fusion ----------------------------------------------------------------------
-    def _announce(self, query: Query, identifiers: bool, top_k: int, max_df: int | None) -> int:
+    def _announce(self, query: Query, method: FusionMethod, top_k: int, max_df: int | None) -> int:
         """The exact-match guard's bound for this search (``max_df``, else the searcher's ``identifier_max_df``,
         else ``top_k``); when the method reads exact matches, announced in the query's cache
-        (:data:`~hybrid_memory.engines.EXACT_MATCH_ARGS`) so the engines prepare them in their own threads."""
+        (:data:`~hybrid_memory.engines.EXACT_MATCH_ARGS`) so the engines prepare them in their own threads; when
+        it reads surprises, an empty :data:`SURPRISE` dict there for the engines' threads to fill."""
         if max_df is None:
             max_df = self.identifier_max_df if self.identifier_max_df is not None else top_k
-        if identifiers:
+        if method.identifiers:
             query.cache[EXACT_MATCH_ARGS] = (max_df, self.identifier_min_share)
+        if method.surprise:
+            query.cache[SURPRISE] = {}
+        else:
+            query.cache.pop(SURPRISE, None)
         return max_df
 
     def _candidates(
@@ -424,6 +445,7 @@ class HybridSearcher:
         for name in found:  # the engine's theoretical minimum, else the lowest score it returned
             bound = getattr(self.engines[name], "lower_bound", None)
             lower_bounds[name] = float(min(runs[name].scores.values()) if bound is None else bound)
+        surprises = query.cache.get(SURPRISE) or {} if method.surprise else {}
         inp = FusionInput(
             runs={name: runs[name].keys for name in found},
             scores={name: all_scores[name] for name in found},
@@ -431,6 +453,7 @@ class HybridSearcher:
             lower_bounds=lower_bounds,
             rrf_k=float(rrf_k),
             identifier_matches=matches,
+            surprise={name: float(v) for name in found if (v := surprises.get(name)) is not None and math.isfinite(v)},
         )
         if columns:
             inp = inp.with_columns(union, columns, [float(c) for c in strength] if strength is not None else [0.0] * n)

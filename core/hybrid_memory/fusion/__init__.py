@@ -9,11 +9,12 @@ Small pure functions, one formula each (the source is in each docstring):
 * :func:`log_evidence` -- BM25's multiplicative spread made additive, log(1 + s), before standardising;
 * :func:`confidence_weights` -- per-query engine weights from how far each engine's top hit stands out;
 * :func:`apply_identifier_guard` -- candidates holding a rare identifier of the query first;
+* :func:`surprise_factor` -- an engine's weight calibrated by its top hit's surprise against chance;
 * :data:`FUSION_METHODS` -- the named methods a request may choose (``hybrid_params.fusion``), each a
   function of one :class:`FusionInput`; :data:`DEFAULT_FUSION` is the default.
 """
 
-from .adaptive import apply_identifier_guard, confidence_weights, top_outlier
+from .adaptive import apply_identifier_guard, confidence_weights, surprise_factor, top_outlier
 from .methods import DEFAULT_FUSION, FUSION_METHODS, FusionInput, FusionMethod, FusionOutcome, fuse
 from .rrf import DEFAULT_RRF_K, FusedHit, reciprocal_rank_fusion, rrf_table
 from .scores import dbsf, distribution_normalize, log_evidence, rank_by_score, theoretical_min_max, tm2c2, zscore_fusion
@@ -35,6 +36,7 @@ __all__ = [
     "rank_by_score",
     "reciprocal_rank_fusion",
     "rrf_table",
+    "surprise_factor",
     "theoretical_min_max",
     "tm2c2",
     "top_outlier",

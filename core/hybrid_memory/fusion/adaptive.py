@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-__all__ = ["apply_identifier_guard", "confidence_weights", "guard_columns", "top_outlier"]
+__all__ = ["apply_identifier_guard", "confidence_weights", "guard_columns", "surprise_factor", "top_outlier"]
 
 
 def top_outlier(scores: Sequence[float]) -> float:
@@ -57,6 +57,27 @@ def confidence_weights(
         prior = float(priors.get(name, 1.0))
         out[name] = 0.0 if not values or prior <= 0 else prior * (1.0 + strength * top_outlier(values))
     return out
+
+
+def surprise_factor(nats: float) -> float:
+    """The factor an engine's confidence weight is multiplied by for a top hit of surprise ``nats``
+    (:mod:`hybrid_memory.calibration`: ``S = -ln(n P)``, ``n P`` the expected number of chance documents scoring
+    at least the top)::
+
+        factor(S) = sqrt(softplus(S)) = sqrt(ln(1 + e^S))
+
+    ``softplus(S) = -ln(n P / (1 + n P))``: with one real hit competing against ``n P`` chance documents at its
+    level, ``n P / (1 + n P)`` is the probability that the top is one of the chance ones, so softplus is the
+    information, in nats, that it is not. It is about ``S`` for a clear top (6-18 nats for a clean engine on the
+    sets of ``benchmarks/fusion_eval.py``), ``ln 2`` at chance level, and tends to 0 below it without reaching
+    it (but where ``e^S`` underflows, ``S`` < -745): an engine is never silenced outright (a one-word query matching a few documents has ``S = -ln df``:
+    BM25 then still marks which candidates hold the word). The square root tempers the spread, as measured in
+    ``benchmarks/dense_calibration_trial.py`` (rows ``surprise: ...``). nan gives 1 (not judged).
+    """
+    if nats != nats:
+        return 1.0
+    softplus = nats + math.log1p(math.exp(-nats)) if nats > 0 else math.log1p(math.exp(nats))
+    return math.sqrt(softplus)
 
 
 def apply_identifier_guard(scores: Mapping[str, float], matches: Mapping[str, int]) -> dict[str, float]:

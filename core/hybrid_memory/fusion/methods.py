@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from .adaptive import apply_identifier_guard, confidence_weights, guard_columns
+from .adaptive import apply_identifier_guard, confidence_weights, guard_columns, surprise_factor
 from .rrf import rrf_table
 from .scores import dbsf, tm2c2, zscore_columns
 
@@ -43,6 +43,8 @@ class FusionInput:
             query it holds, more for holding every query token when few candidates do (filled when the method
             asked for it; see ``BM25Index.exact_matches`` and
             :func:`~hybrid_memory.fusion.adaptive.apply_identifier_guard`).
+        surprise: engine -> surprise of its top hit against chance, in nats (filled when the method asked for
+            it and the engine could tell; see :mod:`hybrid_memory.calibration`); an engine absent is not judged.
     """
 
     runs: Mapping[str, Sequence[str]]
@@ -51,6 +53,7 @@ class FusionInput:
     lower_bounds: Mapping[str, float] = field(default_factory=dict)
     rrf_k: float = 60.0
     identifier_matches: Mapping[str, int] = field(default_factory=dict)
+    surprise: Mapping[str, float] = field(default_factory=dict)
 
     def keys(self) -> list[str]:
         """Every candidate key of any run, sorted."""
@@ -114,6 +117,8 @@ class FusionMethod:
     identifiers: bool
     """Needs the rare-identifier matches of the candidates."""
     summary: str
+    surprise: bool = False
+    """Needs each engine's top-hit surprise (:mod:`hybrid_memory.calibration`)."""
 
 
 def _active(inp: FusionInput) -> dict[str, float]:
@@ -199,8 +204,15 @@ def _padded_lists(inp: FusionInput, names: Sequence[str]) -> dict[str, list[floa
     return lists
 
 
-def _confident_alphas(inp: FusionInput) -> dict[str, float]:
+def _confident_alphas(inp: FusionInput, *, calibrated: bool = False) -> dict[str, float]:
+    """Convex per-query weights ``prior x (1 + top_outlier)`` (:func:`confidence_weights`), each times
+    :func:`~hybrid_memory.fusion.adaptive.surprise_factor` ``(S_e)`` with ``calibrated``, for an engine whose
+    surprise ``S_e`` is known (see :func:`fuse_adaptive`); the request's priors when every weight comes out 0."""
     weights = confidence_weights(_padded_lists(inp, list(_active(inp))), inp.priors)
+    if calibrated:
+        for name, nats in inp.surprise.items():
+            if name in weights:
+                weights[name] *= surprise_factor(nats)
     total = sum(weights.values())
     if not total > 0:
         weights = _active(inp)
@@ -231,6 +243,13 @@ def fuse_zscore_guard(inp: FusionInput) -> FusionOutcome:
     return FusionOutcome(_unit(keys, guard_columns(fused, inp.columns[2])), alphas)
 
 
+def fuse_adaptive_uncalibrated(inp: FusionInput) -> FusionOutcome:
+    """:func:`fuse_adaptive` without step 2's calibration against chance (the default of earlier releases)."""
+    alphas = _confident_alphas(inp)
+    keys, fused = _zscores(inp, alphas, log_bm25=True)
+    return FusionOutcome(_unit(keys, guard_columns(fused, inp.columns[2])), alphas)
+
+
 def fuse_adaptive(inp: FusionInput) -> FusionOutcome:
     """The default. Three steps, each with its reason:
 
@@ -242,14 +261,22 @@ def fuse_adaptive(inp: FusionInput) -> FusionOutcome:
     2. z-score fusion (:func:`~hybrid_memory.fusion.scores.zscore_fusion`) over the exact scores of every
        candidate in every engine, with per-query convex weights ``prior_e x (1 + top_outlier(list_e))``
        (:func:`confidence_weights`): the request weights are the priors, and an engine whose best hit stands
-       out of its own list counts more;
+       out of its own list counts more. Each weight is then calibrated against chance: times
+       ``sqrt(softplus(S_e))`` (:func:`~hybrid_memory.fusion.adaptive.surprise_factor`), ``S_e`` the surprise of the engine's top hit in nats
+       (:mod:`hybrid_memory.calibration`: minus the log of how many of the documents the query may return
+       chance would score that high; Gaussian over the corpus moments for cosines, term independence for
+       BM25). ``top_outlier`` is scale-free, so it cannot see an engine that is weak on the whole corpus (a
+       list of compressed, noisy cosines looks as peaked as a good one); the surprise is in one unit for both
+       engines and near 0 for an engine at chance level. An engine whose surprise is unknown (no corpus
+       statistics, e.g. a Qdrant collection) keeps factor 1, so the step is a no-op there. Measured in
+       ``benchmarks/fusion_robustness.py`` (row ``surprise: sqrt`` of ``dense_calibration_trial.py`` before);
     3. the exact-match guard (:func:`apply_identifier_guard`): candidates holding a rare identifier of the
        query, or every query token in the query's order when few candidates do, first.
 
     Reported rescaled to [0, 1] over the candidates (best 1), which changes no order. Computed on
     :attr:`FusionInput.columns` with the array forms of those functions (same formulas).
     """
-    alphas = _confident_alphas(inp)
+    alphas = _confident_alphas(inp, calibrated=True)
     keys, fused = _zscores(inp, alphas, log_bm25=True)
     return FusionOutcome(_unit(keys, guard_columns(fused, inp.columns[2])), alphas)
 
@@ -264,8 +291,11 @@ FUSION_METHODS: dict[str, FusionMethod] = {
         FusionMethod("zscore", fuse_zscore, True, False, "CombSUM of z-scores over exact scores (Montague and Aslam 2001)"),
         FusionMethod("confidence", fuse_confidence, True, False, "z-score fusion with per-query confidence weights"),
         FusionMethod("zscore_guard", fuse_zscore_guard, True, True, "z-score fusion over exact scores plus the exact-match guard"),
-        FusionMethod("adaptive", fuse_adaptive, True, True,
+        FusionMethod("adaptive_uncalibrated", fuse_adaptive_uncalibrated, True, True,
                      "z-score fusion of log-scaled BM25 and cosines with per-query confidence weights, plus the exact-match guard"),
+        FusionMethod("adaptive", fuse_adaptive, True, True,
+                     "adaptive_uncalibrated with each engine's weight calibrated by its top hit's surprise against chance",
+                     surprise=True),
     )
 }
 """Every method a request may name in ``hybrid_params.fusion``."""
