@@ -90,6 +90,34 @@ def test_both_memories_write_and_each_sees_all(tmp_path):
         two.close()
 
 
+def test_the_dense_corpus_moments_are_the_same_bits_in_every_memory_and_after_reopen(tmp_path):
+    """The default fusion's dense surprise reads the corpus moments (calibration.VectorMoments): two memories
+    that applied the same writes in another order, and a fresh open of the folder, hold identical sums."""
+    import numpy as np
+
+    one, two = _open(tmp_path), _open(tmp_path)
+    try:
+        for i in range(30):
+            (one if i % 3 else two).upsert([{"chunk_id": f"c{i}", "text": f"common tok{i} word{i % 7}"}])
+        one.upsert([{"chunk_id": "c3", "text": "common tok3 rewritten"}])
+        two.delete(["c4", "c5"])
+        assert sorted(_ids(one, "common")) == sorted(_ids(two, "common"))  # both caught up
+        fresh = HybridMemory(embedder=HashingEmbedder(32))
+        fresh.upsert([c for c in one.iter_chunks()])  # the live chunks only, in one batch
+        sums = [m._dense._moments.to_array() for m in (one, two, fresh)]
+        assert one._dense._moments.count == two._dense._moments.count == fresh._dense._moments.count == 28
+        assert np.array_equal(sums[0], sums[1]) and np.array_equal(sums[0], sums[2])
+        fresh.close()
+    finally:
+        one.close()
+        two.close()
+    reopened = _open(tmp_path)
+    try:
+        assert np.array_equal(reopened._dense._moments.to_array(), sums[0])
+    finally:
+        reopened.close()
+
+
 def test_a_write_prepared_against_rows_another_memory_changed_is_prepared_again(tmp_path):
     one, two = _open(tmp_path), _open(tmp_path)
     try:
