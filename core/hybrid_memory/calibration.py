@@ -45,15 +45,24 @@ def gaussian_surprise(top: float, mean: float, variance: float, n: int) -> float
 
         S = -(ln n + ln Phi_c(z)),   z = (top - mean) / sqrt(variance)
 
-    ``Phi_c`` is the standard normal upper tail (``scipy.special.log_ndtr(-z)``, accurate far into the tail).
+    ``Phi_c`` is the standard normal upper tail (``math.erfc``, and ``scipy.special.log_ndtr(-z)`` far in the
+    tail, where ``erfc`` underflows).
     Returns nats, or None when ``variance`` <= 0 (every document scores alike: nothing to judge by).
     """
     if not variance > 0:
         return None
+    z = (float(top) - float(mean)) / math.sqrt(float(variance))
+    return -(math.log(max(int(n), 1)) + _log_upper_tail(z))
+
+
+def _log_upper_tail(z: float) -> float:
+    """``ln Phi_c(z)``: ``ln(erfc(z / sqrt 2) / 2)`` while that is a normal float (z < 26), else scipy's
+    ``log_ndtr(-z)`` (its asymptotic series), which costs a ufunc call."""
+    if z < 26.0:
+        return math.log(0.5 * math.erfc(z / math.sqrt(2.0)))
     from scipy.special import log_ndtr
 
-    z = (float(top) - float(mean)) / math.sqrt(float(variance))
-    return -(math.log(max(int(n), 1)) + float(log_ndtr(-z)))
+    return float(log_ndtr(-z))
 
 
 def term_surprise(dfs: Iterable[int], n_docs: int, n: int) -> float | None:

@@ -726,7 +726,8 @@ class FaissIndex:
         Files: ``vectors.<token>.npy`` float32 (rows, dim), the *base*: the matrix as it was at some save;
         ``delta_slots.npy`` int64 (m,) and ``delta_vectors.npy`` float32 (m, dim), the rows written since that
         base (overwritten slots and appended ones); ``slot_ids.npy`` int64 (n_slots,), the id of every slot
-        (-1 free); ``ivf.<token>.faiss`` (``faiss.write_index``) when an IVF is in service; ``manifest.json``.
+        (-1 free); ``moments.npy`` float64 (dim + 1, dim), the exact corpus moments of the live vectors
+        (:class:`~hybrid_memory.calibration.VectorMoments`, their count in the manifest); ``ivf.<token>.faiss`` (``faiss.write_index``) when an IVF is in service; ``manifest.json``.
 
         Files named with a token never change once written (a log-structured layout, as Lucene's segments).
         When ``previous`` (the folder the last save went to) still holds this index's base and IVF files, they
