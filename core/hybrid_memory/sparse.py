@@ -875,10 +875,16 @@ class BM25Index:
             if tf is None:
                 if not n_main:
                     return None
-                pos, found = self._main_positions(np.array([doc_id], dtype=np.int64))
-                if not found[0]:
-                    return None
-                row = int(pos[0])
+                pos_of = self._main_pos_of
+                if pos_of is not None:  # the id -> position map: n_main marks an id that is not a live main document
+                    row = int(pos_of[doc_id]) if 0 <= doc_id < len(pos_of) else n_main
+                    if row >= n_main:
+                        return None
+                else:
+                    pos, found = self._main_positions(np.array([doc_id], dtype=np.int64))
+                    if not found[0]:
+                        return None
+                    row = int(pos[0])
             spans = self._spans(terms.distinct, cache)
             indices = self._main.scores["indices"] if self._main is not None else None
             postings = self._postings

@@ -113,17 +113,20 @@ def test_faiss_index_moments_follow_writes_and_survive_save_and_reopen(tmp_path)
 
 
 # -- BM25's top hit -----------------------------------------------------------------------------------------------
-def _bm25(main_texts: list[str], delta_texts: list[str]) -> BM25Index:
+def _bm25(main_texts: list[str], delta_texts: list[str], step: int = 1) -> BM25Index:
     index = BM25Index()
-    index.build(list(range(len(main_texts))), main_texts)
+    index.build([i * step for i in range(len(main_texts))], main_texts)
     index.add(list(range(100, 100 + len(delta_texts))), delta_texts)
     return index
 
 
+@pytest.mark.parametrize("step", [1, 10_000], ids=["dense-ids", "sparse-ids"])  # the id map, or binary search
 @pytest.mark.parametrize("split", [4, 2, 0], ids=["all-main", "main+delta", "all-delta"])
-def test_bm25_surprise_by_hand_in_every_segment_state(split):
+def test_bm25_surprise_by_hand_in_every_segment_state(split, step):
     texts = ["alpha beta", "alpha gamma", "delta epsilon", "zeta eta"]
-    index = _bm25(texts[:split], texts[split:])
+    index = _bm25(texts[:split], texts[split:], step)
+    if split:
+        assert (index._main_pos_of is None) == (step > 1)  # both look-ups of the top's main position are run
     doc = 0 if split > 0 else 100  # "alpha beta"
     # the top holds alpha (df 2) and beta (df 1) of N = 4: -(ln 4 + ln(2/4) + ln(1/4)) = ln 2
     assert index.surprise("alpha beta", doc) == pytest.approx(math.log(2), abs=1e-12)
@@ -131,9 +134,9 @@ def test_bm25_surprise_by_hand_in_every_segment_state(split):
     assert index.surprise("alpha beta", doc, 2) == pytest.approx(math.log(4), abs=1e-12)
     # tokens the top does not hold do not count; a document holding none gives None
     assert index.surprise("beta omega", doc) == pytest.approx(0.0, abs=1e-12)  # -(ln 4 + ln(1/4))
-    other = 3 if split > 3 else 100 + 3 - split
+    other = 3 * step if split > 3 else 100 + 3 - split
     assert index.surprise("alpha beta", other) is None
-    assert index.surprise("alpha beta", 999) is None
+    assert index.surprise("alpha beta", 999) is None and index.surprise("alpha beta", 10**9) is None
 
 
 def test_bm25_surprise_after_removal_uses_the_scoring_statistics():
