@@ -132,8 +132,15 @@ def cross_excess(inp: Any, name: str, n: int) -> float | None:
     return (read(scores[own[0]]) - mean) / std - math.sqrt(2.0 * math.log(max(n, 2)))
 
 
-SURPRISE_H = {"sqrt": math.sqrt, "identity": lambda x: x}
-"""Functions of the surprise (nats, >= 0) that multiply an engine's confidence weight."""
+SURPRISE_H = {
+    "sqrt": lambda s: math.sqrt(max(0.0, s)),
+    "identity": lambda s: max(0.0, s),
+    "sqrt, floor 1": lambda s: math.sqrt(max(1.0, s)),
+    "sqrt softplus": lambda s: math.sqrt(math.log1p(math.exp(s))) if s < 30 else math.sqrt(s),
+}
+"""Functions of the surprise (nats, any sign) that multiply an engine's confidence weight: ``sqrt`` and ``identity``
+of ``max(0, S)`` (an engine at or below chance gets weight 0), ``sqrt`` of ``max(1, S)`` (never below 1) and of
+``softplus(S) = ln(1 + e^S)`` (smooth, > 0: ``sqrt(ln 2)`` = 0.83 at chance)."""
 
 
 def calibrated(inp: Any, factor: float | dict[str, float], *, confidence: dict[str, float] | None = None) -> dict[str, float]:
@@ -187,7 +194,7 @@ def run(data: fdata.EvalSet) -> dict[str, dict[str, dict[str, float]]]:
         inp = cand.input
         scored = {"sparse alone": inp.own_scores("sparse"), "dense alone": inp.own_scores("dense")}
         if inp.runs:
-            scored["default"] = m.fuse_adaptive(inp).scores
+            scored["default"] = m.fuse_adaptive_uncalibrated(inp).scores  # the default before the surprise
             dense = inp.list_scores("dense")
             n = total if allowed is None else len(allowed)
             e = chance_excess(data.query_vectors[qid], max(dense), mu, sigma, n) if dense else math.inf
@@ -201,10 +208,11 @@ def run(data: fdata.EvalSet) -> dict[str, dict[str, dict[str, float]]]:
             surprise = {"dense": dense_surprise(data.query_vectors[qid], max(dense), mu, sigma, n) if dense else None,
                         "sparse": sparse_surprise(query_terms & doc_terms.get(sparse_run[0], set()), df, total, n)
                         if sparse_run else None}
-            known = {name: max(0.0, x) for name, x in surprise.items()
-                     if x is not None and math.isfinite(x) and name in inp.runs}  # inf: no spread, not judged
+            raw = {name: x for name, x in surprise.items()
+                   if x is not None and math.isfinite(x) and name in inp.runs}  # inf: no spread, not judged
+            known = {name: max(0.0, x) for name, x in raw.items()}
             for name, h in SURPRISE_H.items():
-                scored[f"surprise: {name}"] = calibrated(inp, {k: h(x) for k, x in known.items()})
+                scored[f"surprise: {name}"] = calibrated(inp, {k: h(x) for k, x in raw.items()})
             scored["surprise alone"] = calibrated(inp, 1.0, confidence=known)
         for label in labels:
             ranked = sorted(scored.get(label, {}).items(), key=lambda kv: (-kv[1], kv[0]))[: fe.TOP_K]

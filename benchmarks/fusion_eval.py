@@ -202,6 +202,7 @@ def with_params(base: Any, params: dict[str, Any]) -> Any:
         lower_bounds={name: base.input.lower_bounds[name] for name in found},
         rrf_k=float(params.get("rrf_k_constant", 60)),
         identifier_matches={k: v for k, v in base.input.identifier_matches.items() if k in union},
+        surprise={name: v for name, v in base.input.surprise.items() if name in found},  # the engines' own, no prior
     )
     return dataclasses.replace(base, input=inp, runs=runs, priors=priors)
 
