@@ -104,7 +104,7 @@ class VectorMoments:
         self.count = 0
         self._sum = np.zeros(dim, dtype=np.float64)
         self._outer = np.zeros((dim, dim), dtype=np.float64)
-        self._scaled: tuple[int, np.ndarray, np.ndarray] | None = None  # (version, mean, E[u u'] float32)
+        self._scaled: tuple[int, np.ndarray] | None = None  # (version, float32 (dim + 1, dim): mean, E[u u'])
         self._version = 0
         self._lock = threading.Lock()
 
@@ -146,8 +146,8 @@ class VectorMoments:
 
         (population moments over the grid values, times ``QUANTUM`` and ``QUANTUM^2``); the variance is 0 when it
         lies below 1e-4 of the mean square (float32 rounding, not a spread). None when fewer than two vectors are
-        counted. Costs one (dim, dim) matvec (float32: some 10 us at dim 384); the scaled matrix is
-        rebuilt once after each change.
+        counted. Costs one (dim + 1, dim) float32 matvec (FAISS's); the scaled matrix is rebuilt once after each
+        change.
         """
         with self._lock:
             if self.count < 2:
@@ -155,13 +155,20 @@ class VectorMoments:
             scaled = self._scaled
             if scaled is None or scaled[0] != self._version:
                 n = float(self.count)
-                mean = self._sum * (QUANTUM / n)
-                second = (self._outer * (QUANTUM * QUANTUM / n)).astype(np.float32)
-                scaled = self._scaled = (self._version, mean, second)
-        _, mean, second = scaled
-        q = np.asarray(query, dtype=np.float32).reshape(-1)
-        mu = float(q.astype(np.float64) @ mean)
-        expected_square = float(q @ (second @ q))
+                rows = np.empty((self.dim + 1, self.dim), dtype=np.float32)  # the mean, then E[u u']
+                rows[0] = self._sum * (QUANTUM / n)
+                rows[1:] = self._outer * (QUANTUM * QUANTUM / n)
+                scaled = self._scaled = (self._version, rows)
+        rows = scaled[1]
+        q = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
+        # one pass of FAISS's single-threaded SIMD inner products gives q . mu and E[u u'] q; not numpy's BLAS,
+        # whose matvec runs on every core (and OpenBLAS spins its threads after it) beside the other engine
+        import faiss
+
+        products = np.empty(self.dim + 1, dtype=np.float32)
+        faiss.fvec_inner_products_ny(faiss.swig_ptr(products), faiss.swig_ptr(q), faiss.swig_ptr(rows), self.dim, self.dim + 1)
+        mu = float(products[0])
+        expected_square = float(np.dot(products[1:], q))
         variance = expected_square - mu * mu
         # float32 products carry a relative error of some 1e-6: a variance below 1e-4 of the mean square is
         # that rounding, not a spread (every vector scores alike); real corpora lie near 0.2
