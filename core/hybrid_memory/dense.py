@@ -893,12 +893,17 @@ def _load_moments(
 ) -> VectorMoments:
     """The saved moments of the live vectors (``moments.npy``), or, when a save has none (written before they
     existed) or they count another number of directed vectors than the ``directed`` live ones, the moments
-    counted afresh from the live rows, in blocks of 65,536 (a few seconds at a million 384-d vectors)."""
+    counted afresh from the live rows, in blocks of 65,536 (a few seconds at a million 384-d vectors); likewise,
+    with a warning, when the file is damaged."""
     moments = VectorMoments(dim)
     path = directory / "moments.npy"
     if path.exists() and manifest.get("moments_count") == directed:
-        moments.load_array(np.load(path, allow_pickle=False), directed)
-        return moments
+        try:
+            moments.load_array(np.load(path, allow_pickle=False), directed)
+            return moments
+        except (OSError, ValueError) as exc:  # damaged: the vectors still give them exactly
+            logger.warning("saved corpus moments %s are unreadable (%s); counting them from the vectors", path, exc)
+            moments = VectorMoments(dim)
     for start in range(0, len(live_slots), 65_536):
         moments.add(vectors.gather(live_slots[start:start + 65_536]))
     return moments

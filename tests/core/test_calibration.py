@@ -83,7 +83,7 @@ def test_moments_refuse_a_damaged_array():
         moments.load_array(np.zeros((2, 2)), 1)
 
 
-def test_faiss_index_moments_follow_writes_and_survive_save_and_reopen(tmp_path):
+def test_faiss_index_moments_follow_writes_and_survive_save_and_reopen(tmp_path, caplog):
     rng = np.random.default_rng(3)
     vectors = _unit(rng.standard_normal((40, 8)))
     index = FaissIndex(8)
@@ -101,7 +101,14 @@ def test_faiss_index_moments_follow_writes_and_survive_save_and_reopen(tmp_path)
     assert reopened.load(tmp_path / "saved")
     assert reopened._moments.count == 38
     assert np.array_equal(reopened._moments.to_array(), index._moments.to_array())
-    # a save written before the moments existed: counted afresh from the vectors, the same bits
+    # a damaged moments file: counted afresh from the vectors, with a warning, the same bits
+    np.save(tmp_path / "saved" / "moments.npy", np.full((9, 8), 0.5))
+    damaged = FaissIndex(8)
+    assert damaged.load(tmp_path / "saved")
+    assert np.array_equal(damaged._moments.to_array(), index._moments.to_array())
+    assert any("corpus moments" in r.getMessage() and "counting them from the vectors" in r.getMessage()
+               for r in caplog.records)
+    # a save written before the moments existed: likewise
     (tmp_path / "saved" / "moments.npy").unlink()
     older = FaissIndex(8)
     assert older.load(tmp_path / "saved")
