@@ -76,8 +76,8 @@ def term_surprise(dfs: Iterable[int], n_docs: int, n: int) -> float | None:
     dfs = list(dfs)
     if not dfs or n_docs < 1:
         return None
-    log_n = math.log(n_docs)
-    return -(math.log(max(int(n), 1)) + sum(math.log(max(int(df), 1)) - log_n for df in dfs))
+    log = math.log
+    return len(dfs) * log(n_docs) - log(max(n, 1)) - sum(map(log, dfs))
 
 
 class VectorMoments:

@@ -862,40 +862,52 @@ class BM25Index:
             n: documents the query may return (the allowed set's size); None: every live document.
 
         Returns:
-            nats, or None when ``doc_id`` is not a live document or holds no query token. Costs a binary search
-            per query token in its column of the main segment (or a dict look-up in the delta).
+            nats, or None when ``doc_id`` is not a live document or holds no query token. Reads which query tokens
+            the document holds from its delta term counts or its cached token ids (one set of some dozens of
+            ids; a binary search in each term's column where an older save kept no tokens), and their document
+            frequencies from the column spans the search already looked up.
         """
         terms = self._terms(query, cache)
         with self._lock:
             n_main = len(self._main_ids)
             if n is None:
                 n = n_main - self._main_dead + len(self._delta_tf)
-            tf = self._delta_tf.get(int(doc_id))
-            row = None
-            if tf is None:
-                if not n_main:
-                    return None
-                pos_of = self._main_pos_of
-                if pos_of is not None:  # the id -> position map: n_main marks an id that is not a live main document
-                    row = int(pos_of[doc_id]) if 0 <= doc_id < len(pos_of) else n_main
-                    if row >= n_main:
-                        return None
-                else:
-                    pos, found = self._main_positions(np.array([doc_id], dtype=np.int64))
-                    if not found[0]:
-                        return None
-                    row = int(pos[0])
-            spans = self._spans(terms.distinct, cache)
-            indices = self._main.scores["indices"] if self._main is not None else None
-            postings = self._postings
-            dfs = []
-            for token in terms.distinct:
-                begin, end = spans.get(token, (0, 0))
-                held = token in tf if tf is not None else begin < end and _holds_id(indices[begin:end], row)
-                if held:
-                    dfs.append(end - begin + len(postings.get(token, ())))
+            doc_id = int(doc_id)
+            tf = self._delta_tf.get(doc_id)
+            if tf is None and not self._live_in_main(doc_id):
+                return None
+            distinct = terms.distinct
+            tokens = self._tokens.get(doc_id) if tf is None else None  # its token ids, in the index's vocabulary
+            if tf is not None:
+                held = [t for t in distinct if t in tf]
+            elif tokens is not None:
+                ids, vocab = set(tokens.tolist()), self._vocab
+                held = [t for t in distinct if vocab.get(t, -1) in ids]
+            else:  # a main document whose tokens an older save did not keep: its row in each term's column
+                row, indices = self._main_row(doc_id), self._main.scores["indices"]
+                columns = self._spans(distinct, cache)
+                held = [t for t in distinct if (c := columns[t])[0] < c[1] and _holds_id(indices[c[0]:c[1]], row)]
+            spans, postings = self._spans(held, cache), self._postings  # {} without a main segment
+            dfs = [(c := spans.get(t, (0, 0)))[1] - c[0] + len(postings.get(t, ())) for t in held]
             n_docs = n_main + len(self._delta_tf)
         return calibration.term_surprise(dfs, n_docs, n)
+
+    def _main_row(self, doc_id: int) -> int:
+        """Position of ``doc_id`` in the main segment if it is a live main document, else -1 (the id map, else a
+        binary search); caller holds the lock."""
+        n_main = len(self._main_ids)
+        if not n_main:
+            return -1
+        pos_of = self._main_pos_of
+        if pos_of is not None:  # n_main marks an id that is not a live main document
+            row = int(pos_of[doc_id]) if 0 <= doc_id < len(pos_of) else n_main
+            return row if row < n_main else -1
+        pos, found = self._main_positions(np.array([doc_id], dtype=np.int64))
+        return int(pos[0]) if found[0] else -1
+
+    def _live_in_main(self, doc_id: int) -> bool:
+        """Whether ``doc_id`` is a live main-segment document; caller holds the lock."""
+        return self._main_row(doc_id) >= 0
 
     def holds_all_terms(self, query: str, ids: np.ndarray, *, cache: dict | None = None) -> np.ndarray:
         """bool (len(ids),): which of the int64 ``ids`` hold every distinct token of ``query`` (a conjunctive

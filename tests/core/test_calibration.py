@@ -127,11 +127,16 @@ def _bm25(main_texts: list[str], delta_texts: list[str], step: int = 1) -> BM25I
     return index
 
 
+@pytest.mark.parametrize("cached", [True, False], ids=["token-cache", "no-token-cache"])  # an older save kept none
 @pytest.mark.parametrize("step", [1, 10_000], ids=["dense-ids", "sparse-ids"])  # the id map, or binary search
 @pytest.mark.parametrize("split", [4, 2, 0], ids=["all-main", "main+delta", "all-delta"])
-def test_bm25_surprise_by_hand_in_every_segment_state(split, step):
+def test_bm25_surprise_by_hand_in_every_segment_state(split, step, cached):
+    from hybrid_memory.token_cache import TokenCache
+
     texts = ["alpha beta", "alpha gamma", "delta epsilon", "zeta eta"]
     index = _bm25(texts[:split], texts[split:], step)
+    if not cached:
+        index._tokens = TokenCache()
     if split:
         assert (index._main_pos_of is None) == (step > 1)  # both look-ups of the top's main position are run
     doc = 0 if split > 0 else 100  # "alpha beta"
