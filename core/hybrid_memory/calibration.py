@@ -39,6 +39,9 @@ QUANTUM = 2.0**-10
 _CHUNK = 16_384
 """Rows per product in :meth:`VectorMoments.add` (each product sums at most ``_CHUNK x 2^20`` < 2^35: exact)."""
 
+_RANK_ONE_MAX = 16
+"""Up to this many rows, :meth:`VectorMoments.add` / ``remove`` update the sums row by row in place (BLAS ``dger``)."""
+
 
 def gaussian_surprise(top: float, mean: float, variance: float, n: int) -> float | None:
     """Surprise of a top score ``top`` among ``n`` >= 1 documents whose chance scores are normal(mean, variance)::
@@ -123,12 +126,24 @@ class VectorMoments:
             vectors = vectors[directed]
         if not len(vectors):
             return
-        total = np.zeros(self.dim, dtype=np.float64)
+        grid = np.rint(vectors.astype(np.float64) / QUANTUM)
+        if len(grid) <= _RANK_ONE_MAX:
+            # a few rows (an agent's single write): rank-1 updates in place (BLAS dger, about 30 us a row at dim 384)
+            # instead of a (dim, dim) product and a pass to add it (about 0.6 ms)
+            from scipy.linalg.blas import dger
+
+            with self._lock:
+                for row in grid:
+                    dger(sign, row, row, a=self._outer.T, overwrite_a=True)  # symmetric: the transpose is the same
+                self._sum += sign * grid.sum(axis=0)
+                self.count += int(sign) * len(grid)
+                self._version += 1
+            return
+        total = grid.sum(axis=0)
         outer = np.zeros((self.dim, self.dim), dtype=np.float64)
-        for start in range(0, len(vectors), _CHUNK):
-            grid = np.rint(vectors[start:start + _CHUNK].astype(np.float64) / QUANTUM)
-            total += grid.sum(axis=0)
-            outer += grid.T @ grid
+        for start in range(0, len(grid), _CHUNK):
+            block = grid[start:start + _CHUNK]
+            outer += block.T @ block
         with self._lock:
             if sign > 0:
                 self._sum += total
@@ -136,7 +151,7 @@ class VectorMoments:
             else:
                 self._sum -= total
                 self._outer -= outer
-            self.count += int(sign) * len(vectors)
+            self.count += int(sign) * len(grid)
             self._version += 1
 
     def chance(self, query: np.ndarray) -> tuple[float, float] | None:
