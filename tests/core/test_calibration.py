@@ -55,8 +55,14 @@ def test_moments_are_the_grid_moments_and_exact_under_any_order():
     other.add(extra)
     other.remove(extra)
     other.add(vectors[50:200])
-    assert one.count == other.count == 300
+    single = VectorMoments(16)  # one row at a time: the in-place rank-1 path
+    for row in vectors:
+        single.add(row[None, :])
+    single.remove(vectors[:5])
+    single.add(vectors[:5])
+    assert one.count == other.count == single.count == 300
     assert np.array_equal(one.to_array(), other.to_array())  # bit-identical
+    assert np.array_equal(one.to_array(), single.to_array())
     assert np.array_equal(one.to_array()[0], grid.sum(axis=0))
     assert np.array_equal(one.to_array()[1:], grid.T @ grid)
     q = vectors[3]
