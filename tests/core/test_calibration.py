@@ -204,3 +204,24 @@ def test_the_default_reads_each_engines_surprise_and_rrf_does_not():
         plain = Query("kafka lag", vector)
         rrf = memory._searcher.candidates(plain, top_k=3, depth=6, weights=weights, fusion="rrf")
         assert rrf.input.surprise == {} and SURPRISE not in plain.cache
+
+
+def test_dense_engine_surprise_counts_the_allowed_set_and_skips_a_zero_query():
+    from hybrid_memory.embedders import HashingEmbedder
+    from hybrid_memory.engines import DenseEngine
+
+    rng = np.random.default_rng(11)
+    vectors = _unit(rng.standard_normal((50, 8)))
+    index = FaissIndex(8)
+    index.add(np.arange(50), vectors)
+    engine = DenseEngine(index, HashingEmbedder(8))
+    query = Query("anything", vectors[4])
+    hits = engine.search(query, 5, None)
+    assert hits[0][0] == 4  # its own vector
+    mean, variance = index._moments.chance(vectors[4])
+    assert engine.surprise(query, hits, None) == gaussian_surprise(hits[0][1], mean, variance, 50)
+    allowed = RowSet(np.arange(0, 50, 5))  # 10 ids, 4 not among them: the top is another
+    top = engine.search(query, 5, allowed)
+    assert engine.surprise(query, top, allowed) == gaussian_surprise(top[0][1], mean, variance, 10)
+    zero = Query("stop words", np.zeros(8, dtype=np.float32))
+    assert engine.search(zero, 5, None) == [] and engine.surprise(zero, [], None) is None
