@@ -31,13 +31,19 @@ from collections.abc import Iterable
 
 import numpy as np
 
-__all__ = ["QUANTUM", "VectorMoments", "gaussian_surprise", "term_surprise"]
+__all__ = ["MOMENTS_MAX_DIM", "QUANTUM", "VectorMoments", "gaussian_surprise", "term_surprise"]
 
 QUANTUM = 2.0**-10
 """Grid the moments read vector entries on: ``rint(v / QUANTUM)``, integers in [-1024, 1024] for unit vectors."""
 
 _CHUNK = 16_384
 """Rows per product in :meth:`VectorMoments.add` (each product sums at most ``_CHUNK x 2^20`` < 2^35: exact)."""
+
+MOMENTS_MAX_DIM = 1024
+"""Vectors of at most this dimension get exact corpus moments (``FaissIndex`` keeps a :class:`VectorMoments`): a
+(dim, dim) float64 sum is 1.2 MB at 384 and 8 MB at 1024, but 75 MB at 3072, with a write costing a (dim, dim)
+update and a search reading a (dim, dim) block. Above it the dense engine reports no surprise, and the default
+fusion then runs uncalibrated (``fuse_adaptive``)."""
 
 _RANK_ONE_MAX = 16
 """Up to this many rows, :meth:`VectorMoments.add` / ``remove`` update the sums row by row in place (BLAS ``dger``)."""

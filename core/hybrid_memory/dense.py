@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from ._exceptions import DimensionMismatchError, InvalidRequestError
-from .calibration import VectorMoments, gaussian_surprise
+from .calibration import MOMENTS_MAX_DIM, VectorMoments, gaussian_surprise
 from .engines import RowSet, as_rowset, id_bounds
 
 __all__ = ["ANN_MIN", "CODE_COST", "DELTA_FRACTION", "DENSE_KINDS", "EXACT_MIN", "IVF_REWRITE_FRACTION", "ROW_COST", "FaissIndex"]
@@ -223,7 +223,8 @@ class FaissIndex:
         self._n_zero = 0
         self._ivf_file: str | None = None
         self._ivf_changes = 0
-        self._moments = VectorMoments(self.dim)  # exact corpus moments of the live vectors (surprise)
+        # exact corpus moments of the live vectors, for the surprise (none above MOMENTS_MAX_DIM)
+        self._moments = VectorMoments(self.dim) if self.dim <= MOMENTS_MAX_DIM else None
 
     def __len__(self) -> int:
         """Number of live vectors."""
@@ -334,7 +335,8 @@ class FaissIndex:
             self._n_slots += fresh
             self._vectors.put(slots, vectors)
             self._slot_ids[slots] = ids
-            self._moments.add(vectors)
+            if self._moments is not None:
+                self._moments.add(vectors)
             if reuse and self._base_rows:
                 old = np.asarray(reuse, dtype=np.int64)
                 self._dirty[old[old < self._base_rows]] = True
@@ -365,7 +367,8 @@ class FaissIndex:
             ids, slots = ids[held], slots[held]
             if not len(ids):
                 return
-            self._moments.remove(self._vectors.gather(slots))
+            if self._moments is not None:
+                self._moments.remove(self._vectors.gather(slots))
             self._slot_of[ids] = -1
             np.bitwise_and.at(self._alive_bits, ids >> 3, (~(1 << (ids & 7))).astype(np.uint8))
             self._slot_ids[slots] = -1
@@ -708,12 +711,14 @@ class FaissIndex:
         (:func:`~hybrid_memory.calibration.gaussian_surprise`): the chance scores are normal with the mean and
         variance of the float32 (dim,) ``query``'s inner products over every live vector (all-zero ones left out;
         exact moments, :class:`~hybrid_memory.calibration.VectorMoments`), among ``n`` documents (the allowed
-        set's size; None: the live vectors). None with fewer than two directed vectors or no spread. Costs one
+        set's size; None: the live vectors). None with fewer than two directed vectors, no spread, or vectors of
+        more than :data:`~hybrid_memory.calibration.MOMENTS_MAX_DIM` dimensions (no moments kept). Costs one
         (dim, dim) matvec."""
-        chance = self._moments.chance(np.asarray(query, dtype=np.float32).reshape(-1))
+        moments = self._moments
+        chance = None if moments is None else moments.chance(np.asarray(query, dtype=np.float32).reshape(-1))
         if chance is None:
             return None
-        return gaussian_surprise(top, chance[0], chance[1], self._moments.count if n is None else n)
+        return gaussian_surprise(top, chance[0], chance[1], moments.count if n is None else n)
 
     # -- persistence --------------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -726,7 +731,8 @@ class FaissIndex:
         Files: ``vectors.<token>.npy`` float32 (rows, dim), the *base*: the matrix as it was at some save;
         ``delta_slots.npy`` int64 (m,) and ``delta_vectors.npy`` float32 (m, dim), the rows written since that
         base (overwritten slots and appended ones); ``slot_ids.npy`` int64 (n_slots,), the id of every slot
-        (-1 free); ``moments.npy`` float64 (dim + 1, dim), the exact corpus moments of the live vectors
+        (-1 free); ``moments.npy`` float64 (dim + 1, dim), the exact corpus moments of the live vectors (dim at
+        most :data:`~hybrid_memory.calibration.MOMENTS_MAX_DIM`)
         (:class:`~hybrid_memory.calibration.VectorMoments`, their count in the manifest); ``ivf.<token>.faiss`` (``faiss.write_index``) when an IVF is in service; ``manifest.json``.
 
         Files named with a token never change once written (a log-structured layout, as Lucene's segments).
@@ -767,7 +773,8 @@ class FaissIndex:
             np.save(directory / "delta_slots.npy", delta, allow_pickle=False)
             np.save(directory / "delta_vectors.npy", self._vectors.gather(delta), allow_pickle=False)
             np.save(directory / "slot_ids.npy", self._slot_ids[:n], allow_pickle=False)
-            np.save(directory / "moments.npy", self._moments.to_array(), allow_pickle=False)
+            if self._moments is not None:
+                np.save(directory / "moments.npy", self._moments.to_array(), allow_pickle=False)
             ivf_file = None
             if self._ivf is not None:
                 ivf_file = self._ivf_file
@@ -791,7 +798,7 @@ class FaissIndex:
                 "has_ivf": ivf_file is not None,
                 "trained_n": self._trained_n,
                 "zero_ids": np.flatnonzero(self._zero).tolist(),  # live ids whose vector is all zeros
-                "moments_count": self._moments.count,
+                "moments_count": None if self._moments is None else self._moments.count,
             }
             (directory / "manifest.json").write_text(json.dumps(manifest, indent=2))
             if not linked:
@@ -890,11 +897,13 @@ class FaissIndex:
 
 def _load_moments(
     directory: Path, manifest: dict[str, Any], dim: int, directed: int, vectors: _Rows, live_slots: np.ndarray
-) -> VectorMoments:
+) -> VectorMoments | None:
     """The saved moments of the live vectors (``moments.npy``), or, when a save has none (written before they
     existed) or they count another number of directed vectors than the ``directed`` live ones, the moments
     counted afresh from the live rows, in blocks of 65,536 (a few seconds at a million 384-d vectors); likewise,
-    with a warning, when the file is damaged."""
+    with a warning, when the file is damaged. None above :data:`~hybrid_memory.calibration.MOMENTS_MAX_DIM`."""
+    if dim > MOMENTS_MAX_DIM:
+        return None
     moments = VectorMoments(dim)
     path = directory / "moments.npy"
     if path.exists() and manifest.get("moments_count") == directed:

@@ -225,3 +225,20 @@ def test_dense_engine_surprise_counts_the_allowed_set_and_skips_a_zero_query():
     assert engine.surprise(query, top, allowed) == gaussian_surprise(top[0][1], mean, variance, 10)
     zero = Query("stop words", np.zeros(8, dtype=np.float32))
     assert engine.search(zero, 5, None) == [] and engine.surprise(zero, [], None) is None
+
+
+def test_no_moments_above_the_dimension_cap(tmp_path):
+    from hybrid_memory.calibration import MOMENTS_MAX_DIM
+
+    rng = np.random.default_rng(5)
+    dim = MOMENTS_MAX_DIM + 1
+    vectors = _unit(rng.standard_normal((6, dim)))
+    index = FaissIndex(dim)
+    index.add(np.arange(6), vectors)
+    index.remove([2])
+    assert index._moments is None and index.surprise(vectors[0], 0.9) is None
+    index.save(tmp_path / "saved")
+    assert not (tmp_path / "saved" / "moments.npy").exists()
+    reopened = FaissIndex(dim)
+    assert reopened.load(tmp_path / "saved") and reopened._moments is None and len(reopened) == 5
+    assert FaissIndex(MOMENTS_MAX_DIM)._moments is not None

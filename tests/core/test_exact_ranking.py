@@ -375,11 +375,10 @@ def _assert_zero_vector_chunk_judged_by_bm25_alone(memory):
     assert [r.dense_score for r in response.results[1:]] == pytest.approx([1 / np.sqrt(3.0)] * 3, abs=1e-6)
     # the dense list [a, b, c] is flat (top_outlier 0): weight 1; BM25's one-hit list, continued with the
     # other candidates' BM25 score 0 to the dense list's length, is [L, 0, 0]: top_outlier 10 (the cap),
-    # weight 11. Calibrated by surprise: BM25's top holds "quasar", df 1 of N = 4, among n = 4: S = -(ln 4 + ln 1/4)
-    # = 0, factor sqrt(softplus(0)) = sqrt(ln 2); the dense scores have no spread (variance 0): not judged, factor
-    # 1. Made convex: 11 sqrt(ln 2) / (11 sqrt(ln 2) + 1) and 1 / (11 sqrt(ln 2) + 1)
-    w = 11 * math.sqrt(math.log(2))
-    assert response.effective_weights == pytest.approx({"sparse": w / (w + 1), "dense": 1 / (w + 1)})
+    # weight 11; made convex, 11/12 and 1/12. Not calibrated by surprise: BM25's is 0 here ("quasar", df 1 of 4,
+    # among 4), but the dense scores have no spread (variance 0), so dense cannot be judged, and a factor on one
+    # engine only would weigh nats against plain confidence
+    assert response.effective_weights == pytest.approx({"sparse": 11 / 12, "dense": 1 / 12})
     # rrf: z scores 1/61 from its BM25 rank alone (no dense rank), as a, whose dense rank 1 also gives 1/61
     rrf = memory.search("quasar", top_k=4, query_vector=ZERO_QUERY, fusion="rrf")
     assert {r.chunk_id: r.rrf_score for r in rrf.results} == pytest.approx(

@@ -206,13 +206,16 @@ def _padded_lists(inp: FusionInput, names: Sequence[str]) -> dict[str, list[floa
 
 def _confident_alphas(inp: FusionInput, *, calibrated: bool = False) -> dict[str, float]:
     """Convex per-query weights ``prior x (1 + top_outlier)`` (:func:`confidence_weights`), each times
-    :func:`~hybrid_memory.fusion.adaptive.surprise_factor` ``(S_e)`` with ``calibrated``, for an engine whose
-    surprise ``S_e`` is known (see :func:`fuse_adaptive`); the request's priors when every weight comes out 0."""
+    :func:`~hybrid_memory.fusion.adaptive.surprise_factor` ``(S_e)`` with ``calibrated`` when the surprise of every
+    engine with a weight > 0 is known (see :func:`fuse_adaptive`); the request's priors when every weight comes out 0."""
     weights = confidence_weights(_padded_lists(inp, list(_active(inp))), inp.priors)
-    if calibrated:
-        for name, nats in inp.surprise.items():
-            if name in weights:
-                weights[name] *= surprise_factor(nats)
+    judged = [name for name, w in weights.items() if w > 0]
+    # only when every engine with a say can be judged: a factor on some engines and not on others would weigh
+    # nats against plain confidence (an engine that cannot tell, such as a flat dense list, would outweigh one
+    # judged near chance)
+    if calibrated and len(judged) > 1 and all(name in inp.surprise for name in judged):
+        for name in judged:
+            weights[name] *= surprise_factor(inp.surprise[name])
     total = sum(weights.values())
     if not total > 0:
         weights = _active(inp)
@@ -267,8 +270,10 @@ def fuse_adaptive(inp: FusionInput) -> FusionOutcome:
        chance would score that high; Gaussian over the corpus moments for cosines, term independence for
        BM25). ``top_outlier`` is scale-free, so it cannot see an engine that is weak on the whole corpus (a
        list of compressed, noisy cosines looks as peaked as a good one); the surprise is in one unit for both
-       engines and near 0 for an engine at chance level. An engine whose surprise is unknown (no corpus
-       statistics, e.g. a Qdrant collection) keeps factor 1, so the step is a no-op there. Measured in
+       engines and near 0 for an engine at chance level. The step runs only when every engine can be judged;
+       when one cannot (no corpus statistics, as on a Qdrant collection or above
+       :data:`~hybrid_memory.calibration.MOMENTS_MAX_DIM` dimensions, or no spread, as in a memory of identical
+       chunks) no engine is calibrated, since nats and plain confidence do not compare. Measured in
        ``benchmarks/fusion_robustness.py`` (row ``surprise: sqrt`` of ``dense_calibration_trial.py`` before);
     3. the exact-match guard (:func:`apply_identifier_guard`): candidates holding a rare identifier of the
        query, or every query token in the query's order when few candidates do, first.
