@@ -54,10 +54,27 @@ class Embedder(Protocol):
 
 
 def l2_normalize(vectors: np.ndarray) -> np.ndarray:
-    """Return float32 (n, dim) rows scaled to unit L2 norm (zero rows stay zero). Does not modify its input."""
+    """Return float32 (n, dim) rows scaled to unit L2 norm (zero rows stay zero). Does not modify its input.
+
+    The norms are float32 sums of squares, which overflow for entries above about 1e18 and underflow to 0 below
+    about 1e-22 (a fresh user's finding: ``query_vector=np.full(64, 1e19)`` dropped the dense engine without a
+    word); such rows, any finite float32 row whose norm comes out infinite or 0, are normalised again in float64.
+    """
     vectors = np.asarray(vectors, dtype=np.float32)
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+    with np.errstate(over="ignore", under="ignore"):
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    out = np.divide(vectors, norms, out=np.zeros_like(vectors), where=(norms > 0) & np.isfinite(norms))
+    flat = norms[:, 0] if norms.ndim == 2 else norms
+    redo = ~np.isfinite(flat)
+    zero = flat == 0
+    if zero.any():
+        redo |= zero & vectors.any(axis=1)
+    if redo.any():
+        rows = vectors[redo].astype(np.float64)
+        if np.isfinite(rows).all():  # (non-finite input is the callers' to refuse)
+            rows /= np.abs(rows).max(axis=1, keepdims=True)  # largest entry 1: its squares neither overflow nor vanish
+            out[redo] = (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+    return out
 
 
 def holds_bool(values: Any) -> bool:

@@ -120,3 +120,22 @@ def test_a_torch_tensor_that_requires_grad_is_read_by_value() -> None:
     given = torch.tensor([3.0, 0.0, -4.0, 0.0], requires_grad=True)  # numpy() on it raised torch's RuntimeError
     assert query_vector(given, 4).tolist() == [0.6000000238418579, 0.0, -0.800000011920929, 0.0]
     assert given.requires_grad and given.tolist() == [3.0, 0.0, -4.0, 0.0]  # the caller's tensor is untouched
+
+
+@pytest.mark.parametrize("scale", [1e19, 1e-30, 3e38])
+def test_a_query_vector_of_huge_or_tiny_entries_is_scaled_like_any_other(scale):
+    """A fresh user's finding: np.full(64, 1e19) overflowed the float32 norm (a numpy RuntimeWarning) and 1e-30
+    underflowed it to 0, and either way the dense engine was dropped without a word."""
+    from hybrid_memory.embedders import l2_normalize
+
+    with HybridMemory(embedder=HashingEmbedder(8)) as memory:
+        memory.add([{"chunk_id": f"c{i}", "text": t} for i, t in enumerate(["postgres pool", "redis cache", "kafka lag"])])
+        direction = np.full(8, 1.0, dtype=np.float32)
+        expected = memory.search("postgres pool", top_k=3, query_vector=direction)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = memory.search("postgres pool", top_k=3, query_vector=direction * np.float32(scale))
+        assert [(r.chunk_id, r.dense_rank, r.dense_score) for r in got.results] == [
+            (r.chunk_id, r.dense_rank, r.dense_score) for r in expected.results]
+        assert got.effective_weights == expected.effective_weights and got.effective_weights["dense"] > 0
+    assert l2_normalize(np.array([[scale, 0.0]], dtype=np.float32)).tolist() == [[1.0, 0.0]]
