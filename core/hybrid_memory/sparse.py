@@ -874,7 +874,8 @@ class BM25Index:
                 n = n_main - self._main_dead + len(self._delta_tf)
             doc_id = int(doc_id)
             tf = self._delta_tf.get(doc_id)
-            if tf is None and not self._live_in_main(doc_id):
+            row = -1 if tf is not None else self._main_row(doc_id)
+            if tf is None and row < 0:
                 return None
             distinct = terms.distinct
             tokens = self._tokens.get(doc_id) if tf is None else None  # its token ids, in the index's vocabulary
@@ -884,7 +885,7 @@ class BM25Index:
                 ids, vocab = set(tokens.tolist()), self._vocab
                 held = [t for t in distinct if vocab.get(t, -1) in ids]
             else:  # a main document whose tokens an older save did not keep: its row in each term's column
-                row, indices = self._main_row(doc_id), self._main.scores["indices"]
+                indices = self._main.scores["indices"]
                 columns = self._spans(distinct, cache)
                 held = [t for t in distinct if (c := columns[t])[0] < c[1] and _holds_id(indices[c[0]:c[1]], row)]
             spans, postings = self._spans(held, cache), self._postings  # {} without a main segment
@@ -904,10 +905,6 @@ class BM25Index:
             return row if row < n_main else -1
         pos, found = self._main_positions(np.array([doc_id], dtype=np.int64))
         return int(pos[0]) if found[0] else -1
-
-    def _live_in_main(self, doc_id: int) -> bool:
-        """Whether ``doc_id`` is a live main-segment document; caller holds the lock."""
-        return self._main_row(doc_id) >= 0
 
     def holds_all_terms(self, query: str, ids: np.ndarray, *, cache: dict | None = None) -> np.ndarray:
         """bool (len(ids),): which of the int64 ``ids`` hold every distinct token of ``query`` (a conjunctive
