@@ -403,3 +403,29 @@ def test_faiss_threads_are_set_once_per_thread(monkeypatch, data):
     with ThreadPoolExecutor(max_workers=1) as pool:
         assert pool.submit(searches).result() == 1
     assert calls == [1, 2, 1]  # first search, the explicit change, the search after it
+
+
+@pytest.mark.parametrize(("dim", "slack"), [(3072, 86), (384, 683), (32, 8192)])
+def test_a_small_memory_reserves_one_mebibyte_of_rows_not_65536(dim, slack, tmp_path):
+    """numpy zero-fills the rows a resize adds, so reserved rows are resident memory: 10 vectors reserve
+    ceil(2^20 / (4 dim)) more rows (86 at 3,072 dimensions, 12 KiB each), where a fixed 65,536 held 805 MB."""
+    index = FaissIndex(dim)
+    vectors = np.eye(10, dim, dtype=np.float32)
+    index.add(list(range(10)), vectors)
+    assert index._vectors.capacity == 10 + slack
+    assert len(index._slot_ids) == 10 + slack
+    # reopened: the head is the saved file, the tail holds no slack until a write needs room
+    index.save(tmp_path)
+    reopened = FaissIndex(dim)
+    assert reopened.load(tmp_path)
+    assert reopened._vectors.capacity == 10
+    reopened.add([10], np.eye(1, dim, 5, dtype=np.float32))
+    assert reopened._vectors.capacity == 11 + slack
+    assert reopened.search(np.eye(1, dim, 5, dtype=np.float32)[0], 2) == [(5, 1.0), (10, 1.0)]
+
+
+def test_a_large_tail_grows_by_an_eighth():
+    """Once an eighth of the rows exceeds 1 MiB (4,096 rows at 64 dimensions), the slack is needed // 8."""
+    index = FaissIndex(64)
+    index.add(list(range(100_000)), np.tile(np.eye(1, 64, dtype=np.float32), (100_000, 1)))
+    assert index._vectors.capacity == 100_000 + 12_500
