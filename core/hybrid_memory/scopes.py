@@ -138,6 +138,8 @@ def _no_surrounding_space(value: str, field: str) -> None:
     Raises:
         ValueError: the message names the field, the value and the fix.
     """
+    if value and not value.strip():  # only white space: blank, so the fix is not "give ''" (refused too)
+        raise ValueError(f"{field} must not be blank, got {value!r}; leave it out (None) for no {field}")
     if value != value.strip():
         raise ValueError(
             f"{field} must not have white space at its start or end, got {value!r}; a scope value is an id: give "

@@ -292,3 +292,19 @@ def test_chunks_stored_with_white_space_around_a_scope_value_still_read_and_dele
         assert [r.chunk_id for r in mem.scoped({"user_id": "u1"}).search("Dana prefers", top_k=5).results] == ["ok"]
         assert mem.delete(["old"]) == 1
         assert [c.chunk_id for c in mem.iter_chunks()] == ["ok"]
+
+
+def test_a_scope_value_of_white_space_only_is_called_blank_not_told_to_strip(memory):
+    """Stripping "  " gives "", which is refused too: the message must not suggest it."""
+    fix = "user_id must not be blank, got '  '; leave it out (None) for no user_id"
+    with pytest.raises(InvalidRequestError) as info:
+        memory.add([{"chunk_id": "a", "text": "fine", "user_id": "  "}])
+    assert str(info.value) == ("invalid chunk #0: user_id: user_id must not be blank or contain NUL characters; leave "
+                               "it out (None) for no user_id (got '  ')")
+    with pytest.raises(InvalidRequestError) as info:
+        memory.scoped(user_id=" ")
+    assert str(info.value) == "invalid scope: user_id: user_id must not be blank, got ' '; leave it out (None) for no user_id"
+    with pytest.raises(InvalidRequestError) as info:
+        memory.search("Dana", scope={"user_id": "  "})
+    assert str(info.value) == f"invalid scope: user_id: {fix}"
+    assert memory.count() == 0
