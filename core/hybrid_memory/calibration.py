@@ -160,6 +160,11 @@ class VectorMoments:
             self.count += int(sign) * len(grid)
             self._version += 1
 
+    @property
+    def version(self) -> int:
+        """Counts the changes (adds and removes) so far: equal versions of one instance hold equal moments."""
+        return self._version
+
     def chance(self, query: np.ndarray) -> tuple[float, float] | None:
         """(mean, variance) of the inner products of the float32 (dim,) ``query`` with the counted vectors::
 

@@ -706,19 +706,37 @@ class FaissIndex:
                 raise KeyError(f"ids not in the dense index: {ids[slots < 0][:5].tolist()}")
             return self._vectors.gather(slots)
 
-    def surprise(self, query: np.ndarray, top: float, n: int | None = None) -> float | None:
+    def surprise(self, query: np.ndarray, top: float, n: int | None = None, *, cache: dict | None = None) -> float | None:
         """The surprise of the inner product ``top`` as the query's best, in nats
         (:func:`~hybrid_memory.calibration.gaussian_surprise`): the chance scores are normal with the mean and
         variance of the float32 (dim,) ``query``'s inner products over every live vector (all-zero ones left out;
         exact moments, :class:`~hybrid_memory.calibration.VectorMoments`), among ``n`` documents (the allowed
         set's size; None: the live vectors). None with fewer than two directed vectors, no spread, or vectors of
         more than :data:`~hybrid_memory.calibration.MOMENTS_MAX_DIM` dimensions (no moments kept). Costs one
-        (dim, dim) matvec."""
+        (dim, dim) matvec, or none when :meth:`prepare_surprise` of the same query object left it in ``cache``."""
         moments = self._moments
-        chance = None if moments is None else moments.chance(np.asarray(query, dtype=np.float32).reshape(-1))
+        if moments is None:
+            return None
+        held = cache.get("dense_chance") if cache is not None else None
+        if held is not None and held[0] is query and held[1] is moments and held[2] == moments.version:
+            chance = held[3]  # prepared by prepare_surprise (another thread, during this index's search)
+        else:
+            chance = moments.chance(np.asarray(query, dtype=np.float32).reshape(-1))
         if chance is None:
             return None
         return gaussian_surprise(top, chance[0], chance[1], moments.count if n is None else n)
+
+    def prepare_surprise(self, query: np.ndarray, *, cache: dict) -> None:
+        """Work out what :meth:`surprise` of the float32 (dim,) ``query`` needs before the top is known (the
+        chance moments, the (dim + 1, dim) matvec) and keep it in ``cache`` (a per-query dict) for the same query
+        object and the same moments; :meth:`surprise` then costs a few float operations. The hybrid searcher calls
+        it in a worker thread that finished its own engine while this index still searches in the caller's."""
+        moments = self._moments
+        if moments is None:
+            return
+        version = moments.version
+        chance = moments.chance(np.asarray(query, dtype=np.float32).reshape(-1))
+        cache["dense_chance"] = (query, moments, version, chance)
 
     # -- persistence --------------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:

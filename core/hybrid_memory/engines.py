@@ -200,7 +200,8 @@ class Engine(Protocol):
     surprise of the top hit against chance in nats (:mod:`hybrid_memory.calibration`; called in the engine's
     own thread right after its search, read by the default fusion's per-query weights), and
     ``exact_matches(query, ids, max_df, min_share) -> int64 (len(ids),)`` (the exact-match guard). An engine
-    without them is fused without that evidence.
+    without them is fused without that evidence. ``prepare_surprise(query)``, also optional, works out the part
+    of ``surprise`` that needs no hits, in a worker thread while the engine searches in the caller's.
     """
 
     name: str
@@ -304,7 +305,13 @@ class DenseEngine:
         among the allowed documents; None without hits. Read by the default fusion's weights."""
         if not hits or query.vector is None:
             return None
-        return self.index.surprise(query.vector, hits[0][1], None if allowed is None else len(allowed))
+        return self.index.surprise(query.vector, hits[0][1], None if allowed is None else len(allowed), cache=query.cache)
+
+    def prepare_surprise(self, query: Query) -> None:
+        """What :meth:`surprise` needs before the top is known (``FaissIndex.prepare_surprise``), for a query whose
+        vector is known; the searcher calls it in a worker thread while this engine searches in the caller's."""
+        if query.vector is not None:
+            self.index.prepare_surprise(query.vector, cache=query.cache)
 
     def score(self, query: Query, ids: np.ndarray) -> np.ndarray:
         """See :meth:`Engine.score`: inner products with the stored vectors of ``ids``; ``nan`` (no dense

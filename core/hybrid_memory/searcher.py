@@ -265,7 +265,8 @@ class HybridSearcher:
         # and the worker's wake-up overlaps the longest run instead of lengthening it
         order = policy.slowest_first(active)
         futures = {
-            name: self.executor.submit(self._timed_run, name, query, depth, allowed) for name in order[1:]
+            name: self.executor.submit(self._timed_run, name, query, depth, allowed, order[0] if i == 0 else None)
+            for i, name in enumerate(order[1:])
         }
         runs = {order[0]: self._timed_run(order[0], query, depth, allowed)}
         runs.update({name: future.result() for name, future in futures.items()})
@@ -283,11 +284,23 @@ class HybridSearcher:
             wanted[name] = finder(query, hits, allowed) if finder is not None else None
         return hits
 
-    def _timed_run(self, name: str, query: Query, depth: int, allowed: RowSet | None) -> tuple[list[Hit], float]:
+    def _timed_run(
+        self, name: str, query: Query, depth: int, allowed: RowSet | None, prepare: str | None = None
+    ) -> tuple[list[Hit], float]:
+        """:meth:`_run_named` of engine ``name``, timed for the policy; then, in a worker thread of a concurrent
+        search, when the method reads surprises and engine ``prepare`` (the one the caller's thread still runs)
+        has an optional ``prepare_surprise(query)``, that is called here, so the part of its surprise that needs
+        no hits (the dense engine's (dim + 1, dim) matvec) is off the caller's path. Skipped when that surprise
+        is already in (the caller finished first); the results are the same either way."""
         started = time.perf_counter()
         hits = self._run_named(name, query, depth, allowed)
         seconds = time.perf_counter() - started
         self.policy.record_engine(name, seconds)
+        if prepare is not None:
+            wanted = query.cache.get(SURPRISE)
+            finder = getattr(self.engines[prepare], "prepare_surprise", None)
+            if wanted is not None and finder is not None and prepare not in wanted:
+                finder(query)
         return hits, seconds
 
     def search(

@@ -242,3 +242,63 @@ def test_no_moments_above_the_dimension_cap(tmp_path):
     reopened = FaissIndex(dim)
     assert reopened.load(tmp_path / "saved") and reopened._moments is None and len(reopened) == 5
     assert FaissIndex(MOMENTS_MAX_DIM)._moments is not None
+
+
+def test_a_concurrent_search_prepares_the_dense_chance_in_the_worker_and_ranks_as_inline():
+    """The worker that ran BM25 works out the dense engine's chance moments while the caller's thread still
+    searches (a barrier holds the dense search until they are in): one matvec per search, the same surprises,
+    and the same fused hits as a search with no executor."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hybrid_memory import HashingEmbedder, HybridMemory
+    from hybrid_memory.searcher import HandoffPolicy
+
+    class DenseInCaller(HandoffPolicy):
+        def concurrent(self, names, size=None):  # noqa: ANN001, ANN201
+            return True
+
+        def slowest_first(self, names):  # noqa: ANN001, ANN201
+            return ["dense", "sparse"]
+
+    texts = ["kafka consumer lag alert", "broker restart", "postgres vacuum stalled", "redis eviction storm",
+             "nginx 504 gateway timeout", "kafka lag dashboard", "lag in the consumer group of kafka"]
+    with HybridMemory(embedder=HashingEmbedder(32)) as memory:
+        memory.add([{"chunk_id": f"c{i}", "text": t} for i, t in enumerate(texts)])
+        searcher, moments = memory._searcher, memory._dense._moments
+        weights = {"sparse": 1.0, "dense": 1.0}
+        vector = np.asarray(memory.embedder.embed_query("kafka lag"), dtype=np.float32)
+        own_executor, searcher.executor = searcher.executor, None  # inline: both engines in this thread
+        inline_query = Query("kafka lag", vector)
+        inline = searcher.search(inline_query, top_k=3, depth=6, weights=weights)
+
+        prepared = threading.Event()
+        calls = []
+        dense = searcher.engines["dense"]
+        original_search, original_prepare, original_chance = dense.search, dense.prepare_surprise, moments.chance
+
+        def search(query, k, allowed):  # noqa: ANN001, ANN202
+            assert prepared.wait(10), "the worker never prepared the dense chance"
+            return original_search(query, k, allowed)
+
+        def prepare(query):  # noqa: ANN001, ANN202
+            original_prepare(query)
+            prepared.set()
+
+        def chance(q):  # noqa: ANN001, ANN202
+            calls.append(threading.current_thread().name)
+            return original_chance(q)
+
+        dense.search, dense.prepare_surprise, moments.chance = search, prepare, chance
+        searcher.policy = DenseInCaller()
+        with ThreadPoolExecutor(1, thread_name_prefix="worker") as pool:
+            searcher.executor = pool
+            query = Query("kafka lag", vector)
+            concurrent = searcher.search(query, top_k=3, depth=6, weights=weights)
+        searcher.executor = own_executor
+        assert len(calls) == 1 and calls[0].startswith("worker")  # once, in the worker
+        dense_top = concurrent.runs["dense"].scores[concurrent.runs["dense"].keys[0]]
+        assert query.cache["surprise"]["dense"] == gaussian_surprise(dense_top, *original_chance(vector), 7)
+        assert query.cache["surprise"] == inline_query.cache["surprise"]
+        assert [(h.key, h.score, h.rrf_score) for h in concurrent.hits] == [(h.key, h.score, h.rrf_score) for h in inline.hits]
+        assert concurrent.weights == inline.weights
