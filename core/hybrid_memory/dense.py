@@ -987,7 +987,7 @@ def _map_npy(path: Path, shape: tuple[int, int]) -> np.ndarray:
 
 
 GROWTH_MIN_BYTES = 1 << 20
-"""The least a growing vector tail adds, in bytes (1 MiB: 682 rows at 384 dimensions, 86 at 3,072)."""
+"""The least a growing vector tail adds, in bytes (1 MiB: 683 rows at 384 dimensions, 86 at 3,072)."""
 
 
 class _Rows:
