@@ -5,6 +5,12 @@ Agents write the same fact twice ("User prefers dark mode" after every session).
 scope (all four scope fields equal) and against the earlier chunks of the same call. Writing to an id that is
 already stored is an edit and is never treated as a duplicate.
 
+Only a chunk that is **valid when the new one starts** can be its duplicate: valid at the new chunk's
+``valid_from``, or at the time of the write when it states none (``valid_from <= t < valid_to``, a missing
+bound open, the semantics of ``as_of``). A fact whose validity ended (closed by :meth:`HybridMemory.supersede`
+or written with a ``valid_to``) is history: writing the same text again later states it anew ("Dana works on
+Apollo" again after a spell on Zeus) and is stored, as Graphiti keeps an invalidated edge and adds a new one.
+
 * **exact**: the sha256 of the text equals a stored chunk's (one indexed lookup, no embedding);
 * **near** (only when the policy asks, ``near=True``): cosine similarity of the L2-normalised vectors
   ``>= cosine_threshold`` **and** Jaccard overlap of the BM25 token sets (the memory's tokenizer: stemmed,
@@ -164,65 +170,83 @@ class Match:
 
 
 ScopeKey = tuple[Any, ...]
+Interval = tuple[float | None, float | None]
+"""``(valid_from, valid_to)`` in Unix seconds, the half-open ``[valid_from, valid_to)``; None is unbounded."""
+
+
+def valid_at(interval: Interval, at: float) -> bool:
+    """Whether ``at`` (Unix seconds) lies in the half-open interval, a None bound open (``as_of``'s test)."""
+    start, end = interval
+    return (start is None or start <= at) and (end is None or end > at)
 
 
 def find_exact(
-    new: Sequence[tuple[int, str, str, ScopeKey]],
-    stored_hashes: Callable[[list[str], ScopeKey], Mapping[str, str]],
+    new: Sequence[tuple[int, str, str, ScopeKey, Interval, float]],
+    stored_hashes: Callable[[list[str], ScopeKey, float], Mapping[str, str]],
 ) -> dict[int, Match]:
     """Exact duplicates among new chunks.
 
     Args:
-        new: ``(position, chunk_id, content_hash, scope key)`` of every chunk whose id is not stored yet.
-        stored_hashes: ``(hashes, scope key) -> {hash: stored chunk_id}`` in exactly that scope.
+        new: ``(position, chunk_id, content_hash, scope key, validity interval, at)`` of every chunk whose id is
+            not stored yet, in input order; ``at`` (Unix seconds) is when it starts: its ``valid_from``, else
+            the time of the write.
+        stored_hashes: ``(hashes, scope key, at) -> {hash: stored chunk_id}`` among the chunks of exactly that
+            scope valid at ``at``.
 
     Returns:
-        position -> :class:`Match`; a stored chunk wins over an earlier chunk of the same call.
+        position -> :class:`Match`; a stored chunk wins over an earlier chunk of the same call, which must be
+        valid at ``at`` as well (the module docstring).
     """
-    by_scope: dict[ScopeKey, list[tuple[int, str, str]]] = {}
-    for position, chunk_id, digest, scope in new:
-        by_scope.setdefault(scope, []).append((position, chunk_id, digest))
+    by_key: dict[tuple[ScopeKey, float], list[tuple[int, str]]] = {}
+    for position, _, digest, scope, _, at in new:
+        by_key.setdefault((scope, at), []).append((position, digest))
+    stored: dict[int, str] = {}
+    for (scope, at), rows in by_key.items():
+        hits = stored_hashes(list(dict.fromkeys(digest for _, digest in rows)), scope, at)
+        stored.update((position, hits[digest]) for position, digest in rows if digest in hits)
     found: dict[int, Match] = {}
-    for scope, rows in by_scope.items():
-        stored = stored_hashes([digest for _, _, digest in rows], scope)
-        first: dict[str, str] = {}
-        for position, chunk_id, digest in rows:
-            if digest in stored:
-                found[position] = Match(stored[digest], "exact", stored=True)
-            elif digest in first:
-                found[position] = Match(first[digest], "exact", stored=False)
-            else:
-                first[digest] = chunk_id
+    earlier: dict[tuple[str, ScopeKey], list[tuple[str, Interval]]] = {}
+    for position, chunk_id, digest, scope, interval, at in new:
+        if position in stored:
+            found[position] = Match(stored[position], "exact", stored=True)
+            continue
+        same = earlier.setdefault((digest, scope), [])
+        first = next((other for other, other_interval in same if valid_at(other_interval, at)), None)
+        if first is not None:
+            found[position] = Match(first, "exact", stored=False)
+        else:
+            same.append((chunk_id, interval))
     return found
 
 
 def find_near(
-    new: Sequence[tuple[int, str, ScopeKey]],
+    new: Sequence[tuple[int, str, ScopeKey, Interval, float]],
     vectors: Mapping[int, np.ndarray],
     tokens: Mapping[int, list[str]],
     policy: DedupPolicy,
-    search_scope: Callable[[np.ndarray, ScopeKey], list[tuple[str, float, list[str]]]],
+    search_scope: Callable[[np.ndarray, ScopeKey, float], list[tuple[str, float, list[str]]]],
 ) -> dict[int, Match]:
     """Near-duplicates among new chunks (cosine AND token overlap, see the module docstring).
 
     Args:
-        new: ``(position, chunk_id, scope key)`` of the new chunks still unmatched, in input order.
+        new: ``(position, chunk_id, scope key, validity interval, at)`` of the new chunks still unmatched, in
+            input order (``at`` as in :func:`find_exact`).
         vectors: position -> L2-normalised float32 (dim,) vector.
         tokens: position -> BM25 tokens of the text.
         policy: thresholds.
-        search_scope: ``(vector, scope key) -> [(stored chunk_id, cosine, tokens)]``, the few nearest stored
-            chunks of exactly that scope, best first.
+        search_scope: ``(vector, scope key, at) -> [(stored chunk_id, cosine, tokens)]``, the few nearest stored
+            chunks of exactly that scope valid at ``at``, best first.
 
     Returns:
         position -> :class:`Match` with the cosine and overlap; the best-cosine qualifying chunk wins, stored
         chunks before earlier chunks of the same call.
     """
     found: dict[int, Match] = {}
-    earlier: list[tuple[int, str, ScopeKey]] = []
-    for position, chunk_id, scope in new:
+    earlier: list[tuple[int, str, ScopeKey, Interval]] = []
+    for position, chunk_id, scope, interval, at in new:
         vector = vectors[position]
         match = None
-        for other_id, cosine, other_tokens in search_scope(vector, scope):
+        for other_id, cosine, other_tokens in search_scope(vector, scope, at):
             if cosine < policy.cosine_threshold:
                 break
             overlap = token_overlap(tokens[position], other_tokens)
@@ -231,8 +255,8 @@ def find_near(
                 break
         if match is None:
             best = None
-            for other_pos, other_id, other_scope in earlier:
-                if other_scope != scope:
+            for other_pos, other_id, other_scope, other_interval in earlier:
+                if other_scope != scope or not valid_at(other_interval, at):
                     continue
                 cosine = float(np.dot(vector, vectors[other_pos]))
                 if cosine < policy.cosine_threshold:
@@ -244,5 +268,5 @@ def find_near(
         if match is not None:
             found[position] = match
         else:
-            earlier.append((position, chunk_id, scope))
+            earlier.append((position, chunk_id, scope, interval))
     return found

@@ -752,18 +752,20 @@ class HybridMemory:
         self._dirty = True
 
     def _near_candidates(self, tokenize: Any) -> Any:
-        """``(vector, scope key) -> [(chunk_id, cosine, tokens)]``: the 5 nearest stored chunks of exactly that
-        scope (a dense search restricted to the scope's rowids, resolved from the filter index)."""
+        """``(vector, scope key, at) -> [(chunk_id, cosine, tokens)]``: the 5 nearest stored chunks of exactly
+        that scope valid at ``at`` (a dense search restricted to those rowids, resolved from the filter index)."""
         rowsets: dict[tuple, RowSet] = {}
 
-        def search(vector: np.ndarray, key: tuple) -> list[tuple[str, float, list[str]]]:
-            if key not in rowsets:
-                # exactly this scope, every field (None: absent), from the filter index's bitmaps, not a scan
-                exact = {"$and": [{name: value} for name, value in zip(SCOPE_FIELDS, key, strict=True)]}
-                rowsets[key] = self._filters.resolve(None, exact) or RowSet(np.zeros(0, np.int64), sorted_unique=True)
-            if not len(rowsets[key]):
+        def search(vector: np.ndarray, key: tuple, at: float) -> list[tuple[str, float, list[str]]]:
+            if (key, at) not in rowsets:
+                # exactly this scope, every field (None: absent), valid at `at`: the filter index's bitmaps
+                exact = {"$and": [*({name: value} for name, value in zip(SCOPE_FIELDS, key, strict=True)),
+                                  *system_filter(None, at)["$and"]]}
+                rowsets[key, at] = self._filters.resolve(None, exact) or RowSet(np.zeros(0, np.int64), sorted_unique=True)
+            allowed = rowsets[key, at]
+            if not len(allowed):
                 return []
-            hits = self._dense.search(vector, 5, rowsets[key])
+            hits = self._dense.search(vector, 5, allowed)
             if not hits:
                 return []
             rowids = [rowid for rowid, _ in hits]

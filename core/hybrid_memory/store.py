@@ -820,12 +820,19 @@ class SQLiteStore:
                     found[chunk_id] = row
         return found
 
-    def find_hashes(self, digests: Sequence[str], scope_values: Mapping[str, str | None]) -> dict[str, str]:
+    def find_hashes(
+        self, digests: Sequence[str], scope_values: Mapping[str, str | None], as_of: float | None = None
+    ) -> dict[str, str]:
         """content_hash -> chunk_id of the oldest stored chunk with that hash and exactly these scope values
-        (all four fields, None matching NULL only); uses the content_hash index."""
+        (all four fields, None matching NULL only), valid at ``as_of`` (Unix seconds, ``valid_from <= as_of <
+        valid_to``, a NULL bound open; None: any); uses the content_hash index."""
         found: dict[str, str] = {}
         scope_where = " AND ".join(f"{name} IS ?" for name in _SCOPE_COLUMNS)
         scope_params = [scope_values.get(name) for name in _SCOPE_COLUMNS]
+        if as_of is not None:
+            time_where, time_params = scope_sql(None, as_of)
+            scope_where += f" AND {time_where}"
+            scope_params += time_params
         unique = list(dict.fromkeys(digests))
         with self._lock:
             for start in range(0, len(unique), 500):

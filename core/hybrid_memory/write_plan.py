@@ -19,6 +19,7 @@ plans to their storage; neither restates a rule.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,9 +50,9 @@ logger = logging.getLogger(__name__)
 
 _KEPT_ON_UPSERT = (*SCOPE_FIELDS, *TIME_FIELDS)
 
-#: ``(vector float32 (dim,), scope key) -> [(chunk_id, cosine, tokens)]``: the nearest stored chunks of
-#: exactly that scope, for near-duplicate detection
-NearSearch = Callable[[np.ndarray, tuple], list[tuple[str, float, list[str]]]]
+#: ``(vector float32 (dim,), scope key, at) -> [(chunk_id, cosine, tokens)]``: the nearest stored chunks of
+#: exactly that scope valid at ``at`` (Unix seconds), for near-duplicate detection
+NearSearch = Callable[[np.ndarray, tuple, float], list[tuple[str, float, list[str]]]]
 
 
 def keep_unstated(chunk: Chunk, stored: Mapping[str, Any] | None) -> Chunk:
@@ -300,9 +301,10 @@ def plan_write(
     policy: DedupPolicy,
     scope: Scope | None,
     embed: Callable[[list[str]], np.ndarray],
-    find_hashes: Callable[[list[str], dict[str, str | None]], Mapping[str, str]],
+    find_hashes: Callable[[list[str], dict[str, str | None], float], Mapping[str, str]],
     near_search: Callable[[], NearSearch],
     tokenize: Callable[[str], list[str]],
+    now: float | None = None,
 ) -> WritePlan:
     """Plan a write of validated, scope-stamped ``items`` against the versions stored now.
 
@@ -315,9 +317,12 @@ def plan_write(
         policy: what to do with duplicates (:class:`~hybrid_memory.dedup.DedupPolicy`).
         scope: the caller's scope; stored ids outside it are refused.
         embed: texts -> float32 (n, dim), L2-normalised (:func:`embed_checked`).
-        find_hashes: (digests, scope fields) -> {digest: chunk_id} of stored chunks in exactly that scope.
+        find_hashes: (digests, scope fields, at) -> {digest: chunk_id} of stored chunks in exactly that scope
+            valid at ``at`` (Unix seconds).
         near_search: builds the near-duplicate search (only called when the policy looks for near ones).
         tokenize: the BM25 tokenizer, for the near-duplicate token overlap.
+        now: the time of the write, Unix seconds (None: ``time.time()``): a new chunk without ``valid_from``
+            is compared with the chunks valid then (:mod:`hybrid_memory.dedup`).
 
     Raises:
         ScopeError: an id is stored outside ``scope``; nothing is written.
@@ -338,9 +343,12 @@ def plan_write(
     hashes = [content_hash(c.text) for c in items]
     scope_keys = [tuple(c.scope_values().values()) for c in items]
     new_positions = [i for i, c in enumerate(items) if c.chunk_id not in stored]
+    when = time.time() if now is None else now
+    intervals = {i: (items[i].valid_from, items[i].valid_to) for i in new_positions}
+    starts = {i: when if items[i].valid_from is None else items[i].valid_from for i in new_positions}
     matches: dict[int, Match] = find_exact(
-        [(i, items[i].chunk_id, hashes[i], scope_keys[i]) for i in new_positions],
-        lambda digests, key: find_hashes(digests, dict(zip(SCOPE_FIELDS, key, strict=True))),
+        [(i, items[i].chunk_id, hashes[i], scope_keys[i], intervals[i], starts[i]) for i in new_positions],
+        lambda digests, key, at: find_hashes(digests, dict(zip(SCOPE_FIELDS, key, strict=True)), at),
     )
     dropped = {i for i in matches if policy.action != "keep"}
     changed = [
@@ -354,10 +362,11 @@ def plan_write(
         new_vectors = embed([items[i].text for i in changed])
     if policy.near:
         vector_of = {i: new_vectors[j] for j, i in enumerate(changed)}
-        candidates = [(i, items[i].chunk_id, scope_keys[i]) for i in new_positions if i not in matches and i in vector_of]
+        candidates = [(i, items[i].chunk_id, scope_keys[i], intervals[i], starts[i])
+                      for i in new_positions if i not in matches and i in vector_of]
         if candidates:
-            near = find_near(candidates, vector_of, {i: tokenize(items[i].text) for i, _, _ in candidates}, policy,
-                             near_search())
+            near = find_near(candidates, vector_of, {row[0]: tokenize(items[row[0]].text) for row in candidates},
+                             policy, near_search())
             matches.update(near)
             if policy.action != "keep" and near:
                 dropped |= set(near)

@@ -493,6 +493,29 @@ def test_near_duplicates_skip_and_merge(mem):
     assert other_scope.decisions[0].action == "written" and mem.count() == 2
 
 
+def test_a_fact_whose_validity_ended_is_no_duplicate(mem):
+    """Dedup compares a new chunk with the chunks valid when it starts (its valid_from, else now): while n1
+    holds, its text is n1's duplicate, exact or near; after n1 was superseded, the same text states it anew."""
+    apollo = "Dana works on project Apollo"
+    mem.add([{"chunk_id": "n1", "text": apollo, "valid_from": 100.0}])
+    mem.supersede(["n1"], {"chunk_id": "n2", "text": "Dana moved to project Zeus", "valid_from": 200.0})
+    during = mem.write([{"chunk_id": "d1", "text": apollo, "valid_from": 150.0},
+                        {"chunk_id": "d2", "text": apollo + "!", "valid_from": 199.0}], dedup="merge")
+    assert [(d.action, d.kind, d.stored_id) for d in during.decisions] == [("merged", "exact", "n1"), ("merged", "near", "n1")]
+    after = mem.write([{"chunk_id": "n3", "text": apollo}], dedup="skip")
+    assert [(d.action, d.duplicate_of) for d in after.decisions] == [("written", None)]
+    again = mem.write([{"chunk_id": "n4", "text": apollo + "!"}, {"chunk_id": "n5", "text": apollo}], dedup="skip")
+    assert [(d.action, d.kind, d.stored_id) for d in again.decisions] == [("skipped", "near", "n3"), ("skipped", "exact", "n3")]
+    assert sorted(c.chunk_id for c in mem.iter_chunks()) == ["n1", "n2", "n3"]
+    assert mem.get(["n1"])[0].merged_ids == ["d1", "d2"]
+    # within one call, in another scope: w1 ends at 500, so w2 (from 600) is new and w3 (from 450) is w1's
+    calls = mem.write([{"chunk_id": "w1", "text": apollo, "valid_from": 400.0, "valid_to": 500.0, "user_id": "u2"},
+                       {"chunk_id": "w2", "text": apollo, "valid_from": 600.0, "user_id": "u2"},
+                       {"chunk_id": "w3", "text": apollo, "valid_from": 450.0, "user_id": "u2"}], dedup="skip")
+    assert [(d.chunk_id, d.action, d.duplicate_of) for d in calls.decisions] == [
+        ("w1", "written", None), ("w2", "written", None), ("w3", "skipped", "w1")]
+
+
 def test_an_all_zero_vector_is_no_dense_evidence_on_every_backend(engine, tmp_path):
     """A chunk stored with an all-zero vector, the only BM25 hit: first under adaptive (it ranked last when its
     cosine 0 was standardised against the dense list), never returned by the dense leg alone."""

@@ -25,7 +25,7 @@ def embed_rows(texts):
 
 def plan(items, stored, **kw):
     args = dict(vectors=None, replace=True, policy=DedupPolicy(), scope=None, embed=embed_rows,
-                find_hashes=lambda digests, scope: {}, near_search=lambda: None, tokenize=str.split)
+                find_hashes=lambda digests, scope, at: {}, near_search=lambda: None, tokenize=str.split)
     args.update(kw)
     return plan_write(items, stored, **args)
 
@@ -42,13 +42,33 @@ def test_only_new_and_changed_texts_are_embedded():
 
 def test_exact_duplicate_in_the_same_scope_is_skipped_and_merged():
     items = [Chunk(chunk_id="b", text="disk full on db-1", source="s2")]
-    found = lambda digests, scope: {content_hash("disk full on db-1"): "a"}  # noqa: E731
+    found = lambda digests, scope, at: {content_hash("disk full on db-1"): "a"}  # noqa: E731
     skipped = plan(items, {}, policy=DedupPolicy(action="skip"), find_hashes=found)
     assert skipped.changed == [] and skipped.dropped == {0} and skipped.vectors.shape == (0, 4)
     decision = skipped.result().decisions[0]
     assert (decision.chunk_id, decision.action, decision.stored_id, decision.duplicate_of) == ("b", "skipped", "a", "a")
     merged = plan(items, {}, policy=DedupPolicy(action="merge"), find_hashes=found)
     assert merged.merges == {"a": [["b", "s2"]]} and merged.merge_targets() == {"a": [["b", "s2"]]}
+
+
+def test_duplicates_are_chunks_valid_when_the_new_one_starts():
+    """The stored lookup asks at each new chunk's valid_from (else the write's time); within the call an
+    earlier chunk is a duplicate only while it is valid: a ended at 20, so b (from 30) is new, c (from 15) is
+    a's duplicate, and d (no valid_from, written at 99) is b's, the one still valid then."""
+    calls = []
+
+    def found(digests, scope, at):
+        calls.append((digests, at))
+        return {}
+
+    items = [Chunk(chunk_id="a", text="x", valid_from=10.0, valid_to=20.0), Chunk(chunk_id="b", text="x", valid_from=30.0),
+             Chunk(chunk_id="c", text="x", valid_from=15.0), Chunk(chunk_id="d", text="x")]
+    p = plan(items, {}, policy=DedupPolicy(action="skip"), find_hashes=found, now=99.0)
+    digest = content_hash("x")
+    assert calls == [([digest], 10.0), ([digest], 30.0), ([digest], 15.0), ([digest], 99.0)]
+    assert [(d.chunk_id, d.action, d.duplicate_of) for d in p.result().decisions] == [
+        ("a", "written", None), ("b", "written", None), ("c", "skipped", "a"), ("d", "skipped", "b")]
+    assert p.changed == [0, 1] and p.dropped == {2, 3}
 
 
 def test_add_refuses_stored_ids_and_a_scope_refuses_foreign_ones():

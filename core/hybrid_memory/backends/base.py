@@ -81,8 +81,11 @@ class Backend(Protocol):
         shows, read for the top_k only. ``ids``: the chunks' engine ids (a search's hits), when at hand."""
         ...
 
-    def find_hashes(self, digests: Sequence[str], scope_values: Mapping[str, str | None]) -> dict[str, str]:
-        """content_hash -> chunk_id of the oldest stored chunk with that hash in exactly that scope."""
+    def find_hashes(
+        self, digests: Sequence[str], scope_values: Mapping[str, str | None], as_of: float | None = None
+    ) -> dict[str, str]:
+        """content_hash -> chunk_id of the oldest stored chunk with that hash in exactly that scope, valid at
+        ``as_of`` (Unix seconds; None: any)."""
         ...
 
     def write(self, versions: Sequence[ChunkVersion]) -> None:

@@ -172,11 +172,12 @@ class BackendMemory(HybridMemory):
         return plan.result()
 
     def _near_search(self, tokenize: Any) -> Any:
-        """``(vector, scope key) -> [(chunk_id, cosine, tokens)]``: the 5 nearest stored chunks of exactly that
-        scope (the dense leg with the scope as filter), as the embedded memory's near-duplicate search."""
+        """``(vector, scope key, at) -> [(chunk_id, cosine, tokens)]``: the 5 nearest stored chunks of exactly
+        that scope valid at ``at`` (the dense leg with both as filter), as the embedded memory's near-duplicate
+        search."""
 
-        def search(vector: np.ndarray, key: tuple) -> list[tuple[str, float, list[str]]]:
-            found = self.backend.nearest(vector, dict(zip(SCOPE_FIELDS, key, strict=True)), 5)
+        def search(vector: np.ndarray, key: tuple, at: float) -> list[tuple[str, float, list[str]]]:
+            found = self.backend.nearest(vector, dict(zip(SCOPE_FIELDS, key, strict=True)), 5, at)
             return [(cid, score, tokenize(text)) for cid, score, text in found]
 
         return search

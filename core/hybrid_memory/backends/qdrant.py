@@ -914,13 +914,16 @@ class QdrantBackend:
             out[by_id[pid if type(pid) is int else engine_id(pid)]] = (payload["text"], source, _json_copy(metadata))
         return out
 
-    def find_hashes(self, digests: Sequence[str], scope_values: Mapping[str, str | None]) -> dict[str, str]:
+    def find_hashes(
+        self, digests: Sequence[str], scope_values: Mapping[str, str | None], as_of: float | None = None
+    ) -> dict[str, str]:
         """content_hash -> chunk_id of the oldest stored chunk (lowest ``seq``) with that hash and exactly
-        these scope values (a None field matches chunks without it)."""
+        these scope values (a None field matches chunks without it), valid at ``as_of`` (Unix seconds; None:
+        any)."""
         unique = sorted(set(digests))
         if not unique:
             return {}
-        must = [{"key": "content_hash", "match": {"any": unique}}, *self._exact_scope(scope_values)]
+        must = [{"key": "content_hash", "match": {"any": unique}}, *self._exact_scope(scope_values, as_of)]
         best: dict[str, tuple[int, str]] = {}
         offset = None
         while True:
@@ -933,20 +936,26 @@ class QdrantBackend:
                 break
         return {digest: cid for digest, (_, cid) in best.items()}
 
-    def nearest(self, vector: np.ndarray, scope_values: Mapping[str, str | None], k: int) -> list[tuple[str, float, str]]:
+    def nearest(self, vector: np.ndarray, scope_values: Mapping[str, str | None], k: int,
+                as_of: float | None = None) -> list[tuple[str, float, str]]:
         """``[(chunk_id, cosine, text)]`` of the ``k`` stored chunks nearest to the float32 unit ``vector`` among
-        those with exactly these scope values (a None field: chunks without it), best first."""
+        those with exactly these scope values (a None field: chunks without it) valid at ``as_of`` (Unix
+        seconds; None: any), best first."""
         found = self.collection.query_batch([Leg(DENSE, np.asarray(vector, dtype=np.float32).tolist(),
-                                                 {"must": self._exact_scope(scope_values)}, k, ("chunk_id", "text"))])[0]
+                                                 {"must": self._exact_scope(scope_values, as_of)}, k,
+                                                 ("chunk_id", "text"))])[0]
         return [(p["chunk_id"], score, p["text"]) for _, score, p, _ in found]
 
-    @staticmethod
-    def _exact_scope(scope_values: Mapping[str, str | None]) -> list[dict[str, Any]]:
+    def _exact_scope(self, scope_values: Mapping[str, str | None], as_of: float | None) -> list[dict[str, Any]]:
         must = []
         for name in SCOPE_FIELDS:
             path = f"{FIELDS}.{field_name(SYSTEM, name)}"
             value = scope_values.get(name)
             must.append({"is_empty": {"key": f"{path}.e"}} if value is None else {"key": f"{path}.s", "match": {"value": value}})
+        if as_of is not None:
+            valid = self.resolve(None, None, as_of)
+            if valid is not None:
+                must.append(valid.filter)
         return must
 
     def count(self, resolved: QdrantFilter | None) -> int:
