@@ -460,6 +460,9 @@ def parse_scope(pairs: list[str]) -> Scope | None:
     fields: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
+        if sep and key and not value:
+            raise InvalidRequestError(f"--scope {pair!r} gives {key} no value; give --scope {key}=VALUE, or leave "
+                                      f"{key} out for no {key}")
         if not sep or not key or not value:
             raise InvalidRequestError(f"--scope takes FIELD=VALUE (tenant, user_id, agent_id, session_id), got {pair!r}")
         if key != key.strip():

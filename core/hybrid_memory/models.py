@@ -138,8 +138,13 @@ TIME_FIELDS = ("valid_from", "valid_to")
 def _scope_value(value: str | None, field: str) -> str | None:
     if value is None:
         return None
-    if not value.strip() or "\x00" in value:
-        raise ValueError(f"{field} must not be blank or contain NUL characters; leave it out (None) for no {field}")
+    if not value:
+        raise ValueError(f"{field} must not be empty; leave it out (None) for no {field}")
+    if not value.strip():
+        raise ValueError(f"{field} must not be blank (white space only); leave it out (None) for no {field}")
+    if "\x00" in value:
+        raise ValueError(f"{field} holds a NUL character at position {value.index(chr(0))}; remove it, or leave it out "
+                         f"(None) for no {field}")
     return _encodable(value, field)
 
 

@@ -111,7 +111,9 @@ class Scope(BaseModel):
 def _no_control_character(value: str, field: str) -> None:
     """Refuse a scope value holding a control character (Unicode category Cc: C0 such as ``\\n``, ``\\t``,
     ``\\x00``, DEL and C1) or a line / paragraph separator (Zl, Zp): a scope value is an id on one line, and one
-    read from a file or a prompt with its new line would bind a scope no chunk is in, with no word.
+    read from a file or a prompt with its new line would bind a scope no chunk is in, with no word. Nor an
+    invisible format character (Cf: a zero-width space, a byte-order mark, a bidirectional mark), which prints
+    like the id without it.
 
     Chunks already stored with such a value still open and read (the check is the scope's, not the stored
     chunk's); only a new scope that binds one is refused.
@@ -120,11 +122,18 @@ def _no_control_character(value: str, field: str) -> None:
         ValueError: the message names the field, the character and its position, and the fix.
     """
     for position, char in enumerate(value):
-        if unicodedata.category(char) in ("Cc", "Zl", "Zp"):
+        category = unicodedata.category(char)
+        if category in ("Cc", "Zl", "Zp"):
             raise ValueError(
                 f"{field} holds the control character {char!r} at position {position}; a scope value is an id on "
                 f"one line: remove it (value.strip() drops a trailing new line), or leave {field} out (None) for no "
                 f"{field}"
+            )
+        if category == "Cf":
+            raise ValueError(
+                f"{field} holds the invisible format character {char!r} ({unicodedata.name(char, 'unnamed')}) at "
+                f"position {position}; a scope value is an id, and one that prints like another would bind a scope "
+                f"no chunk is in: remove it, or leave {field} out (None) for no {field}"
             )
 
 

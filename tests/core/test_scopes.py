@@ -299,8 +299,8 @@ def test_a_scope_value_of_white_space_only_is_called_blank_not_told_to_strip(mem
     fix = "user_id must not be blank, got '  '; leave it out (None) for no user_id"
     with pytest.raises(InvalidRequestError) as info:
         memory.add([{"chunk_id": "a", "text": "fine", "user_id": "  "}])
-    assert str(info.value) == ("invalid chunk #0: user_id: user_id must not be blank or contain NUL characters; leave "
-                               "it out (None) for no user_id (got '  ')")
+    assert str(info.value) == ("invalid chunk #0: user_id: user_id must not be blank (white space only); leave it out "
+                               "(None) for no user_id (got '  ')")
     with pytest.raises(InvalidRequestError) as info:
         memory.scoped(user_id=" ")
     assert str(info.value) == "invalid scope: user_id: user_id must not be blank, got ' '; leave it out (None) for no user_id"
@@ -308,3 +308,39 @@ def test_a_scope_value_of_white_space_only_is_called_blank_not_told_to_strip(mem
         memory.search("Dana", scope={"user_id": "  "})
     assert str(info.value) == f"invalid scope: user_id: {fix}"
     assert memory.count() == 0
+
+
+def test_an_empty_a_nul_or_an_invisible_scope_value_gets_its_own_message(memory, tmp_path, capsys):
+    """A fresh user's findings: '' was told "blank or contain NUL", ``--scope user_id=`` only "FIELD=VALUE", and a
+    zero-width space bound a scope that prints like "u1" but holds no chunk of u1's."""
+    from hybrid_memory.cli import main
+
+    with pytest.raises(InvalidRequestError) as info:
+        memory.scoped(user_id="")
+    assert str(info.value) == "invalid scope: user_id: user_id must not be empty; leave it out (None) for no user_id (got '')"
+    with pytest.raises(InvalidRequestError) as info:
+        memory.add([{"chunk_id": "a", "text": "fine", "tenant": ""}])
+    assert str(info.value) == "invalid chunk #0: tenant: tenant must not be empty; leave it out (None) for no tenant (got '')"
+    with pytest.raises(InvalidRequestError) as info:
+        memory.add([{"chunk_id": "a", "text": "fine", "user_id": "u\x001"}])
+    assert str(info.value) == ("invalid chunk #0: user_id: user_id holds a NUL character at position 1; remove it, or "
+                               "leave it out (None) for no user_id (got 'u\\x001')")
+    invisible = ("user_id holds the invisible format character '\\u200b' (ZERO WIDTH SPACE) at position 1; a scope "
+                 "value is an id, and one that prints like another would bind a scope no chunk is in: remove it, or "
+                 "leave user_id out (None) for no user_id")
+    zero_width = "u\u200b1"
+    with pytest.raises(InvalidRequestError) as info:
+        memory.scoped(user_id=zero_width)
+    assert str(info.value) == f"invalid scope: user_id: {invisible} (got {zero_width!r})"
+    with pytest.raises(InvalidRequestError) as info:
+        memory.add([{"chunk_id": "a", "text": "fine", "user_id": zero_width}])
+    assert str(info.value) == f"chunk #0 ('a'): {invisible} (got {zero_width!r})"
+    with pytest.raises(InvalidRequestError, match=r"^invalid scope: tenant: tenant holds the invisible format character "
+                                                  r"'\\ufeff' \(ZERO WIDTH NO-BREAK SPACE\) at position 0"):
+        memory.search("Dana", scope={"tenant": "\ufeffacme"})
+    assert memory.count() == 0
+    HybridMemory(tmp_path / "m", embedder=HashingEmbedder(8)).close()
+    for command in (["search", "Dana"], ["mcp"]):
+        assert main([*command, "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "--scope", "user_id="]) == 2
+        assert capsys.readouterr().err == ("hybrid-memory: error: --scope 'user_id=' gives user_id no value; give "
+                                           "--scope user_id=VALUE, or leave user_id out for no user_id\n")
