@@ -347,10 +347,10 @@ def build_server(
 
     @_guard
     def add_memory(memory: MemoryInput) -> WriteOutcome:
-        """Store a memory. An exact or near duplicate of a stored memory valid when this one starts (its
-        valid_from, else now) is not stored again, nor is its new metadata applied: the answer gives the stored
-        memory's id (action 'skipped') and a note naming update_memory, the tool that changes it. A memory
-        whose validity ended (superseded) is history: its text written again is stored."""
+        """Store a memory. An exact or near duplicate of a stored memory whose validity covers this one's (no
+        valid_from: from now on) is not stored again, nor is its new metadata applied: the answer gives the
+        stored memory's id (action 'skipped') and a note naming update_memory, the tool that changes it. A
+        memory whose validity ended (superseded) is history: its text written again is stored."""
         chunk = memory.chunk()
         try:
             with _no_generated_id(memory.chunk_id, chunk["chunk_id"]):

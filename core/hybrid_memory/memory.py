@@ -42,7 +42,7 @@ from ._exceptions import (
 from ._options import check_memory_options
 from ._rwlock import ReadWriteLock
 from .changes import ChangeSet
-from .dedup import DedupPolicy, WriteResult, as_policy
+from .dedup import DedupPolicy, WriteResult, as_policy, covers
 from .dense import DENSE_KINDS, FaissIndex
 from .embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder
 from .embedders import query_vector as checked_query_vector
@@ -73,6 +73,11 @@ RANK_FLOOR = 10
 list. Fusion depends on the candidates: without a floor, ``top_k = 1`` fused 2 candidates per engine and could
 put first what ``top_k = 5`` put third. 10 is the cut of nDCG@10 (BEIR), the depth the fusion is measured at
 (``benchmarks/fusion_eval.py``). Above it, deeper candidate lists can still reorder the first results."""
+
+NEAR_POOL = 16
+"""Stored neighbours a near-duplicate check reads per new chunk, before keeping the (at most 5) whose validity
+covers the new chunk's: the 5 nearest of the scope as before, with room for superseded versions of the same
+fact, which sit nearest to it and are left out."""
 
 _SHORTCUTS = ("dense_weight", "sparse_weight", "rrf_k_constant", "fusion")
 
@@ -646,13 +651,17 @@ class HybridMemory:
         dedup: DedupPolicy | str | None,
         scope: Scope | Mapping[str, Any] | None,
         dim: int,
+        checked: bool = False,
     ) -> tuple[Scope | None, DedupPolicy, list[Chunk], np.ndarray | None]:
         """What every write does first, on any backend: the memory is open, chunks valid and stamped with
-        the scope, caller-given vectors float32 (len(chunks), dim) and finite, the dedup policy resolved."""
+        the scope, caller-given vectors float32 (len(chunks), dim) and finite, the dedup policy resolved.
+        ``checked``: the chunks are :class:`Chunk` s validated already, as the caller gave them (a supersede's
+        new fact, whose inherited scope values are the stored ones: a value stored before a rule was added
+        must not make the fact impossible to supersede)."""
         self._check_open()
         scope = as_scope(scope)
         policy = as_policy(dedup, self.dedup)
-        items = self._validate_chunks(chunks)
+        items = list(chunks) if checked else self._validate_chunks(chunks)
         if scope is not None:
             items = [scope.stamp(c) for c in items]
         if vectors is not None:
@@ -668,8 +677,9 @@ class HybridMemory:
         dedup: DedupPolicy | str | None = None,
         scope: Scope | Mapping[str, Any] | None = None,
         extra_updates: Sequence[tuple[int, Mapping[str, Any]]] = (),
+        checked: bool = False,
     ) -> WriteResult:
-        scope, policy, items, vectors = self._prepare_write(chunks, vectors, dedup, scope, self._dense.dim)
+        scope, policy, items, vectors = self._prepare_write(chunks, vectors, dedup, scope, self._dense.dim, checked)
         if not items:
             return WriteResult([])
         with self._write_lock:
@@ -752,26 +762,30 @@ class HybridMemory:
         self._dirty = True
 
     def _near_candidates(self, tokenize: Any) -> Any:
-        """``(vector, scope key, at) -> [(chunk_id, cosine, tokens)]``: the 5 nearest stored chunks of exactly
-        that scope valid at ``at`` (a dense search restricted to those rowids, resolved from the filter index)."""
+        """``(vector, scope key, span) -> [(chunk_id, cosine, tokens)]``: the 5 nearest stored chunks of exactly
+        that scope whose validity covers the span (:func:`~hybrid_memory.dedup.covers`): a dense search over the
+        scope's rowids (resolved once per scope from the filter index), :data:`NEAR_POOL` deep, kept to the
+        covering ones. The validity is tested on the hits, not resolved per span: chunks with their own
+        ``valid_from`` each have a span of their own, and a range resolved per chunk made a large batch
+        quadratic."""
         rowsets: dict[tuple, RowSet] = {}
 
-        def search(vector: np.ndarray, key: tuple, at: float) -> list[tuple[str, float, list[str]]]:
-            if (key, at) not in rowsets:
-                # exactly this scope, every field (None: absent), valid at `at`: the filter index's bitmaps
-                exact = {"$and": [*({name: value} for name, value in zip(SCOPE_FIELDS, key, strict=True)),
-                                  *system_filter(None, at)["$and"]]}
-                rowsets[key, at] = self._filters.resolve(None, exact) or RowSet(np.zeros(0, np.int64), sorted_unique=True)
-            allowed = rowsets[key, at]
-            if not len(allowed):
+        def search(vector: np.ndarray, key: tuple, span: tuple) -> list[tuple[str, float, list[str]]]:
+            if key not in rowsets:
+                # exactly this scope, every field (None: absent), from the filter index's bitmaps, not a scan
+                exact = {"$and": [{name: value} for name, value in zip(SCOPE_FIELDS, key, strict=True)]}
+                rowsets[key] = self._filters.resolve(None, exact) or RowSet(np.zeros(0, np.int64), sorted_unique=True)
+            if not len(rowsets[key]):
                 return []
-            hits = self._dense.search(vector, 5, allowed)
+            hits = self._dense.search(vector, NEAR_POOL, rowsets[key])
             if not hits:
                 return []
-            rowids = [rowid for rowid, _ in hits]
-            names = self._store.chunk_ids_by_rowid(rowids)
-            texts = dict(zip(rowids, self._store.texts(rowids), strict=True))
-            return [(names[r], score, tokenize(texts[r])) for r, score in hits if r in names]
+            names = self._store.chunk_ids_by_rowid([rowid for rowid, _ in hits])
+            systems = self._store.system_of(list(names.values()))
+            kept = [(r, score) for r, score in hits if r in names and names[r] in systems and
+                    covers((systems[names[r]]["valid_from"], systems[names[r]]["valid_to"]), span)][:5]
+            texts = dict(zip([r for r, _ in kept], self._store.texts([r for r, _ in kept]), strict=True))
+            return [(names[r], score, tokenize(texts[r])) for r, score in kept]
 
         return search
 
@@ -1008,7 +1022,7 @@ class HybridMemory:
             chunk, closes = plan_supersede(old, chunk, systems, time.time())
             vectors = None if vector is None else np.asarray(vector, dtype=np.float32).reshape(1, -1)
             updates = [(systems[cid]["rowid"], update) for cid, update in closes]
-            self._write([chunk], vectors, replace=True, dedup="keep", scope=scope, extra_updates=updates)
+            self._write([chunk], vectors, replace=True, dedup="keep", scope=scope, extra_updates=updates, checked=True)
         return chunk.chunk_id
 
     # -- search -------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -821,22 +821,30 @@ class SQLiteStore:
         return found
 
     def find_hashes(
-        self, digests: Sequence[str], scope_values: Mapping[str, str | None], as_of: float | None = None
+        self,
+        digests: Sequence[str],
+        scope_values: Mapping[str, str | None],
+        span: tuple[float, float | None] | None = None,
+        exclude: Collection[str] = (),
     ) -> dict[str, str]:
         """content_hash -> chunk_id of the oldest stored chunk with that hash and exactly these scope values
-        (all four fields, None matching NULL only), valid at ``as_of`` (Unix seconds, ``valid_from <= as_of <
-        valid_to``, a NULL bound open; None: any); uses the content_hash index."""
+        (all four fields, None matching NULL only) whose validity covers ``span`` (``(start, end)`` in Unix
+        seconds, end None for open: ``valid_from`` NULL or ``<= start``, and ``valid_to`` NULL or, when the span
+        ends, ``>= end``; :func:`hybrid_memory.dedup.covers`; None: any validity), other than the ``exclude``
+        ids; uses the content_hash index."""
         found: dict[str, str] = {}
         scope_where = " AND ".join(f"{name} IS ?" for name in _SCOPE_COLUMNS)
-        scope_params = [scope_values.get(name) for name in _SCOPE_COLUMNS]
-        if as_of is not None:
-            time_where, time_params = scope_sql(None, as_of)
-            scope_where += f" AND {time_where}"
-            scope_params += time_params
+        scope_params: list[Any] = [scope_values.get(name) for name in _SCOPE_COLUMNS]
+        if span is not None:
+            start, end = span
+            scope_where += " AND (valid_from IS NULL OR valid_from <= ?) AND " + (
+                "valid_to IS NULL" if end is None else "(valid_to IS NULL OR valid_to >= ?)")
+            scope_params += [start] if end is None else [start, end]
+        skip = set(exclude)
         unique = list(dict.fromkeys(digests))
         with self._lock:
-            for start in range(0, len(unique), 500):
-                batch = unique[start : start + 500]
+            for begin in range(0, len(unique), 500):
+                batch = unique[begin : begin + 500]
                 marks = ",".join("?" * len(batch))
                 for digest, chunk_id in self._conn.execute(
                     # INDEXED BY: with NULL scope fields the planner picks a scope index and scans every row
@@ -846,7 +854,8 @@ class SQLiteStore:
                     " ORDER BY rowid DESC",
                     [*batch, *scope_params],
                 ):
-                    found[digest] = chunk_id  # descending rowids: the oldest one is written last and wins
+                    if chunk_id not in skip:
+                        found[digest] = chunk_id  # descending rowids: the oldest one is written last and wins
         return found
 
     def _select(self, columns: str, rowids: Sequence[int]) -> dict[int, tuple]:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ._exceptions import DimensionMismatchError, DuplicateChunkError, InvalidRequestError, ScopeError
-from .dedup import DedupPolicy, Match, WriteDecision, WriteResult, find_exact, find_near
+from .dedup import DedupPolicy, Match, Span, WriteDecision, WriteResult, dedup_span, find_exact, find_near
 from .embedders import Embedder, holds_bool, l2_normalize
 from .models import SCOPE_FIELDS, TIME_FIELDS, Chunk
 from .scopes import Scope
@@ -50,9 +50,10 @@ logger = logging.getLogger(__name__)
 
 _KEPT_ON_UPSERT = (*SCOPE_FIELDS, *TIME_FIELDS)
 
-#: ``(vector float32 (dim,), scope key, at) -> [(chunk_id, cosine, tokens)]``: the nearest stored chunks of
-#: exactly that scope valid at ``at`` (Unix seconds), for near-duplicate detection
-NearSearch = Callable[[np.ndarray, tuple, float], list[tuple[str, float, list[str]]]]
+#: ``(vector float32 (dim,), scope key, span) -> [(chunk_id, cosine, tokens)]``: the nearest stored chunks of
+#: exactly that scope whose validity covers the span (:func:`~hybrid_memory.dedup.dedup_span`), for
+#: near-duplicate detection
+NearSearch = Callable[[np.ndarray, tuple, Span], list[tuple[str, float, list[str]]]]
 
 
 def keep_unstated(chunk: Chunk, stored: Mapping[str, Any] | None) -> Chunk:
@@ -301,7 +302,7 @@ def plan_write(
     policy: DedupPolicy,
     scope: Scope | None,
     embed: Callable[[list[str]], np.ndarray],
-    find_hashes: Callable[[list[str], dict[str, str | None], float], Mapping[str, str]],
+    find_hashes: Callable[[list[str], dict[str, str | None], Span, Sequence[str]], Mapping[str, str]],
     near_search: Callable[[], NearSearch],
     tokenize: Callable[[str], list[str]],
     now: float | None = None,
@@ -317,12 +318,13 @@ def plan_write(
         policy: what to do with duplicates (:class:`~hybrid_memory.dedup.DedupPolicy`).
         scope: the caller's scope; stored ids outside it are refused.
         embed: texts -> float32 (n, dim), L2-normalised (:func:`embed_checked`).
-        find_hashes: (digests, scope fields, at) -> {digest: chunk_id} of stored chunks in exactly that scope
-            valid at ``at`` (Unix seconds).
+        find_hashes: (digests, scope fields, span, excluded ids) -> {digest: chunk_id} of the stored chunks in
+            exactly that scope whose validity covers the span (:func:`~hybrid_memory.dedup.dedup_span`), other
+            than the excluded ids (the ones this call rewrites).
         near_search: builds the near-duplicate search (only called when the policy looks for near ones).
         tokenize: the BM25 tokenizer, for the near-duplicate token overlap.
-        now: the time of the write, Unix seconds (None: ``time.time()``): a new chunk without ``valid_from``
-            is compared with the chunks valid then (:mod:`hybrid_memory.dedup`).
+        now: the time of the write, Unix seconds (None: ``time.time()``), where a new chunk without
+            ``valid_from`` starts for the duplicate check (:mod:`hybrid_memory.dedup`).
 
     Raises:
         ScopeError: an id is stored outside ``scope``; nothing is written.
@@ -343,12 +345,15 @@ def plan_write(
     hashes = [content_hash(c.text) for c in items]
     scope_keys = [tuple(c.scope_values().values()) for c in items]
     new_positions = [i for i, c in enumerate(items) if c.chunk_id not in stored]
+    rewrites = [i for i, c in enumerate(items) if c.chunk_id in stored]
+    intervals = [(c.valid_from, c.valid_to) for c in items]
     when = time.time() if now is None else now
-    intervals = {i: (items[i].valid_from, items[i].valid_to) for i in new_positions}
-    starts = {i: when if items[i].valid_from is None else items[i].valid_from for i in new_positions}
+    spans = {i: dedup_span(*intervals[i], when) for i in new_positions}
+    excluded = [items[i].chunk_id for i in rewrites]  # compared as this call writes them, not as stored
     matches: dict[int, Match] = find_exact(
-        [(i, items[i].chunk_id, hashes[i], scope_keys[i], intervals[i], starts[i]) for i in new_positions],
-        lambda digests, key, at: find_hashes(digests, dict(zip(SCOPE_FIELDS, key, strict=True)), at),
+        [(i, items[i].chunk_id, hashes[i], scope_keys[i], intervals[i], spans[i]) for i in new_positions],
+        lambda digests, key, span: find_hashes(digests, dict(zip(SCOPE_FIELDS, key, strict=True)), span, excluded),
+        [(items[i].chunk_id, hashes[i], scope_keys[i], intervals[i]) for i in rewrites],
     )
     dropped = {i for i in matches if policy.action != "keep"}
     changed = [
@@ -362,11 +367,13 @@ def plan_write(
         new_vectors = embed([items[i].text for i in changed])
     if policy.near:
         vector_of = {i: new_vectors[j] for j, i in enumerate(changed)}
-        candidates = [(i, items[i].chunk_id, scope_keys[i], intervals[i], starts[i])
+        candidates = [(i, items[i].chunk_id, scope_keys[i], intervals[i], spans[i])
                       for i in new_positions if i not in matches and i in vector_of]
         if candidates:
-            near = find_near(candidates, vector_of, {row[0]: tokenize(items[row[0]].text) for row in candidates},
-                             policy, near_search())
+            rewritten = {items[i].chunk_id: (i if i in vector_of else None, scope_keys[i], intervals[i]) for i in rewrites}
+            compared = [row[0] for row in candidates] + [i for i in rewrites if i in vector_of]
+            near = find_near(candidates, vector_of, {i: tokenize(items[i].text) for i in compared}, policy,
+                             near_search(), rewritten)
             matches.update(near)
             if policy.action != "keep" and near:
                 dropped |= set(near)

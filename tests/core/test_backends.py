@@ -493,14 +493,16 @@ def test_near_duplicates_skip_and_merge(mem):
     assert other_scope.decisions[0].action == "written" and mem.count() == 2
 
 
-def test_a_fact_whose_validity_ended_is_no_duplicate(mem):
-    """Dedup compares a new chunk with the chunks valid when it starts (its valid_from, else now): while n1
-    holds, its text is n1's duplicate, exact or near; after n1 was superseded, the same text states it anew."""
+def test_a_duplicate_is_a_stored_fact_whose_validity_covers_the_new_one(mem):
+    """Dedup compares a new chunk with the stored chunks whose validity covers its interval (no valid_from:
+    from now on; ended without one: up to its end): while n1 holds, its text is n1's duplicate, exact or near;
+    after n1 was superseded, the same text states it anew, as does a restatement that runs past a stored end
+    or a past fact the stored one does not reach back to."""
     apollo = "Dana works on project Apollo"
     mem.add([{"chunk_id": "n1", "text": apollo, "valid_from": 100.0}])
     mem.supersede(["n1"], {"chunk_id": "n2", "text": "Dana moved to project Zeus", "valid_from": 200.0})
-    during = mem.write([{"chunk_id": "d1", "text": apollo, "valid_from": 150.0},
-                        {"chunk_id": "d2", "text": apollo + "!", "valid_from": 199.0}], dedup="merge")
+    during = mem.write([{"chunk_id": "d1", "text": apollo, "valid_from": 150.0, "valid_to": 180.0},
+                        {"chunk_id": "d2", "text": apollo + "!", "valid_from": 199.0, "valid_to": 200.0}], dedup="merge")
     assert [(d.action, d.kind, d.stored_id) for d in during.decisions] == [("merged", "exact", "n1"), ("merged", "near", "n1")]
     after = mem.write([{"chunk_id": "n3", "text": apollo}], dedup="skip")
     assert [(d.action, d.duplicate_of) for d in after.decisions] == [("written", None)]
@@ -508,12 +510,38 @@ def test_a_fact_whose_validity_ended_is_no_duplicate(mem):
     assert [(d.action, d.kind, d.stored_id) for d in again.decisions] == [("skipped", "near", "n3"), ("skipped", "exact", "n3")]
     assert sorted(c.chunk_id for c in mem.iter_chunks()) == ["n1", "n2", "n3"]
     assert mem.get(["n1"])[0].merged_ids == ["d1", "d2"]
-    # within one call, in another scope: w1 ends at 500, so w2 (from 600) is new and w3 (from 450) is w1's
+    # within one call, in another scope: w3 lies in w1 [400, 500); w4 runs past w1's end and starts before w2
     calls = mem.write([{"chunk_id": "w1", "text": apollo, "valid_from": 400.0, "valid_to": 500.0, "user_id": "u2"},
                        {"chunk_id": "w2", "text": apollo, "valid_from": 600.0, "user_id": "u2"},
-                       {"chunk_id": "w3", "text": apollo, "valid_from": 450.0, "user_id": "u2"}], dedup="skip")
+                       {"chunk_id": "w3", "text": apollo, "valid_from": 450.0, "valid_to": 480.0, "user_id": "u2"},
+                       {"chunk_id": "w4", "text": apollo, "valid_from": 450.0, "user_id": "u2"}], dedup="skip")
     assert [(d.chunk_id, d.action, d.duplicate_of) for d in calls.decisions] == [
-        ("w1", "written", None), ("w2", "written", None), ("w3", "skipped", "w1")]
+        ("w1", "written", None), ("w2", "written", None), ("w3", "skipped", "w1"), ("w4", "written", None)]
+    # a past fact (no valid_from, valid_to long gone) is not a duplicate of a current one that starts later
+    mem.write([{"chunk_id": "cur", "text": apollo, "valid_from": 1000.0, "user_id": "u3"}])
+    past = mem.write([{"chunk_id": "hist", "text": apollo, "valid_to": 900.0, "user_id": "u3"},
+                      {"chunk_id": "hist2", "text": apollo, "valid_to": 850.0, "user_id": "u3"}], dedup="skip")
+    assert [(d.chunk_id, d.action, d.duplicate_of) for d in past.decisions] == [
+        ("hist", "written", None), ("hist2", "skipped", "hist")]
+
+
+def test_ids_a_call_rewrites_are_compared_in_their_new_version(mem):
+    """A fresh user's finding: editing a from Apollo to Zeus while adding b "Apollo" skipped b as a's
+    duplicate, and the Apollo fact was gone; closing x and restating its text in one call skipped the
+    restatement. Now the rewritten ids count as the call writes them."""
+    mem.write([{"chunk_id": "a", "text": "Dana works on project Apollo"}, {"chunk_id": "x", "text": "Bo likes tea"}])
+    result = mem.write([{"chunk_id": "a", "text": "Dana works on project Zeus"},
+                        {"chunk_id": "b", "text": "Dana works on project Apollo"},
+                        {"chunk_id": "c", "text": "Dana works on project Zeus"},
+                        {"chunk_id": "c2", "text": "Dana works on project Zeus!"},
+                        {"chunk_id": "x", "text": "Bo likes tea", "valid_to": 100.0},
+                        {"chunk_id": "y", "text": "Bo likes tea"}], dedup="skip")
+    assert [(d.chunk_id, d.action, d.kind, d.duplicate_of) for d in result.decisions] == [
+        ("a", "written", None, None), ("b", "written", None, None), ("c", "skipped", "exact", "a"),
+        ("c2", "skipped", "near", "a"), ("x", "written", None, None), ("y", "written", None, None)]
+    assert sorted((c.chunk_id, c.text) for c in mem.iter_chunks()) == [
+        ("a", "Dana works on project Zeus"), ("b", "Dana works on project Apollo"), ("x", "Bo likes tea"),
+        ("y", "Bo likes tea")]
 
 
 def test_an_all_zero_vector_is_no_dense_evidence_on_every_backend(engine, tmp_path):

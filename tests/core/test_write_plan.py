@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -25,7 +27,7 @@ def embed_rows(texts):
 
 def plan(items, stored, **kw):
     args = dict(vectors=None, replace=True, policy=DedupPolicy(), scope=None, embed=embed_rows,
-                find_hashes=lambda digests, scope, at: {}, near_search=lambda: None, tokenize=str.split)
+                find_hashes=lambda digests, scope, span, excluded: {}, near_search=lambda: None, tokenize=str.split)
     args.update(kw)
     return plan_write(items, stored, **args)
 
@@ -42,7 +44,7 @@ def test_only_new_and_changed_texts_are_embedded():
 
 def test_exact_duplicate_in_the_same_scope_is_skipped_and_merged():
     items = [Chunk(chunk_id="b", text="disk full on db-1", source="s2")]
-    found = lambda digests, scope, at: {content_hash("disk full on db-1"): "a"}  # noqa: E731
+    found = lambda digests, scope, span, excluded: {content_hash("disk full on db-1"): "a"}  # noqa: E731
     skipped = plan(items, {}, policy=DedupPolicy(action="skip"), find_hashes=found)
     assert skipped.changed == [] and skipped.dropped == {0} and skipped.vectors.shape == (0, 4)
     decision = skipped.result().decisions[0]
@@ -51,24 +53,46 @@ def test_exact_duplicate_in_the_same_scope_is_skipped_and_merged():
     assert merged.merges == {"a": [["b", "s2"]]} and merged.merge_targets() == {"a": [["b", "s2"]]}
 
 
-def test_duplicates_are_chunks_valid_when_the_new_one_starts():
-    """The stored lookup asks at each new chunk's valid_from (else the write's time); within the call an
-    earlier chunk is a duplicate only while it is valid: a ended at 20, so b (from 30) is new, c (from 15) is
-    a's duplicate, and d (no valid_from, written at 99) is b's, the one still valid then."""
+def test_a_duplicate_is_a_chunk_whose_validity_covers_the_new_one():
+    """The stored lookup asks for chunks covering each new chunk's span (its interval; no valid_from: from the
+    write's time, 99 here, or, for a fact ended before then, its last instant); within the call the same
+    rule: c [12, 18) lies in a [10, 20); d (from 99) in b [30, open); e [25, open) runs before b's start and
+    past a's end; f (up to 5) ends before a starts."""
     calls = []
 
-    def found(digests, scope, at):
-        calls.append((digests, at))
+    def found(digests, scope, span, excluded):
+        calls.append((digests, span, excluded))
         return {}
 
     items = [Chunk(chunk_id="a", text="x", valid_from=10.0, valid_to=20.0), Chunk(chunk_id="b", text="x", valid_from=30.0),
-             Chunk(chunk_id="c", text="x", valid_from=15.0), Chunk(chunk_id="d", text="x")]
+             Chunk(chunk_id="c", text="x", valid_from=12.0, valid_to=18.0), Chunk(chunk_id="d", text="x"),
+             Chunk(chunk_id="e", text="x", valid_from=25.0), Chunk(chunk_id="f", text="x", valid_to=5.0)]
     p = plan(items, {}, policy=DedupPolicy(action="skip"), find_hashes=found, now=99.0)
     digest = content_hash("x")
-    assert calls == [([digest], 10.0), ([digest], 30.0), ([digest], 15.0), ([digest], 99.0)]
+    assert calls == [([digest], (10.0, 20.0), []), ([digest], (30.0, None), []), ([digest], (12.0, 18.0), []),
+                     ([digest], (99.0, None), []), ([digest], (25.0, None), []), ([digest], (math.nextafter(5.0, -math.inf), 5.0), [])]
     assert [(d.chunk_id, d.action, d.duplicate_of) for d in p.result().decisions] == [
-        ("a", "written", None), ("b", "written", None), ("c", "skipped", "a"), ("d", "skipped", "b")]
-    assert p.changed == [0, 1] and p.dropped == {2, 3}
+        ("a", "written", None), ("b", "written", None), ("c", "skipped", "a"), ("d", "skipped", "b"),
+        ("e", "written", None), ("f", "written", None)]
+    assert p.changed == [0, 1, 4, 5] and p.dropped == {2, 3}
+
+
+def test_ids_the_call_rewrites_are_compared_as_the_call_writes_them():
+    """A fresh user's finding: editing a from "Apollo" to "Zeus" while adding b "Apollo" skipped b as a's
+    duplicate, so the Apollo fact was gone. The stored lookup leaves the rewritten ids out; their new versions
+    are the call's chunks: c "Zeus" duplicates a's new text."""
+    excluded_seen = []
+
+    def found(digests, scope, span, excluded):
+        excluded_seen.append(list(excluded))
+        return {content_hash("Apollo"): "a"} if "a" not in excluded else {}
+
+    stored = {"a": (content_hash("Apollo"), SYSTEM)}
+    items = [Chunk(chunk_id="a", text="Zeus"), Chunk(chunk_id="b", text="Apollo"), Chunk(chunk_id="c", text="Zeus")]
+    p = plan(items, stored, policy=DedupPolicy(action="skip"), find_hashes=found, now=99.0)
+    assert excluded_seen == [["a"]]  # one lookup per (scope, span) group of new chunks: b and c share theirs
+    assert [(d.chunk_id, d.action, d.duplicate_of) for d in p.result().decisions] == [
+        ("a", "written", None), ("b", "written", None), ("c", "skipped", "a")]
 
 
 def test_add_refuses_stored_ids_and_a_scope_refuses_foreign_ones():

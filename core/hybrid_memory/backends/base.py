@@ -11,7 +11,7 @@ and validity, an unchanged text is not re-embedded, ids held by another scope ar
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -82,10 +82,14 @@ class Backend(Protocol):
         ...
 
     def find_hashes(
-        self, digests: Sequence[str], scope_values: Mapping[str, str | None], as_of: float | None = None
+        self,
+        digests: Sequence[str],
+        scope_values: Mapping[str, str | None],
+        span: tuple[float, float | None] | None = None,
+        exclude: Collection[str] = (),
     ) -> dict[str, str]:
-        """content_hash -> chunk_id of the oldest stored chunk with that hash in exactly that scope, valid at
-        ``as_of`` (Unix seconds; None: any)."""
+        """content_hash -> chunk_id of the oldest stored chunk with that hash in exactly that scope whose validity
+        covers ``span`` (:func:`hybrid_memory.dedup.covers`; None: any), other than the ``exclude`` ids."""
         ...
 
     def write(self, versions: Sequence[ChunkVersion]) -> None:

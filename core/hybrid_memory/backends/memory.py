@@ -121,8 +121,10 @@ class BackendMemory(HybridMemory):
         dedup: DedupPolicy | str | None = None,
         scope: Scope | Mapping[str, Any] | None = None,
         extra_updates: Sequence[tuple[str, Mapping[str, Any]]] = (),
+        checked: bool = False,
     ) -> WriteResult:
-        scope, policy, items, vectors = self._prepare_write(chunks, vectors, dedup, scope, int(self.embedder.dim))
+        scope, policy, items, vectors = self._prepare_write(chunks, vectors, dedup, scope, int(self.embedder.dim),
+                                                            checked)
         if not items and not extra_updates:
             return WriteResult([])
         with self._write_lock:
@@ -172,12 +174,12 @@ class BackendMemory(HybridMemory):
         return plan.result()
 
     def _near_search(self, tokenize: Any) -> Any:
-        """``(vector, scope key, at) -> [(chunk_id, cosine, tokens)]``: the 5 nearest stored chunks of exactly
-        that scope valid at ``at`` (the dense leg with both as filter), as the embedded memory's near-duplicate
-        search."""
+        """``(vector, scope key, span) -> [(chunk_id, cosine, tokens)]``: the 5 nearest stored chunks of exactly
+        that scope whose validity covers the span (the dense leg with both as filter), as the embedded memory's
+        near-duplicate search."""
 
-        def search(vector: np.ndarray, key: tuple, at: float) -> list[tuple[str, float, list[str]]]:
-            found = self.backend.nearest(vector, dict(zip(SCOPE_FIELDS, key, strict=True)), 5, at)
+        def search(vector: np.ndarray, key: tuple, span: tuple) -> list[tuple[str, float, list[str]]]:
+            found = self.backend.nearest(vector, dict(zip(SCOPE_FIELDS, key, strict=True)), 5, span)
             return [(cid, score, tokenize(text)) for cid, score, text in found]
 
         return search
@@ -203,7 +205,7 @@ class BackendMemory(HybridMemory):
             stored = {c.chunk_id: _system(c) for c in self.get(old, scope=scope)}
             chunk, closes = plan_supersede(old, chunk, stored, time.time())
             vectors = None if vector is None else np.asarray(vector, dtype=np.float32).reshape(1, -1)
-            self._write([chunk], vectors, replace=True, dedup="keep", scope=scope, extra_updates=closes)
+            self._write([chunk], vectors, replace=True, dedup="keep", scope=scope, extra_updates=closes, checked=True)
         return chunk.chunk_id
 
     def delete(self, chunk_ids: Iterable[str] | str, *, scope: Scope | Mapping[str, Any] | None = None) -> int:

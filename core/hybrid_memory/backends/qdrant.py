@@ -74,7 +74,7 @@ import uuid
 import zlib
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,7 @@ from .._exceptions import (
     InvalidRequestError,
     StoreBusyError,
 )
+from ..dedup import covering_filter
 from ..embedders import l2_normalize
 from ..engines import Hit, Query
 from ..filter_index import system_filter
@@ -915,47 +916,51 @@ class QdrantBackend:
         return out
 
     def find_hashes(
-        self, digests: Sequence[str], scope_values: Mapping[str, str | None], as_of: float | None = None
+        self,
+        digests: Sequence[str],
+        scope_values: Mapping[str, str | None],
+        span: tuple[float, float | None] | None = None,
+        exclude: Collection[str] = (),
     ) -> dict[str, str]:
         """content_hash -> chunk_id of the oldest stored chunk (lowest ``seq``) with that hash and exactly
-        these scope values (a None field matches chunks without it), valid at ``as_of`` (Unix seconds; None:
-        any)."""
+        these scope values (a None field matches chunks without it) whose validity covers ``span``
+        (:func:`hybrid_memory.dedup.covers`; None: any), other than the ``exclude`` ids."""
         unique = sorted(set(digests))
         if not unique:
             return {}
-        must = [{"key": "content_hash", "match": {"any": unique}}, *self._exact_scope(scope_values, as_of)]
+        must = [{"key": "content_hash", "match": {"any": unique}}, *self._exact_scope(scope_values, span)]
+        skip = set(exclude)
         best: dict[str, tuple[int, str]] = {}
         offset = None
         while True:
             records, offset = self.collection.scroll({"must": must}, 1000, offset, ["content_hash", "chunk_id", "seq"])
             for r in records:
-                digest, seq = r.payload["content_hash"], int(r.payload["seq"])
-                if digest not in best or (seq, r.payload["chunk_id"]) < best[digest]:
-                    best[digest] = (seq, r.payload["chunk_id"])
+                digest, seq, chunk_id = r.payload["content_hash"], int(r.payload["seq"]), r.payload["chunk_id"]
+                if chunk_id not in skip and (digest not in best or (seq, chunk_id) < best[digest]):
+                    best[digest] = (seq, chunk_id)
             if offset is None:
                 break
         return {digest: cid for digest, (_, cid) in best.items()}
 
     def nearest(self, vector: np.ndarray, scope_values: Mapping[str, str | None], k: int,
-                as_of: float | None = None) -> list[tuple[str, float, str]]:
+                span: tuple[float, float | None] | None = None) -> list[tuple[str, float, str]]:
         """``[(chunk_id, cosine, text)]`` of the ``k`` stored chunks nearest to the float32 unit ``vector`` among
-        those with exactly these scope values (a None field: chunks without it) valid at ``as_of`` (Unix
-        seconds; None: any), best first."""
+        those with exactly these scope values (a None field: chunks without it) whose validity covers ``span``
+        (None: any), best first."""
         found = self.collection.query_batch([Leg(DENSE, np.asarray(vector, dtype=np.float32).tolist(),
-                                                 {"must": self._exact_scope(scope_values, as_of)}, k,
+                                                 {"must": self._exact_scope(scope_values, span)}, k,
                                                  ("chunk_id", "text"))])[0]
         return [(p["chunk_id"], score, p["text"]) for _, score, p, _ in found]
 
-    def _exact_scope(self, scope_values: Mapping[str, str | None], as_of: float | None) -> list[dict[str, Any]]:
+    def _exact_scope(self, scope_values: Mapping[str, str | None], span: tuple[float, float | None] | None) -> list[dict[str, Any]]:
         must = []
         for name in SCOPE_FIELDS:
             path = f"{FIELDS}.{field_name(SYSTEM, name)}"
             value = scope_values.get(name)
             must.append({"is_empty": {"key": f"{path}.e"}} if value is None else {"key": f"{path}.s", "match": {"value": value}})
-        if as_of is not None:
-            valid = self.resolve(None, None, as_of)
-            if valid is not None:
-                must.append(valid.filter)
+        if span is not None:  # the validity covers the span: the system filter of hybrid_memory.dedup
+            node = parse_filter(covering_filter(span), SYSTEM)
+            must.append(translate(node, self.exact_ranges))
         return must
 
     def count(self, resolved: QdrantFilter | None) -> int:
