@@ -29,6 +29,7 @@ from ._exceptions import InvalidRequestError
 from .filters import check_metadata
 from .models import SCOPE_FIELDS, TIME_FIELDS, Chunk
 from .paths import EDGE_CONFIG, STORE_FILE
+from .scopes import check_scope_values
 
 __all__ = [
     "DEFAULT_GLOBS",
@@ -125,7 +126,7 @@ def read_beir_corpus(path: StrPath, *, source: str | None = None) -> Iterator[Ch
             metadata.setdefault("title", title)
         own = {name: doc[name] for name in (*SCOPE_FIELDS, *TIME_FIELDS) if doc.get(name) is not None}
         try:
-            yield Chunk(
+            chunk = Chunk(
                 chunk_id=str(doc_id),
                 text=beir_chunk_text(title, text),
                 source=chunk_source,
@@ -134,6 +135,11 @@ def read_beir_corpus(path: StrPath, *, source: str | None = None) -> Iterator[Ch
             )
         except ValidationError as exc:
             raise InvalidRequestError(f"{where}: invalid document {doc_id!r}: {_first_error(exc)}") from exc
+        try:
+            check_scope_values(chunk)  # the write would refuse it too, naming a batch position instead of the line
+        except InvalidRequestError as exc:
+            raise InvalidRequestError(f"{where}: invalid document {doc_id!r}: {exc}") from exc
+        yield chunk
 
 
 def read_text_folder(

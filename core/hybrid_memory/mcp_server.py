@@ -460,7 +460,9 @@ def parse_scope(pairs: list[str]) -> Scope | None:
     fields: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if sep and key and not value:
+        if sep and key and key == key.strip() and key not in SCOPE_FIELDS:
+            as_scope({key: value})  # names the unknown field (and the closest one), whatever the value
+        if sep and key in SCOPE_FIELDS and not value:
             raise InvalidRequestError(f"--scope {pair!r} gives {key} no value; give --scope {key}=VALUE, or leave "
                                       f"{key} out for no {key}")
         if not sep or not key or not value:

@@ -141,7 +141,7 @@ def _scope_value(value: str | None, field: str) -> str | None:
     if not value:
         raise ValueError(f"{field} must not be empty; leave it out (None) for no {field}")
     if not value.strip():
-        raise ValueError(f"{field} must not be blank (white space only); leave it out (None) for no {field}")
+        raise ValueError(f"{field} must not be blank (white space only), got {value!r}; leave it out (None) for no {field}")
     if "\x00" in value:
         raise ValueError(f"{field} holds a NUL character at position {value.index(chr(0))}; remove it, or leave it out "
                          f"(None) for no {field}")

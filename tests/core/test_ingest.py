@@ -374,3 +374,20 @@ def test_a_symlinked_sub_folder_is_named_in_a_warning_and_reported(tmp_path, cap
     caplog.clear()
     assert [c.chunk_id for c in read_text_folder(docs, id_prefix="", glob="*.md")] == ["a.md#0", "c.md#0"]
     assert caplog.records == []  # a pattern that does not recurse would not enter a folder anyway: no word
+
+
+def test_a_scope_value_no_view_could_bind_is_refused_naming_the_file_and_line(tmp_path):
+    """A fresh user's finding: a zero-width space on line 1101 was reported as "chunk #76" of the write's batch;
+    now the reader names the file and line, as for every other bad document."""
+    corpus = tmp_path / "c.jsonl"
+    lines = [{"_id": f"e{i}", "text": "x", "user_id": "u1"} for i in range(3)]
+    lines[2]["user_id"] = "u\u200b1"
+    corpus.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    reader = read_beir_corpus(corpus)
+    assert [next(reader).chunk_id for _ in range(2)] == ["e0", "e1"]
+    with pytest.raises(InvalidRequestError) as info:
+        next(reader)
+    assert str(info.value) == (
+        f"{corpus}, line 3: invalid document 'e2': user_id holds the invisible format character '\\u200b' (ZERO WIDTH "
+        "SPACE) at position 1; a scope value is an id, and one that prints like another would bind a scope no chunk "
+        "is in: remove it, or leave user_id out (None) for no user_id (got 'u\\u200b1')")

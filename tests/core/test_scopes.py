@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import json
 import sqlite3
 
@@ -198,19 +200,23 @@ def test_an_unscoped_upsert_keeps_the_stored_owner_unless_it_names_one(memory):
     assert memory.scoped(user_id="alice").get(["a1"]) == []
 
 
-@pytest.mark.parametrize("value, char, position", [("u1\n", "'\\n'", 2), ("u\x001", "'\\x00'", 1), ("u\t1", "'\\t'", 1),
-                                                   ("u1\x85", "'\\x85'", 2), ("u\u20281", "'\\u2028'", 1)])
-def test_a_scope_value_with_a_control_character_is_refused_naming_the_field_and_the_fix(memory, value, char, position):
-    """A fresh user's finding: a user_id read with its new line bound a scope no chunk is in, with no word."""
+@pytest.mark.parametrize("value, kind, position, fix", [
+    ("u1\n", "the control character '\\n'", 2, "remove it (value.strip() drops a trailing new line)"),
+    ("u\t1", "the control character '\\t'", 1, "remove it"),
+    ("u1\x85", "the control character '\\x85'", 2, "remove it (value.strip() drops a trailing new line)"),
+    ("u\u20281", "the line separator '\\u2028'", 1, "remove it"),
+])
+def test_a_scope_value_with_a_control_character_is_refused_naming_the_field_and_the_fix(memory, value, kind, position, fix):
+    """A fresh user's finding: a user_id read with its new line bound a scope no chunk is in, with no word. The
+    strip hint is given only where strip() removes the character (at an end), a separator is called one."""
     with pytest.raises(InvalidRequestError) as info:
         memory.scoped({"user_id": value})
     assert str(info.value) == (
-        f"invalid scope: user_id: user_id holds the control character {char} at position {position}; a scope value is "
-        "an id on one line: remove it (value.strip() drops a trailing new line), or leave user_id out (None) for no "
-        f"user_id (got {value!r})")
-    with pytest.raises(InvalidRequestError, match=r"^invalid scope: tenant: tenant holds the control character"):
+        f"invalid scope: user_id: user_id holds {kind} at position {position}; a scope value is an id on one line: "
+        f"{fix}, or leave user_id out (None) for no user_id (got {value!r})")
+    with pytest.raises(InvalidRequestError, match=rf"^invalid scope: tenant: tenant holds {re.escape(kind)}"):
         memory.search("HTTP 504", scope={"tenant": value})
-    with pytest.raises(InvalidRequestError, match=r"^invalid scope: agent_id: agent_id holds the control character"):
+    with pytest.raises(InvalidRequestError, match=rf"^invalid scope: agent_id: agent_id holds {re.escape(kind)}"):
         memory.add([{"chunk_id": "c", "text": "x"}], scope={"agent_id": value})
     assert memory.count() == 0
 
@@ -295,15 +301,16 @@ def test_chunks_stored_with_white_space_around_a_scope_value_still_read_and_dele
 
 
 def test_a_scope_value_of_white_space_only_is_called_blank_not_told_to_strip(memory):
-    """Stripping "  " gives "", which is refused too: the message must not suggest it."""
-    fix = "user_id must not be blank, got '  '; leave it out (None) for no user_id"
+    """Stripping "  " gives "", which is refused too: the message must not suggest it. One wording for chunks
+    and scopes."""
+    fix = "user_id must not be blank (white space only), got '  '; leave it out (None) for no user_id"
     with pytest.raises(InvalidRequestError) as info:
         memory.add([{"chunk_id": "a", "text": "fine", "user_id": "  "}])
-    assert str(info.value) == ("invalid chunk #0: user_id: user_id must not be blank (white space only); leave it out "
-                               "(None) for no user_id (got '  ')")
+    assert str(info.value) == f"invalid chunk #0: user_id: {fix}"
     with pytest.raises(InvalidRequestError) as info:
         memory.scoped(user_id=" ")
-    assert str(info.value) == "invalid scope: user_id: user_id must not be blank, got ' '; leave it out (None) for no user_id"
+    assert str(info.value) == ("invalid scope: user_id: user_id must not be blank (white space only), got ' '; leave it "
+                               "out (None) for no user_id")
     with pytest.raises(InvalidRequestError) as info:
         memory.search("Dana", scope={"user_id": "  "})
     assert str(info.value) == f"invalid scope: user_id: {fix}"
@@ -321,6 +328,10 @@ def test_an_empty_a_nul_or_an_invisible_scope_value_gets_its_own_message(memory,
     with pytest.raises(InvalidRequestError) as info:
         memory.add([{"chunk_id": "a", "text": "fine", "tenant": ""}])
     assert str(info.value) == "invalid chunk #0: tenant: tenant must not be empty; leave it out (None) for no tenant (got '')"
+    with pytest.raises(InvalidRequestError) as info:
+        memory.scoped(user_id="u\x001")
+    assert str(info.value) == ("invalid scope: user_id: user_id holds a NUL character at position 1; remove it, or leave "
+                               "user_id out (None) for no user_id (got 'u\\x001')")
     with pytest.raises(InvalidRequestError) as info:
         memory.add([{"chunk_id": "a", "text": "fine", "user_id": "u\x001"}])
     assert str(info.value) == ("invalid chunk #0: user_id: user_id holds a NUL character at position 1; remove it, or "
@@ -344,3 +355,25 @@ def test_an_empty_a_nul_or_an_invisible_scope_value_gets_its_own_message(memory,
         assert main([*command, "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "--scope", "user_id="]) == 2
         assert capsys.readouterr().err == ("hybrid-memory: error: --scope 'user_id=' gives user_id no value; give "
                                            "--scope user_id=VALUE, or leave user_id out for no user_id\n")
+        assert main([*command, "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "--scope", "userid="]) == 2
+        assert capsys.readouterr().err.startswith("hybrid-memory: error: invalid scope: 'userid' is not a scope field "
+                                                  "(did you mean 'user_id'?)")
+
+
+def test_a_chunk_stored_with_a_scope_value_refused_since_can_still_be_superseded(tmp_path, monkeypatch):
+    """A fresh user's finding: supersede copies the old fact's scope onto the new one, and the write check
+    refused the copied value ("remove it, or leave user_id out") although the caller gave none. Only what the
+    caller gives is checked; the inherited value is the stored one."""
+    import hybrid_memory.memory as memory_module
+
+    monkeypatch.setattr(memory_module, "check_scope_values", lambda chunk: None)  # the write of an earlier version
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(64)) as mem:
+        mem.add([{"chunk_id": "old", "text": "Dana works on Apollo", "user_id": "u1\u200b", "valid_from": 10.0}])
+    monkeypatch.undo()
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(64)) as mem:
+        assert mem.supersede(["old"], {"chunk_id": "new", "text": "Dana works on Zeus", "valid_from": 20.0}) == "new"
+        assert [(c.chunk_id, c.user_id, c.valid_to, c.superseded_by) for c in mem.get(["old", "new"])] == [
+            ("old", "u1\u200b", 20.0, "new"), ("new", "u1\u200b", None, None)]
+        with pytest.raises(InvalidRequestError, match=r"^chunk #0 \('n2'\): user_id holds the invisible format character"):
+            mem.supersede(["new"], {"chunk_id": "n2", "text": "Dana works on Hermes", "user_id": "u2\u200b"})
+        assert mem.count() == 2
