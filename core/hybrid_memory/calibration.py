@@ -1,7 +1,8 @@
 """Calibration of an engine's top hit against chance: its *surprise*, in nats, the same unit for every engine.
 
-The default fusion weighs each engine per query by how confident its list looks (``top_outlier``, scale-free).
-A scale-free measure cannot see an engine that is weak on a whole corpus (an embedder used outside its domain,
+The default fusion weighs each engine per query by the evidence its top hit brings against chance (its surprise,
+below); without that it weighs it by how confident its list looks (``top_outlier``, scale-free). A scale-free
+measure cannot see an engine that is weak on a whole corpus (an embedder used outside its domain,
 or BM25 under vocabulary mismatch): a list of compressed, noisy cosines looks as peaked as a good one
 (``benchmarks/fusion_robustness.py``). The surprise of the top hit asks instead how many of the ``n`` documents
 the query may return would score at least that high *by chance*, under a null model of the engine's scores over

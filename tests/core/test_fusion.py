@@ -310,20 +310,20 @@ def test_a_list_that_ran_out_is_continued_with_its_exact_scores_for_the_confiden
 def test_surprise_factor_by_hand():
     from hybrid_memory.fusion import surprise_factor
 
-    # sqrt(softplus(S)) = sqrt(ln(1 + e^S)): ln 2 at chance level, about S for a clear top, > 0 below chance
-    assert surprise_factor(0.0) == pytest.approx(math.sqrt(math.log(2)), rel=1e-15)
-    assert surprise_factor(9.0) == pytest.approx(math.sqrt(math.log(1 + math.exp(9.0))), rel=1e-15)
-    assert surprise_factor(-3.0) == pytest.approx(math.sqrt(math.log(1 + math.exp(-3.0))), rel=1e-15)
-    assert surprise_factor(800.0) == pytest.approx(math.sqrt(800.0), rel=1e-15)  # no overflow of e^S
-    assert surprise_factor(-30.0) == pytest.approx(math.sqrt(math.exp(-30.0)), rel=1e-9) and surprise_factor(-30.0) > 0
+    # softplus(S) = ln(1 + e^S): ln 2 at chance level, about S for a clear top, > 0 below chance
+    assert surprise_factor(0.0) == pytest.approx(math.log(2), rel=1e-15)
+    assert surprise_factor(9.0) == pytest.approx(math.log(1 + math.exp(9.0)), rel=1e-15)
+    assert surprise_factor(-3.0) == pytest.approx(math.log(1 + math.exp(-3.0)), rel=1e-15)
+    assert surprise_factor(800.0) == 800.0  # no overflow of e^S
+    assert surprise_factor(-30.0) == pytest.approx(math.exp(-30.0), rel=1e-9) and surprise_factor(-30.0) > 0
     assert surprise_factor(-800.0) == 0.0  # e^S underflows
     assert surprise_factor(math.nan) == 1.0  # not judged
 
 
 def test_the_default_calibrates_each_weight_by_its_surprise():
-    # the input of test_log_evidence_and_the_adaptive_default_by_hand: confidence weights sparse 2e + 2, dense 4.
-    # Surprises: sparse S = 3, dense S = -1 (its top is what chance gives among the documents): weights times
-    # sqrt(ln(1 + e^3)) and sqrt(ln(1 + e^-1)), then made convex.
+    # the input of test_log_evidence_and_the_adaptive_default_by_hand (confidence weights sparse 2e + 2, dense 4,
+    # which the calibrated weights replace). Surprises: sparse S = 3, dense S = -1 (its top is what chance gives
+    # among the documents): weights prior x ln(1 + e^3) and prior x ln(1 + e^-1), then made convex.
     e = math.e
     inp = FusionInput(
         runs={"sparse": ["c", "a"], "dense": ["a", "b", "c"]},
@@ -332,8 +332,8 @@ def test_the_default_calibrates_each_weight_by_its_surprise():
         lower_bounds={"sparse": 0.0, "dense": -1.0},
         surprise={"sparse": 3.0, "dense": -1.0},
     )
-    ws = (2 * e + 2) * math.sqrt(math.log(1 + math.exp(3.0)))
-    wd = 4 * math.sqrt(math.log(1 + math.exp(-1.0)))
+    ws = 1.0 * math.log(1 + math.exp(3.0))
+    wd = 1.0 * math.log(1 + math.exp(-1.0))
     out = fuse("adaptive", inp)
     s, d = ws / (ws + wd), wd / (ws + wd)
     assert out.weights == pytest.approx({"sparse": s, "dense": d})
@@ -341,6 +341,9 @@ def test_the_default_calibrates_each_weight_by_its_surprise():
     # s > d here, so c is first: rescaled over [b, c] (span (2 s - d) k): a = (d + s) / (2 s - d), c = 1, b = 0
     assert out.scores == pytest.approx({"a": (d + s) / (2 * s - d), "b": 0.0, "c": 1.0})
     assert [k for k, _ in rank_by_score(out.scores)] == ["c", "a", "b"]
+    # the request weights are priors: 0.4 / 0.6 multiply the evidence before the weights are made convex
+    weighted = fuse("adaptive", dataclasses.replace(inp, priors={"sparse": 0.4, "dense": 0.6}))
+    assert weighted.weights == pytest.approx({"sparse": 0.4 * ws / (0.4 * ws + 0.6 * wd), "dense": 0.6 * wd / (0.4 * ws + 0.6 * wd)})
     # without surprises (an engine that cannot tell, e.g. on Qdrant) the default is adaptive_uncalibrated exactly
     plain = dataclasses.replace(inp, surprise={})
     assert fuse("adaptive", plain) == fuse("adaptive_uncalibrated", plain) == fuse("adaptive_uncalibrated", inp)

@@ -9,7 +9,7 @@ Small pure functions, one formula each (the source is in each docstring):
 * :func:`log_evidence` -- BM25's multiplicative spread made additive, log(1 + s), before standardising;
 * :func:`confidence_weights` -- per-query engine weights from how far each engine's top hit stands out;
 * :func:`apply_identifier_guard` -- candidates holding a rare identifier of the query first;
-* :func:`surprise_factor` -- an engine's weight calibrated by its top hit's surprise against chance;
+* :func:`surprise_factor` -- an engine's calibrated weight: the evidence in nats that its top hit is not chance;
 * :data:`FUSION_METHODS` -- the named methods a request may choose (``hybrid_params.fusion``), each a
   function of one :class:`FusionInput`; :data:`DEFAULT_FUSION` is the default.
 """

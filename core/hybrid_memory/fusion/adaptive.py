@@ -60,24 +60,25 @@ def confidence_weights(
 
 
 def surprise_factor(nats: float) -> float:
-    """The factor an engine's confidence weight is multiplied by for a top hit of surprise ``nats``
-    (:mod:`hybrid_memory.calibration`: ``S = -ln(n P)``, ``n P`` the expected number of chance documents scoring
-    at least the top)::
+    """An engine's calibrated weight (before its prior and the convex normalisation) for a top hit of surprise
+    ``nats`` (:mod:`hybrid_memory.calibration`: ``S = -ln(n P)``, ``n P`` the expected number of chance documents
+    scoring at least the top)::
 
-        factor(S) = sqrt(softplus(S)) = sqrt(ln(1 + e^S))
+        factor(S) = softplus(S) = ln(1 + e^S)
 
     ``softplus(S) = -ln(n P / (1 + n P))``: with one real hit competing against ``n P`` chance documents at its
     level, ``n P / (1 + n P)`` is the probability that the top is one of the chance ones, so softplus is the
-    information, in nats, that it is not. It is about ``S`` for a clear top (6-18 nats for a clean engine on the
-    sets of ``benchmarks/fusion_eval.py``), ``ln 2`` at chance level, and tends to 0 below it without reaching
-    it (but where ``e^S`` underflows, ``S`` < -745): an engine is never silenced outright (a one-word query matching a few documents has ``S = -ln df``:
-    BM25 then still marks which candidates hold the word). The square root tempers the spread, as measured in
-    ``benchmarks/dense_calibration_trial.py`` (rows ``surprise: ...``). nan gives 1 (not judged).
+    information, in nats, that it is not: the evidence the engine brings for this query. It is about ``S`` for a
+    clear top (6-18 nats for a clean engine on the sets of ``benchmarks/fusion_eval.py``), ``ln 2`` at chance
+    level, and tends to 0 below it without reaching it (but where ``e^S`` underflows, ``S`` < -745): an engine is
+    never silenced outright (a one-word query matching a few documents has ``S = -ln df``: BM25 then still marks
+    which candidates hold the word). Used as it is, not tempered (an earlier default took its square root times
+    the list's own ``1 + top_outlier``, which counted the top's distinctness twice and let an engine near chance
+    keep a fifth of the weight; measured in ``benchmarks/fusion_robustness.py``). nan gives 1 (not judged).
     """
     if nats != nats:
         return 1.0
-    softplus = nats + math.log1p(math.exp(-nats)) if nats > 0 else math.log1p(math.exp(nats))
-    return math.sqrt(softplus)
+    return nats + math.log1p(math.exp(-nats)) if nats > 0 else math.log1p(math.exp(nats))
 
 
 def apply_identifier_guard(scores: Mapping[str, float], matches: Mapping[str, int]) -> dict[str, float]:

@@ -205,20 +205,22 @@ def _padded_lists(inp: FusionInput, names: Sequence[str]) -> dict[str, list[floa
 
 
 def _confident_alphas(inp: FusionInput, *, calibrated: bool = False) -> dict[str, float]:
-    """Convex per-query weights ``prior x (1 + top_outlier)`` (:func:`confidence_weights`), each times
-    :func:`~hybrid_memory.fusion.adaptive.surprise_factor` ``(S_e)`` with ``calibrated`` when the surprise of every
-    engine with a weight > 0 is known (see :func:`fuse_adaptive`); the request's priors when every weight comes out 0."""
-    weights = confidence_weights(_padded_lists(inp, list(_active(inp))), inp.priors)
-    judged = [name for name, w in weights.items() if w > 0]
-    # only when every engine with a say can be judged: a factor on some engines and not on others would weigh
-    # nats against plain confidence (an engine that cannot tell, such as a flat dense list, would outweigh one
-    # judged near chance)
+    """Convex per-query weights. With ``calibrated``, when the surprise of every engine with a say (a prior > 0
+    and candidates) is known: ``prior x`` :func:`~hybrid_memory.fusion.adaptive.surprise_factor` ``(S_e)``, the
+    evidence in nats that the engine's top hit is not a chance one (see :func:`fuse_adaptive`). Otherwise
+    ``prior x (1 + top_outlier)`` (:func:`confidence_weights`, over :func:`_padded_lists`). The request's priors
+    when every weight comes out 0."""
+    active = _active(inp)
+    judged = [name for name in active if inp.runs.get(name)]
+    # only when every engine with a say can be judged: nats on some engines and plain confidence on others do
+    # not compare (an engine that cannot tell, such as a flat dense list, would outweigh one judged near chance)
     if calibrated and len(judged) > 1 and all(name in inp.surprise for name in judged):
-        for name in judged:
-            weights[name] *= surprise_factor(inp.surprise[name])
+        weights = {name: active[name] * surprise_factor(inp.surprise[name]) for name in judged}
+    else:
+        weights = confidence_weights(_padded_lists(inp, list(active)), inp.priors)
     total = sum(weights.values())
     if not total > 0:
-        weights = _active(inp)
+        weights = active
         total = sum(weights.values())
     return {n: w / total for n, w in weights.items() if w > 0}
 
@@ -262,19 +264,21 @@ def fuse_adaptive(inp: FusionInput) -> FusionOutcome:
        candidate scores are right-skewed and a raw z-score lets one lexical outlier outvote any semantic
        agreement; cosines are bounded and stay linear;
     2. z-score fusion (:func:`~hybrid_memory.fusion.scores.zscore_fusion`) over the exact scores of every
-       candidate in every engine, with per-query convex weights ``prior_e x (1 + top_outlier(list_e))``
-       (:func:`confidence_weights`): the request weights are the priors, and an engine whose best hit stands
-       out of its own list counts more. Each weight is then calibrated against chance: times
-       ``sqrt(softplus(S_e))`` (:func:`~hybrid_memory.fusion.adaptive.surprise_factor`), ``S_e`` the surprise of the engine's top hit in nats
-       (:mod:`hybrid_memory.calibration`: minus the log of how many of the documents the query may return
-       chance would score that high; Gaussian over the corpus moments for cosines, term independence for
-       BM25). ``top_outlier`` is scale-free, so it cannot see an engine that is weak on the whole corpus (a
-       list of compressed, noisy cosines looks as peaked as a good one); the surprise is in one unit for both
-       engines and near 0 for an engine at chance level. The step runs only when every engine can be judged;
-       when one cannot (no corpus statistics, as on a Qdrant collection or above
-       :data:`~hybrid_memory.calibration.MOMENTS_MAX_DIM` dimensions, or no spread, as in a memory of identical
-       chunks) no engine is calibrated, since nats and plain confidence do not compare. Measured in
-       ``benchmarks/fusion_robustness.py`` (row ``surprise: sqrt`` of ``dense_calibration_trial.py`` before);
+       candidate in every engine, with per-query convex weights calibrated against chance:
+       ``prior_e x softplus(S_e)`` (:func:`~hybrid_memory.fusion.adaptive.surprise_factor`), the request weights
+       the priors and ``S_e`` the surprise of the engine's top hit in nats (:mod:`hybrid_memory.calibration`:
+       minus the log of how many of the documents the query may return chance would score that high; Gaussian
+       over the corpus moments for cosines, term independence for BM25), so ``softplus(S_e)`` is the evidence,
+       in nats, that the engine's top is not a chance hit. A measure within the list (``top_outlier``) is
+       scale-free and cannot see an engine that is weak on the whole corpus (a list of compressed, noisy cosines
+       looks as peaked as a good one); the surprise is in one unit for both engines and near 0 for an engine at
+       chance level. It runs only when every engine can be judged; when one cannot (no corpus statistics, as on
+       a Qdrant collection or above :data:`~hybrid_memory.calibration.MOMENTS_MAX_DIM` dimensions, or no spread,
+       as in a memory of identical chunks) the weights are those of :func:`fuse_adaptive_uncalibrated`,
+       ``prior_e x (1 + top_outlier(list_e))`` (:func:`confidence_weights`), since nats and plain confidence do
+       not compare. Until stop 23 the calibrated weights were ``prior_e x (1 + top_outlier) x sqrt(softplus(S_e))``,
+       which counted the top's distinctness twice and left an engine at chance level a fifth of the weight;
+       measured against it in ``benchmarks/fusion_robustness.py`` (README);
     3. the exact-match guard (:func:`apply_identifier_guard`): candidates holding a rare identifier of the
        query, or every query token in the query's order when few candidates do, first.
 
@@ -299,7 +303,7 @@ FUSION_METHODS: dict[str, FusionMethod] = {
         FusionMethod("adaptive_uncalibrated", fuse_adaptive_uncalibrated, True, True,
                      "z-score fusion of log-scaled BM25 and cosines with per-query confidence weights, plus the exact-match guard"),
         FusionMethod("adaptive", fuse_adaptive, True, True,
-                     "adaptive_uncalibrated with each engine's weight calibrated by its top hit's surprise against chance",
+                     "z-score fusion of log-scaled BM25 and cosines weighted by each engine's top-hit evidence against chance, plus the exact-match guard",
                      surprise=True),
     )
 }
