@@ -203,7 +203,7 @@ def covering_filter(span: Span) -> dict[str, Any]:
 
 def find_exact(
     new: Sequence[tuple[int, str, str, ScopeKey, Interval, Span]],
-    stored_hashes: Callable[[list[str], ScopeKey, Span], Mapping[str, str]],
+    stored_hashes: Callable[[list[str], ScopeKey], Mapping[str, Sequence[tuple[str, float | None, float | None]]]],
     rewritten: Sequence[tuple[str, str, ScopeKey, Interval]] = (),
 ) -> dict[int, Match]:
     """Exact duplicates among new chunks.
@@ -211,29 +211,28 @@ def find_exact(
     Args:
         new: ``(position, chunk_id, content_hash, scope key, validity interval, span)`` of every chunk whose id
             is not stored yet, in input order; ``span`` from :func:`dedup_span`.
-        stored_hashes: ``(hashes, scope key, span) -> {hash: stored chunk_id}`` among the stored chunks of
-            exactly that scope whose validity covers ``span``, leaving out the ids this call rewrites.
+        stored_hashes: ``(hashes, scope key) -> {hash: [(stored chunk_id, valid_from, valid_to), ...]}``, oldest
+            first, the stored chunks of exactly that scope with that hash, leaving out the ids this call
+            rewrites (one look-up per scope: chunks with their own ``valid_from`` each have a span of their own).
         rewritten: ``(chunk_id, content_hash, scope key, validity interval)`` of the stored ids this call
             rewrites, as the call writes them.
 
     Returns:
-        position -> :class:`Match`; a stored chunk wins over a chunk of the same call (one it rewrites, else
-        an earlier new one), which must cover the span as well (the module docstring).
+        position -> :class:`Match`: the oldest stored chunk whose validity :func:`covers` the span, else the first
+        chunk of the same call that does (one it rewrites, else an earlier new one; the module docstring).
     """
-    by_key: dict[tuple[ScopeKey, Span], list[tuple[int, str]]] = {}
-    for position, _, digest, scope, _, span in new:
-        by_key.setdefault((scope, span), []).append((position, digest))
-    stored: dict[int, str] = {}
-    for (scope, span), rows in by_key.items():
-        hits = stored_hashes(list(dict.fromkeys(digest for _, digest in rows)), scope, span)
-        stored.update((position, hits[digest]) for position, digest in rows if digest in hits)
+    by_scope: dict[ScopeKey, list[str]] = {}
+    for _, _, digest, scope, _, _ in new:
+        by_scope.setdefault(scope, []).append(digest)
+    stored = {scope: stored_hashes(list(dict.fromkeys(digests)), scope) for scope, digests in by_scope.items()}
     found: dict[int, Match] = {}
     in_call: dict[tuple[str, ScopeKey], list[tuple[str, Interval]]] = {}
     for chunk_id, digest, scope, interval in rewritten:
         in_call.setdefault((digest, scope), []).append((chunk_id, interval))
     for position, chunk_id, digest, scope, interval, span in new:
-        if position in stored:
-            found[position] = Match(stored[position], "exact", stored=True)
+        held = next((cid for cid, start, end in stored[scope].get(digest, ()) if covers((start, end), span)), None)
+        if held is not None:
+            found[position] = Match(held, "exact", stored=True)
             continue
         same = in_call.setdefault((digest, scope), [])
         first = next((other for other, other_interval in same if covers(other_interval, span)), None)

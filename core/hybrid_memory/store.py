@@ -821,41 +821,29 @@ class SQLiteStore:
         return found
 
     def find_hashes(
-        self,
-        digests: Sequence[str],
-        scope_values: Mapping[str, str | None],
-        span: tuple[float, float | None] | None = None,
-        exclude: Collection[str] = (),
-    ) -> dict[str, str]:
-        """content_hash -> chunk_id of the oldest stored chunk with that hash and exactly these scope values
-        (all four fields, None matching NULL only) whose validity covers ``span`` (``(start, end)`` in Unix
-        seconds, end None for open: ``valid_from`` NULL or ``<= start``, and ``valid_to`` NULL or, when the span
-        ends, ``>= end``; :func:`hybrid_memory.dedup.covers`; None: any validity), other than the ``exclude``
-        ids; uses the content_hash index."""
-        found: dict[str, str] = {}
+        self, digests: Sequence[str], scope_values: Mapping[str, str | None], exclude: Collection[str] = ()
+    ) -> dict[str, list[tuple[str, float | None, float | None]]]:
+        """content_hash -> ``[(chunk_id, valid_from, valid_to), ...]``, oldest first, of the stored chunks with
+        that hash and exactly these scope values (all four fields, None matching NULL only), other than the
+        ``exclude`` ids; uses the content_hash index."""
+        found: dict[str, list[tuple[str, float | None, float | None]]] = {}
         scope_where = " AND ".join(f"{name} IS ?" for name in _SCOPE_COLUMNS)
-        scope_params: list[Any] = [scope_values.get(name) for name in _SCOPE_COLUMNS]
-        if span is not None:
-            start, end = span
-            scope_where += " AND (valid_from IS NULL OR valid_from <= ?) AND " + (
-                "valid_to IS NULL" if end is None else "(valid_to IS NULL OR valid_to >= ?)")
-            scope_params += [start] if end is None else [start, end]
+        scope_params = [scope_values.get(name) for name in _SCOPE_COLUMNS]
         skip = set(exclude)
         unique = list(dict.fromkeys(digests))
         with self._lock:
             for begin in range(0, len(unique), 500):
                 batch = unique[begin : begin + 500]
                 marks = ",".join("?" * len(batch))
-                for digest, chunk_id in self._conn.execute(
+                for digest, chunk_id, valid_from, valid_to in self._conn.execute(
                     # INDEXED BY: with NULL scope fields the planner picks a scope index and scans every row
                     # (IS NULL matches them all), which made each add O(stored chunks)
-                    f"SELECT content_hash, chunk_id FROM chunks INDEXED BY chunks_content_hash WHERE content_hash IN ({marks})"
-                    f" AND {scope_where}"
-                    " ORDER BY rowid DESC",
+                    "SELECT content_hash, chunk_id, valid_from, valid_to FROM chunks INDEXED BY chunks_content_hash"
+                    f" WHERE content_hash IN ({marks}) AND {scope_where} ORDER BY rowid",
                     [*batch, *scope_params],
                 ):
                     if chunk_id not in skip:
-                        found[digest] = chunk_id  # descending rowids: the oldest one is written last and wins
+                        found.setdefault(digest, []).append((chunk_id, valid_from, valid_to))
         return found
 
     def _select(self, columns: str, rowids: Sequence[int]) -> dict[int, tuple]:

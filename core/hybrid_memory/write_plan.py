@@ -302,7 +302,7 @@ def plan_write(
     policy: DedupPolicy,
     scope: Scope | None,
     embed: Callable[[list[str]], np.ndarray],
-    find_hashes: Callable[[list[str], dict[str, str | None], Span, Sequence[str]], Mapping[str, str]],
+    find_hashes: Callable[[list[str], dict[str, str | None], Sequence[str]], Mapping[str, list[tuple[str, Any, Any]]]],
     near_search: Callable[[], NearSearch],
     tokenize: Callable[[str], list[str]],
     now: float | None = None,
@@ -318,9 +318,10 @@ def plan_write(
         policy: what to do with duplicates (:class:`~hybrid_memory.dedup.DedupPolicy`).
         scope: the caller's scope; stored ids outside it are refused.
         embed: texts -> float32 (n, dim), L2-normalised (:func:`embed_checked`).
-        find_hashes: (digests, scope fields, span, excluded ids) -> {digest: chunk_id} of the stored chunks in
-            exactly that scope whose validity covers the span (:func:`~hybrid_memory.dedup.dedup_span`), other
-            than the excluded ids (the ones this call rewrites).
+        find_hashes: (digests, scope fields, excluded ids) -> {digest: [(chunk_id, valid_from, valid_to), ...]},
+            oldest first, of the stored chunks in exactly that scope other than the excluded ids (the ones this
+            call rewrites); :func:`~hybrid_memory.dedup.find_exact` keeps those whose validity covers the new
+            chunk's.
         near_search: builds the near-duplicate search (only called when the policy looks for near ones).
         tokenize: the BM25 tokenizer, for the near-duplicate token overlap.
         now: the time of the write, Unix seconds (None: ``time.time()``), where a new chunk without
@@ -352,7 +353,7 @@ def plan_write(
     excluded = [items[i].chunk_id for i in rewrites]  # compared as this call writes them, not as stored
     matches: dict[int, Match] = find_exact(
         [(i, items[i].chunk_id, hashes[i], scope_keys[i], intervals[i], spans[i]) for i in new_positions],
-        lambda digests, key, span: find_hashes(digests, dict(zip(SCOPE_FIELDS, key, strict=True)), span, excluded),
+        lambda digests, key: find_hashes(digests, dict(zip(SCOPE_FIELDS, key, strict=True)), excluded),
         [(items[i].chunk_id, hashes[i], scope_keys[i], intervals[i]) for i in rewrites],
     )
     dropped = {i for i in matches if policy.action != "keep"}

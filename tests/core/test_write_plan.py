@@ -9,7 +9,7 @@ import pytest
 
 from hybrid_memory import Chunk, DuplicateChunkError, InvalidRequestError
 from hybrid_memory._exceptions import ScopeError
-from hybrid_memory.dedup import DedupPolicy
+from hybrid_memory.dedup import DedupPolicy, covers, dedup_span
 from hybrid_memory.scopes import Scope
 from hybrid_memory.store import content_hash
 from hybrid_memory.write_plan import keep_unstated, plan_supersede, plan_write
@@ -27,7 +27,7 @@ def embed_rows(texts):
 
 def plan(items, stored, **kw):
     args = dict(vectors=None, replace=True, policy=DedupPolicy(), scope=None, embed=embed_rows,
-                find_hashes=lambda digests, scope, span, excluded: {}, near_search=lambda: None, tokenize=str.split)
+                find_hashes=lambda digests, scope, excluded: {}, near_search=lambda: None, tokenize=str.split)
     args.update(kw)
     return plan_write(items, stored, **args)
 
@@ -44,7 +44,7 @@ def test_only_new_and_changed_texts_are_embedded():
 
 def test_exact_duplicate_in_the_same_scope_is_skipped_and_merged():
     items = [Chunk(chunk_id="b", text="disk full on db-1", source="s2")]
-    found = lambda digests, scope, span, excluded: {content_hash("disk full on db-1"): "a"}  # noqa: E731
+    found = lambda digests, scope, excluded: {content_hash("disk full on db-1"): [("a", None, None)]}  # noqa: E731
     skipped = plan(items, {}, policy=DedupPolicy(action="skip"), find_hashes=found)
     assert skipped.changed == [] and skipped.dropped == {0} and skipped.vectors.shape == (0, 4)
     decision = skipped.result().decisions[0]
@@ -54,27 +54,27 @@ def test_exact_duplicate_in_the_same_scope_is_skipped_and_merged():
 
 
 def test_a_duplicate_is_a_chunk_whose_validity_covers_the_new_one():
-    """The stored lookup asks for chunks covering each new chunk's span (its interval; no valid_from: from the
-    write's time, 99 here, or, for a fact ended before then, its last instant); within the call the same
-    rule: c [12, 18) lies in a [10, 20); d (from 99) in b [30, open); e [25, open) runs before b's start and
-    past a's end; f (up to 5) ends before a starts."""
+    """One stored look-up per scope, its candidates kept where their validity covers each new chunk's span (its
+    interval; no valid_from: from the write's time, 99 here, or, for a fact ended before then, its last
+    instant); within the call the same rule. c [12, 18) lies in a [10, 20); d (from 99) in b [30, open);
+    e [25, open) runs before b's start and past a's end; f (up to 5) lies in the stored s [0, 8)."""
     calls = []
 
-    def found(digests, scope, span, excluded):
-        calls.append((digests, span, excluded))
-        return {}
+    def found(digests, scope, excluded):
+        calls.append((digests, excluded))
+        return {content_hash("x"): [("s", 0.0, 8.0)]}
 
     items = [Chunk(chunk_id="a", text="x", valid_from=10.0, valid_to=20.0), Chunk(chunk_id="b", text="x", valid_from=30.0),
              Chunk(chunk_id="c", text="x", valid_from=12.0, valid_to=18.0), Chunk(chunk_id="d", text="x"),
              Chunk(chunk_id="e", text="x", valid_from=25.0), Chunk(chunk_id="f", text="x", valid_to=5.0)]
     p = plan(items, {}, policy=DedupPolicy(action="skip"), find_hashes=found, now=99.0)
-    digest = content_hash("x")
-    assert calls == [([digest], (10.0, 20.0), []), ([digest], (30.0, None), []), ([digest], (12.0, 18.0), []),
-                     ([digest], (99.0, None), []), ([digest], (25.0, None), []), ([digest], (math.nextafter(5.0, -math.inf), 5.0), [])]
+    assert calls == [([content_hash("x")], [])]
     assert [(d.chunk_id, d.action, d.duplicate_of) for d in p.result().decisions] == [
         ("a", "written", None), ("b", "written", None), ("c", "skipped", "a"), ("d", "skipped", "b"),
-        ("e", "written", None), ("f", "written", None)]
-    assert p.changed == [0, 1, 4, 5] and p.dropped == {2, 3}
+        ("e", "written", None), ("f", "skipped", "s")]
+    assert p.changed == [0, 1, 4] and p.dropped == {2, 3, 5}
+    assert dedup_span(None, 5.0, 99.0) == (math.nextafter(5.0, -math.inf), 5.0) and dedup_span(None, 120.0, 99.0) == (99.0, 120.0)
+    assert covers((None, 5.0), dedup_span(None, 5.0, 99.0)) and not covers((5.0, None), dedup_span(None, 5.0, 99.0))
 
 
 def test_ids_the_call_rewrites_are_compared_as_the_call_writes_them():
@@ -83,14 +83,14 @@ def test_ids_the_call_rewrites_are_compared_as_the_call_writes_them():
     are the call's chunks: c "Zeus" duplicates a's new text."""
     excluded_seen = []
 
-    def found(digests, scope, span, excluded):
+    def found(digests, scope, excluded):
         excluded_seen.append(list(excluded))
-        return {content_hash("Apollo"): "a"} if "a" not in excluded else {}
+        return {content_hash("Apollo"): [("a", None, None)]} if "a" not in excluded else {}
 
     stored = {"a": (content_hash("Apollo"), SYSTEM)}
     items = [Chunk(chunk_id="a", text="Zeus"), Chunk(chunk_id="b", text="Apollo"), Chunk(chunk_id="c", text="Zeus")]
     p = plan(items, stored, policy=DedupPolicy(action="skip"), find_hashes=found, now=99.0)
-    assert excluded_seen == [["a"]]  # one lookup per (scope, span) group of new chunks: b and c share theirs
+    assert excluded_seen == [["a"]]  # one look-up per scope
     assert [(d.chunk_id, d.action, d.duplicate_of) for d in p.result().decisions] == [
         ("a", "written", None), ("b", "written", None), ("c", "skipped", "a")]
 

@@ -82,14 +82,10 @@ class Backend(Protocol):
         ...
 
     def find_hashes(
-        self,
-        digests: Sequence[str],
-        scope_values: Mapping[str, str | None],
-        span: tuple[float, float | None] | None = None,
-        exclude: Collection[str] = (),
-    ) -> dict[str, str]:
-        """content_hash -> chunk_id of the oldest stored chunk with that hash in exactly that scope whose validity
-        covers ``span`` (:func:`hybrid_memory.dedup.covers`; None: any), other than the ``exclude`` ids."""
+        self, digests: Sequence[str], scope_values: Mapping[str, str | None], exclude: Collection[str] = ()
+    ) -> dict[str, list[tuple[str, float | None, float | None]]]:
+        """content_hash -> ``[(chunk_id, valid_from, valid_to), ...]``, oldest first, of the stored chunks with
+        that hash in exactly that scope, other than the ``exclude`` ids."""
         ...
 
     def write(self, versions: Sequence[ChunkVersion]) -> None:

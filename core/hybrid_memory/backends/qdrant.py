@@ -916,31 +916,29 @@ class QdrantBackend:
         return out
 
     def find_hashes(
-        self,
-        digests: Sequence[str],
-        scope_values: Mapping[str, str | None],
-        span: tuple[float, float | None] | None = None,
-        exclude: Collection[str] = (),
-    ) -> dict[str, str]:
-        """content_hash -> chunk_id of the oldest stored chunk (lowest ``seq``) with that hash and exactly
-        these scope values (a None field matches chunks without it) whose validity covers ``span``
-        (:func:`hybrid_memory.dedup.covers`; None: any), other than the ``exclude`` ids."""
+        self, digests: Sequence[str], scope_values: Mapping[str, str | None], exclude: Collection[str] = ()
+    ) -> dict[str, list[tuple[str, float | None, float | None]]]:
+        """content_hash -> ``[(chunk_id, valid_from, valid_to), ...]``, oldest (lowest ``seq``) first, of the
+        stored chunks with that hash and exactly these scope values (a None field matches chunks without it),
+        other than the ``exclude`` ids; the times read from the ``doc`` JSON text (exact)."""
         unique = sorted(set(digests))
         if not unique:
             return {}
-        must = [{"key": "content_hash", "match": {"any": unique}}, *self._exact_scope(scope_values, span)]
+        must = [{"key": "content_hash", "match": {"any": unique}}, *self._exact_scope(scope_values, None)]
         skip = set(exclude)
-        best: dict[str, tuple[int, str]] = {}
+        rows: dict[str, list[tuple[int, str, float | None, float | None]]] = {}
         offset = None
         while True:
-            records, offset = self.collection.scroll({"must": must}, 1000, offset, ["content_hash", "chunk_id", "seq"])
+            records, offset = self.collection.scroll({"must": must}, 1000, offset, ["content_hash", "chunk_id", "seq", "doc"])
             for r in records:
-                digest, seq, chunk_id = r.payload["content_hash"], int(r.payload["seq"]), r.payload["chunk_id"]
-                if chunk_id not in skip and (digest not in best or (seq, chunk_id) < best[digest]):
-                    best[digest] = (seq, chunk_id)
+                chunk_id = r.payload["chunk_id"]
+                if chunk_id not in skip:
+                    sys = json.loads(r.payload["doc"])["sys"]
+                    rows.setdefault(r.payload["content_hash"], []).append(
+                        (int(r.payload["seq"]), chunk_id, sys.get("valid_from"), sys.get("valid_to")))
             if offset is None:
                 break
-        return {digest: cid for digest, (_, cid) in best.items()}
+        return {digest: [(cid, start, end) for _, cid, start, end in sorted(found)] for digest, found in rows.items()}
 
     def nearest(self, vector: np.ndarray, scope_values: Mapping[str, str | None], k: int,
                 span: tuple[float, float | None] | None = None) -> list[tuple[str, float, str]]:
