@@ -82,7 +82,7 @@ from pyroaring import BitMap
 
 from ._exceptions import InvalidRequestError
 from .engines import RowSet
-from .filters import BOOL, LIST, METADATA, NULL, NUMBER, OBJECT, SYSTEM, TEXT, Node, parse_filter, typed, untyped
+from .filters import LIST, METADATA, NULL, NUMBER, OBJECT, SYSTEM, TEXT, Node, parse_filter, typed, untyped
 
 if TYPE_CHECKING:  # pragma: no cover
     from .changes import ChangeSet

@@ -116,7 +116,7 @@ _MODALS = {"can", "could", "will", "would", "shall", "should", "may", "might", "
            "cannot"}
 _PARTICLES = {"on", "to", "from", "with", "into", "onto", "over", "at", "for", "by", "after", "out", "up", "down",
               "back", "off", "in", "of", "against", "via", "through", "behind", "across", "as", "about", "under",
-              "above", "below", "within", "without", "per", "toward", "towards", "onto", "upon"}
+              "above", "below", "within", "without", "per", "toward", "towards", "upon"}
 _DETERMINERS = {"the", "a", "an", "its", "their", "his", "her", "our", "your", "this", "that", "these", "those"}
 _CLAUSE_BREAKS = {"when", "while", "because", "if", "although", "though", "whereas", "unless", "until", "where",
                   "which", "who", "whom", "whose"}
