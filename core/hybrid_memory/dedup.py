@@ -201,10 +201,55 @@ def covering_filter(span: Span) -> dict[str, Any]:
 
 
 
+CLOSED_SCAN_MAX = 64
+"""At most this many chunks of one text in one scope with a closed validity (a ``valid_to``) are tested for
+covering a new chunk, per text, scope and call, the oldest first; the one with an open end that starts first
+is always tested. A text repeated thousands of times with intervals of its own (log lines with their instants)
+made every new copy test every earlier one; past the bound a covered copy may be stored again, nothing is lost."""
+
+NEAR_CALL_CANDIDATES = 16
+"""At most this many of the call's earlier chunks over the cosine bound are tested (covering, token overlap)
+for a chunk, the nearest first, as the stored search reads the few nearest (identical texts with intervals of
+their own made every copy test every earlier one)."""
+
+NEAR_BLOCK = 256
+"""Chunks of one call whose cosines with the call's earlier chunks of their scope are computed in one matrix
+product (float32 (NEAR_BLOCK, n)), instead of one matrix-vector product per chunk."""
+
+
+class _Holders:
+    """The chunks of one text in one scope that a new chunk of that text may duplicate: the open-ended one
+    that starts first, and up to :data:`CLOSED_SCAN_MAX` closed ones, in the order added."""
+
+    __slots__ = ("closed", "open")
+
+    def __init__(self) -> None:
+        self.open: tuple[float, str] | None = None
+        self.closed: list[tuple[str, Interval]] = []
+
+    def add(self, chunk_id: str, interval: Interval) -> None:
+        start, end = interval
+        if end is None:
+            key = -math.inf if start is None else start
+            if self.open is None or key < self.open[0]:  # ties keep the one added first
+                self.open = (key, chunk_id)
+        elif len(self.closed) < CLOSED_SCAN_MAX:
+            self.closed.append((chunk_id, interval))
+
+    def covering(self, span: Span) -> str | None:
+        """The chunk whose validity :func:`covers` ``span``: the open-ended one starting first, else the first
+        closed one; None when neither does."""
+        if self.open is not None and self.open[0] <= span[0]:
+            return self.open[1]
+        return next((cid for cid, interval in self.closed if covers(interval, span)), None)
+
+
 def find_exact(
     new: Sequence[tuple[int, str, str, ScopeKey, Interval, Span]],
     stored_hashes: Callable[[list[str], ScopeKey], Mapping[str, Sequence[tuple[str, float | None, float | None]]]],
     rewritten: Sequence[tuple[str, str, ScopeKey, Interval]] = (),
+    *,
+    in_call: bool = True,
 ) -> dict[int, Match]:
     """Exact duplicates among new chunks.
 
@@ -216,116 +261,142 @@ def find_exact(
             rewrites (one look-up per scope: chunks with their own ``valid_from`` each have a span of their own).
         rewritten: ``(chunk_id, content_hash, scope key, validity interval)`` of the stored ids this call
             rewrites, as the call writes them.
+        in_call: also match chunks of the same call; False leaves that to :func:`find_near`, which decides the
+            call's chunks in one pass with the near-duplicates (a chunk matched to one that is then dropped as a
+            near-duplicate would point at a chunk never written).
 
     Returns:
-        position -> :class:`Match`: the oldest stored chunk whose validity :func:`covers` the span, else the first
-        chunk of the same call that does (one it rewrites, else an earlier new one; the module docstring).
+        position -> :class:`Match`: a stored chunk whose validity :func:`covers` the span (:class:`_Holders`'
+        choice), else a chunk of the same call that does (one it rewrites, else an earlier new one).
     """
     by_scope: dict[ScopeKey, list[str]] = {}
     for _, _, digest, scope, _, _ in new:
         by_scope.setdefault(scope, []).append(digest)
-    stored = {scope: stored_hashes(list(dict.fromkeys(digests)), scope) for scope, digests in by_scope.items()}
+    stored: dict[tuple[str, ScopeKey], _Holders] = {}
+    for scope, digests in by_scope.items():
+        for digest, rows in stored_hashes(list(dict.fromkeys(digests)), scope).items():
+            holders = stored.setdefault((digest, scope), _Holders())
+            for cid, start, end in rows:
+                holders.add(cid, (start, end))
     found: dict[int, Match] = {}
-    in_call: dict[tuple[str, ScopeKey], list[tuple[str, Interval]]] = {}
+    calls: dict[tuple[str, ScopeKey], _Holders] = {}
     for chunk_id, digest, scope, interval in rewritten:
-        in_call.setdefault((digest, scope), []).append((chunk_id, interval))
+        calls.setdefault((digest, scope), _Holders()).add(chunk_id, interval)
     for position, chunk_id, digest, scope, interval, span in new:
-        held = next((cid for cid, start, end in stored[scope].get(digest, ()) if covers((start, end), span)), None)
+        holders = stored.get((digest, scope))
+        held = holders.covering(span) if holders is not None else None
         if held is not None:
             found[position] = Match(held, "exact", stored=True)
-            continue
-        same = in_call.setdefault((digest, scope), [])
-        first = next((other for other, other_interval in same if covers(other_interval, span)), None)
-        if first is not None:
-            found[position] = Match(first, "exact", stored=False)
-        else:
-            same.append((chunk_id, interval))
+        elif in_call:
+            same = calls.setdefault((digest, scope), _Holders())
+            first = same.covering(span)
+            if first is not None:
+                found[position] = Match(first, "exact", stored=False)
+            else:
+                same.add(chunk_id, interval)
     return found
 
 
 def find_near(
-    new: Sequence[tuple[int, str, ScopeKey, Interval, Span]],
+    new: Sequence[tuple[int, str, str, ScopeKey, Interval, Span]],
     vectors: Mapping[int, np.ndarray],
     tokens: Mapping[int, list[str]],
     policy: DedupPolicy,
     search_scope: Callable[[np.ndarray, ScopeKey, Span], list[tuple[str, float, list[str]]]],
-    rewritten: Mapping[str, tuple[int | None, ScopeKey, Interval]] | None = None,
+    rewritten: Sequence[tuple[int | None, str, str, ScopeKey, Interval]] = (),
 ) -> dict[int, Match]:
-    """Near-duplicates among new chunks (cosine AND token overlap, see the module docstring).
+    """Duplicates among new chunks not matched to a stored exact duplicate: exact ones within the call, and
+    near ones (cosine AND token overlap, see the module docstring), decided in one pass in input order, so a
+    chunk is only ever matched to a chunk that is written (or stored).
 
     Args:
-        new: ``(position, chunk_id, scope key, validity interval, span)`` of the new chunks still unmatched, in
-            input order (``span`` as in :func:`find_exact`).
+        new: ``(position, chunk_id, content_hash, scope key, validity interval, span)`` of those chunks, in input
+            order (``span`` as in :func:`find_exact`).
         vectors: position -> L2-normalised float32 (dim,) vector, for ``new`` and the rewritten positions.
         tokens: position -> BM25 tokens of the text, for ``new`` and the rewritten positions.
         policy: thresholds.
         search_scope: ``(vector, scope key, span) -> [(stored chunk_id, cosine, tokens)]``, the few nearest
             stored chunks of exactly that scope whose stored validity covers ``span``, best first.
-        rewritten: stored chunk_id this call rewrites -> (its position when it gets a new vector, else None;
-            the scope key and validity interval the call writes). A stored hit with a new vector is left out
-            (its new version is compared as a chunk of the call); one keeping its vector counts only if its
-            new scope and validity qualify.
+        rewritten: ``(position when it gets a new vector, else None; chunk_id; content_hash; scope key; validity
+            interval)`` of the stored ids this call rewrites, as the call writes them. A stored hit with a new
+            vector is left out of the stored search (its new version is compared as a chunk of the call); one
+            keeping its vector counts only if its new scope and validity qualify.
 
     Returns:
-        position -> :class:`Match` with the cosine and overlap; the best-cosine qualifying chunk wins, stored
-        chunks before the chunks of the same call.
+        position -> :class:`Match`. For each chunk, in order: an exact duplicate in the call (as in
+        :func:`find_exact`), else the first qualifying stored near-duplicate, else the best-cosine qualifying
+        near-duplicate in the call (ties: the earliest).
     """
-    rewritten = rewritten or {}
+    by_id = {cid: (pos, scope, interval) for pos, cid, _, scope, interval in rewritten}
+    exact: dict[tuple[str, ScopeKey], _Holders] = {}
+    rows: dict[ScopeKey, list[tuple[int, str, Interval]]] = {}
+    for pos, cid, digest, scope, interval in rewritten:
+        exact.setdefault((digest, scope), _Holders()).add(cid, interval)
+        if pos is not None:
+            rows.setdefault(scope, []).append((pos, cid, interval))
+    seeded = {scope: len(r) for scope, r in rows.items()}
+    for position, chunk_id, _, scope, interval, _ in new:
+        rows.setdefault(scope, []).append((position, chunk_id, interval))
+    pools = {scope: _ScopePool(r, vectors, seeded.get(scope, 0)) for scope, r in rows.items()}
+    index = {row[0]: k for pool in pools.values() for k, row in enumerate(pool.rows) if k >= pool.seeded}
     found: dict[int, Match] = {}
-    pools: dict[ScopeKey, _Pool] = {}
-    dim = len(next(iter(vectors.values()))) if vectors else 0
-    for pos, cid, scope, interval in ((p, c, sc, iv) for c, (p, sc, iv) in rewritten.items() if p is not None):
-        pools.setdefault(scope, _Pool(dim)).append(pos, cid, interval, vectors[pos])
-    for position, chunk_id, scope, interval, span in new:
-        vector = vectors[position]
+    for position, chunk_id, digest, scope, interval, span in new:
+        held = exact.get((digest, scope))
+        first = held.covering(span) if held is not None else None
+        if first is not None:
+            found[position] = Match(first, "exact", stored=False)
+            continue
         match = None
-        for other_id, cosine, other_tokens in search_scope(vector, scope, span):
+        for other_id, cosine, other_tokens in search_scope(vectors[position], scope, span):
             if cosine < policy.cosine_threshold:
                 break
-            if other_id in rewritten:
-                other_pos, other_scope, other_interval = rewritten[other_id]
+            if other_id in by_id:
+                other_pos, other_scope, other_interval = by_id[other_id]
                 if other_pos is not None or other_scope != scope or not covers(other_interval, span):
                     continue
             overlap = token_overlap(tokens[position], other_tokens)
             if overlap >= policy.overlap_threshold:
                 match = Match(other_id, "near", stored=True, cosine=float(cosine), overlap=overlap)
                 break
-        pool = pools.get(scope)
-        if match is None and pool is not None:
-            best = None
-            cosines = pool.cosines(vector)
-            for j in np.flatnonzero(cosines >= policy.cosine_threshold).tolist():  # in pool order: ties keep the first
+        pool, k = pools[scope], index[position]
+        if match is None:
+            cosines = pool.cosines_before(k)
+            close = np.flatnonzero(pool.kept[:k] & (cosines >= policy.cosine_threshold))
+            if len(close) > NEAR_CALL_CANDIDATES:  # the nearest only, as the stored search reads a few
+                close = close[np.argsort(-cosines[close], kind="stable")[:NEAR_CALL_CANDIDATES]]
+            for j in sorted(close.tolist(), key=lambda j: (-float(cosines[j]), j)):  # best cosine first, ties earliest
                 other_pos, other_id, other_interval = pool.rows[j]
-                if not covers(other_interval, span):
-                    continue
-                cosine = float(cosines[j])
-                overlap = token_overlap(tokens[position], tokens[other_pos])
-                if overlap >= policy.overlap_threshold and (best is None or cosine > best.cosine):
-                    best = Match(other_id, "near", stored=False, cosine=cosine, overlap=overlap)
-            match = best
+                if covers(other_interval, span) and token_overlap(tokens[position], tokens[other_pos]) >= policy.overlap_threshold:
+                    match = Match(other_id, "near", stored=False, cosine=float(cosines[j]),
+                                  overlap=token_overlap(tokens[position], tokens[other_pos]))
+                    break
         if match is not None:
             found[position] = match
         else:
-            pools.setdefault(scope, _Pool(dim)).append(position, chunk_id, interval, vector)
+            pool.kept[k] = True
+            exact.setdefault((digest, scope), _Holders()).add(chunk_id, interval)
     return found
 
 
-class _Pool:
-    """The chunks of one call and one scope a later chunk of the call may duplicate, with their vectors in one
-    growing float32 (capacity, dim) block, so a chunk's cosines with all of them are one matrix-vector product
-    (a Python ``np.dot`` per pair made a 2,000-chunk write 1.5 s, quadratic in the batch)."""
+class _ScopePool:
+    """The chunks of one call in one scope, in order (the rewritten ones with new vectors first, always kept),
+    their vectors in one float32 (n, dim) matrix, and which of them are kept (written). The cosines of a chunk
+    with the earlier ones come from a float32 (:data:`NEAR_BLOCK`, n) block product computed once per block."""
 
-    def __init__(self, dim: int) -> None:
-        self.rows: list[tuple[int, str, Interval]] = []
-        self._block = np.zeros((16, dim), dtype=np.float32)
+    def __init__(self, rows: list[tuple[int, str, Interval]], vectors: Mapping[int, np.ndarray], seeded: int) -> None:
+        self.rows = rows
+        self.seeded = seeded
+        self.matrix = np.array([vectors[pos] for pos, _, _ in rows], dtype=np.float32).reshape(len(rows), -1)
+        self.kept = np.zeros(len(rows), dtype=bool)
+        self.kept[:seeded] = True
+        self._start = 0
+        self._block: np.ndarray | None = None
 
-    def append(self, position: int, chunk_id: str, interval: Interval, vector: np.ndarray) -> None:
-        n = len(self.rows)
-        if n == len(self._block):
-            self._block = np.concatenate([self._block, np.zeros_like(self._block)])
-        self._block[n] = vector
-        self.rows.append((position, chunk_id, interval))
-
-    def cosines(self, vector: np.ndarray) -> np.ndarray:
-        """float32 (len(rows),): inner products of the unit ``vector`` with the pool's vectors, in pool order."""
-        return self._block[: len(self.rows)] @ np.asarray(vector, dtype=np.float32)
+    def cosines_before(self, k: int) -> np.ndarray:
+        """float32 (k,): the cosines of row ``k`` with rows 0 .. k-1."""
+        block = self._block
+        if block is None or not self._start <= k < self._start + len(block):
+            end = min(k + NEAR_BLOCK, len(self.rows))
+            block = self._block = self.matrix[k:end] @ self.matrix[:end].T
+            self._start = k
+        return block[k - self._start, :k]

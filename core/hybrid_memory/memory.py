@@ -79,6 +79,11 @@ NEAR_POOL = 16
 covers the new chunk's: the 5 nearest of the scope as before, with room for superseded versions of the same
 fact, which sit nearest to it and are left out."""
 
+NEAR_POOL_MAX = 256
+"""The deepest a near-duplicate check reads (x4 from :data:`NEAR_POOL` while too few neighbours cover the new
+chunk): many closed versions of one fact no longer hide its open one, as the Qdrant backend's filtered query
+does not."""
+
 _SHORTCUTS = ("dense_weight", "sparse_weight", "rrf_k_constant", "fusion")
 
 _INDEX_LOCK_TIMEOUT = 600.0
@@ -709,7 +714,7 @@ class HybridMemory:
             items, {cid: (digest, systems[cid]) for cid, (_, digest) in existing.items()},
             vectors=vectors, replace=replace, policy=policy, scope=scope,
             embed=self._embed, find_hashes=self._store.find_hashes,
-            near_search=lambda: self._near_candidates(self._sparse.tokenizer.tokenize),
+            near_search=lambda: self._near_candidates(self._sparse.tokenizer.tokenize, policy.cosine_threshold),
             tokenize=self._sparse.tokenizer.tokenize,
         )
         items, changed, new_vectors, unchanged = plan.items, plan.changed, plan.vectors, plan.unchanged
@@ -761,12 +766,13 @@ class HybridMemory:
         self._seq = result.seq
         self._dirty = True
 
-    def _near_candidates(self, tokenize: Any) -> Any:
+    def _near_candidates(self, tokenize: Any, cosine_floor: float) -> Any:
         """``(vector, scope key, span) -> [(chunk_id, cosine, tokens)]``: the 5 nearest stored chunks of exactly
         that scope whose validity covers the span (:func:`~hybrid_memory.dedup.covers`): a dense search over the
         scope's rowids (resolved once per scope from the filter index), :data:`NEAR_POOL` deep, kept to the
-        covering ones. The validity is tested on the hits, not resolved per span: chunks with their own
-        ``valid_from`` each have a span of their own, and a range resolved per chunk made a large batch
+        covering ones, read deeper (:data:`NEAR_POOL_MAX`) while fewer than 5 cover it and the last one read is
+        still at ``cosine_floor`` or above. The validity is tested on the hits, not resolved per span: chunks with
+        their own ``valid_from`` each have a span of their own, and a range resolved per chunk made a large batch
         quadratic."""
         rowsets: dict[tuple, RowSet] = {}
 
@@ -777,13 +783,17 @@ class HybridMemory:
                 rowsets[key] = self._filters.resolve(None, exact) or RowSet(np.zeros(0, np.int64), sorted_unique=True)
             if not len(rowsets[key]):
                 return []
-            hits = self._dense.search(vector, NEAR_POOL, rowsets[key])
-            if not hits:
-                return []
-            names = self._store.chunk_ids_by_rowid([rowid for rowid, _ in hits])
-            systems = self._store.system_of(list(names.values()))
-            kept = [(r, score) for r, score in hits if r in names and names[r] in systems and
-                    covers((systems[names[r]]["valid_from"], systems[names[r]]["valid_to"]), span)][:5]
+            depth = NEAR_POOL
+            while True:
+                hits = self._dense.search(vector, depth, rowsets[key])
+                names = self._store.chunk_ids_by_rowid([rowid for rowid, _ in hits])
+                systems = self._store.system_of(list(names.values()))
+                kept = [(r, score) for r, score in hits if r in names and names[r] in systems and
+                        covers((systems[names[r]]["valid_from"], systems[names[r]]["valid_to"]), span)][:5]
+                # closed versions of the same fact crowd the nearest: read deeper while they fill the pool
+                if len(kept) == 5 or len(hits) < depth or depth >= NEAR_POOL_MAX or hits[-1][1] < cosine_floor:
+                    break
+                depth *= 4
             texts = dict(zip([r for r, _ in kept], self._store.texts([r for r, _ in kept]), strict=True))
             return [(names[r], score, tokenize(texts[r])) for r, score in kept]
 

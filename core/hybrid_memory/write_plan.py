@@ -355,6 +355,7 @@ def plan_write(
         [(i, items[i].chunk_id, hashes[i], scope_keys[i], intervals[i], spans[i]) for i in new_positions],
         lambda digests, key: find_hashes(digests, dict(zip(SCOPE_FIELDS, key, strict=True)), excluded),
         [(items[i].chunk_id, hashes[i], scope_keys[i], intervals[i]) for i in rewrites],
+        in_call=not policy.near,  # with near ones on, find_near decides the call's chunks in one pass
     )
     dropped = {i for i in matches if policy.action != "keep"}
     changed = [
@@ -368,10 +369,11 @@ def plan_write(
         new_vectors = embed([items[i].text for i in changed])
     if policy.near:
         vector_of = {i: new_vectors[j] for j, i in enumerate(changed)}
-        candidates = [(i, items[i].chunk_id, scope_keys[i], intervals[i], spans[i])
-                      for i in new_positions if i not in matches and i in vector_of]
+        candidates = [(i, items[i].chunk_id, hashes[i], scope_keys[i], intervals[i], spans[i])
+                      for i in new_positions if i not in matches]
         if candidates:
-            rewritten = {items[i].chunk_id: (i if i in vector_of else None, scope_keys[i], intervals[i]) for i in rewrites}
+            rewritten = [(i if i in vector_of else None, items[i].chunk_id, hashes[i], scope_keys[i], intervals[i])
+                         for i in rewrites]
             compared = [row[0] for row in candidates] + [i for i in rewrites if i in vector_of]
             near = find_near(candidates, vector_of, {i: tokenize(items[i].text) for i in compared}, policy,
                              near_search(), rewritten)

@@ -525,6 +525,37 @@ def test_a_duplicate_is_a_stored_fact_whose_validity_covers_the_new_one(mem):
         ("hist", "written", None), ("hist2", "skipped", "hist")]
 
 
+def test_a_chunk_is_never_matched_to_one_the_call_then_drops(mem):
+    """A fresh user's finding: b matched a (exact) before a was dropped as p's near-duplicate, so b's id pointed
+    at a chunk never written; and a fact covered only by a dropped chunk was lost. One pass in input order now
+    decides each chunk before a later one can match it."""
+    x = "the user prefers dark mode in every editor"
+    assert mem.add([{"chunk_id": "p", "text": x + "!"}, {"chunk_id": "a", "text": x}, {"chunk_id": "b", "text": x}],
+                   dedup="skip") == ["p", "p", "p"]
+    berlin = "Dana works on project Apollo in the Berlin office"
+    mem.add([{"chunk_id": "c", "text": berlin + "!", "valid_from": 2000.0, "user_id": "u2"}])
+    result = mem.write([{"chunk_id": "a2", "text": berlin, "valid_from": 3000.0, "user_id": "u2"},
+                        {"chunk_id": "b2", "text": berlin, "valid_from": 100.0, "valid_to": 200.0, "user_id": "u2"}],
+                       dedup="merge")
+    assert [(d.chunk_id, d.action, d.kind, d.stored_id) for d in result.decisions] == [
+        ("a2", "merged", "near", "c"), ("b2", "written", None, "b2")]
+    assert mem.get(["c"])[0].merged_ids == ["a2"]
+    assert sorted(c.chunk_id for c in mem.iter_chunks()) == ["b2", "c", "p"]
+
+
+def test_closed_versions_of_a_fact_do_not_hide_its_open_one(mem):
+    """A fresh user's finding: 20 closed near-copies filled the 16 neighbours the embedded backend read, so the
+    open one was missed there and found on Qdrant (whose query filters by validity)."""
+    base = ("Dana prefers PostgreSQL for the billing service because its replication survived every regional "
+            "outage last winter")
+    # the closed copies hold the new text's tokens exactly (cosine 1); the open one has one more word
+    mem.add([{"chunk_id": f"old{i}", "text": base + "!" * (i + 1), "valid_to": 100.0 + i} for i in range(20)]
+            + [{"chunk_id": "open", "text": base + " uniform"}])
+    result = mem.write([{"chunk_id": "new", "text": base}], dedup="skip")
+    assert [(d.action, d.kind, d.duplicate_of) for d in result.decisions] == [("skipped", "near", "open")]
+    assert 0.95 <= result.decisions[0].cosine < 1.0 and result.decisions[0].overlap == pytest.approx(16 / 17)
+
+
 def test_ids_a_call_rewrites_are_compared_in_their_new_version(mem):
     """A fresh user's finding: editing a from Apollo to Zeus while adding b "Apollo" skipped b as a's
     duplicate, and the Apollo fact was gone; closing x and restating its text in one call skipped the

@@ -130,3 +130,18 @@ def test_supersede_refusals():
     with pytest.raises(InvalidRequestError, match=r"valid from 1970-01-01T00:00:40Z, not before the new fact's "
                                                   r"valid_from 1970-01-01T00:00:30Z; give the new chunk a later"):
         plan_supersede(["a"], Chunk(chunk_id="c", text="n", valid_from=30.0), old, now=1.0)
+
+
+def test_the_covering_test_is_bounded_per_text_the_open_one_always_tested():
+    """CLOSED_SCAN_MAX closed copies of one text are tested, the open-ended one starting first always: a text
+    repeated with intervals of its own (log lines) no longer makes every copy test every earlier one."""
+    from hybrid_memory.dedup import CLOSED_SCAN_MAX, find_exact
+
+    digest = content_hash("x")
+    rows = [(f"s{i}", float(10 * i), float(10 * i + 5)) for i in range(CLOSED_SCAN_MAX + 1)] + [("o", 5000.0, None)]
+    stored = lambda digests, scope: {digest: rows}  # noqa: E731
+    last = CLOSED_SCAN_MAX * 10.0
+    new = [(0, "n0", digest, (), (1.0, 2.0), (1.0, 2.0)), (1, "n1", digest, (), (last + 1, last + 2), (last + 1, last + 2)),
+           (2, "n2", digest, (), (6000.0, None), (6000.0, None))]
+    found = find_exact(new, stored)
+    assert {p: m.duplicate_of for p, m in found.items()} == {0: "s0", 2: "o"}  # n1's cover is past the bound: stored
