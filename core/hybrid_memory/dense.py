@@ -415,7 +415,8 @@ class FaissIndex:
         on during training (they use the previous index or the exact scan).
 
         Args:
-            background: run in a daemon thread and return at once (see :meth:`wait`).
+            background: run in a thread and return at once (see :meth:`wait`); not a daemon thread, so the
+                interpreter waits for it at exit instead of tearing FAISS down under it (as for the BM25 merge).
 
         Returns:
             True when work was started (or done), False when nothing was due or a build is running.
@@ -434,7 +435,7 @@ class FaissIndex:
         if not background:
             work()
             return True
-        self._thread = threading.Thread(target=work, name="faiss-ivf-training", daemon=True)
+        self._thread = threading.Thread(target=work, name="faiss-ivf-training", daemon=False)
         self._thread.start()
         return True
 

@@ -328,7 +328,10 @@ class BM25Index:
         such ids are left out of the new segment, see :func:`_present_texts`).
 
         Args:
-            background: run in a daemon thread and return at once (see :meth:`wait`).
+            background: run in a thread and return at once (see :meth:`wait`). Not a daemon thread: the
+                interpreter waits for it at exit, as :meth:`HybridMemory.close` does (a daemon thread still in
+                bm25s's C++ code while the process ran its exit handlers aborted it, "terminate called without an
+                active exception", about one exit in twenty on a loaded machine when a memory was not closed).
 
         Returns:
             False when a compaction is already running (nothing started), else True.
@@ -341,7 +344,7 @@ class BM25Index:
             self._compact(load_texts, show_progress)
             return True
         self._thread = threading.Thread(
-            target=self._compact, args=(load_texts, show_progress), name="bm25-compaction", daemon=True
+            target=self._compact, args=(load_texts, show_progress), name="bm25-compaction", daemon=False
         )
         self._thread.start()
         return True

@@ -162,6 +162,7 @@ def test_adds_and_removals_during_background_training_reach_the_new_index(data, 
     index.add(ids, vectors)
     assert index.maintain(background=True) is True
     assert started.wait(30)
+    assert index._thread.daemon is False  # the interpreter waits for it at exit
     index.remove(ids[:3])
     index.add(np.array([7]), queries[1].reshape(1, -1))
     assert not index.approximate

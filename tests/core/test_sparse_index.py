@@ -181,6 +181,8 @@ def test_background_compaction_keeps_changes_made_during_the_build():
     assert index.compact(lambda ids: [DOCS[i] for i in ids], background=True)
     assert started.wait(5)
     assert not index.compact(lambda ids: [DOCS[i] for i in ids], background=True)  # one at a time
+    # not a daemon: an interpreter exiting with a merge running waits for it instead of aborting under it
+    assert index._thread.name == "bm25-compaction" and index._thread.daemon is False
     # while the new segment is being built: searches are served, writes go on
     assert {i for i, _ in index.search("connection", k=10)} == {0, 2}
     index.remove([0, 3])  # one from the old main, one from the delta, both in the snapshot
