@@ -59,12 +59,26 @@ NearSearch = Callable[[np.ndarray, tuple, Span], list[tuple[str, float, list[str
 def keep_unstated(chunk: Chunk, stored: Mapping[str, Any] | None) -> Chunk:
     """A new version of a stored chunk keeps the stored scope and validity fields that it does not state
     itself (an unscoped re-ingest or edit must not strip a chunk's owner, nor reopen a closed fact); a field
-    given explicitly, even as None, wins."""
+    given explicitly, even as None, wins.
+
+    Raises:
+        InvalidRequestError: the stated bound and the kept one would leave the validity interval empty.
+    """
     if stored is None:
         return chunk
     kept = {name: stored[name] for name in _KEPT_ON_UPSERT
             if name not in chunk.model_fields_set and stored.get(name) is not None}
-    return chunk.model_copy(update=kept) if kept else chunk
+    if not kept:
+        return chunk
+    out = chunk.model_copy(update=kept)
+    if out.valid_from is not None and out.valid_to is not None and out.valid_to <= out.valid_from:
+        kept_name, given = ("valid_from", "valid_to") if "valid_from" in kept else ("valid_to", "valid_from")
+        raise InvalidRequestError(
+            f"chunk {chunk.chunk_id!r}: its {given} {iso_utc(getattr(out, given))} and the stored {kept_name} "
+            f"{iso_utc(getattr(out, kept_name))} it keeps leave the interval [valid_from, valid_to) empty; give "
+            f"{kept_name} too (None to clear it), or another {given}; nothing was written"
+        )
+    return out
 
 
 def inherit_scope(chunk: Chunk, replaced: Sequence[Mapping[str, Any]]) -> Chunk:

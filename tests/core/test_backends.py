@@ -525,6 +525,21 @@ def test_a_duplicate_is_a_stored_fact_whose_validity_covers_the_new_one(mem):
         ("hist", "written", None), ("hist2", "skipped", "hist")]
 
 
+def test_an_upsert_whose_bound_and_the_kept_one_leave_an_empty_interval_is_refused(mem):
+    """A fresh user's finding: an upsert stating only valid_to kept the stored later valid_from; embedded stored
+    the empty interval, Qdrant raised pydantic's traceback. Now every backend refuses it, nothing written."""
+    mem.write([{"chunk_id": "a", "text": "Dana works on Apollo", "valid_from": 1.5e9}])
+    with pytest.raises(InvalidRequestError) as info:
+        mem.write([{"chunk_id": "a", "text": "Dana works on Apollo", "valid_to": 1.2e9}])
+    assert str(info.value) == (
+        "chunk 'a': its valid_to 2008-01-10T21:20:00Z and the stored valid_from 2017-07-14T02:40:00Z it keeps leave "
+        "the interval [valid_from, valid_to) empty; give valid_from too (None to clear it), or another valid_to; "
+        "nothing was written")
+    assert [(c.valid_from, c.valid_to) for c in mem.get(["a"])] == [(1.5e9, None)]
+    mem.write([{"chunk_id": "a", "text": "Dana works on Apollo", "valid_from": None, "valid_to": 1.2e9}])
+    assert [(c.valid_from, c.valid_to) for c in mem.get(["a"])] == [(None, 1.2e9)]
+
+
 def test_a_chunk_is_never_matched_to_one_the_call_then_drops(mem):
     """A fresh user's finding: b matched a (exact) before a was dropped as p's near-duplicate, so b's id pointed
     at a chunk never written; and a fact covered only by a dropped chunk was lost. One pass in input order now
