@@ -5,6 +5,16 @@ Agents write the same fact twice ("User prefers dark mode" after every session).
 scope (all four scope fields equal) and against the earlier chunks of the same call. Writing to an id that is
 already stored is an edit and is never treated as a duplicate.
 
+* **exact**: the sha256 of the text equals a stored chunk's (one indexed lookup, no embedding);
+* **near** (only when the policy asks, ``near=True``): cosine similarity of the L2-normalised vectors
+  ``>= cosine_threshold`` **and** Jaccard overlap of the BM25 token sets (the memory's tokenizer: stemmed,
+  stop words removed) ``>= overlap_threshold``. Both must hold: embeddings alone call "moved to project
+  Apollo" and "moved to project Zeus" near-identical, while the token overlap (4 of 6 tokens) tells them apart.
+  Defaults: cosine 0.95, the conservative end of SemDeDup's thresholds (Abbas et al. 2023, "SemDeDup:
+  data-efficient learning at web scale through semantic deduplication", ε = 1 − cosine ∈ [0.05, 0.3]); Jaccard
+  0.8, the near-duplicate threshold of Lee et al. 2022 ("Deduplicating training data makes language models
+  better", MinHash at Jaccard 0.8, after Broder 1997). Not tuned on any benchmark here.
+
 Only a chunk whose validity **covers the new chunk's** can be its duplicate (the new one would add nothing):
 the stored ``[valid_from, valid_to)`` holds the new chunk's whole interval, a missing bound open. A new chunk
 that states no ``valid_from`` is read as stating the fact from the time of the write (an agent that gives no

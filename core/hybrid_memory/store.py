@@ -832,8 +832,8 @@ class SQLiteStore:
         skip = set(exclude)
         unique = list(dict.fromkeys(digests))
         with self._lock:
-            for begin in range(0, len(unique), 500):
-                batch = unique[begin : begin + 500]
+            for start in range(0, len(unique), 500):
+                batch = unique[start : start + 500]
                 marks = ",".join("?" * len(batch))
                 for digest, chunk_id, valid_from, valid_to in self._conn.execute(
                     # INDEXED BY: with NULL scope fields the planner picks a scope index and scans every row
