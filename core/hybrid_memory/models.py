@@ -398,6 +398,11 @@ class SearchResponse(BaseModel):
     their sum (``dense_weight=3, sparse_weight=1`` -> 0.75 / 0.25; RRF's arithmetic itself uses the request
     weights as given, ``w / (rrf_k + rank)``), for the score-based ones the convex weights after per-query
     adaptation; 0 for an engine that was not run. All 0 when no engine ran."""
+    calibrated: bool | None = None
+    """For the default fusion with both engines run: True when the weights were calibrated against chance (each
+    engine's top hit judged by its surprise, in nats), False when they fell back to uncalibrated confidence
+    weights (no corpus statistics: vectors above 1024 dimensions, a corpus of identical chunks). None for the
+    other methods, for a single engine, and when no engine ran."""
 
     @model_validator(mode="after")
     def _count_matches(self) -> SearchResponse:
@@ -428,7 +433,8 @@ def build_response(
             dense_rank=hit.ranks.get("dense"), dense_score=hit.raw_scores.get("dense"),
         ))
     return SearchResponse.model_construct(query_id=req.query_id, total_retrieved=len(results), results=results,
-                                          fusion=result.method, effective_weights=convex_weights(result.weights))
+                                          fusion=result.method, effective_weights=convex_weights(result.weights),
+                                          calibrated=getattr(result, "calibrated", None))
 
 
 def convex_weights(weights: Mapping[str, float]) -> dict[str, float]:

@@ -167,6 +167,9 @@ class HybridResult:
     """Effective weight per engine (0 for an engine that was not run)."""
     runs: dict[str, EngineRun]
     """Each engine's candidates, for inspection and evaluation."""
+    calibrated: bool | None = None
+    """Whether the default method's weights were calibrated against chance (:attr:`FusionOutcome.calibrated
+    <hybrid_memory.fusion.FusionOutcome.calibrated>`); None for other methods and single-engine searches."""
 
 
 @dataclass(frozen=True)
@@ -502,4 +505,4 @@ class HybridSearcher:
             )
             for key, score in ranked
         ]
-        return HybridResult(hits=hits, method=method.name, weights=effective, runs=runs)
+        return HybridResult(hits=hits, method=method.name, weights=effective, runs=runs, calibrated=outcome.calibrated)

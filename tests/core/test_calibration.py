@@ -368,3 +368,28 @@ def test_with_an_ivf_in_service_the_chance_is_prepared_once_and_read_back():
     assert "dense_scan" not in cache  # the IVF answered: no scan of every row
     assert index.surprise(query, top, cache=cache) == gaussian_surprise(top, *original(query), 5000)
     assert len(calls) == 1  # prepared once, read back
+
+
+def test_the_response_says_whether_the_default_ran_calibrated():
+    from hybrid_memory import HashingEmbedder, HybridMemory
+
+    texts = ["kafka consumer lag alert", "broker restart", "postgres vacuum stalled", "redis eviction storm",
+             "nginx 504 gateway timeout", "kafka lag dashboard"]
+    with HybridMemory(embedder=HashingEmbedder(32)) as memory:
+        memory.add([{"chunk_id": f"c{i}", "text": t} for i, t in enumerate(texts)])
+        default = memory.search({"query_id": "q", "search_text": "kafka lag", "top_k": 3})
+        assert default.fusion == "adaptive" and default.calibrated is True
+        assert default.model_dump()["calibrated"] is True  # in the JSON too
+        rrf = memory.search({"query_id": "q", "search_text": "kafka lag", "top_k": 3, "hybrid_params": {"fusion": "rrf"}})
+        assert rrf.calibrated is None
+        sparse_only = memory.search({"query_id": "q", "search_text": "kafka lag", "top_k": 3,
+                                     "hybrid_params": {"dense_weight": 0.0}})
+        assert sparse_only.calibrated is None and sparse_only.effective_weights == {"dense": 0.0, "sparse": 1.0}
+    # every chunk alike: the cosines have no spread, so the dense top cannot be judged against chance and both
+    # engines fall back to the uncalibrated confidence weights
+    with HybridMemory(embedder=HashingEmbedder(32)) as memory:
+        memory.add([{"chunk_id": f"c{i}", "text": "kafka lag alert", "metadata": {"i": i}} for i in range(4)],
+                   dedup="keep")
+        same = memory.search({"query_id": "q", "search_text": "kafka lag", "top_k": 3})
+        assert same.fusion == "adaptive" and same.calibrated is False
+        assert [r.chunk_id for r in same.results] == ["c0", "c1", "c2"]  # a tie throughout: by chunk_id

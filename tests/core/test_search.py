@@ -39,7 +39,7 @@ def test_the_reference_request_shape(memory):
     top = response.results[0]
     assert (top.sparse_rank, top.dense_rank) == (1, 1)
     assert top.rrf_score == pytest.approx(0.4 / 61 + 0.6 / 61)
-    assert set(response.model_dump()) == {"query_id", "total_retrieved", "results", "fusion", "effective_weights"}
+    assert set(response.model_dump()) == {"query_id", "total_retrieved", "results", "fusion", "effective_weights", "calibrated"}
     assert response.fusion == "adaptive"
     assert top.score is not None
     assert {"chunk_id", "rrf_score", "text", "source"} <= set(response.model_dump()["results"][0])

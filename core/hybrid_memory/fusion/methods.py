@@ -104,6 +104,11 @@ class FusionOutcome:
     """key -> the score the fused list is ordered by (descending, ties by key)."""
     weights: dict[str, float]
     """engine -> effective weight the method gave it for this query."""
+    calibrated: bool | None = None
+    """The default method (:func:`fuse_adaptive`) with two or more engines having a say: True when their weights
+    were calibrated against chance (every one's surprise known), False when they fell back to the uncalibrated
+    confidence weights (no corpus statistics: a dimension above the moments' cap, no spread). None for every
+    other method, and with a single engine (nothing to weigh)."""
 
 
 @dataclass(frozen=True)
@@ -205,16 +210,23 @@ def _padded_lists(inp: FusionInput, names: Sequence[str]) -> dict[str, list[floa
 
 
 def _confident_alphas(inp: FusionInput, *, calibrated: bool = False) -> dict[str, float]:
+    """:func:`_weighed_alphas` without its calibration flag."""
+    return _weighed_alphas(inp, calibrated=calibrated)[0]
+
+
+def _weighed_alphas(inp: FusionInput, *, calibrated: bool = False) -> tuple[dict[str, float], bool | None]:
     """Convex per-query weights. With ``calibrated``, when the surprise of every engine with a say (a prior > 0
     and candidates) is known: ``prior x`` :func:`~hybrid_memory.fusion.adaptive.surprise_factor` ``(S_e)``, the
     evidence in nats that the engine's top hit is not a chance one (see :func:`fuse_adaptive`). Otherwise
     ``prior x (1 + top_outlier)`` (:func:`confidence_weights`, over :func:`_padded_lists`). The request's priors
-    when every weight comes out 0."""
+    when every weight comes out 0. Returns (the weights, whether the calibrated ones ran: None unless
+    ``calibrated`` was asked with two or more engines having a say)."""
     active = _active(inp)
     judged = [name for name in active if inp.runs.get(name)]
     # only when every engine with a say can be judged: nats on some engines and plain confidence on others do
     # not compare (an engine that cannot tell, such as a flat dense list, would outweigh one judged near chance)
-    if calibrated and len(judged) > 1 and all(name in inp.surprise for name in judged):
+    ran = calibrated and len(judged) > 1 and all(name in inp.surprise for name in judged)
+    if ran:
         weights = {name: active[name] * surprise_factor(inp.surprise[name]) for name in judged}
     else:
         weights = confidence_weights(_padded_lists(inp, list(active)), inp.priors)
@@ -222,7 +234,7 @@ def _confident_alphas(inp: FusionInput, *, calibrated: bool = False) -> dict[str
     if not total > 0:
         weights = active
         total = sum(weights.values())
-    return {n: w / total for n, w in weights.items() if w > 0}
+    return {n: w / total for n, w in weights.items() if w > 0}, (ran if calibrated and len(judged) > 1 else None)
 
 
 def fuse_confidence(inp: FusionInput) -> FusionOutcome:
@@ -285,9 +297,9 @@ def fuse_adaptive(inp: FusionInput) -> FusionOutcome:
     Reported rescaled to [0, 1] over the candidates (best 1), which changes no order. Computed on
     :attr:`FusionInput.columns` with the array forms of those functions (same formulas).
     """
-    alphas = _confident_alphas(inp, calibrated=True)
+    alphas, calibrated = _weighed_alphas(inp, calibrated=True)
     keys, fused = _zscores(inp, alphas, log_bm25=True)
-    return FusionOutcome(_unit(keys, guard_columns(fused, inp.columns[2])), alphas)
+    return FusionOutcome(_unit(keys, guard_columns(fused, inp.columns[2])), alphas, calibrated)
 
 
 FUSION_METHODS: dict[str, FusionMethod] = {
