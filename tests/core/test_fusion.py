@@ -346,7 +346,8 @@ def test_the_default_calibrates_each_weight_by_its_surprise():
     assert weighted.weights == pytest.approx({"sparse": 0.4 * ws / (0.4 * ws + 0.6 * wd), "dense": 0.6 * wd / (0.4 * ws + 0.6 * wd)})
     # without surprises (an engine that cannot tell, e.g. on Qdrant) the default is adaptive_uncalibrated exactly
     plain = dataclasses.replace(inp, surprise={})
-    assert fuse("adaptive", plain) == fuse("adaptive_uncalibrated", plain) == fuse("adaptive_uncalibrated", inp)
+    assert dataclasses.replace(fuse("adaptive", plain), calibrated=None) == fuse("adaptive_uncalibrated", plain) == fuse("adaptive_uncalibrated", inp)
+    assert fuse("adaptive", plain).calibrated is False and fuse("adaptive", inp).calibrated is True
     assert fuse("adaptive", plain).weights == pytest.approx({"sparse": (2 * e + 2) / (2 * e + 6), "dense": 4 / (2 * e + 6)})
     # one engine judged and the other not (a flat dense list, no corpus moments): no engine is calibrated
     half = dataclasses.replace(inp, surprise={"sparse": 3.0})
