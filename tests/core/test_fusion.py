@@ -351,4 +351,5 @@ def test_the_default_calibrates_each_weight_by_its_surprise():
     assert fuse("adaptive", plain).weights == pytest.approx({"sparse": (2 * e + 2) / (2 * e + 6), "dense": 4 / (2 * e + 6)})
     # one engine judged and the other not (a flat dense list, no corpus moments): no engine is calibrated
     half = dataclasses.replace(inp, surprise={"sparse": 3.0})
-    assert fuse("adaptive", half) == fuse("adaptive_uncalibrated", inp)
+    assert dataclasses.replace(fuse("adaptive", half), calibrated=None) == fuse("adaptive_uncalibrated", inp)
+    assert fuse("adaptive", half).calibrated is False
