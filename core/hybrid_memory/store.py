@@ -667,15 +667,12 @@ class SQLiteStore:
         were about 5 ms for 40 rows at 1M chunks).
         """
         memo = self._key_memo
-        found: dict[int, str] = {}
-        missing: list[int] = []
-        for rowid in rowids:
-            rowid = int(rowid)
-            key = memo.get(rowid)
-            if key is None:
-                missing.append(rowid)
-            else:
-                found[rowid] = key
+        rowids = list(map(int, rowids))
+        keys = list(map(memo.get, rowids))  # C-level loops: a search's 40-60 candidates in a few microseconds
+        if None not in keys:
+            return dict(zip(rowids, keys))
+        found = {rowid: key for rowid, key in zip(rowids, keys) if key is not None}
+        missing = [rowid for rowid, key in zip(rowids, keys) if key is None]
         if missing:
             fetched = self._chunk_ids_from_store(missing)
             if len(memo) + len(fetched) > KEY_MEMO_MAX:
