@@ -15,8 +15,7 @@ top lies 6-18 nats out on the sets of ``benchmarks/fusion_eval.py``. The nulls (
 ``benchmarks/dense_calibration_trial.py`` before becoming the default):
 
 * dense: the inner products of the query with the stored vectors are Gaussian with the corpus mean ``q . mu`` and
-  variance ``q' Sigma q`` (:class:`VectorMoments` keeps ``mu`` and ``Sigma`` exactly; a search that scanned
-  every row reads the same two moments off its scores instead, :func:`scan_chance`); ``P = Phi_c(z)``;
+  variance ``q' Sigma q`` (:class:`VectorMoments` keeps ``mu`` and ``Sigma`` exactly); ``P = Phi_c(z)``;
 * BM25: term independence, the binary independence model's assumption (Robertson and Spärck Jones 1976,
   "Relevance weighting of search terms"): a random document holds each of the query tokens ``T`` that the top
   document holds with probability ``df_t / N``, independently; ``P = prod_t df_t / N``.
@@ -33,16 +32,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
-__all__ = ["MOMENTS_MAX_DIM", "QUANTUM", "SCORE_QUANTUM", "VectorMoments", "gaussian_surprise", "scan_chance", "term_surprise"]
+__all__ = ["MOMENTS_MAX_DIM", "QUANTUM", "VectorMoments", "gaussian_surprise", "term_surprise"]
 
 QUANTUM = 2.0**-10
 """Grid the moments read vector entries on: ``rint(v / QUANTUM)``, integers in [-1024, 1024] for unit vectors."""
-
-SCORE_QUANTUM = 2.0**-20
-"""Grid :func:`scan_chance` reads inner products on: ``rint(s / SCORE_QUANTUM)``, integers in [-2^20, 2^20]."""
-
-_SCAN_MAX = 2**23
-"""At most this many scores in :func:`scan_chance` (its int64 sum of squares stays below 2^63: exact)."""
 
 _CHUNK = 16_384
 """Rows per product in :meth:`VectorMoments.add` (each product sums at most ``_CHUNK x 2^20`` < 2^35: exact)."""
@@ -95,36 +88,6 @@ def term_surprise(dfs: Iterable[int], n_docs: int, n: int) -> float | None:
         return None
     log = math.log
     return len(dfs) * log(n_docs) - log(max(n, 1)) - sum(map(log, dfs))
-
-
-def scan_chance(scores: np.ndarray, count: int) -> tuple[float, float] | None:
-    """(mean, variance) of a query's chance scores read off an exact scan: the population moments of the inner
-    products of the query with the ``count`` counted vectors, the same quantities as
-    :meth:`VectorMoments.chance`, from the products a flat search has just computed instead of a (dim + 1, dim)
-    matvec over the stored moments (which a scan of the corpus has pushed out of the cache: measured at 384
-    dimensions, 12 us with the moments in cache and 48 us after a scan, against about 5 us here for 2,000 rows).
-
-    Args:
-        scores: float32 (m,): the inner products of every counted vector, plus any number of rows scoring
-            exactly 0 (all-zero vectors, which are not counted and add nothing to the sums).
-        count: how many vectors are counted (>= 0).
-
-    Each score is read on a grid, ``rint(s / SCORE_QUANTUM)`` (integers of at most 2^20 for unit vectors), and
-    summed as int64, so the result is exact and independent of the rows' order (two processes whose slots lie
-    in another order get the same bits, as with :class:`VectorMoments`). The variance is 0 when below 1e-4 of
-    the mean square (no spread), as there. None when ``count`` < 2 or ``m`` exceeds 2^23 (the sums could
-    overflow: the caller uses the stored moments).
-    """
-    scores = np.asarray(scores)
-    if count < 2 or len(scores) > _SCAN_MAX:
-        return None
-    grid = np.rint(scores * np.float32(1.0 / SCORE_QUANTUM)).astype(np.int64)  # a power of 2: exact in float32
-    total = int(grid.sum())
-    squares = int(np.dot(grid, grid))
-    mean = total * SCORE_QUANTUM / count
-    expected_square = squares * (SCORE_QUANTUM * SCORE_QUANTUM) / count
-    variance = expected_square - mean * mean
-    return mean, variance if variance > 1e-4 * expected_square else 0.0
 
 
 class VectorMoments:

@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from ._exceptions import DimensionMismatchError, InvalidRequestError
-from .calibration import MOMENTS_MAX_DIM, VectorMoments, gaussian_surprise, scan_chance
+from .calibration import MOMENTS_MAX_DIM, VectorMoments, gaussian_surprise
 from .engines import RowSet, as_rowset, id_bounds
 
 __all__ = ["ANN_MIN", "CODE_COST", "DELTA_FRACTION", "DENSE_KINDS", "EXACT_MIN", "IVF_REWRITE_FRACTION", "ROW_COST", "FaissIndex"]
@@ -713,22 +713,13 @@ class FaissIndex:
         variance of the float32 (dim,) ``query``'s inner products over every live vector (all-zero ones left out;
         exact moments, :class:`~hybrid_memory.calibration.VectorMoments`), among ``n`` documents (the allowed
         set's size; None: the live vectors). None with fewer than two directed vectors, no spread, or vectors of
-        more than :data:`~hybrid_memory.calibration.MOMENTS_MAX_DIM` dimensions (no moments kept). When the
-        search of the same query (``cache``) scanned every row with no write since, the moments are those of the
-        scan's scores (:func:`~hybrid_memory.calibration.scan_chance`: the same population moments, on a finer
-        grid, about 5 us at 2,000 rows); otherwise one (dim + 1, dim) matvec over the stored moments, or none
-        when :meth:`prepare_surprise` of the same query object left it in ``cache``."""
+        more than :data:`~hybrid_memory.calibration.MOMENTS_MAX_DIM` dimensions (no moments kept). Costs one
+        (dim, dim) matvec, or none when :meth:`prepare_surprise` of the same query object left it in ``cache``."""
         moments = self._moments
         if moments is None:
             return None
         held = cache.get("dense_chance") if cache is not None else None
-        scan = cache.get("dense_scan") if cache is not None else None
-        # the scores of this query's scan of every row, when the search scanned (no write since): the same
-        # moments without the matvec; whatever thread ran what, a search that scanned always reads them
-        chance = self._scan_chance(scan) if scan is not None and scan[0] is self else None
-        if chance is not None:
-            pass
-        elif held is not None and held[0] is query and held[1] is moments and held[2] == moments.version:
+        if held is not None and held[0] is query and held[1] is moments and held[2] == moments.version:
             chance = held[3]  # prepared by prepare_surprise (another thread, during this index's search)
         else:
             chance = moments.chance(np.asarray(query, dtype=np.float32).reshape(-1))
@@ -736,26 +727,14 @@ class FaissIndex:
             return None
         return gaussian_surprise(top, chance[0], chance[1], moments.count if n is None else n)
 
-    def _scan_chance(self, scan: tuple) -> tuple[float, float] | None:
-        """:func:`~hybrid_memory.calibration.scan_chance` over the scores of a search's scan of every slot
-        (``cache["dense_scan"]``), when no write came since; None otherwise (the caller reads the moments)."""
-        with self._lock:
-            if scan[1] != self._writes:
-                return None
-            scores = scan[2]
-            if self._free:  # freed slots keep their old rows: only the live ones count
-                scores = scores[self._slot_ids[: len(scores)] >= 0]
-            # all-zero vectors score exactly 0: they add nothing to the sums, and the moments do not count them
-            return scan_chance(scores, self._n_alive - self._n_zero)
-
     def prepare_surprise(self, query: np.ndarray, *, cache: dict) -> None:
         """Work out what :meth:`surprise` of the float32 (dim,) ``query`` needs before the top is known (the
         chance moments, the (dim + 1, dim) matvec) and keep it in ``cache`` (a per-query dict) for the same query
         object and the same moments; :meth:`surprise` then costs a few float operations. The hybrid searcher calls
         it in a worker thread that finished its own engine while this index still searches in the caller's."""
         moments = self._moments
-        if moments is None or self._ivf is None:
-            return  # without an IVF the search scans, and surprise() reads that scan's scores instead
+        if moments is None:
+            return
         version = moments.version
         chance = moments.chance(np.asarray(query, dtype=np.float32).reshape(-1))
         cache["dense_chance"] = (query, moments, version, chance)

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from hybrid_memory.calibration import QUANTUM, SCORE_QUANTUM, VectorMoments, gaussian_surprise, scan_chance, term_surprise
+from hybrid_memory.calibration import QUANTUM, VectorMoments, gaussian_surprise, term_surprise
 from hybrid_memory.dense import FaissIndex
 from hybrid_memory.engines import Query, RowSet, SparseEngine
 from hybrid_memory.sparse import BM25Index
@@ -193,15 +193,10 @@ def test_the_default_reads_each_engines_surprise_and_rrf_does_not():
         runs = got.runs
         top_sparse, top_dense = got.id_of[runs["sparse"].keys[0]], got.id_of[runs["dense"].keys[0]]
         vector = query.vector
-        top_cosine = runs["dense"].scores[runs["dense"].keys[0]]
         assert got.input.surprise == {
             "sparse": memory._sparse.surprise("kafka lag", top_sparse),
-            # the search scanned every row: its scores give the moments (scan_chance), not the stored matvec
-            "dense": memory._dense.surprise(vector, top_cosine, cache=query.cache),
+            "dense": memory._dense.surprise(vector, runs["dense"].scores[runs["dense"].keys[0]]),
         }
-        # the same population moments on two grids: the surprises agree to the grids' rounding
-        assert got.input.surprise["dense"] == pytest.approx(memory._dense.surprise(vector, top_cosine), rel=5e-3)
-        assert got.input.surprise["dense"] != memory._dense.surprise(vector, top_cosine)
         assert top_sparse in (got.id_of["c0"], got.id_of["c5"])
         # BM25's top holds kafka (df 2) and lag (df 2) of 6, among 6: -(ln 6 + ln 2/6 + ln 2/6) = ln 1.5
         assert got.input.surprise["sparse"] == pytest.approx(math.log(1.5), abs=1e-12)
@@ -223,11 +218,7 @@ def test_dense_engine_surprise_counts_the_allowed_set_and_skips_a_zero_query():
     query = Query("anything", vectors[4])
     hits = engine.search(query, 5, None)
     assert hits[0][0] == 4  # its own vector
-    # the search scanned every row: the chance moments are those of its scores (the 50 products)
-    scanned = query.cache["dense_scan"][2]
-    assert scanned == pytest.approx(vectors @ vectors[4], abs=1e-6)
-    mean, variance = scan_chance(scanned, 50)
-    assert (mean, variance) == pytest.approx(index._moments.chance(vectors[4]), abs=1e-3)
+    mean, variance = index._moments.chance(vectors[4])
     assert engine.surprise(query, hits, None) == gaussian_surprise(hits[0][1], mean, variance, 50)
     allowed = RowSet(np.arange(0, 50, 5))  # 10 ids, 4 not among them: the top is another
     top = engine.search(query, 5, allowed)
@@ -254,10 +245,9 @@ def test_no_moments_above_the_dimension_cap(tmp_path):
 
 
 def test_a_concurrent_search_prepares_the_dense_chance_in_the_worker_and_ranks_as_inline():
-    """The worker that ran BM25 offers to work out the dense engine's chance moments while the caller's thread
-    still searches (a barrier holds the dense search until the offer ran); without an IVF the search scans every
-    row, so the offer does nothing and the surprise reads the scan's scores: no matvec in either thread, the same
-    surprises, and the same fused hits as a search with no executor."""
+    """The worker that ran BM25 works out the dense engine's chance moments while the caller's thread still
+    searches (a barrier holds the dense search until they are in): one matvec per search, the same surprises,
+    and the same fused hits as a search with no executor."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
@@ -306,68 +296,12 @@ def test_a_concurrent_search_prepares_the_dense_chance_in_the_worker_and_ranks_a
             query = Query("kafka lag", vector)
             concurrent = searcher.search(query, top_k=3, depth=6, weights=weights)
         searcher.executor = own_executor
-        assert calls == []  # the scan's scores gave the moments: no matvec in either thread
+        assert len(calls) == 1 and calls[0].startswith("worker")  # once, in the worker
         dense_top = concurrent.runs["dense"].scores[concurrent.runs["dense"].keys[0]]
-        scores = query.cache["dense_scan"][2]
-        assert query.cache["surprise"]["dense"] == gaussian_surprise(dense_top, *scan_chance(scores, 7), 7)
+        assert query.cache["surprise"]["dense"] == gaussian_surprise(dense_top, *original_chance(vector), 7)
         assert query.cache["surprise"] == inline_query.cache["surprise"]
         assert [(h.key, h.score, h.rrf_score) for h in concurrent.hits] == [(h.key, h.score, h.rrf_score) for h in inline.hits]
         assert concurrent.weights == inline.weights
-
-
-def test_scan_chance_is_the_population_moments_on_its_grid_in_any_order():
-    # hand-computed: scores 0.5, -0.25, 0.25 and one all-zero row (not counted): mean 1/6, E[s^2] = 0.375 / 3
-    scores = np.array([0.5, -0.25, 0.0, 0.25], dtype=np.float32)
-    mean, variance = scan_chance(scores, 3)
-    assert mean == 0.5 / 3 and variance == 0.125 - (0.5 / 3) ** 2
-    rng = np.random.default_rng(3)
-    many = rng.uniform(-1, 1, 5000).astype(np.float32)
-    forward, backward = scan_chance(many, 5000), scan_chance(many[::-1].copy(), 5000)
-    assert forward == backward  # integer sums: the same bits whatever the rows' order
-    grid = np.rint(many.astype(np.float64) / SCORE_QUANTUM) * SCORE_QUANTUM
-    assert forward[0] == pytest.approx(grid.mean(), rel=1e-12) and forward[1] == pytest.approx(grid.var(), rel=1e-9)
-    assert scan_chance(np.full(4, 0.3, dtype=np.float32), 4)[1] == 0.0  # no spread
-    assert scan_chance(scores[:1], 1) is None
-
-
-def test_the_scan_and_the_stored_moments_agree_and_a_write_or_a_freed_slot_is_respected():
-    rng = np.random.default_rng(21)
-    vectors = _unit(rng.standard_normal((300, 16)))
-    index = FaissIndex(16)
-    index.add(np.arange(300), vectors)
-    index.remove(np.arange(0, 300, 7))  # freed slots keep their old rows: the scan must skip them
-    index.add(np.array([1000]), np.zeros((1, 16), dtype=np.float32))  # reuses a slot; not counted
-    query = vectors[5]
-    cache: dict = {}
-    top = index.search(query, 3, cache=cache)[0][1]
-    from_scan = index.surprise(query, top, cache=cache)
-    from_moments = index.surprise(query, top)
-    live = np.setdiff1d(np.arange(300), np.arange(0, 300, 7))
-    products = vectors[live] @ query
-    expected = gaussian_surprise(top, float(products.mean()), float(products.var()), len(live))
-    assert from_scan == pytest.approx(expected, rel=1e-4) and from_moments == pytest.approx(expected, rel=1e-3)
-    scanned = cache["dense_scan"][2][index._slot_ids[: index._n_slots] >= 0]
-    assert from_scan == gaussian_surprise(top, *scan_chance(scanned, len(live)), len(live))
-    index.add(np.array([2000]), vectors[5:6])  # a write after the scan: the stored moments answer
-    assert index.surprise(query, top, cache=cache) == index.surprise(query, top)
-
-
-def test_with_an_ivf_in_service_the_chance_is_prepared_once_and_read_back():
-    rng = np.random.default_rng(8)
-    vectors = _unit(rng.standard_normal((5000, 8)))  # 128 lists x 39: enough to train
-    index = FaissIndex(8, kind="ivf")
-    index.add(np.arange(5000), vectors)
-    assert index.maintain() is True and index.approximate
-    calls = []
-    original = index._moments.chance
-    index._moments.chance = lambda q: calls.append(1) or original(q)
-    cache: dict = {}
-    query = vectors[3]  # one object: the prepared chance is kept for it
-    index.prepare_surprise(query, cache=cache)
-    top = index.search(query, 5, cache=cache)[0][1]
-    assert "dense_scan" not in cache  # the IVF answered: no scan of every row
-    assert index.surprise(query, top, cache=cache) == gaussian_surprise(top, *original(query), 5000)
-    assert len(calls) == 1  # prepared once, read back
 
 
 def test_the_response_says_whether_the_default_ran_calibrated():
