@@ -127,6 +127,8 @@ def _clear(backend: QdrantBackend, batch: int = 1000) -> int:
         backend.collection.delete([r.id for r in records])
         removed += len(records)
     backend._ids.clear()  # the id map of the deleted points
+    if backend.corpus is not None:
+        backend.corpus.invalidate()  # deleted past the backend's own writes
     return removed
 
 

@@ -130,7 +130,9 @@ class Collection(Protocol):
     def retrieve(self, ids: Sequence[PointId], *, vectors: bool | Sequence[str] = False,
                  payload: bool | Sequence[str] = True) -> list[Record]: ...
     def payloads(self, ids: Sequence[PointId], keys: Sequence[str]) -> list[tuple[Any, dict[str, Any]]]: ...
-    def scroll(self, flt: Mapping[str, Any] | None, limit: int, offset: Any, payload: Any) -> tuple[list[Record], Any]: ...
+    def sparse_indices(self, point_id: PointId) -> list[int] | None: ...
+    def scroll(self, flt: Mapping[str, Any] | None, limit: int, offset: Any, payload: Any,
+               vectors: bool | Sequence[str] = False) -> tuple[list[Record], Any]: ...
     def count(self, flt: Mapping[str, Any] | None) -> int: ...
     def query_batch(self, legs: Sequence[Leg]) -> list[list[ScoredId]]: ...
     def close(self) -> None: ...
@@ -411,6 +413,12 @@ class ClientCollection:
             found = self.client.retrieve(self.name, list(ids), with_payload=_names(payload), with_vectors=_names(vectors))
         return [_to_record(r, bool(vectors)) for r in found]
 
+    def sparse_indices(self, point_id: PointId) -> list[int] | None:
+        """The ``bm25`` sparse indices of one point (None: no such point)."""
+        with self._reached("retrieve points"):
+            found = self.client.retrieve(self.name, [point_id], with_payload=False, with_vectors=[SPARSE])
+        return _indices(found[0].vector) if found else None
+
     def payloads(self, ids: Sequence[PointId], keys: Sequence[str]) -> list[tuple[Any, dict[str, Any]]]:
         """``(point id as returned, payload)`` of the points by id with these payload keys (unknown ids left
         out; any order): :meth:`retrieve` without building records."""
@@ -420,14 +428,16 @@ class ClientCollection:
             found = self.client.retrieve(self.name, list(ids), with_payload=list(keys), with_vectors=False)
         return [(r.id, r.payload or {}) for r in found]
 
-    def scroll(self, flt: Mapping[str, Any] | None, limit: int, offset: Any, payload: Any = True) -> tuple[list[Record], Any]:
-        """A page of points matching the filter in id order, and the offset of the next page (None: last)."""
+    def scroll(self, flt: Mapping[str, Any] | None, limit: int, offset: Any, payload: Any = True,
+               vectors: bool | Sequence[str] = False) -> tuple[list[Record], Any]:
+        """A page of points matching the filter in id order, and the offset of the next page (None: last);
+        ``vectors``: all, none, or these names."""
         with self._reached("scroll points"):
             records, nxt = self.client.scroll(
                 self.name, scroll_filter=to_client_filter(flt), limit=limit, offset=offset, with_payload=payload,
-                with_vectors=False,
+                with_vectors=_names(vectors),
             )
-        return [_to_record(r, False) for r in records], nxt
+        return [_to_record(r, bool(vectors)) for r in records], nxt
 
     def count(self, flt: Mapping[str, Any] | None) -> int:
         """Exact number of points matching the filter."""
@@ -656,6 +666,12 @@ class EdgeCollection:
         found = self.shard.retrieve(list(ids), with_payload=_names(payload), with_vector=_names(vectors))
         return [_to_record(r, bool(vectors)) for r in found]
 
+    def sparse_indices(self, point_id: PointId) -> list[int] | None:
+        """The ``bm25`` sparse indices of one point (None: no such point), read without building a record
+        (5 against 14 us on SciFact)."""
+        found = self.shard.retrieve([point_id], with_payload=False, with_vector=[SPARSE])
+        return _indices(found[0].vector) if found else None
+
     def payloads(self, ids: Sequence[PointId], keys: Sequence[str]) -> list[tuple[Any, dict[str, Any]]]:
         """``(point id, payload)`` of the points by id with these payload keys (unknown ids left out; any
         order): :meth:`retrieve` without building records (a search's top_k, read for its text). Points read
@@ -700,12 +716,14 @@ class EdgeCollection:
             out.extend(found)
         return out
 
-    def scroll(self, flt: Mapping[str, Any] | None, limit: int, offset: Any, payload: Any = True) -> tuple[list[Record], Any]:
-        """A page of points matching the filter in id order, and the next offset (None: last page)."""
+    def scroll(self, flt: Mapping[str, Any] | None, limit: int, offset: Any, payload: Any = True,
+               vectors: bool | Sequence[str] = False) -> tuple[list[Record], Any]:
+        """A page of points matching the filter in id order, and the next offset (None: last page); ``vectors``:
+        all, none, or these names."""
         records, nxt = self.shard.scroll(self._qe.ScrollRequest(
-            offset=offset, limit=limit, filter=to_edge_filter(flt), with_payload=payload, with_vector=False,
+            offset=offset, limit=limit, filter=to_edge_filter(flt), with_payload=payload, with_vector=_names(vectors),
         ))
-        return [_to_record(r, False) for r in records], nxt
+        return [_to_record(r, bool(vectors)) for r in records], nxt
 
     def count(self, flt: Mapping[str, Any] | None) -> int:
         """Exact number of points matching the filter."""

@@ -1,0 +1,240 @@
+"""Exact corpus statistics of a Qdrant collection, kept client-side for the default fusion's calibration.
+
+The default fusion (``hybrid_memory.fusion.methods.fuse_adaptive``) weighs each engine per query by the surprise
+of its top hit (:mod:`hybrid_memory.calibration`): BM25 needs the document frequency ``df_t`` of the query tokens
+the top holds and the document count ``N``; the dense engine needs the exact mean and covariance of the stored
+vectors (:class:`~hybrid_memory.calibration.VectorMoments`); both need ``n``, the documents the query may return.
+Qdrant exposes none of them as such, so :class:`CorpusStats` reads them from the stored points and keeps them in
+step with this backend's writes:
+
+* **Built** from the collection's stored vectors (a scroll of the dense and ``bm25`` vectors, 1,024 points a page)
+  the first time a search needs them (lazy: a memory that is only written, or searched with another fusion, never
+  pays it). Measured on SciFact (5,183 points, 384-d, about 100 tokens a point) on Qdrant Edge: 0.6 s (0.36 s the
+  scroll, 0.1 s the arrays, 0.13 s the sums), about 0.11 ms a point: some 2 minutes at a million points, once per
+  process. Memory: the (dim + 1, dim) float64 sums (1.2 MB at 384) and a dict token index -> df (about 100 bytes
+  an entry: 3 MB for SciFact's 30,000 indices, ~100 MB for a vocabulary of a million).
+* **Kept in step** with this backend's own writes: an upsert first reads the vectors the points held (one
+  ``retrieve`` of the batch with vectors), then counts those out and the new ones in; a delete counts out what it
+  removes. Qdrant Edge stores a unit float32 vector bit for bit as written (checked on SciFact's 5,183 vectors), so
+  the sums equal a rebuild's exactly, and the embedded backend's for the same vectors.
+* **Other writers.** Points another process or client writes are not seen by the incremental updates. On a Qdrant
+  Edge shard there are none (a shard is opened by one process at a time). For a collection reached through
+  qdrant-client (a server, shared), :meth:`CorpusStats.current` compares the collection's point count with the
+  statistics' at most every :data:`DRIFT_SECONDS` and rebuilds on a difference: the calibration on a shared
+  server follows other writers with that lag, and an upsert by another writer that replaces points without
+  changing their number is not detected (until the next rebuild: :meth:`CorpusStats.invalidate`).
+
+The document frequencies are exact live counts of points holding each sparse index (deleted points leave at
+once), which is what the embedded index counts after a merge. Tokens colliding on one crc32 index (about one pair
+in a 100,000-token vocabulary) share one index, so they share a document frequency, as they share Qdrant's idf.
+
+Why not read df from Qdrant's idf (a one-term ``bm25`` query restricted to the top hit scores
+``idf(t) * value(t, top)``)? Qdrant's idf counts a shard's sparse index as it is, not its live points: measured on
+Qdrant Edge 0.9, after deleting one of the three holders of a token its idf still read df = 3 and N = 4, and N
+did not follow a point whose empty sparse vector was replaced by a non-empty one; inverting it needs that N,
+which no request returns.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..calibration import MOMENTS_MAX_DIM, VectorMoments
+from .qdrant_collection import DENSE, SPARSE, Point, PointId, Record
+
+__all__ = ["DRIFT_SECONDS", "SCROLL_PAGE", "CorpusStats"]
+
+logger = logging.getLogger(__name__)
+
+DRIFT_SECONDS = 5.0
+"""A collection shared with other writers (qdrant-client) has its point count compared with the statistics' at most
+this often (seconds, on a search that reads them); one ``count`` request each time."""
+
+SCROLL_PAGE = 1024
+"""Points a page when the statistics are built (a page's vectors: 1.5 MB at 384-d)."""
+
+_COUNTS_KEPT = 256
+"""Filters whose point count :meth:`CorpusStats.count` keeps (least recently used out)."""
+
+
+class CorpusStats:
+    """Point count, token document frequencies and dense moments of one collection (module docstring).
+
+    Args:
+        collection: the :class:`~hybrid_memory.backends.qdrant_collection.Collection`.
+        dim: the dense dimension; above :data:`~hybrid_memory.calibration.MOMENTS_MAX_DIM` no moments are kept
+            (:attr:`moments` is None: the dense engine reports no surprise, as the embedded one).
+        shared: other writers may change the collection (qdrant-client): check for drift every
+            :data:`DRIFT_SECONDS`; False for a Qdrant Edge shard (one process).
+
+    Thread-safe: writes and builds are serialised by one lock; searches read under a short one.
+    """
+
+    def __init__(self, collection: Any, dim: int, *, shared: bool) -> None:
+        self.collection = collection
+        self.dim = int(dim)
+        self.shared = bool(shared)
+        self.moments: VectorMoments | None = None
+        self.points = 0
+        """Points counted (every point, with or without a dense vector or tokens): BM25's N."""
+        self._df: dict[int, int] = {}
+        self._built = False
+        self._checked = 0.0
+        self._generation = 0
+        """Writes through this object so far: a kept filter count is valid for one generation."""
+        self._counts: OrderedDict[str, tuple[int, float, int]] = OrderedDict()
+        self._write_lock = threading.RLock()
+        self._read_lock = threading.Lock()
+
+    # -- reading ------------------------------------------------------------------------------------
+    def current(self) -> CorpusStats:
+        """The statistics, built on first use (module docstring: the cost) and, for a shared collection, rebuilt
+        when its point count differs from theirs (checked at most every :data:`DRIFT_SECONDS`); returns self.
+
+        Raises:
+            BackendUnavailableError: the collection could not be read (the collection's own error).
+        """
+        if not self._built:
+            with self._write_lock:
+                if not self._built:
+                    self._build()
+        elif self.shared and time.monotonic() - self._checked >= DRIFT_SECONDS:
+            with self._write_lock:
+                if time.monotonic() - self._checked >= DRIFT_SECONDS:
+                    self._checked = time.monotonic()
+                    found = self.collection.count(None)
+                    if found != self.points:
+                        logger.info("Qdrant collection %r holds %d points, its calibration statistics %d (another "
+                                    "writer): rebuilt", getattr(self.collection, "name", ""), found, self.points)
+                        self._build()
+        return self
+
+    def dfs(self, indices: Iterable[int]) -> tuple[list[int], int]:
+        """(points holding each sparse index of ``indices`` (a token's crc32; colliding tokens share one), each
+        >= 0; :attr:`points`), one consistent reading."""
+        with self._read_lock:
+            get = self._df.get
+            return [get(i, 0) for i in indices], self.points
+
+    def count(self, flt: Mapping[str, Any] | None) -> int:
+        """Points matching the REST JSON filter ``flt`` (None: :attr:`points`): one exact ``count`` request per
+        filter text, kept until this object's next write (and, on a shared collection, for at most
+        :data:`DRIFT_SECONDS`). On Qdrant Edge a count cost 0.3 ms unfiltered and 0.9 ms over a 3,000-id
+        ``has_id`` filter on SciFact; on a server it is one more round trip."""
+        if flt is None:
+            return self.points
+        key = json.dumps(flt, sort_keys=True, default=str)
+        now = time.monotonic()
+        with self._read_lock:
+            held = self._counts.get(key)
+            if held is not None and held[0] == self._generation and not (self.shared and now - held[1] >= DRIFT_SECONDS):
+                self._counts.move_to_end(key)
+                return held[2]
+            generation = self._generation
+        found = int(self.collection.count(flt))
+        with self._read_lock:
+            if self._generation == generation:
+                self._counts[key] = (generation, now, found)
+                while len(self._counts) > _COUNTS_KEPT:
+                    self._counts.popitem(last=False)
+        return found
+
+    # -- building -----------------------------------------------------------------------------------
+    def _build(self) -> None:
+        """Count every stored point in anew (caller holds the write lock)."""
+        started = time.perf_counter()
+        moments = VectorMoments(self.dim) if self.dim <= MOMENTS_MAX_DIM else None
+        df: dict[int, int] = {}
+        points = 0
+        offset = None
+        while True:
+            records, offset = self.collection.scroll(None, SCROLL_PAGE, offset, False, vectors=[DENSE, SPARSE])
+            points += len(records)
+            self._count(records, moments, df, 1)
+            if offset is None:
+                break
+        with self._read_lock:
+            self.moments, self._df, self.points = moments, df, points
+            self._generation += 1
+            self._counts.clear()
+        self._built = True
+        self._checked = time.monotonic()
+        logger.info("calibration statistics of Qdrant collection %r: %d points, %d token indices, in %.2f s",
+                    getattr(self.collection, "name", ""), points, len(df), time.perf_counter() - started)
+
+    @staticmethod
+    def _count(records: Iterable[Record | Point], moments: VectorMoments | None, df: dict[int, int], sign: int) -> None:
+        """Count the dense vectors and sparse indices of ``records`` (read back, or about to be written) in
+        (``sign`` 1) or out (-1)."""
+        rows = [r.dense for r in records if r.dense is not None]
+        if moments is not None and rows:
+            block = np.asarray(rows, dtype=np.float32)
+            if sign > 0:
+                moments.add(block)
+            else:
+                moments.remove(block)
+        lists = [r.sparse[0] for r in records if r.sparse and len(r.sparse[0])]
+        if not lists:
+            return
+        keys, counts = np.unique(np.concatenate([np.asarray(x, dtype=np.int64) for x in lists]), return_counts=True)
+        get = df.get
+        for key, c in zip(keys.tolist(), counts.tolist(), strict=True):
+            value = get(key, 0) + sign * c
+            if value > 0:
+                df[key] = value
+            else:
+                df.pop(key, None)
+
+    # -- writes -------------------------------------------------------------------------------------
+    def upsert(self, points: Sequence[Point], write: Callable[[Sequence[Point]], None]) -> None:
+        """``write(points)`` (the collection's upsert), keeping the statistics in step once built: the vectors the
+        points held are read first (one ``retrieve``), counted out after the write, and the new ones in. A write
+        that raises leaves the statistics to be rebuilt (it may be partly applied)."""
+        last = list({p.id: p for p in points}.values())  # a point written twice in one batch holds the last
+        self._apply([p.id for p in last], lambda: write(points), last)
+
+    def delete(self, ids: Sequence[PointId], delete: Callable[[Sequence[PointId]], None]) -> None:
+        """``delete(ids)`` (the collection's delete), counting out the vectors the deleted points held."""
+        self._apply(list(ids), lambda: delete(ids), ())
+
+    def touch(self) -> None:
+        """A write that changes no vector (a payload): the kept filter counts may have changed."""
+        with self._read_lock:
+            self._generation += 1
+
+    def invalidate(self) -> None:
+        """Forget the statistics: the next search that reads them rebuilds them (after a write outside this
+        object, such as another client's replacing upserts)."""
+        with self._write_lock, self._read_lock:
+            self._built = False
+            self._generation += 1
+            self._counts.clear()
+
+    def _apply(self, ids: list[PointId], write: Callable[[], None], new: Sequence[Point]) -> None:
+        with self._write_lock:
+            if not self._built:
+                try:
+                    write()
+                finally:
+                    self.touch()
+                return
+            old = self.collection.retrieve(ids, vectors=[DENSE, SPARSE], payload=False) if ids else []
+            try:
+                write()
+            except BaseException:
+                self.invalidate()
+                raise
+            with self._read_lock:
+                moments = self.moments
+                self._count(old, moments, self._df, -1)
+                self._count(new, moments, self._df, 1)
+                self.points += len(new) - len(old)
+                self._generation += 1

@@ -1,0 +1,203 @@
+"""The default fusion's calibration on Qdrant: the Qdrant engines' top-hit surprises equal the embedded engines'
+for the same texts and vectors (BM25: exact df, N and n; dense: the same exact moments), unfiltered, filtered,
+after an upsert and a delete, on Qdrant Edge and on qdrant-client's local mode; so the default search fuses alike
+(order and effective weights). Plus the statistics' upkeep: lazy build, writes, drift from another writer."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from hybrid_memory import HashingEmbedder, HybridMemory
+from hybrid_memory.calibration import QUANTUM, gaussian_surprise
+
+from .test_backends import QDRANT, open_memory
+
+CORPUS = [
+    ("a", "alpha beta gamma", {"kind": "x"}),
+    ("b", "alpha beta", {"kind": "x"}),
+    ("c", "alpha delta", {"kind": "x"}),
+    ("d", "epsilon zeta", {"kind": "y"}),
+    ("e", "alpha epsilon theta", {"kind": "y"}),
+]
+QUERIES = ["beta gamma", "alpha delta", "epsilon theta zeta", "gamma delta epsilon"]
+
+
+def _avgdl(rows=CORPUS) -> float:
+    """The corpus's mean length in tokens: the embedded index's avgdl before its first merge, given to Qdrant
+    so both score BM25 alike (``test_bm25_scores_equal_the_embedded_backend_with_matching_parameters``)."""
+    from hybrid_memory.tokenizer import TechnicalTokenizer
+
+    tokenizer = TechnicalTokenizer()
+    return sum(len(tokenizer.tokenize(t)) for _, t, _ in rows) / len(rows)
+
+
+def _chunks(rows=CORPUS):
+    return [{"chunk_id": c, "text": t, "metadata": m} for c, t, m in rows]
+
+
+def _spy(memory):
+    """engine name -> the surprises its engine returned, in call order (the searcher's own calls)."""
+    seen = {"sparse": [], "dense": []}
+    for name, engine in memory._searcher.engines.items():
+        real = engine.surprise
+
+        def spy(query, hits, allowed, _real=real, _name=name):
+            value = _real(query, hits, allowed)
+            seen[_name].append(value)
+            return value
+
+        engine.surprise = spy
+    return seen
+
+
+def _search_both(embedded, qdrant, text, **options):
+    """The default search on both memories: (surprises embedded, surprises qdrant), after checking that both
+    rank alike with the same effective weights."""
+    found = []
+    for memory in (embedded, qdrant):
+        seen = _spy(memory)
+        response = memory.search(text, top_k=4, **options)
+        found.append((seen, [r.chunk_id for r in response.results], response.effective_weights))
+    (a, ids_a, w_a), (b, ids_b, w_b) = found
+    assert ids_a == ids_b, text
+    assert w_b == pytest.approx(w_a, rel=1e-6), text
+    return {k: v[-1] for k, v in a.items()}, {k: v[-1] for k, v in b.items()}
+
+
+def _assert_equal(emb, qd, text):
+    assert qd["sparse"] == pytest.approx(emb["sparse"], rel=1e-12, abs=1e-9), text  # exact counts
+    assert qd["dense"] == pytest.approx(emb["dense"], rel=1e-5), text  # float32 scores
+
+
+def _grid(vectors):
+    return np.rint(np.asarray(vectors, dtype=np.float64) / QUANTUM) * QUANTUM
+
+
+def _dense_by_hand(embedder, texts, query, n=None):
+    """The dense surprise worked out with numpy from the stored (grid) vectors: mean and population variance of
+    the query's products, the top's exact cosine, Gaussian tail."""
+    docs = np.asarray(embedder.embed_documents(texts), dtype=np.float32)
+    docs = docs / np.linalg.norm(docs, axis=1, keepdims=True)
+    q = np.asarray(embedder.embed_query(query), dtype=np.float64)
+    q = q / np.linalg.norm(q)
+    products = _grid(docs) @ q
+    top = float(np.max(docs.astype(np.float64) @ q))
+    return gaussian_surprise(top, products.mean(), products.var(), len(texts) if n is None else n)
+
+
+@pytest.mark.parametrize("engine", QDRANT)
+def test_surprises_equal_the_embedded_backend_unfiltered_filtered_after_upsert_and_delete(engine, tmp_path):
+    """Sparse surprises equal to 1e-9 (df, N and n counted exactly), dense ones to float32 precision, and the
+    default search's order and effective weights alike, through a filter, an upsert that changes a text and a
+    delete; the values are checked against hand computations."""
+    embedder = HashingEmbedder(64)
+    with HybridMemory(embedder=embedder) as embedded, open_memory(engine, tmp_path, embedder=embedder,
+                                                                          avgdl=_avgdl()) as qdrant:
+        embedded.add(_chunks())
+        qdrant.add(_chunks())
+        for text in QUERIES:
+            _assert_equal(*_search_both(embedded, qdrant, text), text)
+        emb, qd = _search_both(embedded, qdrant, "beta gamma")
+        # top "a" holds beta (df 2) and gamma (df 1) of N = n = 5: S = 2 ln 5 - ln 5 - ln 2 - ln 1
+        assert qd["sparse"] == pytest.approx(math.log(5) - math.log(2), abs=1e-12)
+        texts = [t for _, t, _ in CORPUS]
+        assert qd["dense"] == pytest.approx(_dense_by_hand(embedder, texts, "beta gamma"), rel=1e-5)
+        # a filter: n = 3 chunks of kind x; df and N stay corpus-wide
+        emb, qd = _search_both(embedded, qdrant, "beta gamma", metadata_filter={"kind": "x"})
+        _assert_equal(emb, qd, "filtered")
+        assert qd["sparse"] == pytest.approx(2 * math.log(5) - math.log(3) - math.log(2), abs=1e-12)
+        assert qd["dense"] == pytest.approx(_dense_by_hand(embedder, texts, "beta gamma", n=3), rel=1e-5)
+        emb, qd = _search_both(embedded, qdrant, "epsilon theta zeta", metadata_filter={"kind": "y"})
+        _assert_equal(emb, qd, "filtered y")
+        # an upsert that changes a text: "b" now holds gamma, no longer beta (beta df 1, gamma df 2)
+        changed = [("b", "alpha gamma gamma", {"kind": "x"}) if c == "b" else (c, t, m) for c, t, m in CORPUS]
+        embedded.upsert(_chunks(changed[1:2]))
+        qdrant.upsert(_chunks(changed[1:2]))
+        for text in QUERIES:
+            _assert_equal(*_search_both(embedded, qdrant, text), text)
+        emb, qd = _search_both(embedded, qdrant, "beta gamma")
+        assert qd["sparse"] == pytest.approx(2 * math.log(5) - math.log(5) - math.log(1) - math.log(2), abs=1e-12)
+        # a delete: N = 4
+        embedded.delete(["e"])
+        qdrant.delete(["e"])
+        for text in QUERIES:
+            _assert_equal(*_search_both(embedded, qdrant, text), text)
+        emb, qd = _search_both(embedded, qdrant, "epsilon theta zeta")
+        # top "d" holds epsilon (df 1 now) and zeta (df 1) of N = n = 4: S = 2 ln 4 - ln 4
+        assert qd["sparse"] == pytest.approx(math.log(4), abs=1e-12)
+        texts = [t for c, t, _ in changed if c != "e"]
+        assert qd["dense"] == pytest.approx(_dense_by_hand(embedder, texts, "epsilon theta zeta"), rel=1e-5)
+        _assert_equal(*_search_both(embedded, qdrant, "alpha gamma", metadata_filter={"kind": "x"}), "after")
+
+
+@pytest.mark.parametrize("engine", QDRANT)
+def test_statistics_are_built_lazily_and_kept_equal_to_a_rebuild(engine, tmp_path):
+    """No statistics until a search reads them (an RRF search does not); after upserts and deletes through the
+    backend the incremental sums, document frequencies and count equal a rebuild's exactly, and the moments
+    equal the embedded dense index's bits for the same vectors."""
+    embedder = HashingEmbedder(64)
+    rows = [(f"n{i}", f"note {i} alpha{i % 3} beta{i % 5} shared", {"kind": "x"}) for i in range(30)]
+    with HybridMemory(embedder=embedder) as embedded, open_memory(engine, tmp_path, embedder=embedder) as qdrant:
+        embedded.add(_chunks(rows))
+        qdrant.add(_chunks(rows))
+        corpus = qdrant.backend.corpus
+        qdrant.search("alpha1 shared", top_k=3, fusion="rrf")
+        assert corpus._built is False
+        qdrant.search("alpha1 shared", top_k=3)
+        assert corpus._built is True and corpus.points == 30
+        assert corpus.dfs([qdrant.backend.encoder.document("shared")[0][0]]) == ([30], 30)
+        qdrant.upsert(_chunks([(f"n{i}", f"rewritten {i} gamma", {"kind": "y"}) for i in range(0, 30, 4)]))
+        qdrant.delete([f"n{i}" for i in range(1, 30, 7)])
+        qdrant.add(_chunks([("new", "a new note with alpha1", {"kind": "x"})]))
+        embedded.upsert(_chunks([(f"n{i}", f"rewritten {i} gamma", {"kind": "y"}) for i in range(0, 30, 4)]))
+        embedded.delete([f"n{i}" for i in range(1, 30, 7)])
+        embedded.add(_chunks([("new", "a new note with alpha1", {"kind": "x"})]))
+        kept = (corpus.moments.to_array(), corpus.moments.count, dict(corpus._df), corpus.points)
+        corpus.invalidate()
+        qdrant.backend.calibration()  # rebuilt from the stored vectors
+        assert np.array_equal(kept[0], corpus.moments.to_array())
+        assert kept[1:] == (corpus.moments.count, corpus._df, corpus.points) and corpus.points == 26  # 30 - 5 deleted + 1
+        assert np.array_equal(kept[0], embedded._dense._moments.to_array())
+
+
+def test_a_shared_collection_follows_another_writer_after_the_drift_check(tmp_path, monkeypatch):
+    """Points another client writes are not in the incremental counts; on a collection reached through
+    qdrant-client the point count is compared at most every DRIFT_SECONDS and a difference rebuilds them. A Qdrant
+    Edge shard (one process) is never checked."""
+    from hybrid_memory.backends import qdrant_calibration
+    from hybrid_memory.backends.qdrant import point_id
+    from hybrid_memory.backends.qdrant_collection import Point
+
+    with open_memory("qdrant-client-local", tmp_path) as mem:
+        mem.add(_chunks())
+        corpus = mem.backend.calibration()
+        assert corpus.shared is True and corpus.points == 5
+        other = mem.backend.encoder.document("alpha beta written elsewhere")
+        mem.backend.collection.upsert([Point(point_id("elsewhere"), [1.0] + [0.0] * 63, other, {"chunk_id": "elsewhere"})])
+        assert mem.backend.calibration().points == 5  # checked less than DRIFT_SECONDS ago
+        monkeypatch.setattr(qdrant_calibration, "DRIFT_SECONDS", 0.0)
+        assert mem.backend.calibration().points == 6
+        alpha = mem.backend.encoder.document("alpha")[0][0]
+        assert corpus.dfs([alpha]) == ([5], 6)  # a, b, c, e and the other writer's point
+    with open_memory("qdrant-edge", tmp_path) as mem:
+        mem.add(_chunks())
+        assert mem.backend.calibration().shared is False
+
+
+def test_a_dimension_above_the_moments_bound_reports_no_dense_surprise(tmp_path):
+    """Above MOMENTS_MAX_DIM no moments are kept, as in the embedded dense index: the dense engine reports None,
+    so the default fusion runs uncalibrated, alike on both backends."""
+    from hybrid_memory.calibration import MOMENTS_MAX_DIM
+
+    embedder = HashingEmbedder(MOMENTS_MAX_DIM + 8)
+    with HybridMemory(embedder=embedder) as embedded, open_memory("qdrant-edge", tmp_path, embedder=embedder,
+                                                                                 avgdl=_avgdl()) as qdrant:
+        embedded.add(_chunks())
+        qdrant.add(_chunks())
+        emb, qd = _search_both(embedded, qdrant, "beta gamma")
+        assert emb["dense"] is None and qd["dense"] is None
+        assert qd["sparse"] == pytest.approx(emb["sparse"], abs=1e-12)
+        assert qdrant.backend.corpus.moments is None
