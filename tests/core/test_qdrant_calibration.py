@@ -201,3 +201,39 @@ def test_a_dimension_above_the_moments_bound_reports_no_dense_surprise(tmp_path)
         assert emb["dense"] is None and qd["dense"] is None
         assert qd["sparse"] == pytest.approx(emb["sparse"], abs=1e-12)
         assert qdrant.backend.corpus.moments is None
+
+
+@pytest.mark.parametrize("engine", QDRANT)
+def test_the_top_hits_tokens_are_read_alone_or_with_the_cross_scores(engine, tmp_path):
+    """The sparse top's indices, read before the cross-scores (Edge: a retrieve of the point; qdrant-client: a
+    leg of the cross-score request, which then needs no second request) or after them (a read of the point),
+    are its stored ``bm25`` indices; a write that fails leaves the statistics to be rebuilt."""
+    from hybrid_memory.backends.qdrant import point_id
+    from hybrid_memory.backends.qdrant_collection import SPARSE
+    from hybrid_memory.engines import Query
+
+    with open_memory(engine, tmp_path) as mem:
+        mem.add(_chunks())
+        legs = mem._searcher.engines["sparse"].legs
+        stored = mem.backend.collection.retrieve([point_id("a")], vectors=[SPARSE], payload=False)[0].sparse[0]
+        for cross_first in (False, True):
+            query = Query("beta gamma")
+            legs.hits("sparse", query, 4, None)
+            legs.hits("dense", query, 4, None)
+            top = legs.hits("sparse", query, 4, None)[0][0]
+            assert top == point_id("a")
+            if cross_first:
+                legs.cross("dense", query, np.array([top], dtype=np.int64))
+            assert list(legs.top_indices(query, top)) == list(stored)
+            # through qdrant-client the read made the cross-scores' request (the fusion's step then makes none)
+            made = "sparse" in query.cache["qdrant_cross"] and "dense" in query.cache["qdrant_cross"]
+            assert made is (cross_first or engine == "qdrant-client-local")
+        corpus = mem.backend.calibration()
+
+        def broken(points):
+            raise RuntimeError("lost")
+
+        mem.backend.collection.upsert = broken
+        with pytest.raises(RuntimeError):
+            mem.upsert(_chunks([("a", "alpha beta gamma rewritten", {"kind": "x"})]))
+        assert corpus._built is False
