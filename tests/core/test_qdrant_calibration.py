@@ -237,3 +237,22 @@ def test_the_top_hits_tokens_are_read_alone_or_with_the_cross_scores(engine, tmp
         with pytest.raises(RuntimeError):
             mem.upsert(_chunks([("a", "alpha beta gamma rewritten", {"kind": "x"})]))
         assert corpus._built is False
+
+
+@pytest.mark.parametrize("engine", QDRANT)
+def test_a_delete_naming_a_point_twice_counts_it_out_once(engine, tmp_path):
+    """``QdrantBackend.delete`` given one chunk id twice deletes one point: the statistics count it out once
+    (qdrant-client's retrieve returns a record per id asked, so the vectors read back held it twice)."""
+    with open_memory(engine, tmp_path) as mem:
+        mem.add(_chunks())
+        corpus = mem.backend.calibration()
+        mem.backend.delete(["a", "a"])
+        alpha, beta = (mem.backend.encoder.document(t)[0][0] for t in ("alpha", "beta"))
+        # alpha was in a, b, c, e; beta in a, b: N = 4
+        assert corpus.dfs([alpha, beta]) == ([3, 1], 4)
+        assert corpus.moments.count == 4
+        kept = (corpus.moments.to_array(), dict(corpus._df), corpus.points)
+        corpus.invalidate()
+        mem.backend.calibration()
+        assert np.array_equal(kept[0], corpus.moments.to_array()) and kept[1:] == (corpus._df, corpus.points)
+

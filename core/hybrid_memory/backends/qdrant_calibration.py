@@ -202,8 +202,9 @@ class CorpusStats:
         self._apply([p.id for p in last], lambda: write(points), last)
 
     def delete(self, ids: Sequence[PointId], delete: Callable[[Sequence[PointId]], None]) -> None:
-        """``delete(ids)`` (the collection's delete), counting out the vectors the deleted points held."""
-        self._apply(list(ids), lambda: delete(ids), ())
+        """``delete(ids)`` (the collection's delete), counting out the vectors the deleted points held (an id given
+        twice is read back once: qdrant-client's retrieve returns a record per id asked)."""
+        self._apply(list(dict.fromkeys(ids)), lambda: delete(ids), ())
 
     def touch(self) -> None:
         """A write that changes no vector (a payload): the kept filter counts may have changed."""
