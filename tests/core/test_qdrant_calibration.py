@@ -256,3 +256,27 @@ def test_a_delete_naming_a_point_twice_counts_it_out_once(engine, tmp_path):
         mem.backend.calibration()
         assert np.array_equal(kept[0], corpus.moments.to_array()) and kept[1:] == (corpus._df, corpus.points)
 
+
+@pytest.mark.parametrize("engine", QDRANT)
+def test_a_payload_write_that_raises_still_expires_the_kept_filter_counts(engine, tmp_path):
+    """A metadata-only write (a payload overwrite) that raises may have been applied (a server that timed out
+    after writing it): the filter counts kept for the surprises' ``n`` are read again, not kept stale."""
+    with open_memory(engine, tmp_path) as mem:
+        mem.add(_chunks())
+        corpus = mem.backend.calibration()
+        flt = mem.backend.resolve({"kind": "x"}).filter
+        assert corpus.count(flt) == 3  # a, b, c
+        collection = mem.backend.collection
+        real = collection.set_payload
+
+        def applied_then_lost(point_id, payload):
+            real(point_id, payload)
+            raise RuntimeError("the answer was lost")
+
+        collection.set_payload = applied_then_lost
+        with pytest.raises(RuntimeError):
+            mem.upsert(_chunks([("d", "epsilon zeta", {"kind": "x"})]))  # the same text: a payload write only
+        del collection.set_payload
+        assert collection.count(flt) == 4
+        assert corpus.count(flt) == 4
+

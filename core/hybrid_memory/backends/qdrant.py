@@ -1180,9 +1180,11 @@ class QdrantBackend:
             payload = self._payload(chunk, seq)
             pid = self.pid(chunk.chunk_id)
             if version.vector is None:
-                self.collection.set_payload(pid, payload)
-                if self.corpus is not None:
-                    self.corpus.touch()
+                try:
+                    self.collection.set_payload(pid, payload)
+                finally:  # even when it raised: it may have been applied (a server that timed out after it)
+                    if self.corpus is not None:
+                        self.corpus.touch()
             else:
                 dense = np.asarray(version.vector, dtype=np.float32)
                 # an all-zero vector has no direction: written without one, so it is never dense evidence
