@@ -81,13 +81,15 @@ def term_surprise(dfs: Iterable[int], n_docs: int, n: int) -> float | None:
 
         S = -(ln n + sum_t ln(df_t / N))
 
-    Returns nats, or None when ``dfs`` is empty (the top holds no query token: nothing matched).
+    Returns nats, or None when ``dfs`` is empty (the top holds no query token: nothing matched). The same bits
+    for ``dfs`` in any order (the logs are summed by ``math.fsum``, correctly rounded): the embedded index lists
+    the top's tokens by text, the Qdrant engine by sparse index, and a plain float sum differed in its last bit.
     """
     dfs = list(dfs)
     if not dfs or n_docs < 1:
         return None
     log = math.log
-    return len(dfs) * log(n_docs) - log(max(n, 1)) - sum(map(log, dfs))
+    return len(dfs) * log(n_docs) - log(max(n, 1)) - math.fsum(map(log, dfs))
 
 
 class VectorMoments:

@@ -280,3 +280,43 @@ def test_a_payload_write_that_raises_still_expires_the_kept_filter_counts(engine
         assert collection.count(flt) == 4
         assert corpus.count(flt) == 4
 
+
+def test_term_surprise_does_not_depend_on_the_order_of_the_document_frequencies():
+    """The embedded index lists the top's tokens by text, the Qdrant engine by sparse index (crc32): the same
+    document frequencies in another order give the same bits (a plain float sum of the logs differs in its last
+    bit for [2, 2, 6] and [2, 6, 2])."""
+    from hybrid_memory.calibration import term_surprise
+
+    values = {term_surprise(order, 20, 20) for order in ([2, 2, 6], [2, 6, 2], [6, 2, 2])}
+    assert len(values) == 1
+    # 3 ln 20 - ln 20 - ln 2 - ln 2 - ln 6 = ln(400 / 24)
+    assert values.pop() == pytest.approx(math.log(50 / 3), abs=1e-15)
+
+
+@pytest.mark.parametrize("engine", QDRANT)
+def test_sparse_surprise_and_weights_are_bit_equal_when_token_and_index_orders_differ(engine, tmp_path):
+    """The top holds kafka, redi(s) and nginx (df 2, 2, 6 of N = n = 20): by text the embedded index sums their
+    logs as [2, 2, 6], by crc32 the Qdrant engine as [2, 6, 2]; the surprises and effective weights are the same
+    bits on Edge (the dense side bit-equal too) and the sparse surprise on qdrant-client's local mode."""
+    from hybrid_memory.backends.qdrant import token_index
+
+    tokens = ["kafka", "redi", "nginx"]
+    assert sorted(tokens) != sorted(tokens, key=token_index)  # the two orders differ
+    rows = [("top", "kafka redis nginx", {})]
+    for word, df in (("kafka", 2), ("redis", 2), ("nginx", 6)):
+        rows += [(f"{word}{j}", f"{word} filler{word}{j}", {}) for j in range(df - 1)]
+    rows += [(f"other{j}", f"other filler{j}", {}) for j in range(20 - len(rows))]
+    embedder = HashingEmbedder(16)
+    with HybridMemory(embedder=embedder) as embedded, open_memory(engine, tmp_path, embedder=embedder,
+                                                                          avgdl=_avgdl(rows)) as qdrant:
+        embedded.add(_chunks(rows))
+        qdrant.add(_chunks(rows))
+        found = []
+        for memory in (embedded, qdrant):
+            seen = _spy(memory)
+            response = memory.search("kafka redis nginx", top_k=4)
+            found.append((seen["sparse"][-1], response.effective_weights, response.results[0].chunk_id))
+        assert found[0][2] == found[1][2] == "top"
+        assert found[0][0] == found[1][0] == pytest.approx(math.log(50 / 3), abs=1e-12)
+        if engine == "qdrant-edge":
+            assert found[0][1] == found[1][1]
