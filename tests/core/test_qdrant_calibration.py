@@ -320,3 +320,34 @@ def test_sparse_surprise_and_weights_are_bit_equal_when_token_and_index_orders_d
         assert found[0][0] == found[1][0] == pytest.approx(math.log(50 / 3), abs=1e-12)
         if engine == "qdrant-edge":
             assert found[0][1] == found[1][1]
+
+
+def test_above_the_moments_bound_the_statistics_read_no_dense_vector(tmp_path):
+    """Above MOMENTS_MAX_DIM no moments are kept, so neither the build's scroll nor a write's read-back asks for
+    the dense vectors (at 3,072 dimensions 12 KB a point, for nothing): only the ``bm25`` ones; the counts are
+    those of every point."""
+    from hybrid_memory.backends.qdrant_collection import SPARSE
+    from hybrid_memory.calibration import MOMENTS_MAX_DIM
+
+    with open_memory("qdrant-edge", tmp_path, embedder=HashingEmbedder(MOMENTS_MAX_DIM + 8)) as mem:
+        mem.add(_chunks())
+        collection = mem.backend.collection
+        asked = []
+        scroll, retrieve = collection.scroll, collection.retrieve
+
+        def scroll_spy(*args, vectors=False, **kwargs):
+            asked.append(("scroll", vectors))
+            return scroll(*args, vectors=vectors, **kwargs)
+
+        def retrieve_spy(ids, *, vectors=False, **kwargs):
+            asked.append(("retrieve", vectors))
+            return retrieve(ids, vectors=vectors, **kwargs)
+
+        collection.scroll, collection.retrieve = scroll_spy, retrieve_spy
+        corpus = mem.backend.calibration()
+        mem.upsert(_chunks([("a", "alpha beta rewritten", {"kind": "x"})]))
+        mem.delete(["e"])
+        assert ("scroll", [SPARSE]) in asked
+        assert [v for what, v in asked if v] == [[SPARSE]] * 3  # the build, the upsert's and the delete's reads
+        alpha = mem.backend.encoder.document("alpha")[0][0]
+        assert corpus.moments is None and corpus.dfs([alpha]) == ([3], 4)  # a, b, c of a, b, c, d
