@@ -351,3 +351,79 @@ def test_above_the_moments_bound_the_statistics_read_no_dense_vector(tmp_path):
         assert [v for what, v in asked if v] == [[SPARSE]] * 3  # the build, the upsert's and the delete's reads
         alpha = mem.backend.encoder.document("alpha")[0][0]
         assert corpus.moments is None and corpus.dfs([alpha]) == ([3], 4)  # a, b, c of a, b, c, d
+
+
+def test_local_mode_serialises_its_calls_so_searches_racing_writes_do_not_fail():
+    """qdrant-client's local mode keeps points in numpy arrays a write resizes under a concurrent search
+    ("operands could not be broadcast together", 4 of 4 runs of this interleaving before the lock): every call
+    holds the collection's lock, proved by a search held inside the client while another thread cannot take it,
+    then by three searching threads and one writing, stepped together by a barrier."""
+    import threading
+
+    from hybrid_memory import HashingEmbedder, HybridMemory
+
+    memory = HybridMemory.qdrant(":memory:", embedder=HashingEmbedder(16))
+    try:
+        memory.add([{"chunk_id": f"c{i}", "text": f"alpha w{i % 5} beta{i % 3}", "metadata": {"t": i % 2}}
+                    for i in range(40)])
+        collection = memory.backend.collection
+        assert collection.local and collection._serial is not None
+        inner = collection.client.query_batch_points
+        entered, release, seen = threading.Event(), threading.Event(), []
+
+        def held(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            entered.set()
+            assert release.wait(10)
+            return inner(*args, **kwargs)
+
+        collection.client.query_batch_points = held
+        search = threading.Thread(target=lambda: memory.search("alpha w1", top_k=3, fusion="rrf"))
+        search.start()
+        assert entered.wait(10)
+        probe = threading.Thread(target=lambda: seen.append(collection._serial.acquire(blocking=False)))
+        probe.start()
+        probe.join()
+        release.set()
+        search.join()
+        collection.client.query_batch_points = inner
+        assert seen == [False]  # the search held the lock inside the client
+
+        errors: list[str] = []
+        rounds = 30
+        barrier = threading.Barrier(4)
+
+        def writer() -> None:
+            try:
+                for r in range(rounds):
+                    barrier.wait()
+                    if r % 3 == 0:
+                        memory.upsert([{"chunk_id": f"c{(r * 7) % 40}", "text": f"gamma r{r} alpha", "metadata": {"t": r % 2}}])
+                    elif r % 3 == 1:
+                        memory.delete([f"c{(r * 11) % 40}"])
+                    else:
+                        memory.add([{"chunk_id": f"n{r}", "text": f"alpha beta{r % 3} new{r}", "metadata": {"t": 1}}])
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(repr(exc))
+                barrier.abort()
+
+        def reader(k: int) -> None:
+            try:
+                for r in range(rounds):
+                    barrier.wait()
+                    text = ["alpha w1", "beta2 gamma", "new3 alpha"][(r + k) % 3]
+                    memory.search(text, top_k=5, fusion="rrf", metadata_filter={"t": 1} if k == 0 else None)
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(repr(exc))
+                barrier.abort()
+
+        threads = [threading.Thread(target=writer)] + [threading.Thread(target=reader, args=(k,)) for k in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        # 40 added; 10 deleted (r = 1, 4, ..., 28: c11 c4 c37 c30 c23 c16 c9 c2 c35 c28), c4 upserted again at
+        # r = 12; 10 new (n2, n5, ..., n29): 40 - 9 + 10
+        assert memory.count() == 41 and memory.backend.calibration().points == 41
+    finally:
+        memory.close()

@@ -283,6 +283,10 @@ class ClientCollection:
         self._ordering = None if ordering is None else models.WriteOrdering(ordering)
         # local mode evaluates filters in Python on the payload as written (no float re-reading)
         self.local = type(getattr(client, "_client", None)).__name__ == "QdrantLocal"
+        self._serial = threading.RLock() if self.local else None
+        """Local mode is not thread-safe (qdrant-client's ``QdrantLocal`` keeps its points in numpy arrays that a
+        write resizes under a concurrent search: ``ValueError: operands could not be broadcast together``, seen
+        with three searching threads and one writing): every call into it holds this lock. A server needs none."""
         self.target = _target(client)
         self.created = False
         self.terms = False
@@ -293,9 +297,10 @@ class ClientCollection:
         and what to do: a lost connection (:func:`_connection_lost`) into :class:`BackendUnavailableError`, a
         deleted collection into :class:`StoreFormatError`, a request the server refused (:func:`_refusal`) as
         invalid into :class:`InvalidRequestError`, for the API key or for any other reason into
-        :class:`BackendUnavailableError`; other errors pass."""
+        :class:`BackendUnavailableError`; other errors pass. In local mode the block holds :attr:`_serial`."""
         try:
-            yield
+            with self._serial if self._serial is not None else contextlib.nullcontext():
+                yield
         except Exception as exc:
             if _collection_gone(exc):
                 raise StoreFormatError(
@@ -333,6 +338,11 @@ class ClientCollection:
             ) from exc
 
     def ensure(self, dim: int, indexes: Mapping[str, str]) -> None:
+        """:meth:`_ensure`, holding :attr:`_serial` in local mode."""
+        with self._serial if self._serial is not None else contextlib.nullcontext():
+            self._ensure(dim, indexes)
+
+    def _ensure(self, dim: int, indexes: Mapping[str, str]) -> None:
         """Create the collection unless it exists, else check its schema; create the payload indexes
         (``{payload key: "keyword" | "float" | "bool"}``) that are missing. Raises StoreFormatError."""
         m = self._m
@@ -462,7 +472,8 @@ class ClientCollection:
 
     def close(self) -> None:
         """Close the client."""
-        self.client.close()
+        with self._serial if self._serial is not None else contextlib.nullcontext():
+            self.client.close()
 
 
 def _target(client: Any) -> str:
