@@ -119,12 +119,15 @@ def test_cli_refuses_bad_targets(tmp_path, capsys):
     assert main(["export-qdrant", "--memory", str(other), "--hashing-dim", "8", "-q", "--edge-path", str(tmp_path / "s4")]) == 0
 
 
-def test_an_unreachable_server_fails_before_the_progress_bar(tmp_path, capsys):
+def test_an_unreachable_server_fails_before_the_progress_bar(tmp_path, capsys, monkeypatch):
     """The connection and the collection are checked before the bar is drawn: no '0/6' bar over the error; the
-    message names the URL and no folder, and qdrant-client's version-check warning is not printed."""
+    message names the URL and no folder, and qdrant-client's version-check warning is not printed. Stderr plays
+    a terminal here (the bar is drawn only on one)."""
+    import sys
     import warnings
 
     _memory(tmp_path / "mem")
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16",
@@ -135,7 +138,7 @@ def test_an_unreachable_server_fails_before_the_progress_bar(tmp_path, capsys):
                    "ResponseHandlingException: [Errno 111] Connection refused; check that the server is running at "
                    "that URL (and the API key)\n")
     assert "export-qdrant:" not in err and "chunk/s" not in err  # tqdm's bar: never started
-    # the bar still runs for a reachable target, from 0 to every chunk
+    # the bar still runs for a reachable target (stderr a terminal), from 0 to every chunk
     assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16",
                  "--edge-path", str(tmp_path / "shard")]) == 0
     assert "7/7" in capsys.readouterr().err
@@ -838,3 +841,12 @@ def test_search_on_a_hashing_shard_with_another_dimension_names_hashing_dim(tmp_
         "out: the default all-MiniLM-L6-v2 gives 384), or give another directory")
     assert main(["search", "Dana", "--edge-path", str(shard), "--hashing-dim", "16"]) == 0  # the fix named works
     assert json.loads(capsys.readouterr().out)["results"]
+
+
+def test_cli_draws_no_bar_when_stderr_is_not_a_terminal(tmp_path, capsys):
+    _memory(tmp_path / "mem")
+    capsys.readouterr()
+    assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16",
+                 "--edge-path", str(tmp_path / "shard")]) == 0  # no -q: stderr captured, not a terminal
+    err = capsys.readouterr().err
+    assert "export-qdrant:" not in err and "\r" not in err

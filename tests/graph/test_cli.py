@@ -109,3 +109,14 @@ def test_a_missing_graph_names_the_graphs_that_exist(tmp_path, capsys):
     capsys.readouterr()
     assert main(["graph", "show", "--memory", memory, "--scope", "tenant=other"]) == 2
     assert "(this memory has graphs for: --scope tenant=acme, no --scope)" in capsys.readouterr().err
+
+
+def test_graph_build_draws_no_bar_into_a_file_or_pipe_and_takes_quiet(memory_dir, capsys):
+    """The README: a bar is drawn only when stderr is a terminal (captured here: not one), as ingest does."""
+    mem = ["--memory", str(memory_dir), "--hashing-dim", "64"]
+    capsys.readouterr()
+    assert main(["graph", "build", *mem, "--rebuild"]) == 0
+    err = capsys.readouterr().err
+    assert "extracting" not in err and "summarising" not in err and "\r" not in err
+    assert main(["graph", "build", *mem, "-q"]) == 0  # accepted, as ingest -q and export-qdrant -q
+    assert "\r" not in capsys.readouterr().err

@@ -416,7 +416,7 @@ def _cmd_export(args) -> int:  # noqa: ANN001
         if not args.quiet:
             from tqdm import tqdm
 
-            bar = tqdm(total=total, unit="chunk", desc="export-qdrant", file=sys.stderr)
+            bar = tqdm(total=total, unit="chunk", desc="export-qdrant", file=sys.stderr, disable=None)  # None: off unless a terminal
         last = [0]
 
         def progress(done: int) -> None:

@@ -96,11 +96,11 @@ def _cmd_build(args: argparse.Namespace) -> int:
                 community_backend=args.community_backend or "graspologic",
                 embedder=memory.embedder,
                 path=_graph_dir(args),
-                show_progress=True,
+                show_progress=not args.quiet,
             )
         else:  # incremental: only what changed since the last build
             index = GraphIndex.open(target)
-            index.show_progress = True
+            index.show_progress = not args.quiet
             saved = {"max_cluster_size": index.max_cluster_size, "seed": index.seed,
                      "community_backend": index.community_backend}
             asked = {"max_cluster_size": args.max_cluster_size, "seed": args.seed,
@@ -241,6 +241,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     build.add_argument("--technical", action="store_true",
                        help="offline extractor without capitalised proper nouns (logs, code)")
     build.add_argument("--rebuild", action="store_true", help="start from scratch instead of refreshing")
+    build.add_argument("-q", "--quiet", action="store_true",
+                       help="no progress bars (they are drawn only when stderr is a terminal)")
     build.set_defaults(func=_cmd_build)
 
     ask = sub.add_parser("ask", help="answer a question about the whole memory from community reports")

@@ -227,7 +227,8 @@ class GraphIndex:
             after.pop(cid, None)
             self.failures.pop(cid, None)
         chunks = self._fetch(memory, sorted(todo))
-        for chunk in tqdm(chunks, total=len(todo), desc="extracting", unit="chunk", disable=not self.show_progress):
+        for chunk in tqdm(chunks, total=len(todo), desc="extracting", unit="chunk",
+                          disable=None if self.show_progress else True):  # None: off unless stderr is a terminal
             extraction = self._extract(chunk)
             if extraction is None:
                 after.pop(chunk.chunk_id, None)
@@ -395,7 +396,8 @@ class GraphIndex:
         calls = 0
         failed: list[str] = []
         ordered = sort_for_summarising(stale)
-        for community in tqdm(ordered, desc="summarising", unit="community", disable=not self.show_progress):
+        for community in tqdm(ordered, desc="summarising", unit="community",
+                              disable=None if self.show_progress else True):
             context = self._context(memory, community)
             calls += 1
             try:
