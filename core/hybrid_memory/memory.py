@@ -1421,11 +1421,13 @@ class HybridMemory:
 
     def _check_open(self) -> None:
         if self._closed:
-            reopen = (
-                f"open it again with HybridMemory.open(path) ({self.path})" if self.path is not None
-                else "open it again with HybridMemory.open(path) for a folder; an in-RAM memory's chunks are gone with it"
-            )
-            raise MemoryClosedError(f"this memory is closed; {reopen}")
+            raise MemoryClosedError(f"this memory is closed; {self._reopen_hint()}")
+
+    def _reopen_hint(self) -> str:
+        """How to open this memory again (the closed-memory message's fix)."""
+        if self.path is not None:
+            return f"open it again with HybridMemory.open(path) ({self.path})"
+        return "open it again with HybridMemory.open(path) for a folder; an in-RAM memory's chunks are gone with it"
 
     def __enter__(self) -> HybridMemory:
         return self

@@ -270,3 +270,23 @@ def test_an_edge_shard_open_elsewhere_is_store_busy_naming_the_fix(tmp_path):
     first.close()
     with HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(16)) as again:
         assert again.count() == 1
+
+
+def test_a_closed_qdrant_memory_names_how_to_open_it_again(tmp_path):
+    """A fresh user's finding: a closed Edge memory's message named HybridMemory.open(path), an embedded folder."""
+    from hybrid_memory import HashingEmbedder, HybridMemory
+    from hybrid_memory._exceptions import MemoryClosedError
+
+    cases = [
+        (HybridMemory.qdrant(edge_path=tmp_path / "edge1", embedder=HashingEmbedder(16)),
+         f"this memory is closed; open it again with HybridMemory.qdrant(edge_path={str(tmp_path / 'edge1')!r})"),
+        (HybridMemory.qdrant(str(tmp_path / "local"), collection="notes", embedder=HashingEmbedder(16)),
+         f"this memory is closed; open it again with HybridMemory.qdrant({str(tmp_path / 'local')!r}, collection='notes')"),
+        (HybridMemory.qdrant(":memory:", embedder=HashingEmbedder(16)),
+         "this memory is closed; a qdrant-client ':memory:' collection's chunks are gone with it"),
+    ]
+    for memory, message in cases:
+        memory.close()
+        with pytest.raises(MemoryClosedError) as err:
+            memory.search("x")
+        assert str(err.value) == message

@@ -223,6 +223,19 @@ class BackendMemory(HybridMemory):
         """Nothing to defer on a backend (it indexes as it stores); kept so loaders run unchanged."""
         yield self
 
+    def _reopen_hint(self) -> str:
+        """How to open this memory again: on the same Qdrant Edge shard or collection."""
+        backend = self.backend
+        shard = getattr(backend, "path", None)
+        if shard is not None:
+            return f"open it again with HybridMemory.qdrant(edge_path={str(shard)!r})"
+        collection = getattr(getattr(backend, "collection", None), "name", "hybrid_memory")
+        target = str(getattr(getattr(backend, "collection", None), "target", ""))
+        target = target.removeprefix("local mode ")  # qdrant-client's local mode: its folder, or :memory:
+        if target in ("", ":memory:"):
+            return "a qdrant-client ':memory:' collection's chunks are gone with it"
+        return f"open it again with HybridMemory.qdrant({target!r}, collection={collection!r})"
+
     # -- reads --------------------------------------------------------------------------------------
     def get(self, chunk_ids: Iterable[str] | str, *, scope: Scope | Mapping[str, Any] | None = None) -> list[StoredChunk]:
         """Stored chunks in the order of ``chunk_ids`` (a list; a lone str is one id); unknown ids (and ids outside
