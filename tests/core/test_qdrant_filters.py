@@ -165,3 +165,19 @@ def test_translation_is_qdrant_rest_json():
     }
     assert translate(parse_filter({"owner": {"$exists": False}})) == {"must": [{"is_empty": {"key": "f.m6f776e6572.e"}}]}
     assert ALL == set(ROWS)
+
+
+def test_a_float_index_the_shard_holds_is_found_on_reopen_without_declaring_it(tmp_path):
+    """A fresh user's finding: a shard written with indexed_keys={"severity": "float"} refused a range filter on
+    severity when reopened without declaring it again; the shard's payload schema says it is indexed."""
+    from hybrid_memory import HashingEmbedder, HybridMemory
+
+    path = tmp_path / "shard"
+    with HybridMemory.qdrant(edge_path=path, embedder=HashingEmbedder(16), indexed_keys={"severity": "float"}) as memory:
+        memory.add([{"chunk_id": f"a{i}", "text": "disk full", "metadata": {"severity": i, "rank": i}} for i in range(5)])
+    with HybridMemory.qdrant(edge_path=path, embedder=HashingEmbedder(16)) as memory:
+        assert (("m", "severity") in memory.backend.exact_ranges) and (("m", "rank") not in memory.backend.exact_ranges)
+        found = memory.search("disk full", top_k=5, metadata_filter={"severity": {"$lte": 2}})
+        assert sorted(r.chunk_id for r in found.results) == ["a0", "a1", "a2"]
+        with pytest.raises(Exception, match=r"--index-key rank=float"):  # no index on rank: still refused, naming it
+            memory.search("disk full", metadata_filter={"rank": {"$lte": 2}})

@@ -887,6 +887,15 @@ class QdrantBackend:
         exact = {(SYSTEM, f) for f in TIME_FIELDS}
         if self.payload_indexes:
             exact |= {(METADATA, k) for k, kind in self.indexed_keys.items() if kind == "float"}
+        # a float index the collection already holds (declared by an earlier open, or export-qdrant --index-key)
+        # makes that key's order tests exact without declaring it again
+        prefix = f"{FIELDS}.{METADATA}"
+        for key in getattr(self.collection, "float_indexed", ()):
+            if key.startswith(prefix) and key.endswith(".n"):
+                try:
+                    exact.add((METADATA, bytes.fromhex(key[len(prefix):-2]).decode("utf-8")))
+                except ValueError:  # not a key this library wrote
+                    continue
         self.exact_ranges = None if getattr(self.collection, "local", False) else exact
         self.dim = int(dim)
         self.corpus = CorpusStats(self.collection, self.dim, shared=not isinstance(self.collection, EdgeCollection))

@@ -246,6 +246,14 @@ def _cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:200]}"
 
 
+def _float_indexed(schema: Mapping[str, Any], declared: Mapping[str, str]) -> set[str]:
+    """Payload keys with a float index: those the collection already holds (its ``payload_schema``, a server's
+    ``PayloadSchemaType.FLOAT`` or Edge's ``PayloadSchemaType.Float``) and those just declared."""
+    held = {key for key, info in (schema or {}).items()
+            if str(getattr(info, "data_type", "")).lower().rsplit(".", 1)[-1] == "float"}
+    return held | {key for key, kind in declared.items() if kind == "float"}
+
+
 class ClientCollection:
     """A collection through ``qdrant_client`` (server, cluster, or local mode).
 
@@ -290,6 +298,8 @@ class ClientCollection:
         self.target = _target(client)
         self.created = False
         self.terms = False
+        self.float_indexed: set[str] = set()
+        """Payload keys with a float index, read by :meth:`ensure` (held before, or declared)."""
 
     @contextlib.contextmanager
     def _reached(self, what: str, *, write: bool = False) -> Iterator[None]:
@@ -369,6 +379,7 @@ class ClientCollection:
         terms = (params.sparse_vectors or {}).get(TERMS)
         self.terms = terms is not None and terms.modifier in (None, m.Modifier.NONE)
         schema = self.client.get_collection(self.name).payload_schema or {}
+        self.float_indexed = _float_indexed(schema, indexes)
         kinds = {"keyword": m.PayloadSchemaType.KEYWORD, "float": m.PayloadSchemaType.FLOAT,
                  "bool": m.PayloadSchemaType.BOOL, "integer": m.PayloadSchemaType.INTEGER}
         with warnings.catch_warnings():  # local mode warns that payload indexes have no effect there
@@ -555,6 +566,8 @@ class EdgeCollection:
         self.shard: Any = None
         self.created = False
         self.terms = False
+        self.float_indexed: set[str] = set()
+        """Payload keys with a float index, read by :meth:`ensure` (held before, or declared)."""
         self.payload_memory = payload_memory
         self.search_threads = search_threads
         self.payload_cache = payload_cache
@@ -623,6 +636,7 @@ class EdgeCollection:
                 "was built with, or give another directory"
             ) from exc
         schema = self.shard.info().payload_schema
+        self.float_indexed = _float_indexed(schema, indexes)
         kinds = {"keyword": qe.PayloadSchemaType.Keyword, "float": qe.PayloadSchemaType.Float,
                  "bool": qe.PayloadSchemaType.Bool, "integer": qe.PayloadSchemaType.Integer}
         for key, kind in indexes.items():
