@@ -491,7 +491,10 @@ def _request_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if args.top_k is not None:
         request["top_k"] = args.top_k
     if args.filter:
-        request["metadata_filter"] = _load_json(args.filter, "--filter")
+        request["metadata_filter"] = _load_json(
+            args.filter, "--filter",
+            fix="give a JSON object in single quotes for the shell, with double quotes inside: "
+                "--filter '{\"environment\": \"production\"}'")
     params = request.get("hybrid_params") or {}
     if not isinstance(params, dict):
         raise HybridMemoryError(
@@ -527,12 +530,14 @@ def _read_request_file(path: str) -> str:
                                 "permissions") from None
 
 
-def _load_json(text: str, where: str) -> Any:
-    """json.loads with the errors a user can fix named: bad JSON, or nesting too deep for the parser."""
+def _load_json(text: str, where: str, fix: str | None = None) -> Any:
+    """json.loads with the errors a user can fix named: bad JSON (with ``fix`` appended when given), or nesting
+    too deep for the parser."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise HybridMemoryError(f"{where}: invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from exc
+        raise HybridMemoryError(f"{where}: invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+                                + (f"; {fix}" if fix else "")) from exc
     except RecursionError as exc:
         raise HybridMemoryError(f"{where}: JSON nested too deeply (thousands of levels); flatten it") from exc
 

@@ -110,8 +110,10 @@ def read_beir_corpus(path: StrPath, *, source: str | None = None) -> Iterator[Ch
             raise InvalidRequestError(f"{where}: '_id' must be a string, got {type(doc_id).__name__}")
         title = doc.get("title") or ""
         text = doc["text"]
-        if not isinstance(title, str) or not isinstance(text, str):
-            raise InvalidRequestError(f"{where}: 'title' and 'text' must be strings")
+        for name, value in (("title", title), ("text", text)):
+            if not isinstance(value, str):
+                raise InvalidRequestError(f"{where}: {name!r} must be a string, got {type(value).__name__} "
+                                          f"{value!r:.40}; give a JSON string: \"{name}\": \"...\"")
         metadata = doc.get("metadata") or {}
         if not isinstance(metadata, Mapping):
             raise InvalidRequestError(

@@ -664,3 +664,15 @@ def test_graph_build_on_a_scope_of_no_chunks_says_so_and_builds_nothing(tmp_path
         f"hybrid-memory: error: the memory at {empty} holds 0 chunks, so no graph was built; add some first: "
         f"hybrid-memory ingest FILE_OR_FOLDER --memory {empty}\n")
     assert not (empty / "graph").exists()
+
+
+def test_a_filter_that_is_not_json_shows_how_to_quote_one(tmp_path, capsys):
+    memory = str(tmp_path / "mem")
+    assert main(["ingest", str(EXAMPLE / "notes.jsonl"), "--memory", memory, "--hashing-dim", "64", "-q"]) == 0
+    capsys.readouterr()
+    for given in ("environment=production", "{'environment': 'production'}"):
+        assert main(["search", "504", "--memory", memory, "--hashing-dim", "64", "--filter", given]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("hybrid-memory: error: --filter: invalid JSON (")
+        assert err.rstrip().endswith("give a JSON object in single quotes for the shell, with double quotes inside: "
+                                     "--filter '{\"environment\": \"production\"}'")
