@@ -22,8 +22,10 @@ step with this backend's writes:
   Edge shard there are none (a shard is opened by one process at a time). For a collection reached through
   qdrant-client (a server, shared), :meth:`CorpusStats.current` compares the collection's point count with the
   statistics' at most every :data:`DRIFT_SECONDS` and rebuilds on a difference: the calibration on a shared
-  server follows other writers with that lag, and an upsert by another writer that replaces points without
-  changing their number is not detected (until the next rebuild: :meth:`CorpusStats.invalidate`).
+  server follows other writers with that lag, and another writer's changes that leave the number of points as
+  it was (upserts replacing points, or as many deletes as adds between two checks) are not detected until the
+  next rebuild (:meth:`CorpusStats.invalidate`, or a count change). The statistics then describe a slightly
+  older corpus: the weights drift, the results stay exact rankings of the stored points.
 
 The document frequencies are exact live counts of points holding each sparse index (deleted points leave at
 once), which is what the embedded index counts after a merge. Tokens colliding on one crc32 index (about one pair
