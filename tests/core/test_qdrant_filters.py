@@ -177,6 +177,8 @@ def test_a_float_index_the_shard_holds_is_found_on_reopen_without_declaring_it(t
         memory.add([{"chunk_id": f"a{i}", "text": "disk full", "metadata": {"severity": i, "rank": i}} for i in range(5)])
     with HybridMemory.qdrant(edge_path=path, embedder=HashingEmbedder(16)) as memory:
         assert (("m", "severity") in memory.backend.exact_ranges) and (("m", "rank") not in memory.backend.exact_ranges)
+        stats = memory.backend.stats()
+        assert stats["indexed_keys"] == {} and stats["range_filter_keys"] == ["severity"]  # declared vs usable
         found = memory.search("disk full", top_k=5, metadata_filter={"severity": {"$lte": 2}})
         assert sorted(r.chunk_id for r in found.results) == ["a0", "a1", "a2"]
         with pytest.raises(Exception, match=r"--index-key rank=float"):  # no index on rank: still refused, naming it

@@ -1231,15 +1231,21 @@ class QdrantBackend:
         return out
 
     def stats(self) -> dict[str, Any]:
-        """Backend name, collection, points, BM25 configuration (the ``avgdl`` writes use, tokens), indexed keys;
+        """Backend name, collection, points, BM25 configuration (the ``avgdl`` writes use, tokens), indexed keys
+        (declared on this open), ``range_filter_keys`` (the metadata keys order filters may use: a float payload index
+        declared or already held by the collection; None in qdrant-client's local mode, where every key may);
         for an Edge shard also ``export``: its export record (:func:`~hybrid_memory.backends.edge_info.read_export_info`:
         source memory, chunks copied, whether the copy completed, avgdl; None when ``export-qdrant`` did not
         write the shard) and ``export_warning``: for an interrupted copy (``complete: false``) the warning that it
         lacks chunks and how to write it again (:func:`~hybrid_memory.backends.edge_info.partial_export`), else
         None)."""
+        ranges = self.exact_ranges
         out = {"backend": self.name, "collection": getattr(self.collection, "name", None),
                "points": self.collection.count(None), "bm25": self.encoder.config(),
-               "indexed_keys": dict(self.indexed_keys)}
+               "indexed_keys": dict(self.indexed_keys),
+               # the metadata keys $gt / $gte / $lt / $lte may filter on: a float payload index, declared on this
+               # open or held by the collection; None where every key may (qdrant-client's local mode)
+               "range_filter_keys": None if ranges is None else sorted(k for ns, k in ranges if ns == METADATA)}
         if self.path is not None:
             from .edge_info import partial_export, read_export_info
 
