@@ -427,3 +427,36 @@ def test_local_mode_serialises_its_calls_so_searches_racing_writes_do_not_fail()
         assert memory.count() == 41 and memory.backend.calibration().points == 41
     finally:
         memory.close()
+
+
+@pytest.mark.parametrize("engine", QDRANT)
+def test_a_failure_while_counting_a_stored_write_forgets_the_statistics(engine, tmp_path):
+    """The write is stored, then counting it in fails part way (here: after counting the old vectors out): the
+    statistics are forgotten and rebuilt from the collection by the next search, never left half-updated."""
+    from hybrid_memory.backends.qdrant_calibration import CorpusStats
+
+    with open_memory(engine, tmp_path) as mem:
+        mem.add(_chunks())
+        corpus = mem.backend.calibration()
+        assert corpus.points == 5
+        real = CorpusStats._count
+        calls = []
+
+        def fails_second(records, moments, df, sign):  # noqa: ANN001, ANN202
+            calls.append(sign)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+            return real(records, moments, df, sign)
+
+        CorpusStats._count = staticmethod(fails_second)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                mem.upsert(_chunks([("a", "alpha omega", {"kind": "x"})]))  # a new text: vectors replaced
+        finally:
+            CorpusStats._count = staticmethod(real)
+        assert calls == [-1, 1] and not corpus._built  # forgotten, not left with a's old vectors counted out
+        assert mem.get(["a"])[0].text == "alpha omega"  # the write is stored
+        rebuilt = mem.backend.calibration()
+        assert rebuilt.points == 5 and rebuilt.dfs([])[1] == 5
+        fresh = CorpusStats(mem.backend.collection, mem.backend.dim, shared=False).current()
+        assert rebuilt._df == fresh._df and np.array_equal(rebuilt.moments.to_array(), fresh.moments.to_array())

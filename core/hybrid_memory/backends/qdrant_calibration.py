@@ -241,9 +241,13 @@ class CorpusStats:
             except BaseException:
                 self.invalidate()
                 raise
-            with self._read_lock:
-                moments = self.moments
-                self._count(old, moments, self._df, -1)
-                self._count(new, moments, self._df, 1)
-                self.points += len(new) - len(old)
-                self._generation += 1
+            try:
+                with self._read_lock:
+                    moments = self.moments
+                    self._count(old, moments, self._df, -1)
+                    self._count(new, moments, self._df, 1)
+                    self.points += len(new) - len(old)
+                    self._generation += 1
+            except BaseException:  # counted part way (an interrupt, a malformed vector): rebuild, never half-right
+                self.invalidate()
+                raise
