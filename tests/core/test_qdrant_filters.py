@@ -183,3 +183,12 @@ def test_a_float_index_the_shard_holds_is_found_on_reopen_without_declaring_it(t
         assert sorted(r.chunk_id for r in found.results) == ["a0", "a1", "a2"]
         with pytest.raises(Exception, match=r"--index-key rank=float"):  # no index on rank: still refused, naming it
             memory.search("disk full", metadata_filter={"rank": {"$lte": 2}})
+
+
+def test_field_key_inverts_field_name():
+    from hybrid_memory.backends.qdrant_filters import field_key, field_name
+
+    for namespace, key in [("m", "severity"), ("m", "a.b \"c\""), ("s", "valid_from"), ("m", "größe")]:
+        assert field_key(field_name(namespace, key)) == (namespace, key)
+    assert field_name("m", "severity") == "m7365766572697479"
+    assert field_key("mzz") is None and field_key("mff") is None  # not hex; not UTF-8

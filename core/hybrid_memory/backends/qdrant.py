@@ -129,7 +129,7 @@ from .qdrant_collection import (
     Point,
 )
 from .qdrant_calibration import CorpusStats
-from .qdrant_filters import FIELDS, field_name, filterable_fields, translate
+from .qdrant_filters import FIELDS, field_key, field_name, filterable_fields, translate
 
 __all__ = ["MIN_TERMS", "NAMESPACE", "QdrantBackend", "QdrantFilter", "SparseEncoder", "engine_id", "point_id",
            "point_uuid", "token_index"]
@@ -885,17 +885,12 @@ class QdrantBackend:
         if self.uuid_ids:
             logger.info("Qdrant collection %r holds UUID point ids (format 1): kept", self.collection.name)
         exact = {(SYSTEM, f) for f in TIME_FIELDS}
-        if self.payload_indexes:
-            exact |= {(METADATA, k) for k, kind in self.indexed_keys.items() if kind == "float"}
-        # a float index the collection already holds (declared by an earlier open, or export-qdrant --index-key)
-        # makes that key's order tests exact without declaring it again
-        prefix = f"{FIELDS}.{METADATA}"
-        for key in getattr(self.collection, "float_indexed", ()):
-            if key.startswith(prefix) and key.endswith(".n"):
-                try:
-                    exact.add((METADATA, bytes.fromhex(key[len(prefix):-2]).decode("utf-8")))
-                except ValueError:  # not a key this library wrote
-                    continue
+        # the metadata keys with a float index: declared now (created by ensure) or already held by the collection
+        # (an earlier open, export-qdrant --index-key), so a key's order tests need not be declared on every open
+        for name in getattr(self.collection, "float_indexed", ()):
+            found = field_key(name[len(FIELDS) + 1:-2]) if name.startswith(f"{FIELDS}.") and name.endswith(".n") else None
+            if found is not None and found[0] == METADATA:
+                exact.add(found)
         self.exact_ranges = None if getattr(self.collection, "local", False) else exact
         self.dim = int(dim)
         self.corpus = CorpusStats(self.collection, self.dim, shared=not isinstance(self.collection, EdgeCollection))

@@ -238,16 +238,12 @@ class CorpusStats:
             old = self.collection.retrieve(ids, vectors=self._vectors(self.moments), payload=False) if ids else []
             try:
                 write()
-            except BaseException:
-                self.invalidate()
-                raise
-            try:
                 with self._read_lock:
                     moments = self.moments
                     self._count(old, moments, self._df, -1)
                     self._count(new, moments, self._df, 1)
                     self.points += len(new) - len(old)
                     self._generation += 1
-            except BaseException:  # counted part way (an interrupt, a malformed vector): rebuild, never half-right
+            except BaseException:  # the write may be partly applied, or counted part way: rebuild, never half-right
                 self.invalidate()
                 raise

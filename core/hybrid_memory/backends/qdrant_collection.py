@@ -291,10 +291,11 @@ class ClientCollection:
         self._ordering = None if ordering is None else models.WriteOrdering(ordering)
         # local mode evaluates filters in Python on the payload as written (no float re-reading)
         self.local = type(getattr(client, "_client", None)).__name__ == "QdrantLocal"
-        self._serial = threading.RLock() if self.local else None
+        self._serial = threading.RLock() if self.local else contextlib.nullcontext()
         """Local mode is not thread-safe (qdrant-client's ``QdrantLocal`` keeps its points in numpy arrays that a
         write resizes under a concurrent search: ``ValueError: operands could not be broadcast together``, seen
-        with three searching threads and one writing): every call into it holds this lock. A server needs none."""
+        with three searching threads and one writing): every call into it holds this lock. A server needs none
+        (a context that does nothing)."""
         self.target = _target(client)
         self.created = False
         self.terms = False
@@ -309,7 +310,7 @@ class ClientCollection:
         invalid into :class:`InvalidRequestError`, for the API key or for any other reason into
         :class:`BackendUnavailableError`; other errors pass. In local mode the block holds :attr:`_serial`."""
         try:
-            with self._serial if self._serial is not None else contextlib.nullcontext():
+            with self._serial:
                 yield
         except Exception as exc:
             if _collection_gone(exc):
@@ -349,7 +350,7 @@ class ClientCollection:
 
     def ensure(self, dim: int, indexes: Mapping[str, str]) -> None:
         """:meth:`_ensure`, holding :attr:`_serial` in local mode."""
-        with self._serial if self._serial is not None else contextlib.nullcontext():
+        with self._serial:
             self._ensure(dim, indexes)
 
     def _ensure(self, dim: int, indexes: Mapping[str, str]) -> None:
@@ -483,7 +484,7 @@ class ClientCollection:
 
     def close(self) -> None:
         """Close the client."""
-        with self._serial if self._serial is not None else contextlib.nullcontext():
+        with self._serial:
             self.client.close()
 
 

@@ -68,6 +68,7 @@ from ..filters import BOOL, LIST, METADATA, NULL, NUMBER, SYSTEM, TEXT, Node, ca
 __all__ = [
     "FIELDS",
     "MAX_EXACT_NUMBER",
+    "field_key",
     "field_name",
     "filterable_fields",
     "to_client_filter",
@@ -89,6 +90,15 @@ def field_name(namespace: str, key: str) -> str:
     """The payload key (under :data:`FIELDS`) of a metadata key (namespace ``"m"``) or system field (``"s"``):
     the namespace then the key's UTF-8 bytes in hex, so no key (dots, quotes, any script) is read as a path."""
     return namespace + key.encode("utf-8").hex()
+
+
+def field_key(name: str) -> tuple[str, str] | None:
+    """The inverse of :func:`field_name`: ``(namespace, key)`` of a payload key written by it (without the
+    :data:`FIELDS` prefix and the type suffix), None for a name it did not write."""
+    try:
+        return name[:1], bytes.fromhex(name[1:]).decode("utf-8")
+    except ValueError:  # not hex, or not UTF-8
+        return None
 
 
 def _integral(value: int | float) -> bool:

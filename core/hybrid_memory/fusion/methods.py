@@ -209,12 +209,7 @@ def _padded_lists(inp: FusionInput, names: Sequence[str]) -> dict[str, list[floa
     return lists
 
 
-def _confident_alphas(inp: FusionInput, *, calibrated: bool = False) -> dict[str, float]:
-    """:func:`_weighed_alphas` without its calibration flag."""
-    return _weighed_alphas(inp, calibrated=calibrated)[0]
-
-
-def _weighed_alphas(inp: FusionInput, *, calibrated: bool = False) -> tuple[dict[str, float], bool | None]:
+def _confident_alphas(inp: FusionInput, *, calibrated: bool = False) -> tuple[dict[str, float], bool | None]:
     """Convex per-query weights. With ``calibrated``, when the surprise of every engine with a say (a prior > 0
     and candidates) is known: ``prior x`` :func:`~hybrid_memory.fusion.adaptive.surprise_factor` ``(S_e)``, the
     evidence in nats that the engine's top hit is not a chance one (see :func:`fuse_adaptive`). Otherwise
@@ -239,7 +234,7 @@ def _weighed_alphas(inp: FusionInput, *, calibrated: bool = False) -> tuple[dict
 
 def fuse_confidence(inp: FusionInput) -> FusionOutcome:
     """z-score fusion with per-query weights: prior x (1 + top-hit z-score of the engine's list), made convex."""
-    alphas = _confident_alphas(inp)
+    alphas, _ = _confident_alphas(inp)
     return FusionOutcome(_unit(*_zscores(inp, alphas)), alphas)
 
 
@@ -262,7 +257,7 @@ def fuse_zscore_guard(inp: FusionInput) -> FusionOutcome:
 
 def fuse_adaptive_uncalibrated(inp: FusionInput) -> FusionOutcome:
     """:func:`fuse_adaptive` without step 2's calibration against chance (the default of earlier releases)."""
-    alphas = _confident_alphas(inp)
+    alphas, _ = _confident_alphas(inp)
     keys, fused = _zscores(inp, alphas, log_bm25=True)
     return FusionOutcome(_unit(keys, guard_columns(fused, inp.columns[2])), alphas)
 
@@ -297,7 +292,7 @@ def fuse_adaptive(inp: FusionInput) -> FusionOutcome:
     Reported rescaled to [0, 1] over the candidates (best 1), which changes no order. Computed on
     :attr:`FusionInput.columns` with the array forms of those functions (same formulas).
     """
-    alphas, calibrated = _weighed_alphas(inp, calibrated=True)
+    alphas, calibrated = _confident_alphas(inp, calibrated=True)
     keys, fused = _zscores(inp, alphas, log_bm25=True)
     return FusionOutcome(_unit(keys, guard_columns(fused, inp.columns[2])), alphas, calibrated)
 
