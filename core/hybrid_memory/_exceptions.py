@@ -11,6 +11,7 @@ The whole tree::
     │   └── ScopeError                     a scoped view was asked to write or reach outside its scope
     ├── DimensionMismatchError (ValueError) a vector's dimension differs from the memory's
     ├── StoreFormatError                   a memory directory is missing, damaged, or from another version/embedder
+    │   └── MemoryNotFoundError (FileNotFoundError) open() found no memory at the path (create=True makes one)
     ├── StoreBusyError                     another process held the memory's write lock longer than the busy timeout
     ├── BackendUnavailableError (ConnectionError) a backend's server (Qdrant) could not be reached: at open or later
     └── MissingDependencyError (ImportError) an optional extra is not installed; the message has the pip line
@@ -27,6 +28,7 @@ __all__ = [
     "InvalidFilterError",
     "InvalidRequestError",
     "MemoryClosedError",
+    "MemoryNotFoundError",
     "MissingDependencyError",
     "ScopeError",
     "StoreBusyError",
@@ -73,6 +75,12 @@ class DimensionMismatchError(HybridMemoryError, ValueError):
 
 class StoreFormatError(HybridMemoryError):
     """A memory directory is missing or damaged, has another format version, or was built with another embedder."""
+
+
+class MemoryNotFoundError(StoreFormatError, FileNotFoundError):
+    """:meth:`HybridMemory.open <hybrid_memory.memory.HybridMemory.open>` found no memory at the path (a mistyped
+    path must not silently give an empty memory); ``create=True`` makes one. A :class:`StoreFormatError`, which
+    it was raised as before, and a ``FileNotFoundError``, what ``open()`` of a missing path raises in Python."""
 
 
 class StoreBusyError(HybridMemoryError):

@@ -37,6 +37,7 @@ from ._exceptions import (
     InvalidRequestError,
     MemoryClosedError,
     StoreBusyError,
+    MemoryNotFoundError,
     StoreFormatError,
 )
 from ._options import check_memory_options
@@ -341,8 +342,9 @@ class HybridMemory:
         """Open the memory directory at ``path``; keyword arguments as for the constructor.
 
         Raises:
-            StoreFormatError: there is no memory at ``path`` (a mistyped path must not silently give an empty
-                memory) unless ``create=True``; or as the constructor.
+            MemoryNotFoundError: there is no memory at ``path`` (a mistyped path must not silently give an empty
+                memory) unless ``create=True``; a :class:`StoreFormatError` and a ``FileNotFoundError``.
+            StoreFormatError: as the constructor.
             InvalidRequestError: ``path`` is a regular file (a memory is a folder; for its ``store.sqlite3`` the
                 message names the folder), not a str / os.PathLike, or empty; or it holds a Qdrant Edge shard
                 (the message says to open it with ``HybridMemory.qdrant(edge_path=...)``).
@@ -350,7 +352,7 @@ class HybridMemory:
         folder = memory_path(path)
         if (not create and not (folder / STORE_FILE).exists() and not (folder / "manifest.json").exists()
                 and not (folder / EDGE_CONFIG).exists()):  # a shard: the constructor names HybridMemory.qdrant
-            raise StoreFormatError(
+            raise MemoryNotFoundError(
                 f"no memory at {folder}; create one with HybridMemory({str(folder)!r}) or "
                 f"HybridMemory.open(..., create=True)"
             )

@@ -10,7 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from hybrid_memory import HashingEmbedder, HybridMemory, StoreFormatError
+from hybrid_memory import HashingEmbedder, HybridMemory, MemoryNotFoundError, StoreFormatError
 
 QUERIES = ["HTTP 504 connection pool", "user id", "故乡", "ERR_CONN_RESET restarts"]
 FILTER = {"environment": "production"}
@@ -185,8 +185,10 @@ def test_manifest_file_is_rewritten_from_the_store(saved):
 
 
 def test_open_refuses_a_folder_without_a_memory(tmp_path):
-    with pytest.raises(StoreFormatError, match="no memory at"):
+    with pytest.raises(StoreFormatError, match="no memory at") as err:
         HybridMemory.open(tmp_path / "typo", embedder=HashingEmbedder(8))
+    # one class that both old (StoreFormatError) and Python-idiomatic (FileNotFoundError) handlers catch
+    assert type(err.value) is MemoryNotFoundError and isinstance(err.value, FileNotFoundError)
     assert not (tmp_path / "typo").exists()
     with HybridMemory.open(tmp_path / "new", create=True, embedder=HashingEmbedder(8)) as mem:
         assert mem.count() == 0
