@@ -36,8 +36,8 @@ from ._exceptions import (
     InvalidFilterError,
     InvalidRequestError,
     MemoryClosedError,
-    StoreBusyError,
     MemoryNotFoundError,
+    StoreBusyError,
     StoreFormatError,
 )
 from ._options import check_memory_options
