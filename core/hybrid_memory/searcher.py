@@ -19,7 +19,7 @@ import math
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
@@ -36,7 +36,7 @@ SURPRISE = "surprise"
 method reads them (:attr:`~hybrid_memory.fusion.FusionMethod.surprise`): each engine's is computed in the thread
 that ran it, right after its search."""
 
-__all__ = ["SURPRISE", "TIE_DEPTH_LIMIT", "Candidates", "EngineRun", "HandoffPolicy", "HybridHit", "HybridResult", "HybridSearcher", "size_class"]
+__all__ = ["SURPRISE", "TIE_DEPTH_LIMIT", "AlignedScores", "Candidates", "EngineRun", "HandoffPolicy", "HybridHit", "HybridResult", "HybridSearcher", "size_class"]
 
 
 class HandoffPolicy:
@@ -184,6 +184,45 @@ class Candidates:
     """key -> engine id."""
     priors: dict[str, float]
     """Request weight of every engine of the searcher (0: not run)."""
+
+
+class AlignedScores(Mapping[str, Mapping[str, float]]):
+    """engine -> {key: raw score} of every candidate the engine scored, read off the aligned score columns of a
+    search (:attr:`FusionInput.columns <hybrid_memory.fusion.FusionInput.columns>`, ``nan`` left out), each
+    engine's dict built on first use: the default fusion computes on the columns alone, so a search does not pay
+    for dicts only other methods (and evaluations) read. Engines without a column map to their ``own`` scores.
+
+    Args:
+        keys: every candidate key, sorted (the columns' order).
+        columns: engine -> raw score of each key (``nan``: none).
+        own: engine -> {key: score} of its own candidates, for every engine of the mapping.
+
+    Read-only; safe to read from several threads (a race builds the same dict twice).
+    """
+
+    __slots__ = ("_built", "_columns", "_keys", "_own")
+
+    def __init__(self, keys: Sequence[str], columns: Mapping[str, Sequence[float]], own: Mapping[str, Mapping[str, float]]) -> None:
+        self._keys = keys
+        self._columns = columns
+        self._own = own
+        self._built: dict[str, dict[str, float]] = {}
+
+    def __getitem__(self, name: str) -> Mapping[str, float]:
+        built = self._built.get(name)
+        if built is None:
+            column = self._columns.get(name)
+            if column is None:
+                return self._own[name]
+            built = {key: value for key, value in zip(self._keys, column, strict=True) if value == value}
+            self._built[name] = built
+        return built
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._own)
+
+    def __len__(self) -> int:
+        return len(self._own)
 
 
 class HybridSearcher:
@@ -432,20 +471,16 @@ class HybridSearcher:
             union_ids = np.array([id_of[k] for k in union], dtype=np.int64)
         columns: dict[str, list[float]] = {}
         if method.cross_scores and len(found) > 1:
-            # the aligned columns the score-based methods compute on (FusionInput.columns), built here as the
-            # exact scores arrive; plain lists, since a search fuses some 40 candidates and a numpy call costs
-            # more than a Python pass over them
-            nan = math.nan
+            # the aligned columns the score-based methods compute on (FusionInput.columns): the engine's own score
+            # where it returned the candidate, else its exact score (nan: an id the engine does not hold). One
+            # score() call over the whole union and one pass to align, instead of picking out the missing
+            # candidates first (a search's own candidates come back from a gather: BM25's and the exact scan's
+            # kept scores, the Qdrant legs' own hits); plain lists, since a search fuses some 40 candidates and a
+            # numpy call costs more than a Python pass over them
             for name in found:
                 own = runs[name].scores
-                column = [own.get(key, nan) for key in union]
-                missing = [j for j, key in enumerate(union) if key not in own]
-                if missing:
-                    exact = self.engines[name].score(query, union_ids[missing]).tolist()
-                    for j, value in zip(missing, exact, strict=True):
-                        column[j] = value  # nan stays nan: an id the engine does not hold
-                    all_scores[name].update({union[j]: v for j, v in zip(missing, exact, strict=True) if v == v})
-                columns[name] = column
+                exact = self.engines[name].score(query, union_ids).tolist()
+                columns[name] = [own.get(key, value) for key, value in zip(union, exact, strict=True)]
         matches: dict[str, int] = {}
         strength: list[float] | None = None
         if method.identifiers and n:
@@ -464,7 +499,8 @@ class HybridSearcher:
         surprises = query.cache.get(SURPRISE) or {} if method.surprise else {}
         inp = FusionInput(
             runs={name: runs[name].keys for name in found},
-            scores={name: all_scores[name] for name in found},
+            scores=AlignedScores(union, columns, {name: all_scores[name] for name in found}) if columns
+            else {name: all_scores[name] for name in found},
             priors={name: priors[name] for name in found},
             lower_bounds=lower_bounds,
             rrf_k=float(rrf_k),

@@ -148,6 +148,25 @@ def test_cross_scores_are_the_engines_exact_scores():
         for j, key in enumerate(sorted(union)):
             assert cand.input.scores["sparse"][key] == pytest.approx(bm25[j])
             assert cand.input.scores["dense"][key] == pytest.approx(float(cosine[j]), abs=1e-6)
+        # every candidate has both engines' scores (BM25 0 without a query term), and each engine's own candidates
+        # keep the scores of its run; the aligned columns hold the same numbers in key order
+        keys, table, _ = cand.input.columns
+        assert keys == sorted(union)
+        for name in ("sparse", "dense"):
+            assert set(cand.input.scores[name]) == union
+            assert all(cand.input.scores[name][k] == s for k, s in cand.runs[name].scores.items())
+            assert table[name] == [cand.input.scores[name][k] for k in keys]
+
+
+def test_aligned_scores_read_the_columns_and_leave_out_nan():
+    from hybrid_memory.searcher import AlignedScores
+
+    scores = AlignedScores(["a", "b", "c"], {"sparse": [2.5, 0.0, math.nan]}, {"sparse": {"a": 2.5}, "dense": {"b": 0.25}})
+    assert scores["sparse"] == {"a": 2.5, "b": 0.0}  # c: nan, an id the engine does not hold
+    assert scores["dense"] == {"b": 0.25}  # no column: the engine's own scores
+    assert scores["sparse"] is scores["sparse"]  # built once
+    assert list(scores) == ["sparse", "dense"] and len(scores) == 2
+    assert scores.get("other") is None and "other" not in scores
 
 
 def test_an_all_zero_query_vector_skips_the_dense_engine(monkeypatch):
