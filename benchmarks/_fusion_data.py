@@ -10,10 +10,17 @@ Each set is an :class:`EvalSet`. Document and query vectors are all-MiniLM-L6-v2
   ``metadata_filter`` (``{"conversation": id}``), so retrieval is scoped to one conversation.
 * ``techdocs`` -- the technical set of ``techdocs.py``; classes ``identifier``, ``paraphrase``, ``error``,
   ``filtered`` (the last with a ``{"package": ...}`` filter).
+
+Any other BEIR-layout set works too, named by its folder under ``shared/data`` or by a path to a folder holding
+``corpus.jsonl``, ``queries.jsonl`` and ``qrels/test.tsv`` (:func:`load`): one class ``all``, or the classes a
+query field or query metadata key names (``--class-key``), and each query's ``metadata_filter`` when it has one.
+So the scripts built on these sets (``fusion_eval.py``, ``fusion_robustness.py``, ``fusion_cost.py``) measure the
+default fusion against both engines on a corpus of one's own.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from dataclasses import dataclass, field
@@ -46,10 +53,9 @@ class EvalSet:
     fingerprint: str = ""
 
 
-def _beir(name: str, class_key: str | None) -> EvalSet:
+def _beir(folder: Path, name: str, class_key: str | None) -> EvalSet:
     from hybrid_memory.ingest import read_beir_corpus, read_qrels
 
-    folder = common.require_dataset(name)
     chunks = [c.model_dump() for c in read_beir_corpus(folder / "corpus.jsonl", source=name)]
     qrels = read_qrels(folder / "qrels" / "test.tsv")
     raw: dict[str, dict[str, Any]] = {}
@@ -71,29 +77,60 @@ def _beir(name: str, class_key: str | None) -> EvalSet:
     return EvalSet(name, chunks, queries, dict(qrels), classes, filters)
 
 
-def load(name: str, *, vectors: bool = True) -> EvalSet:
-    """The evaluation set ``name`` (one of :data:`DATASETS`), with cached vectors when ``vectors``.
+_CLASS_KEYS = {"scifact": None, "hotpotqa100": "type", "locomo5": "set"}
+"""The query field (or query metadata key) that gives each query's class, for the shared BEIR sets."""
 
-    Exits 0 with a message when a BEIR folder is absent (``_common.require_dataset``).
+
+def beir_folder(name: str) -> Path | None:
+    """The BEIR folder ``name`` stands for: a path to a folder holding ``corpus.jsonl``, ``queries.jsonl`` and
+    ``qrels/test.tsv``, else that folder under ``shared/data`` (``_common.dataset_dir``); None when neither."""
+    path = Path(name).expanduser()
+    needed = ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv")
+    if path.is_dir() and all((path / part).is_file() for part in needed):
+        return path
+    return common.dataset_dir(name)
+
+
+def load(name: str, *, vectors: bool = True, class_key: str | None = None) -> EvalSet:
+    """The evaluation set ``name``, with cached vectors when ``vectors``.
+
+    Args:
+        name: one of :data:`DATASETS`, or any BEIR-layout set: a folder name under ``shared/data`` or a path to the
+            folder (the set is named by the folder's name in tables, results and the vector cache).
+        vectors: attach the cached MiniLM document and query vectors (embedding what is missing, once).
+        class_key: for a set outside :data:`DATASETS`, the query field or query metadata key whose value is each
+            query's class (None: one class, ``all``); the four sets have their own.
+
+    Exits 0 with a message when one of the shared sets is absent (``_common.require_dataset``), and with an error
+    naming what is accepted when ``name`` is neither a known set nor a BEIR folder.
     """
     common.ensure_core_importable()
-    if name == "scifact":
-        data = _beir("scifact", None)
-    elif name == "hotpotqa100":
-        data = _beir("hotpotqa100", "type")
-    elif name == "locomo5":
-        data = _beir("locomo5", "set")
+    if name in _CLASS_KEYS:
+        data = _beir(common.require_dataset(name), name, _CLASS_KEYS[name])
     elif name == "techdocs":
         import techdocs
 
         built = techdocs.build()
         data = EvalSet("techdocs", built.chunks, built.queries, built.qrels, built.query_class, built.query_filter,
                        fingerprint=techdocs.fingerprint(built))
+    elif (folder := beir_folder(name)) is not None:
+        data = _beir(folder, folder.name, class_key)
     else:
-        raise SystemExit(f"unknown dataset {name!r}; choose from {DATASETS}")
+        raise SystemExit(f"unknown dataset {name!r}: use one of {', '.join(DATASETS)}, a folder under {common.DATA_DIR} "
+                         "or a path to a folder holding corpus.jsonl, queries.jsonl and qrels/test.tsv (BEIR layout)")
     if vectors:
         attach_vectors(data)
     return data
+
+
+def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--datasets`` (default :data:`DATASETS`; also any BEIR folder, see :func:`load`) and ``--class-key``."""
+    parser.add_argument("--datasets", nargs="+", default=list(DATASETS), metavar="SET",
+                        help=f"sets to run: {', '.join(DATASETS)} (default: all four), a BEIR folder under shared/data, "
+                             "or a path to one")
+    parser.add_argument("--class-key", default=None, metavar="KEY",
+                        help="for a set of one's own: the query field or query metadata key that names each query's "
+                             "class (default: one class, 'all')")
 
 
 def attach_vectors(data: EvalSet) -> None:

@@ -15,17 +15,19 @@ What it does:
    with ``memory.add(chunks, vectors=...)``, so the memory holds exactly what it would have embedded.
 3. One in-memory ``HybridMemory`` with ``candidate_multiplier=1`` and ``top_k=100``: each engine returns
    its top 100 and the fused list is cut to 100 -- the "RRF over the top 100 of each list" of the
-   reference figures. Three modes through the public ``search`` API:
+   reference figures. Four modes through the public ``search`` API:
 
    * sparse only: ``HybridParams(dense_weight=0, sparse_weight=1)`` (the dense engine is not run);
    * dense only:  ``HybridParams(dense_weight=1, sparse_weight=0)``;
-   * hybrid:      ``HybridParams(dense_weight=1, sparse_weight=1, rrf_k_constant=60, fusion="rrf")``.
+   * hybrid:      ``HybridParams(dense_weight=1, sparse_weight=1, rrf_k_constant=60, fusion="rrf")``;
+   * default:     ``HybridParams(dense_weight=1, sparse_weight=1)``, the default fusion (what a request that
+     names no method gets; ``fusion_eval.py`` compares it with every method at the depth of an agent's search).
 
    The script checks that the single-engine modes return exactly their engine's order (rank i at
    position i).
 4. Only queries in ``qrels/test.tsv`` are evaluated. nDCG@10 and recall@100 by ranx (nDCG@10
-   cross-checked with pytrec_eval). Latency per ``search`` call in ms (p50/p95), the three modes
-   interleaved query by query after a warm-up; dense and hybrid include embedding the query.
+   cross-checked with pytrec_eval). Latency per ``search`` call in ms (p50/p95), the four modes
+   interleaved query by query after a warm-up; every mode but sparse includes embedding the query.
 5. Prints a table and writes ``benchmarks/results/beir_eval_<dataset>.json`` (a suffix such as
    ``_hashing`` or ``_limit50`` marks runs with another embedder or fewer queries).
 """
@@ -51,12 +53,13 @@ WARMUP_QUERIES = 5
 
 
 def mode_params() -> dict[str, dict[str, float]]:
-    """The three modes as ``hybrid_params`` of a SearchRequest."""
+    """The four modes as ``hybrid_params`` of a SearchRequest."""
     return {
         "sparse": {"dense_weight": 0.0, "sparse_weight": 1.0, "rrf_k_constant": 60, "fusion": "rrf"},
         "dense": {"dense_weight": 1.0, "sparse_weight": 0.0, "rrf_k_constant": 60, "fusion": "rrf"},
         # plain RRF, as in the reference figures (benchmarks/fusion_eval.py compares the default with it)
         "hybrid": {"dense_weight": 1.0, "sparse_weight": 1.0, "rrf_k_constant": 60, "fusion": "rrf"},
+        "default": {"dense_weight": 1.0, "sparse_weight": 1.0, "rrf_k_constant": 60},  # the default fusion
     }
 
 
@@ -142,7 +145,7 @@ def main(argv: list[str] | None = None) -> dict:
         "vectors_seconds": round(vectors_s, 2),
         "build_seconds": round(build_s, 2),
         "notes": "chunk text = title + '\\n\\n' + text; latency per search() call, modes interleaved, "
-                 f"{WARMUP_QUERIES} warm-up queries; dense and hybrid include query embedding",
+                 f"{WARMUP_QUERIES} warm-up queries; every mode but sparse includes query embedding",
     }
     suffix = "" if args.embedder == "minilm" else f"_{args.embedder}"
     suffix += f"_limit{args.limit_queries}" if args.limit_queries else ""

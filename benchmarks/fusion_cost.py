@@ -217,7 +217,7 @@ def handoff_costs(samples: int = 200) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--datasets", nargs="+", default=list(fdata.DATASETS), choices=fdata.DATASETS)
+    fdata.add_dataset_arguments(parser)
     parser.add_argument("--repeats", type=int, default=3, help="repetitions per query and row; the fastest counts")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -226,7 +226,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {"top_k": fe.TOP_K, "candidate_multiplier": fe.MULTIPLIER, "repeats": args.repeats,
                                "unit": "microseconds, p50 over queries", "datasets": {}}
     for name in args.datasets:
-        data = fdata.load(name)
+        data = fdata.load(name, class_key=args.class_key)
+        name = data.name  # a set given by its path is named by its folder
         memory = fe.build_memory(data)
         started = time.perf_counter()
         table = measure(data, memory, args.repeats)

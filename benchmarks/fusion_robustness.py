@@ -110,7 +110,7 @@ def margins(metrics: dict[str, dict[str, float]]) -> dict[str, dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--datasets", nargs="+", default=list(fdata.DATASETS), choices=fdata.DATASETS)
+    fdata.add_dataset_arguments(parser)
     parser.add_argument("--levels", nargs="+", type=float, default=list(DENSE_LEVELS),
                         help="dense noise levels L in [0, 1) (default 0.6 0.75 0.85)")
     args = parser.parse_args(argv)
@@ -127,7 +127,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name in args.datasets:
         started = time.perf_counter()
         table, per_variant = [], {}
-        for variant, data in variants(fdata.load(name), tuple(args.levels), SPARSE_STEPS):
+        clean = fdata.load(name, class_key=args.class_key)
+        name = clean.name  # a set given by its path is named by its folder
+        for variant, data in variants(clean, tuple(args.levels), SPARSE_STEPS):
             memory = fe.build_memory(data)
             metrics = fe.evaluate_runs(data, fe.run_offline(data, memory))
             memory.close()
