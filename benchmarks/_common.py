@@ -4,7 +4,9 @@ Nothing here ranks or scores; the benchmarks use the public ``hybrid_memory`` AP
 ``ranx`` for the metrics.
 
 Paths
-    ``DATA_DIR``  -- ``<workspace>/shared/data`` (BEIR folders, read only, never copied into the project)
+    ``DATA_DIR``  -- ``<workspace>/shared/data`` (BEIR folders, read only, never copied into the project), or
+    ``$HYBRID_MEMORY_DATA_DIR`` when set (a checkout that does not sit beside ``shared/``); a dataset may also
+    be named by the path of its folder (:func:`dataset_dir`)
     ``CACHE_DIR`` -- ``benchmarks/.cache`` (git-ignored), or ``$HYBRID_MEMORY_BENCH_CACHE`` when set (one cache
     shared by several checkouts): cached document vectors as ``.npy``
     ``RESULTS_DIR`` -- ``benchmarks/results``: JSON written by each benchmark
@@ -37,7 +39,7 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA_DIR = Path(os.environ.get("HYBRID_MEMORY_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
 CACHE_DIR = Path(os.environ.get("HYBRID_MEMORY_BENCH_CACHE") or Path(__file__).resolve().parent / ".cache")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -54,11 +56,23 @@ def ensure_core_importable() -> None:
         sys.path.insert(0, str(PROJECT_ROOT / "core"))
 
 
+BEIR_FILES = ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv")
+"""What a BEIR-layout folder holds."""
+
+
 def dataset_dir(name: str) -> Path | None:
-    """Return ``DATA_DIR / name`` if it holds a BEIR dataset (corpus, queries, qrels/test.tsv), else None."""
-    folder = DATA_DIR / name
-    needed = [folder / "corpus.jsonl", folder / "queries.jsonl", folder / "qrels" / "test.tsv"]
-    return folder if all(p.is_file() for p in needed) else None
+    """The BEIR folder (holding :data:`BEIR_FILES`) that ``name`` stands for: ``name`` itself when it is the path of
+    one (``~`` expanded), else ``DATA_DIR / name``; None when neither holds all three files."""
+    for folder in (Path(name).expanduser(), DATA_DIR / name):
+        if folder.is_dir() and all((folder / part).is_file() for part in BEIR_FILES):
+            return folder
+    return None
+
+
+def dataset_label(name: str) -> str:
+    """How results, tables and the vector cache name a dataset given by name or path: its folder's name (``.`` is
+    the current folder's)."""
+    return Path(name).expanduser().resolve().name if not Path(name).expanduser().name else Path(name).expanduser().name
 
 
 def require_dataset(name: str) -> Path:
@@ -66,8 +80,8 @@ def require_dataset(name: str) -> Path:
     folder = dataset_dir(name)
     if folder is None:
         print(
-            f"SKIP: BEIR dataset {name!r} not found under {DATA_DIR} "
-            f"(need corpus.jsonl, queries.jsonl and qrels/test.tsv)."
+            f"SKIP: BEIR dataset {name!r} not found under {DATA_DIR} nor at that path "
+            f"(need corpus.jsonl, queries.jsonl and qrels/test.tsv; HYBRID_MEMORY_DATA_DIR names another data folder)."
         )
         raise SystemExit(0)
     return folder
@@ -197,7 +211,7 @@ class BeirData:
         from hybrid_memory.ingest import read_beir_corpus, read_qrels, read_queries
 
         folder = require_dataset(name)
-        self.name = name
+        self.name = name = dataset_label(name)
         self.chunks = list(read_beir_corpus(folder / "corpus.jsonl", source=name))
         qrels = read_qrels(folder / "qrels" / "test.tsv")
         all_queries = read_queries(folder / "queries.jsonl")

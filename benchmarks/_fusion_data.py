@@ -63,7 +63,14 @@ def _beir(folder: Path, name: str, class_key: str | None) -> EvalSet:
         if line.strip():
             doc = json.loads(line)
             raw[str(doc["_id"])] = doc
+    missing = [q for q in qrels if q not in raw]
+    if missing:
+        raise SystemExit(f"{folder / 'qrels' / 'test.tsv'} names {len(missing)} queries that {folder / 'queries.jsonl'} "
+                         f"lacks, e.g. {missing[:3]}: add them there or remove their qrels rows")
     queries = {q: raw[q]["text"] for q in qrels}
+    if class_key is not None and not any(class_key in raw[q] or class_key in (raw[q].get("metadata") or {}) for q in qrels):
+        raise SystemExit(f"no query of {folder / 'queries.jsonl'} has the field or metadata key {class_key!r} "
+                         "(--class-key); leave it out for one class")
     classes: dict[str, str] = {}
     filters: dict[str, dict[str, Any]] = {}
     for q in qrels:
@@ -71,7 +78,8 @@ def _beir(folder: Path, name: str, class_key: str | None) -> EvalSet:
         if class_key is None:
             classes[q] = "all"
         else:
-            classes[q] = str(doc.get(class_key) or (doc.get("metadata") or {}).get(class_key) or "other")
+            value = doc[class_key] if class_key in doc else (doc.get("metadata") or {}).get(class_key)
+            classes[q] = "other" if value is None else str(value)  # 0 and false are classes too
         if doc.get("metadata_filter"):
             filters[q] = doc["metadata_filter"]
     return EvalSet(name, chunks, queries, dict(qrels), classes, filters)
@@ -79,16 +87,6 @@ def _beir(folder: Path, name: str, class_key: str | None) -> EvalSet:
 
 _CLASS_KEYS = {"scifact": None, "hotpotqa100": "type", "locomo5": "set"}
 """The query field (or query metadata key) that gives each query's class, for the shared BEIR sets."""
-
-
-def beir_folder(name: str) -> Path | None:
-    """The BEIR folder ``name`` stands for: a path to a folder holding ``corpus.jsonl``, ``queries.jsonl`` and
-    ``qrels/test.tsv``, else that folder under ``shared/data`` (``_common.dataset_dir``); None when neither."""
-    path = Path(name).expanduser()
-    needed = ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv")
-    if path.is_dir() and all((path / part).is_file() for part in needed):
-        return path
-    return common.dataset_dir(name)
 
 
 def load(name: str, *, vectors: bool = True, class_key: str | None = None) -> EvalSet:
@@ -99,10 +97,12 @@ def load(name: str, *, vectors: bool = True, class_key: str | None = None) -> Ev
             folder (the set is named by the folder's name in tables, results and the vector cache).
         vectors: attach the cached MiniLM document and query vectors (embedding what is missing, once).
         class_key: for a set outside :data:`DATASETS`, the query field or query metadata key whose value is each
-            query's class (None: one class, ``all``); the four sets have their own.
+            query's class (None: one class, ``all``; a query without it: ``other``); the four sets have their own
+            and ignore it.
 
-    Exits 0 with a message when one of the shared sets is absent (``_common.require_dataset``), and with an error
-    naming what is accepted when ``name`` is neither a known set nor a BEIR folder.
+    Exits 0 with a message when one of the shared sets is absent (``_common.require_dataset``); with an error that
+    says what is wrong when ``name`` is neither a known set nor a BEIR folder (naming the files a folder lacks), when
+    the qrels name a query that queries.jsonl lacks, or when no query has ``class_key``.
     """
     common.ensure_core_importable()
     if name in _CLASS_KEYS:
@@ -113,14 +113,42 @@ def load(name: str, *, vectors: bool = True, class_key: str | None = None) -> Ev
         built = techdocs.build()
         data = EvalSet("techdocs", built.chunks, built.queries, built.qrels, built.query_class, built.query_filter,
                        fingerprint=techdocs.fingerprint(built))
-    elif (folder := beir_folder(name)) is not None:
-        data = _beir(folder, folder.name, class_key)
+    elif (folder := common.dataset_dir(name)) is not None:
+        data = _beir(folder, label(name), class_key)
     else:
-        raise SystemExit(f"unknown dataset {name!r}: use one of {', '.join(DATASETS)}, a folder under {common.DATA_DIR} "
-                         "or a path to a folder holding corpus.jsonl, queries.jsonl and qrels/test.tsv (BEIR layout)")
+        lacking = ""
+        if Path(name).expanduser().is_dir():
+            absent = [part for part in common.BEIR_FILES if not (Path(name).expanduser() / part).is_file()]
+            lacking = f" (the folder lacks {', '.join(absent)})"
+        raise SystemExit(f"unknown dataset {name!r}{lacking}: use one of {', '.join(DATASETS)}, a folder under "
+                         f"{common.DATA_DIR} or a path to a folder holding corpus.jsonl, queries.jsonl and "
+                         "qrels/test.tsv (BEIR layout)")
     if vectors:
         attach_vectors(data)
     return data
+
+
+def label(name: str) -> str:
+    """How tables, results and the vector cache name the set ``name``: a built-in set by its name, a BEIR folder by
+    the folder's name, or by its resolved path when that name is a built-in set's (a path to a copy of
+    ``scifact`` is not judged against SciFact's targets, nor does it take its query classes)."""
+    if name in DATASETS:
+        return name
+    folder = common.dataset_label(name)
+    return str(Path(name).expanduser().resolve()) if folder in DATASETS else folder
+
+
+def check_datasets(names: list[str]) -> None:
+    """Exit with a message naming the problem before any set runs: a name that is neither a built-in set nor a BEIR
+    folder (as :func:`load` would), or two sets that would share a label (results keyed by it would overwrite)."""
+    for name in names:
+        if name not in DATASETS and common.dataset_dir(name) is None:
+            load(name, vectors=False)  # raises SystemExit saying what is wrong
+    labels = [label(name) for name in names]
+    twice = sorted({x for x in labels if labels.count(x) > 1})
+    if twice:
+        raise SystemExit(f"two sets are named {', '.join(map(repr, twice))} (a folder's name labels it): give each once, "
+                         "or rename one folder")
 
 
 def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,8 +7,8 @@ Usage::
 
 What it does:
 
-1. Reads ``<workspace>/shared/data/<dataset>`` with ``hybrid_memory.ingest`` (chunk text =
-   ``title + "\\n\\n" + text``; for MiniLM's tokenizer identical to the ``title + " " + text`` of the
+1. Reads ``<workspace>/shared/data/<dataset>``, or the BEIR folder at that path, with ``hybrid_memory.ingest``
+   (chunk text = ``title + "\\n\\n" + text``; for MiniLM's tokenizer identical to the ``title + " " + text`` of the
    reference figures). Exits 0 with a message when the data is absent.
 2. Document vectors come from ``benchmarks/.cache`` (keyed by dataset, embedder name and a hash of the
    chunk texts; computed once with the memory's own embedder and spot-checked against it) and are passed
@@ -65,7 +65,8 @@ def mode_params() -> dict[str, dict[str, float]]:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dataset", default="scifact", help="folder under shared/data (default scifact)")
+    parser.add_argument("--dataset", default="scifact",
+                        help="a BEIR folder under shared/data, or the path of one (default scifact)")
     parser.add_argument("--limit-queries", type=int, default=None, help="evaluate only the first N test queries")
     parser.add_argument("--embedder", choices=("minilm", "hashing"), default="minilm")
     args = parser.parse_args(argv)
@@ -77,10 +78,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     data = common.BeirData(args.dataset, args.limit_queries)
     embedder = common.make_embedder(args.embedder)
-    print(f"{args.dataset}: {len(data.chunks)} documents, {len(data.queries)} test queries, embedder {embedder.name}")
+    print(f"{data.name}: {len(data.chunks)} documents, {len(data.queries)} test queries, embedder {embedder.name}")
 
     t0 = time.perf_counter()
-    vectors = common.document_vectors(args.dataset, embedder, data.texts)
+    vectors = common.document_vectors(data.name, embedder, data.texts)
     vectors_s = time.perf_counter() - t0
 
     memory = HybridMemory(None, embedder=embedder, candidate_multiplier=1)
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> dict:
                     order_violations[mode] += 1
     memory.close()
 
-    reference = REFERENCE.get(args.dataset, {}) if args.embedder == "minilm" and not args.limit_queries else {}
+    reference = REFERENCE.get(data.name, {}) if args.embedder == "minilm" and not args.limit_queries else {}
     results = {}
     rows = []
     for mode in modes:
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict:
         print("single-engine modes return their engine's order: ok")
 
     payload = {
-        "dataset": args.dataset,
+        "dataset": data.name,
         "embedder": embedder.name,
         "documents": len(data.chunks),
         "queries": len(data.queries),
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     suffix = "" if args.embedder == "minilm" else f"_{args.embedder}"
     suffix += f"_limit{args.limit_queries}" if args.limit_queries else ""
-    path = common.write_results(f"beir_eval_{args.dataset}{suffix}", payload)
+    path = common.write_results(f"beir_eval_{data.name}{suffix}", payload)
     print(f"wrote {path}")
     return payload
 

@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--levels", nargs="+", type=float, default=list(DENSE_LEVELS),
                         help="dense noise levels L in [0, 1) (default 0.6 0.75 0.85)")
     args = parser.parse_args(argv)
+    fdata.check_datasets(args.datasets)  # every set found before the first runs
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     common.ensure_core_importable()
     logging.getLogger("bm25s").setLevel(logging.WARNING)
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for line in verdicts:
         print(f"- {line}")
     results["verdicts"] = verdicts
-    full = args.datasets == list(fdata.DATASETS) and args.levels == list(DENSE_LEVELS)
+    full = sorted(args.datasets) == sorted(fdata.DATASETS) and args.levels == list(DENSE_LEVELS)
     # a run on some sets or levels only must not replace the full run the README quotes
     path = common.write_results("fusion_robustness" if full else "fusion_robustness_subset", results)
     print(f"\nwrote {path}")

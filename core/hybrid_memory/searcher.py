@@ -224,6 +224,9 @@ class AlignedScores(Mapping[str, Mapping[str, float]]):
     def __len__(self) -> int:
         return len(self._own)
 
+    def __repr__(self) -> str:
+        return f"AlignedScores({ {name: dict(self[name]) for name in self._own} !r})"
+
 
 class HybridSearcher:
     """Run several :class:`~hybrid_memory.engines.Engine` s concurrently, then fuse their candidate runs.

@@ -167,6 +167,7 @@ def test_aligned_scores_read_the_columns_and_leave_out_nan():
     assert scores["sparse"] is scores["sparse"]  # built once
     assert list(scores) == ["sparse", "dense"] and len(scores) == 2
     assert scores.get("other") is None and "other" not in scores
+    assert repr(scores) == "AlignedScores({'sparse': {'a': 2.5, 'b': 0.0}, 'dense': {'b': 0.25}})"
 
 
 def test_an_all_zero_query_vector_skips_the_dense_engine(monkeypatch):
