@@ -460,3 +460,72 @@ def test_a_failure_while_counting_a_stored_write_forgets_the_statistics(engine, 
         assert rebuilt.points == 5 and rebuilt.dfs([])[1] == 5
         fresh = CorpusStats(mem.backend.collection, mem.backend.dim, shared=False).current()
         assert rebuilt._df == fresh._df and np.array_equal(rebuilt.moments.to_array(), fresh.moments.to_array())
+
+
+def _edge_memory_with_statistics(tmp_path, embedder):
+    rows = [(f"n{i}", f"note {i} alpha{i % 3} beta{i % 5} shared", {"kind": "x"}) for i in range(30)]
+    memory = open_memory("qdrant-edge", tmp_path, embedder=embedder)
+    memory.add(_chunks(rows))
+    memory.search("alpha1 shared", top_k=3)  # the default fusion builds the statistics
+    return memory
+
+
+def test_an_edge_shards_statistics_are_saved_on_close_and_read_back_on_open_not_rebuilt(tmp_path, monkeypatch):
+    from hybrid_memory.backends.qdrant_calibration import SAVED, CorpusStats
+
+    embedder = HashingEmbedder(64)
+    memory = _edge_memory_with_statistics(tmp_path, embedder)
+    before = memory.search("beta2 shared note", top_k=5)
+    corpus = memory.backend.corpus
+    kept = (corpus.moments.to_array(), corpus.moments.count, dict(corpus._df), corpus.points)
+    memory.close()
+    saved = tmp_path / "shard" / SAVED
+    assert saved.is_file()
+    monkeypatch.setattr(CorpusStats, "_build", lambda self: pytest.fail("built anew instead of read back"))
+    with open_memory("qdrant-edge", tmp_path, embedder=embedder) as reopened:
+        assert not saved.exists()  # read and removed on open: a session that dies now leaves none behind
+        corpus = reopened.backend.corpus
+        assert corpus._built is True
+        assert np.array_equal(corpus.moments.to_array(), kept[0])
+        assert (corpus.moments.count, corpus._df, corpus.points) == kept[1:]
+        after = reopened.search("beta2 shared note", top_k=5)
+        assert [r.chunk_id for r in after.results] == [r.chunk_id for r in before.results]
+        assert after.effective_weights == before.effective_weights
+        reopened.delete(["n0"])  # kept in step from the loaded sums, saved again on close
+    monkeypatch.undo()
+    with open_memory("qdrant-edge", tmp_path, embedder=embedder) as again:
+        assert again.backend.corpus.points == 29
+        loaded = again.backend.corpus.moments.to_array()
+        again.backend.corpus.invalidate()
+        again.backend.calibration()  # a rebuild from the stored vectors agrees exactly
+        assert np.array_equal(again.backend.corpus.moments.to_array(), loaded) and again.backend.corpus.points == 29
+
+
+def test_saved_statistics_for_another_point_count_or_damaged_are_not_used(tmp_path, caplog):
+    from hybrid_memory.backends.qdrant_calibration import SAVED
+
+    embedder = HashingEmbedder(64)
+    _edge_memory_with_statistics(tmp_path, embedder).close()
+    saved = tmp_path / "shard" / SAVED
+    with np.load(saved) as held:
+        arrays = dict(held)
+    arrays["header"][2] += 1  # counts one point more than the shard holds
+    with open(saved, "wb") as fh:
+        np.savez(fh, **arrays)
+    with open_memory("qdrant-edge", tmp_path, embedder=embedder) as reopened:
+        assert reopened.backend.corpus._built is False and not saved.exists()
+        reopened.search("alpha1 shared", top_k=3)
+        assert reopened.backend.corpus.points == 30  # built anew on first use
+    saved.write_bytes(b"not an npz file")
+    with caplog.at_level("WARNING"), open_memory("qdrant-edge", tmp_path, embedder=embedder) as reopened:
+        assert reopened.backend.corpus._built is False and not saved.exists()
+    assert any("ignored the saved calibration statistics" in r.getMessage() for r in caplog.records)
+
+
+def test_a_shard_closed_before_any_default_search_saves_nothing(tmp_path):
+    from hybrid_memory.backends.qdrant_calibration import SAVED
+
+    with open_memory("qdrant-edge", tmp_path) as memory:
+        memory.add(_chunks())
+        memory.search("alpha", top_k=2, fusion="rrf")  # RRF reads no statistics
+    assert not (tmp_path / "shard" / SAVED).exists()

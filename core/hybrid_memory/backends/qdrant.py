@@ -894,6 +894,8 @@ class QdrantBackend:
         self.exact_ranges = None if getattr(self.collection, "local", False) else exact
         self.dim = int(dim)
         self.corpus = CorpusStats(self.collection, self.dim, shared=not isinstance(self.collection, EdgeCollection))
+        if self.path is not None:  # an Edge shard: the statistics its last close saved (qdrant_calibration)
+            self.corpus.load(self.path)
         self.closed = False
 
     def calibration(self) -> CorpusStats:
@@ -1249,6 +1251,15 @@ class QdrantBackend:
         return out
 
     def close(self) -> None:
-        """Close the collection (``closed`` becomes True)."""
+        """Close the collection (``closed`` becomes True). An Edge shard's calibration statistics, when built, are
+        saved beside it first, so its next open reads them instead of scrolling every point
+        (:meth:`CorpusStats.save <hybrid_memory.backends.qdrant_calibration.CorpusStats.save>`); a failure to save
+        is logged, and the next open builds them."""
+        if self.path is not None and self.corpus is not None and not self.closed:
+            try:
+                self.corpus.save(self.path)
+            except OSError as exc:
+                logger.warning("could not save the calibration statistics beside %s (%s): the next open builds them",
+                               self.path, exc)
         self.collection.close()
         self.closed = True
