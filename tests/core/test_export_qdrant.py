@@ -850,3 +850,23 @@ def test_cli_draws_no_bar_when_stderr_is_not_a_terminal(tmp_path, capsys):
                  "--edge-path", str(tmp_path / "shard")]) == 0  # no -q: stderr captured, not a terminal
     err = capsys.readouterr().err
     assert "export-qdrant:" not in err and "\r" not in err
+
+
+def test_an_exported_shard_opens_with_its_calibration_statistics_read_not_built(tmp_path, capsys, monkeypatch):
+    from hybrid_memory.backends.qdrant_calibration import SAVED, CorpusStats
+
+    _memory(tmp_path / "mem")
+    assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16",
+                 "--edge-path", str(tmp_path / "shard"), "-q"]) == 0
+    assert (tmp_path / "shard" / SAVED).is_file()  # kept in step by the copy's writes, saved when it closed
+    real_build = CorpusStats._build
+    monkeypatch.setattr(CorpusStats, "_build", lambda self: pytest.fail("built instead of read back"))
+    with HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=NoEmbedding(16)) as copy:
+        corpus = copy.backend.corpus
+        assert corpus._built is True and corpus.points == 7
+        kept = (corpus.moments.to_array(), corpus.moments.count, dict(corpus._df))
+        monkeypatch.setattr(CorpusStats, "_build", real_build)
+        corpus.invalidate()
+        copy.backend.calibration()  # a scroll of the copied points gives exactly the counts the copy kept
+        assert np.array_equal(corpus.moments.to_array(), kept[0])
+        assert (corpus.moments.count, corpus._df, corpus.points) == (*kept[1:], 7)
