@@ -519,7 +519,37 @@ def test_saved_statistics_for_another_point_count_or_damaged_are_not_used(tmp_pa
     saved.write_bytes(b"not an npz file")
     with caplog.at_level("WARNING"), open_memory("qdrant-edge", tmp_path, embedder=embedder) as reopened:
         assert reopened.backend.corpus._built is False and not saved.exists()
-    assert any("ignored the saved calibration statistics" in r.getMessage() for r in caplog.records)
+    assert any("not a readable calibration file of this library" in r.getMessage() for r in caplog.records)
+
+
+def test_a_damaged_calibration_file_of_any_kind_never_stops_the_shard_from_opening(tmp_path, caplog):
+    # each of these raised from numpy or zipfile (EOFError, BadZipFile) and left the file to fail every later open
+    from hybrid_memory.backends.qdrant_calibration import SAVED
+
+    embedder = HashingEmbedder(64)
+    _edge_memory_with_statistics(tmp_path, embedder).close()
+    saved = tmp_path / "shard" / SAVED
+    whole = saved.read_bytes()
+    for damaged in (b"", whole[: len(whole) // 2], b"PK\x03\x04" + bytes(range(256)) * 4, b"\x93NUMPY"):
+        saved.write_bytes(damaged)
+        caplog.clear()
+        with caplog.at_level("WARNING"), open_memory("qdrant-edge", tmp_path, embedder=embedder) as reopened:
+            assert reopened.backend.corpus._built is False and not saved.exists()
+            assert [r.chunk_id for r in reopened.search("alpha1 shared", top_k=2).results]  # built anew, searches
+        assert saved.is_file()  # saved again on close
+        assert any("not a readable calibration file" in r.getMessage() for r in caplog.records), damaged[:8]
+
+
+def test_a_failed_save_leaves_no_temporary_file_and_the_shard_closes(tmp_path, caplog):
+    from hybrid_memory.backends.qdrant_calibration import SAVED
+
+    memory = _edge_memory_with_statistics(tmp_path, HashingEmbedder(64))
+    (tmp_path / "shard" / SAVED).mkdir()  # a folder where the file goes: the rename fails
+    with caplog.at_level("WARNING"):
+        memory.close()
+    assert memory.backend.closed is True
+    assert not (tmp_path / "shard" / (SAVED + ".tmp")).exists()
+    assert any("could not save the calibration statistics" in r.getMessage() for r in caplog.records)
 
 
 def test_a_shard_closed_before_any_default_search_saves_nothing(tmp_path):

@@ -170,8 +170,8 @@ class CorpusStats:
     # -- keeping across opens (Qdrant Edge) ----------------------------------------------------------
     def save(self, folder: str | os.PathLike[str]) -> bool:
         """Write the statistics, when built, to ``folder`` / :data:`SAVED` (int64 and float64 arrays through
-        ``numpy.savez``, written to a temporary file and renamed over the old one). Returns whether a file was
-        written (False while not built: nothing to keep).
+        ``numpy.savez``, written to a temporary file, synced, and renamed over the old one; the temporary file is
+        removed when that fails). Returns whether a file was written (False while not built: nothing to keep).
 
         Raises:
             OSError: the folder cannot be written.
@@ -191,9 +191,15 @@ class CorpusStats:
             }
         path = Path(folder) / SAVED
         tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as fh:
-            np.savez(fh, **arrays)
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as fh:
+                np.savez(fh, **arrays)
+                fh.flush()
+                os.fsync(fh.fileno())  # the bytes are on disk before the name points at them (a power loss)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         logger.info("calibration statistics of Qdrant collection %r saved: %d points", getattr(self.collection, "name", ""),
                     arrays["header"][2])
         return True
@@ -223,9 +229,15 @@ class CorpusStats:
                 elif self.dim <= MOMENTS_MAX_DIM:
                     raise ValueError("no moments for a dimension that keeps them")
                 df = dict(zip(keys.tolist(), counts.tolist(), strict=True))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            logger.warning("ignored the saved calibration statistics %s (%s): they are built anew", path, exc)
-            path.unlink(missing_ok=True)
+        except Exception as exc:  # noqa: BLE001 - numpy and zipfile raise many kinds for a damaged file (EOFError for
+            # an empty one, BadZipFile for a truncated one, ValueError for another format); a file that cannot be read
+            # is a cache to rebuild, never a reason to refuse the shard
+            logger.warning("ignored %s, not a readable calibration file of this library (%s); the statistics are "
+                           "built anew", path, type(exc).__name__)
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:
+                pass  # a folder of that name, a read-only shard: left as it is, and not read
             return False
         try:
             path.unlink()  # from now on they follow this session's writes; a crash must not leave them behind
