@@ -111,6 +111,18 @@ def request(data: fdata.EvalSet, qid: str, params: dict[str, Any]) -> dict[str, 
     return req
 
 
+def empty_filters(data: fdata.EvalSet, memory: Any) -> list[str]:
+    """The query ids whose ``metadata_filter`` allows no chunk of ``memory`` (a key or value no chunk has): they
+    score 0 in every row, which the tables alone would not say."""
+    out = []
+    for qid in data.query_filter:
+        if qid in data.qrels:
+            _, allowed = memory._prepare(request(data, qid, {}), {})
+            if allowed is not None and len(allowed) == 0:
+                out.append(qid)
+    return out
+
+
 def evaluate_runs(data: fdata.EvalSet, runs: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
     """label -> {"ndcg@10", "ndcg@10:<class>" ..., "recall@10"} by ranx (queries with no result score 0)."""
     from ranx import Qrels, Run
@@ -262,6 +274,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         data = fdata.load(name, class_key=args.class_key)
         name = data.name  # a set given by its path is named by its folder
         memory = build_memory(data)
+        empty = empty_filters(data, memory)
+        if empty:
+            print(f"NOTE: {name}: the metadata_filter of {len(empty)} queries matches no chunk, so they score 0 in "
+                  f"every row: {', '.join(f'{q} {data.query_filter[q]}' for q in empty[:3])}")
         started = time.perf_counter()
         if args.offline:
             runs, p50 = run_offline(data, memory), None

@@ -142,3 +142,23 @@ def test_a_set_of_fewer_queries_than_the_warm_up_counts_every_query(tmp_path, mo
     runs, p50 = fe.run_public(data, FakeMemory(), repeats=1)
     assert sorted(runs["only"]) == ["q1", "q2"]  # both queries recorded after warming up on both
     assert seen == ["q1", "q2", "q1", "q2"]
+
+
+def test_queries_whose_filter_matches_no_chunk_are_named(tmp_path):
+    import fusion_eval as fe
+    import numpy as np
+
+    from hybrid_memory import HashingEmbedder
+
+    folder = _write_set(tmp_path / "filters")
+    rows = [json.loads(line) for line in (folder / "queries.jsonl").read_text(encoding="utf-8").splitlines()]
+    rows[0]["metadata_filter"] = {"team": "nobody"}  # q1: a value no chunk has
+    (folder / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    data = fdata.load(str(folder), vectors=False)
+    embedder = HashingEmbedder(16)
+    data.doc_vectors = np.asarray(embedder.embed_documents([c["text"] for c in data.chunks]), dtype=np.float32)
+    memory = fe.build_memory(data)
+    try:
+        assert fe.empty_filters(data, memory) == ["q1"]  # q2's {"team": "edge"} matches d2
+    finally:
+        memory.close()
