@@ -60,11 +60,16 @@ BEIR_FILES = ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv")
 """What a BEIR-layout folder holds."""
 
 
+def missing_beir_files(folder: Path) -> list[str]:
+    """The :data:`BEIR_FILES` that ``folder`` lacks (all of them when it is no folder)."""
+    return [part for part in BEIR_FILES if not (folder / part).is_file()]
+
+
 def dataset_dir(name: str) -> Path | None:
     """The BEIR folder (holding :data:`BEIR_FILES`) that ``name`` stands for: ``name`` itself when it is the path of
     one (``~`` expanded), else ``DATA_DIR / name``; None when neither holds all three files."""
     for folder in (Path(name).expanduser(), DATA_DIR / name):
-        if folder.is_dir() and all((folder / part).is_file() for part in BEIR_FILES):
+        if not missing_beir_files(folder):
             return folder
     return None
 
@@ -72,7 +77,8 @@ def dataset_dir(name: str) -> Path | None:
 def dataset_label(name: str) -> str:
     """How results, tables and the vector cache name a dataset given by name or path: its folder's name (``.`` is
     the current folder's)."""
-    return Path(name).expanduser().resolve().name if not Path(name).expanduser().name else Path(name).expanduser().name
+    path = Path(name).expanduser()
+    return path.name or path.resolve().name
 
 
 def require_dataset(name: str) -> Path:

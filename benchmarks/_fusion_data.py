@@ -25,7 +25,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -116,16 +116,25 @@ def load(name: str, *, vectors: bool = True, class_key: str | None = None) -> Ev
     elif (folder := common.dataset_dir(name)) is not None:
         data = _beir(folder, label(name), class_key)
     else:
-        lacking = ""
-        if Path(name).expanduser().is_dir():
-            absent = [part for part in common.BEIR_FILES if not (Path(name).expanduser() / part).is_file()]
-            lacking = f" (the folder lacks {', '.join(absent)})"
-        raise SystemExit(f"unknown dataset {name!r}{lacking}: use one of {', '.join(DATASETS)}, a folder under "
-                         f"{common.DATA_DIR} or a path to a folder holding corpus.jsonl, queries.jsonl and "
-                         "qrels/test.tsv (BEIR layout)")
+        _unknown(name)
     if vectors:
         attach_vectors(data)
     return data
+
+
+def _unknown(name: str) -> NoReturn:
+    """Exit naming what is accepted instead of ``name`` (and, for a folder, the BEIR files it lacks)."""
+    path = Path(name).expanduser()
+    lacking = f" (the folder lacks {', '.join(common.missing_beir_files(path))})" if path.is_dir() else ""
+    raise SystemExit(f"unknown dataset {name!r}{lacking}: use one of {', '.join(DATASETS)}, a folder under "
+                     f"{common.DATA_DIR} or a path to a folder holding corpus.jsonl, queries.jsonl and "
+                     "qrels/test.tsv (BEIR layout)")
+
+
+def is_full_run(names: list[str]) -> bool:
+    """Whether ``names`` are the four built-in sets (in any order): only such a run writes the results the README
+    quotes; others write ``*_subset.json``."""
+    return sorted(names) == sorted(DATASETS)
 
 
 def label(name: str) -> str:
@@ -143,7 +152,7 @@ def check_datasets(names: list[str]) -> None:
     folder (as :func:`load` would), or two sets that would share a label (results keyed by it would overwrite)."""
     for name in names:
         if name not in DATASETS and common.dataset_dir(name) is None:
-            load(name, vectors=False)  # raises SystemExit saying what is wrong
+            _unknown(name)
     labels = [label(name) for name in names]
     twice = sorted({x for x in labels if labels.count(x) > 1})
     if twice:

@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print("\n## thread hand-off on this machine (µs, p50)")
     print(common.format_table([[k, v] for k, v in context.items()], ["measure", "µs"]))
     results["handoff"] = context
-    full = sorted(args.datasets) == sorted(fdata.DATASETS)
+    full = fdata.is_full_run(args.datasets)
     path = common.write_results("fusion_cost" if full else "fusion_cost_subset", results)
     print(f"\nwrote {path}")
     return results

@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results["targets"] = all_targets
     if not args.offline:
         # a run on other sets must not replace the run of the four that the README quotes
-        path = common.write_results("fusion_eval" if sorted(args.datasets) == sorted(fdata.DATASETS) else "fusion_eval_subset", results)
+        path = common.write_results("fusion_eval" if fdata.is_full_run(args.datasets) else "fusion_eval_subset", results)
         print(f"\nwrote {path}")
     return results
 

@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for line in verdicts:
         print(f"- {line}")
     results["verdicts"] = verdicts
-    full = sorted(args.datasets) == sorted(fdata.DATASETS) and args.levels == list(DENSE_LEVELS)
+    full = fdata.is_full_run(args.datasets) and args.levels == list(DENSE_LEVELS)
     # a run on some sets or levels only must not replace the full run the README quotes
     path = common.write_results("fusion_robustness" if full else "fusion_robustness_subset", results)
     print(f"\nwrote {path}")

@@ -467,8 +467,8 @@ class HybridSearcher:
             runs[name] = EngineRun(ordered, {key: scores[key] for key in ordered})
         union = sorted({key for run in runs.values() for key in run.keys})
         n = len(union)
-        all_scores: dict[str, dict[str, float]] = {name: dict(run.scores) for name, run in runs.items()}
         found = [name for name, run in runs.items() if run.keys]  # an engine that found nothing has no say
+        own_scores: dict[str, dict[str, float]] = {name: dict(runs[name].scores) for name in found}
         union_ids = None
         if (method.cross_scores or method.identifiers) and n:
             union_ids = np.array([id_of[k] for k in union], dtype=np.int64)
@@ -502,8 +502,7 @@ class HybridSearcher:
         surprises = query.cache.get(SURPRISE) or {} if method.surprise else {}
         inp = FusionInput(
             runs={name: runs[name].keys for name in found},
-            scores=AlignedScores(union, columns, {name: all_scores[name] for name in found}) if columns
-            else {name: all_scores[name] for name in found},
+            scores=AlignedScores(union, columns, own_scores) if columns else own_scores,
             priors={name: priors[name] for name in found},
             lower_bounds=lower_bounds,
             rrf_k=float(rrf_k),

@@ -249,13 +249,19 @@ class CorpusStats:
             logger.info("saved calibration statistics of %s count %d points, the shard holds %d: built anew",
                         path.parent, points, found)
             return False
-        with self._write_lock, self._read_lock:
+        with self._write_lock:
+            self._install(moments, df, points)
+        return True
+
+    def _install(self, moments: VectorMoments | None, df: dict[int, int], points: int) -> None:
+        """Make these the statistics (a build's or a saved file's): kept filter counts expire; caller holds the write
+        lock."""
+        with self._read_lock:
             self.moments, self._df, self.points = moments, df, points
             self._generation += 1
             self._counts.clear()
-            self._built = True
-            self._checked = time.monotonic()
-        return True
+        self._built = True
+        self._checked = time.monotonic()
 
     # -- building -----------------------------------------------------------------------------------
     def _build(self) -> None:
@@ -271,12 +277,7 @@ class CorpusStats:
             self._count(records, moments, df, 1)
             if offset is None:
                 break
-        with self._read_lock:
-            self.moments, self._df, self.points = moments, df, points
-            self._generation += 1
-            self._counts.clear()
-        self._built = True
-        self._checked = time.monotonic()
+        self._install(moments, df, points)
         logger.info("calibration statistics of Qdrant collection %r: %d points, %d token indices, in %.2f s",
                     getattr(self.collection, "name", ""), points, len(df), time.perf_counter() - started)
 
