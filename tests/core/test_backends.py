@@ -51,7 +51,7 @@ def open_memory(engine: str, tmp_path, embedder=None, **options) -> HybridMemory
     embedder = embedder or HashingEmbedder(dim=64)
     if engine == "embedded":
         return HybridMemory(embedder=embedder, **{k: v for k, v in options.items() if k in ("candidate_multiplier",)})
-    options.setdefault("payload_indexes", False)  # ~0.15 s per index on Edge; test_scopes and the filter suite use them
+    options.setdefault("payload_indexes", False)  # ~0.2 s more per new Edge shard; the filter suite and test_filters_with_payload_indexes use them
     if engine == "qdrant-edge":
         return HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=embedder, **options)
     return HybridMemory.qdrant(":memory:", collection="test", embedder=embedder, **options)
