@@ -275,3 +275,36 @@ def test_the_backend_indexes_the_markers_of_scopes_times_and_declared_keys(tmp_p
 
 def _ids_of(response) -> list[str]:
     return [r.chunk_id for r in response.results]
+
+
+def test_a_metadata_test_no_payload_index_answers_is_warned_of_once_naming_the_declaration(tmp_path, caplog):
+    """Qdrant answers a test on an unindexed payload field by reading every point's payload (about 300 ms a
+    search at 20,000 chunks on Edge): the backend says so once per field, naming the ``indexed_keys`` entry that
+    indexes it; indexed tests, tests no declaration can index (a non-integral number) and memories opened with
+    ``payload_indexes=False`` say nothing. The results are the same either way."""
+    import logging
+
+    pytest.importorskip("qdrant_edge", reason="qdrant-edge-py is not installed (pip install 'hybrid-memory[qdrant]')")
+    chunks = [{"chunk_id": "a", "text": "disk full", "metadata": {"team": "x", "k": 3, "r": 1.5}},
+              {"chunk_id": "b", "text": "disk full", "metadata": {"k": 4}}]
+    logger = "hybrid_memory.backends.qdrant"
+    with HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(16), indexed_keys={"team": "keyword"}) as memory:
+        memory.add(chunks)
+        with caplog.at_level(logging.WARNING, logger=logger):
+            for flt in ({"team": "x"}, {"team": None}, {"team": {"$exists": False}}, {"r": 1.5}):
+                memory.search("disk full", metadata_filter=flt)
+            assert caplog.records == []
+            assert _ids_of(memory.search("disk full", metadata_filter={"k": 3})) == ["a"]
+            assert _ids_of(memory.search("disk full", metadata_filter={"k": 3})) == ["a"]
+            assert _ids_of(memory.search("disk full", metadata_filter={"k": {"$exists": False}})) == []
+        messages = [r.getMessage() for r in caplog.records]
+        assert len(messages) == 2
+        assert "metadata key 'k' without a payload index" in messages[0]
+        assert "indexed_keys={'k': 'integer'} (or export-qdrant --index-key k=integer)" in messages[0]
+        assert "indexed_keys={'k': <the kind of its values>}" in messages[1]
+    caplog.clear()
+    with HybridMemory.qdrant(edge_path=tmp_path / "bare", embedder=HashingEmbedder(16), payload_indexes=False) as memory:
+        memory.add(chunks)
+        with caplog.at_level(logging.WARNING, logger=logger):
+            assert _ids_of(memory.search("disk full", metadata_filter={"k": 3})) == ["a"]
+        assert caplog.records == []

@@ -665,6 +665,25 @@ class QdrantDenseEngine:
         return gaussian_surprise(hits[0][1], chance[0], chance[1], n)
 
 
+_DECLARED_KIND = {"s": "keyword", "i": "integer", "n": "float", "b": "bool", "e": "any", "z": "any"}
+"""The ``indexed_keys`` kind whose index answers a test on each payload sub-field (``qdrant_filters``' layout; ``r``
+and ``l``, equality with a non-integral number or a list, have none)."""
+
+
+def _paths(node: Any) -> Iterator[str]:
+    """Every payload path a Qdrant REST filter tests (``key`` of its conditions, ``is_empty`` included)."""
+    if isinstance(node, Mapping):
+        key = node.get("key")
+        if isinstance(key, str):
+            yield key
+        for value in node.values():
+            if isinstance(value, (Mapping, list)):
+                yield from _paths(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _paths(item)
+
+
 class QdrantBackend:
     """A memory's chunks in one Qdrant collection (see the module docstring).
 
@@ -716,6 +735,8 @@ class QdrantBackend:
         self.dim: int | None = None
         self.exact_ranges: set[tuple[str, str]] | None = set()
         self._ids: dict[int, str] = {}
+        self._warned: set[str] = set()
+        """Payload paths :meth:`_warn_unindexed` has warned of."""
         self._decode_doc = functools.lru_cache(maxsize=PAYLOAD_CACHE)(_source_and_metadata)
         """``doc`` JSON text -> (source, metadata), for the result rows: keyed by the text itself, so it is never
         stale (a changed chunk has another text); bounded like the Edge payload cache."""
@@ -1025,7 +1046,36 @@ class QdrantBackend:
         if not parts:
             return None
         flt = translate(parts[0] if len(parts) == 1 else ("and", tuple(parts)), self.exact_ranges)
+        if flt is not None and node != ("all",):
+            self._warn_unindexed(flt)
         return None if flt is None else QdrantFilter(flt)
+
+    def _warn_unindexed(self, flt: Mapping[str, Any]) -> None:
+        """Log a warning, once per payload path and process, for each metadata test of ``flt`` that no payload
+        index answers (Qdrant then reads every point's payload: about 300 ms a search at 20,000 chunks on Edge,
+        ``benchmarks/qdrant_filter_latency.py``), naming the declaration that indexes it. Not in qdrant-client's
+        local mode nor with ``payload_indexes=False`` (no indexes either way), nor for the tests no declaration
+        can index (equality with a non-integral number or a list)."""
+        indexed = getattr(self.collection, "indexed", None)
+        if not self.payload_indexes or self.exact_ranges is None or indexed is None:
+            return
+        prefix = f"{FIELDS}.{METADATA}"
+        for path in _paths(flt):
+            if not path.startswith(prefix) or path in indexed or path in self._warned:
+                continue
+            found = field_key(path[len(FIELDS) + 1:].rsplit(".", 1)[0])
+            kind = _DECLARED_KIND.get(path.rsplit(".", 1)[-1])
+            if found is None or kind is None:
+                continue
+            self._warned.add(path)
+            key = found[1]
+            if kind == "any":
+                declare = f"indexed_keys={{{key!r}: <the kind of its values>}} (any kind also indexes its present / null markers)"
+            else:
+                declare = f"indexed_keys={{{key!r}: {kind!r}}} (or export-qdrant --index-key {key}={kind})"
+            logger.warning("the filter tests metadata key %r without a payload index: Qdrant reads every point's payload "
+                           "to answer it, on every search with this test; declare the key when opening the memory: %s",
+                           key, declare)
 
     # -- reads --------------------------------------------------------------------------------------
     @staticmethod

@@ -301,6 +301,8 @@ class ClientCollection:
         self.terms = False
         self.float_indexed: set[str] = set()
         """Payload keys with a float index, read by :meth:`ensure` (held before, or declared)."""
+        self.indexed: set[str] = set()
+        """Payload keys with a payload index of any kind, read by :meth:`ensure` (held before, or declared)."""
 
     @contextlib.contextmanager
     def _reached(self, what: str, *, write: bool = False) -> Iterator[None]:
@@ -381,6 +383,7 @@ class ClientCollection:
         self.terms = terms is not None and terms.modifier in (None, m.Modifier.NONE)
         schema = self.client.get_collection(self.name).payload_schema or {}
         self.float_indexed = _float_indexed(schema, indexes)
+        self.indexed = set(schema or {}) | set(indexes)
         kinds = {"keyword": m.PayloadSchemaType.KEYWORD, "float": m.PayloadSchemaType.FLOAT,
                  "bool": m.PayloadSchemaType.BOOL, "integer": m.PayloadSchemaType.INTEGER}
         with warnings.catch_warnings():  # local mode warns that payload indexes have no effect there
@@ -569,6 +572,8 @@ class EdgeCollection:
         self.terms = False
         self.float_indexed: set[str] = set()
         """Payload keys with a float index, read by :meth:`ensure` (held before, or declared)."""
+        self.indexed: set[str] = set()
+        """Payload keys with a payload index of any kind, read by :meth:`ensure` (held before, or declared)."""
         self.payload_memory = payload_memory
         self.search_threads = search_threads
         self.payload_cache = payload_cache
@@ -638,6 +643,7 @@ class EdgeCollection:
             ) from exc
         schema = self.shard.info().payload_schema
         self.float_indexed = _float_indexed(schema, indexes)
+        self.indexed = set(schema or {}) | set(indexes)
         kinds = {"keyword": qe.PayloadSchemaType.Keyword, "float": qe.PayloadSchemaType.Float,
                  "bool": qe.PayloadSchemaType.Bool, "integer": qe.PayloadSchemaType.Integer}
         for key, kind in indexes.items():
