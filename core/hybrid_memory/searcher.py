@@ -279,8 +279,10 @@ class HybridSearcher:
 
         Engines order equal scores by engine id (insertion history), so a list cut at ``depth`` could drop a
         tied document whose key sorts first. Asking one more than ``depth`` shows whether the cut falls
-        inside a tie; if so the search is repeated deeper (doubling) until the tie ends or the list holds
-        ``max(TIE_DEPTH_LIMIT, depth + 1)`` hits. Within that limit the tie is broken by key exactly, so the
+        inside a tie; if so the search is repeated at twice that depth (a tie of a few documents, as in prose,
+        ends there), and if the tie still runs on, once more at ``max(TIE_DEPTH_LIMIT, depth + 1)`` hits (a
+        templated memory's hundreds of equal notes: one read instead of a doubling per step, each a request on
+        a Qdrant backend). Within that limit the tie is broken by key exactly, so the
         results do not depend on ``top_k``; a tie larger than the limit (a query part every chunk holds
         equally) is broken among the engine's first hits of the tie, still deterministically, instead of
         reading every tied chunk (at 1M chunks that was 100k keys and seconds per search).
@@ -291,7 +293,7 @@ class HybridSearcher:
             hits = engine.search(query, k, allowed)
             if len(hits) < k or hits[-1][1] != hits[depth - 1][1] or k >= limit:
                 return hits
-            k = min(k * 2, limit)
+            k = min(k * 2, limit) if k == depth + 1 else limit
 
     def _gather(self, query: Query, depth: int, active: list[str], allowed: RowSet | None) -> dict[str, list[Hit]]:
         if allowed is not None and len(allowed) == 0:
