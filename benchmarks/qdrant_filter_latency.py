@@ -19,6 +19,10 @@ each. Each search below runs ``--queries`` times per shard with a given query ve
 query by query; each mode's ids must be equal on both shards. Dedup's lookup is the backend's ``nearest`` (the
 near-duplicate check of ``dedup="skip"``), exact scope with every field unset, validity covering now.
 
+The texts are short and alike, so many chunks tie in BM25 at a candidate cut and each search reads the tie out
+(``hybrid_memory.searcher.TIE_DEPTH_LIMIT``): absolute times are those of a templated memory; compare the two
+shards' columns.
+
 Prints p50 per mode and shard and the ratio; writes ``benchmarks/results/qdrant_filter_latency.json``.
 """
 

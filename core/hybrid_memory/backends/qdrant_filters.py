@@ -169,8 +169,8 @@ def marker_paths(namespace: str, key: str) -> list[str]:
     which the translation tests with ``is_empty`` (``$exists``, equality with null and its negations, and the
     scope and validity conditions of searches and dedup). Qdrant answers ``is_empty`` on a field without a payload
     index by reading every point's payload: measured on Qdrant Edge 0.9 at 20,000 points
-    (``benchmarks/qdrant_filter_latency.py``), an ``as_of`` search took 635 ms and ``{"team": {"$exists": false}}``
-    314 ms, against 34 and 17 ms with a bool index on these paths, the same ids. The backend indexes them as bool
+    (``benchmarks/qdrant_filter_latency.py``), an ``as_of`` search took 318 ms and ``{"team": {"$exists": false}}``
+    157 ms, against 20 and 11 ms with a bool index on these paths, the same ids. The backend indexes them as bool
     for the scope fields, the validity times and every declared metadata key."""
     return [_path((namespace, key), "e"), _path((namespace, key), "z")]
 
