@@ -920,7 +920,11 @@ class QdrantBackend:
         self.exact_ranges = None if getattr(self.collection, "local", False) else exact
         self.dim = int(dim)
         self.corpus = CorpusStats(self.collection, self.dim, shared=not isinstance(self.collection, EdgeCollection))
-        if self.path is not None:  # an Edge shard: the statistics its last close saved (qdrant_calibration)
+        if self.path is not None and getattr(self.collection, "created", False):
+            # a shard this open created holds no point: its statistics start exact at once (nothing to scroll) and
+            # follow every write, so no later default search pays a scroll of every point (qdrant_calibration)
+            self.corpus.current()
+        elif self.path is not None:  # an Edge shard: the statistics its last close saved (qdrant_calibration)
             self.corpus.load(self.path)
         self.closed = False
 
