@@ -417,3 +417,28 @@ async def test_a_bad_memory_without_chunk_id_is_not_named_by_the_generated_id(me
         named = await call(c, "add_memory", {"memory": {"chunk_id": "m1", "text": "x", "metadata": {"$x": 1}}})
         assert named.content[0].text.startswith("memory 'm1': metadata key '$x' cannot be filtered on")
     assert [c.chunk_id for c in memory.iter_chunks()] == ["u1-a", "u2-a"] and memory.get(["u1-a"])[0].valid_to is None
+
+
+def test_settle_loads_the_model_once_and_freezes_the_start_up_heap():
+    """The mcp command settles its process before serving: the embedder is asked once (the model loads then, not
+    on the first tool call) and every object alive is frozen out of later full collections (gc.freeze)."""
+    import gc
+
+    from hybrid_memory import HashingEmbedder, HybridMemory
+    from hybrid_memory.mcp_server import settle
+
+    class Counting(HashingEmbedder):
+        calls = 0
+
+        def embed_query(self, text):
+            Counting.calls += 1
+            return super().embed_query(text)
+
+    with HybridMemory(embedder=Counting(dim=8)) as memory:
+        assert gc.get_freeze_count() == 0
+        try:
+            settle(memory)
+            assert Counting.calls == 1 and gc.get_freeze_count() > 1000
+        finally:
+            gc.unfreeze()
+    assert gc.get_freeze_count() == 0
