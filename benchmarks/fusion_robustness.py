@@ -23,6 +23,12 @@ How each variant is built (deterministic, seeded):
   clean query's. BM25 then matches spurious words, as under vocabulary mismatch, while the dense engine still
   sees the clean query: a harsher case for BM25 than any real query, so read it as a bound. Steps (0.6, +2),
   (0.4, +4), (0.25, +6).
+* ``documents as queries (N words)``: the set reversed (:func:`documents_as_queries`): each judged document is a
+  query, each query a chunk, relevant where it was judged so; N is the median query length in words. BM25's
+  surprise grows with the query tokens its top holds (term independence: its median goes from 6 nats for
+  SciFact's shortest quarter of queries to 23 for the longest, 9 to 32 on HotpotQA-100), the dense one does
+  not, so long queries
+  weigh BM25 more: this row measures whether that costs the default where dense retrieval is the better engine.
 
 Every variant is run as ``fusion_eval.py --offline`` runs a set: one in-memory ``HybridMemory`` with the
 variant's vectors, each query's candidates gathered once (20 per engine, exact cross-scores, identifier
@@ -87,12 +93,37 @@ def sparse_noise(data: fdata.EvalSet, keep: float, extra: int, words: list[str])
     return out
 
 
+def documents_as_queries(data: fdata.EvalSet) -> fdata.EvalSet:
+    """``data`` reversed: every judged document becomes a query (its text and cached vector), every query a chunk
+    (``q:<query id>``, its text and vector), a query relevant to the documents it was judged relevant to (grade > 0),
+    one class ``all``, no filters. Long queries (an abstract, a paragraph, a docstring; a pasted log or note, for
+    an agent) against short chunks."""
+    out = copy.copy(data)
+    position = {chunk["chunk_id"]: i for i, chunk in enumerate(data.chunks)}
+    qrels: dict[str, dict[str, int]] = {}
+    for qid, judged in data.qrels.items():
+        for doc, grade in judged.items():
+            if grade > 0 and doc in position:
+                qrels.setdefault(doc, {})[f"q:{qid}"] = int(grade)
+    out.chunks = [{"chunk_id": f"q:{qid}", "text": text, "source": data.name, "metadata": {}}
+                  for qid, text in data.queries.items()]
+    out.doc_vectors = np.stack([data.query_vectors[qid] for qid in data.queries]).astype(np.float32)
+    out.queries = {doc: data.chunks[position[doc]]["text"] for doc in qrels}
+    out.query_vectors = {doc: data.doc_vectors[position[doc]] for doc in qrels}
+    out.qrels, out.query_class, out.query_filter = qrels, dict.fromkeys(qrels, "all"), {}
+    return out
+
+
 def variants(data: fdata.EvalSet, levels: tuple[float, ...], steps: tuple[tuple[float, int], ...]) -> list[tuple[str, fdata.EvalSet]]:
-    """(label, variant) for the clean set, every dense level and every sparse step, in table order."""
+    """(label, variant) for the clean set, every dense level, every sparse step and the set reversed, in table
+    order."""
     words = [w for chunk in data.chunks[:3000] for w in chunk["text"].split()[:40]]
     out = [("clean", data)]
     out += [(f"dense noise {level}", dense_noise(data, level)) for level in levels]
     out += [(f"sparse keep {keep} +{extra}", sparse_noise(data, keep, extra, words)) for keep, extra in steps]
+    reversed_set = documents_as_queries(data)
+    words_per_query = sorted(len(text.split()) for text in reversed_set.queries.values())
+    out.append((f"documents as queries ({words_per_query[len(words_per_query) // 2]} words)", reversed_set))
     return out
 
 
