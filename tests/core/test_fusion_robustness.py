@@ -44,6 +44,23 @@ def test_sparse_noise_keeps_all_tokens_at_keep_1_and_adds_words() -> None:
     assert data.queries == {"q1": "alpha beta1 gamma delta"} and padded.query_vectors is data.query_vectors
 
 
+def test_documents_as_queries_reverses_queries_chunks_vectors_and_judgements() -> None:
+    data = _set()
+    data.queries["q2"] = "beta0"
+    data.query_vectors["q2"] = np.array([0, 0, 0, 1], dtype=np.float32)
+    data.qrels = {"q1": {"c1": 2, "c2": 0}, "q2": {"c1": 1, "c0": 1}}
+    data.query_class = {"q1": "all", "q2": "all"}
+    data.query_filter = {"q2": {"kind": "x"}}
+    out = robust.documents_as_queries(data)
+    assert [c["chunk_id"] for c in out.chunks] == ["q:q1", "q:q2"] and out.chunks[1]["text"] == "beta0"
+    assert out.qrels == {"c1": {"q:q1": 2, "q:q2": 1}, "c0": {"q:q2": 1}}  # grade 0 (c2) judged not relevant: left out
+    assert out.queries == {"c1": "alpha beta1 gamma", "c0": "alpha beta0 gamma"}
+    np.testing.assert_array_equal(out.doc_vectors, np.stack([data.query_vectors["q1"], data.query_vectors["q2"]]))
+    np.testing.assert_array_equal(out.query_vectors["c0"], data.doc_vectors[0])
+    assert out.query_class == {"c1": "all", "c0": "all"} and out.query_filter == {}
+    assert [c["chunk_id"] for c in data.chunks] == ["c0", "c1", "c2"] and data.query_filter  # the input is untouched
+
+
 def test_margins_against_the_better_engine_overall_and_by_class() -> None:
     metrics = {
         "sparse alone": {"ndcg@10": 0.50, "ndcg@10:a": 0.60, "ndcg@10:b": 0.40},
