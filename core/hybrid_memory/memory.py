@@ -1386,9 +1386,11 @@ class HybridMemory:
         ``k1`` and ``b`` are the ones it was opened with (not persisted: give the same ones when reopening);
         ``avgdl`` is the average chunk length, in tokens of the library's tokenizer, that BM25's length
         normalisation divides by (the main segment's mean; before its first merge the delta's; 1.0 for an empty
-        memory), after applying other processes' commits. A Qdrant copy written with these ranks as this memory
-        does: ``QdrantBackend.edge(path, **memory.bm25_params)``, then ``export_to_qdrant(memory, backend)``. A new
-        dict each call: changing it changes nothing.
+        memory), after applying other processes' commits. A BM25 merge running in the background (after a bulk
+        load) changes ``avgdl`` when it ends: call :meth:`flush` first when the value must last. A Qdrant copy
+        written with these ranks as this memory does: ``memory.flush()``, ``QdrantBackend.edge(path,
+        **memory.bm25_params)``, then ``export_to_qdrant(memory, backend)``. A new dict each call: changing it
+        changes nothing.
 
         Raises:
             MemoryClosedError: the memory is closed.

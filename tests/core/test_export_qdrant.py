@@ -870,3 +870,30 @@ def test_an_exported_shard_opens_with_its_calibration_statistics_read_not_built(
         copy.backend.calibration()  # a scroll of the copied points gives exactly the counts the copy kept
         assert np.array_equal(corpus.moments.to_array(), kept[0])
         assert (corpus.moments.count, corpus._df, corpus.points) == (*kept[1:], 7)
+
+
+def test_export_reads_the_bm25_parameters_after_the_memorys_maintenance_has_settled(tmp_path, monkeypatch, capsys):
+    """A fresh user's finding: ``bm25_params`` read right after a bulk load gave the average length before a BM25
+    merge still running in the background ended (17.4104, then 17.469 two seconds later, no write between), and
+    an Edge copy written with it ranked 33 of 156 near-ties unlike the memory. ``export_to_qdrant`` and the CLI
+    now wait for the maintenance (``flush``) before they read or check the parameters."""
+    from hybrid_memory.backends.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant import QdrantBackend
+
+    _memory(tmp_path / "mem")
+    calls = []
+    params = HybridMemory.bm25_params
+    flush = HybridMemory.flush
+    monkeypatch.setattr(HybridMemory, "bm25_params", property(lambda self: (calls.append("params"), params.fget(self))[1]))
+    monkeypatch.setattr(HybridMemory, "flush", lambda self: (calls.append("flush"), flush(self))[1])
+    assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16",
+                 "--edge-path", str(tmp_path / "shard"), "-q"]) == 0
+    assert calls[:2] == ["flush", "params"]
+    capsys.readouterr()
+    calls.clear()
+    with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
+        settled = params.fget(mem)
+        backend = QdrantBackend.edge(tmp_path / "shard2", payload_indexes=False, **settled)
+        assert export_to_qdrant(mem, backend) == 7
+        backend.close()
+    assert calls[:2] == ["flush", "params"]

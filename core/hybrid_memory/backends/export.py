@@ -284,6 +284,9 @@ def export_to_qdrant(
             default None: the memory's own (``memory.bm25_params["avgdl"]``), so the copy ranks as the memory does. The
             backend must be opened with it (``QdrantBackend.edge(path, avgdl=...)``; Qdrant's default is 256).
 
+    It first waits for the memory's background index maintenance (:meth:`HybridMemory.flush`): a BM25 merge that
+    ends changes the average length the memory ranks with, so the copy is checked against the settled one.
+
     An Edge shard's calibration statistics (the default fusion's corpus counts) are kept in step during the copy, so
     closing the backend saves them beside the shard and its first default search reads them instead of building
     them (:mod:`~hybrid_memory.backends.qdrant_calibration`).
@@ -309,6 +312,9 @@ def export_to_qdrant(
     _checked_progress_and_replace(progress, replace)
     batch_size = _checked_batch_size(batch_size)
     avgdl = _checked_avgdl(avgdl)
+    # a BM25 merge still running (after a bulk load) changes the memory's avgdl when it ends: compare with the
+    # settled one, so a copy never keeps a normalisation the memory has just left
+    memory.flush()
     check_bm25(memory, backend, avgdl=avgdl)  # before the target is opened or cleared: a refused copy writes nothing
     dim = int(memory.embedder.dim)
     if getattr(backend, "dim", None) != dim:
@@ -403,6 +409,7 @@ def _cmd_export(args) -> int:  # noqa: ANN001
     with open_memory(args, show_progress=False) as memory:
         # BM25's length normalisation is fixed when points are written: the memory's own average length, so the
         # copy ranks as the memory does (Qdrant's default 256 tokens would reorder its results)
+        memory.flush()  # a merge still running would change avgdl when it ends: read the settled one
         params = memory.bm25_params
         avgdl = args.avgdl if args.avgdl is not None else params["avgdl"]
         bm25 = {"k1": params["k1"], "b": params["b"]}  # the memory's own (check_bm25)
