@@ -13,8 +13,8 @@ step with this backend's writes:
   pays it). A Qdrant Edge shard the backend creates is the exception: empty, its statistics are exact at once
   (nothing to scroll) and kept in step from its first write, so its first default search pays no scroll
   (20,000 points: 17-47 ms against 1.06 s; bulk load 8 % slower, a single add 0.24 ms slower). Measured on
-  SciFact (5,183 points, 384-d, about 100 tokens a point) on Qdrant Edge: 0.6 s (0.36 s the scroll, 0.1 s the arrays, 0.13 s the sums), about 0.11 ms a point: some 2 minutes at a million points, once per
-  process. Memory: the (dim + 1, dim) float64 sums (1.2 MB at 384) and a dict token index -> df (about 100 bytes
+  SciFact (5,183 points, 384-d, about 100 tokens a point) on Qdrant Edge: 0.6 s (0.36 s the scroll, 0.1 s the
+  arrays, 0.13 s the sums), about 0.11 ms a point: some 2 minutes at a million points, once per process. Memory: the (dim + 1, dim) float64 sums (1.2 MB at 384) and a dict token index -> df (about 100 bytes
   an entry: 3 MB for SciFact's 30,000 indices, ~100 MB for a vocabulary of a million).
 * **Kept in step** with this backend's own writes: an upsert first reads the vectors the points held (one
   ``retrieve`` of the batch with vectors), then counts those out and the new ones in; a delete counts out what it
