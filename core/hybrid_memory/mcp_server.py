@@ -307,8 +307,11 @@ def build_server(
     bound = as_scope(scope)
     view: HybridMemory | ScopedMemory = memory.scoped(bound) if bound else memory
     where = f" Scope: {view.scope.bound()}." if isinstance(view, ScopedMemory) else ""
+    from . import __version__
+
     server = MCPServer(
         name,
+        version=__version__,  # the handshake's server_info.version (the SDK's default is "")
         instructions=(
             "Long-term memory: hybrid BM25 + dense search over stored memories. search_memory before answering "
             "from memory; add_memory to remember; supersede_memory when a fact changed (the old one is kept "

@@ -14,7 +14,7 @@ pytest.importorskip("mcp")
 
 from mcp import Client, StdioServerParameters  # noqa: E402
 
-from hybrid_memory import HashingEmbedder, HybridMemory  # noqa: E402
+from hybrid_memory import HashingEmbedder, HybridMemory, __version__  # noqa: E402
 
 
 @pytest.fixture
@@ -88,7 +88,11 @@ def test_a_malformed_stdio_line_gets_no_reply_and_the_server_keeps_serving(folde
     try:
         send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}})
-        assert replies.get(timeout=120)["id"] == 1  # start-up on a loaded machine: a deadline, not a speed test
+        hello = replies.get(timeout=120)  # start-up on a loaded machine: a deadline, not a speed test
+        assert hello["id"] == 1
+        # the server names its version in the handshake (a fresh user's finding: the SDK's default is "")
+        info = hello["result"]["serverInfo"]
+        assert (info["name"], info["version"]) == ("hybrid-memory", __version__) and __version__
         send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         send("{not json")
         send({"id": 2, "method": "tools/list"})  # JSON, but not JSON-RPC (no "jsonrpc")
