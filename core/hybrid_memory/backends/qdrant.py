@@ -665,9 +665,12 @@ class QdrantDenseEngine:
         return gaussian_surprise(hits[0][1], chance[0], chance[1], n)
 
 
-_DECLARED_KIND = {"s": "keyword", "i": "integer", "n": "float", "b": "bool", "e": "any", "z": "any"}
-"""The ``indexed_keys`` kind whose index answers a test on each payload sub-field (``qdrant_filters``' layout; ``r``
-and ``l``, equality with a non-integral number or a list, have none)."""
+_KIND_FIELD = {"keyword": "s", "float": "n", "integer": "i", "bool": "b"}
+"""The payload sub-field (``qdrant_filters``' layout) an ``indexed_keys`` kind indexes."""
+
+_DECLARED_KIND = {field: kind for kind, field in _KIND_FIELD.items()} | {"e": "any", "z": "any"}
+"""The ``indexed_keys`` kind whose index answers a test on each payload sub-field (any kind indexes the markers
+``e`` and ``z``; ``r`` and ``l``, equality with a non-integral number or a list, have none)."""
 
 
 def _paths(node: Any) -> Iterator[str]:
@@ -885,8 +888,7 @@ class QdrantBackend:
             indexes.update({f"{FIELDS}.{field_name(SYSTEM, f)}.s": "keyword" for f in SCOPE_FIELDS})
             indexes.update({"content_hash": "keyword", "seq": "integer", "chunk_id": "keyword"})
             for key, kind in self.indexed_keys.items():
-                sub = {"keyword": "s", "float": "n", "integer": "i", "bool": "b"}[kind]
-                indexes[f"{FIELDS}.{field_name(METADATA, key)}.{sub}"] = "keyword" if kind == "bool" else kind
+                indexes[f"{FIELDS}.{field_name(METADATA, key)}.{_KIND_FIELD[kind]}"] = "keyword" if kind == "bool" else kind
             # the present / null markers that is_empty reads (scopes, as_of, $exists, null): unindexed, Qdrant reads
             # every point's payload for them (qdrant_filters.marker_paths)
             marked = [(SYSTEM, f) for f in SCOPE_FIELDS + TIME_FIELDS] + [(METADATA, k) for k in self.indexed_keys]
