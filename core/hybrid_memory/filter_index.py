@@ -72,6 +72,7 @@ import json
 import logging
 import os
 import threading
+import zipfile
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -548,7 +549,8 @@ class FilterIndex:
                     raise ValueError("row counts disagree")
                 self._bump()
             return int(meta["seq"])
-        except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, IndexError, EOFError, zipfile.BadZipFile) as exc:
+            # EOFError: numpy on an empty npz; BadZipFile: a cut one
             if (directory / "meta.json").exists():
                 logger.warning("filter index in %s is unreadable (%s); rebuilding it from the store", directory, exc)
             with self._lock:
