@@ -754,7 +754,8 @@ class BM25Index:
         """How many of the query's rare identifiers each of the int64 ``ids`` contains, int64 (len(ids),).
 
         A rare identifier is a whole-identifier token of the query (:meth:`TechnicalTokenizer.identifiers`:
-        a joiner, a case change or a digit) held by 1 to ``max_df`` documents of the index (main + delta).
+        a joiner, a case change or a digit), or the one distinct token of a query that has no identifier
+        (:meth:`TechnicalTokenizer.names`), held by 1 to ``max_df`` documents of the index (main + delta).
         When the rare identifiers are fewer than ``min_share`` of the query's content words
         (:meth:`TechnicalTokenizer.content_runs`), the identifier is a detail of a longer question rather than
         what the query looks up, and every count is 0. Reading a term's documents costs its document
@@ -1294,8 +1295,9 @@ class _QueryTerms:
         self.tokens: list[str] = tokenizer.tokenize(text)
         """BM25 tokens in order, repeats kept (BM25 counts them)."""
         self.distinct: list[str] = sorted(set(self.tokens))
-        self.identifiers: list[str] = tokenizer.identifiers(text)
-        """Whole-identifier tokens, distinct, in order of appearance."""
+        self.identifiers: list[str] = tokenizer.names(text, self.tokens)
+        """What the query names (:meth:`TechnicalTokenizer.names`): its whole-identifier tokens, distinct, in order
+        of appearance; else its one distinct token, when it has exactly one."""
         self.content_runs: int = tokenizer.content_runs(text)
         """Runs that give at least one token (the query's content words)."""
 

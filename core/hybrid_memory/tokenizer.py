@@ -135,6 +135,24 @@ class TechnicalTokenizer:
             out.setdefault(raw.casefold())
         return list(out)
 
+    def names(self, text: str, tokens: Iterable[str] | None = None) -> list[str]:
+        """What a query names, for the exact-match guard of the default fusion: its :meth:`identifiers`; a query
+        without one whose tokens are one distinct token (a word or a CJK pair typed alone: ``kerberos``,
+        ``故乡``) names that token. ``tokens``: the text's :meth:`tokenize`, when already at hand.
+
+        Why the lone token: BM25's calibrated evidence for its top hit (``calibration.term_surprise``) is what
+        the query tokens the hit holds *together* say beyond chance, ``-ln(n df / N)`` for a single token: at
+        most 0 without a filter, however rare the token, since a token held by ``df`` documents is held by
+        ``df`` of them by construction. So the calibration cannot favour BM25 on a one-word query, while a
+        word typed alone is what the query looks up, as an identifier is (a fresh user's ``故乡`` ranked below an
+        unrelated chunk the dense engine preferred).
+        """
+        found = self.identifiers(text)
+        if found:
+            return found
+        distinct = set(self.tokenize(text) if tokens is None else tokens)
+        return list(distinct) if len(distinct) == 1 else []
+
     def content_runs(self, text: str) -> int:
         """How many runs of ``text`` (words, identifiers, CJK runs) give at least one token: the query's
         content words, stop words left out. ``"ERR_CONN_RESET during the deploy"`` has 2."""

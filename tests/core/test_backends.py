@@ -355,6 +355,12 @@ def test_exact_match_guard_counts_equal_the_embedded_backend(engine, weights, tm
         "v2.3.1 10.0.0.12": {"upgrade": 5, "ids": 1},
         # e1243 is rare (+1); "upgrade" holds all three tokens but e1243 comes first there: not in order
         "certificate expired E1243": {"upgrade": 1},
+        # a word or a CJK pair typed alone names itself (TechnicalTokenizer.names): held by 1 chunk, +1
+        "Elasticsearch": {"reset": 1},
+        "故乡": {"poem": 1},
+        "the restarts": {"reset": 1},
+        # "connection" alone: 4 chunks hold it (prod-504, stage-504, pool-a, pool-b), more than top_k 2
+        "connection": {},
     }
     with HybridMemory(embedder=HashingEmbedder(64)) as embedded, open_memory(engine, tmp_path) as qdrant:
         embedded.add(chunks)

@@ -471,3 +471,43 @@ def test_zero_vector_rows_are_dropped_from_the_ivf_path_and_forgotten_on_remove(
     assert [i for i, _ in index.search(query, 2)] == [1, 500]  # the same vector twice: tie broken by id
     assert index.score(query, np.array([500]))[0] == pytest.approx(1.0)
     assert index._n_zero == 9
+
+
+def test_a_word_typed_alone_is_looked_up_as_a_name():
+    """A one-token query (a plain word or a CJK pair) names that token: when few chunks hold it (at most
+    max(top_k, 10)), they rank above a chunk the dense engine prefers. BM25's calibrated surprise for one token is
+    -ln(n df / N) <= 0, so without the guard the default followed the dense engine (a fresh user's "故乡" ranked
+    below an unrelated chunk). A common word alone is no name: the guard stays off."""
+    rng = np.random.default_rng(7)
+    texts = {f"n{i}": f"note {i} about the nightly deploy of service {i % 4}" for i in range(30)}
+    texts["holder"] = "the kerberos ticket of svc-batch expired overnight"
+    texts["poem"] = "床前明月光，疑是地上霜。举头望明月，低头思故乡。"
+    texts["decoy"] = "rotating credentials for the batch jobs"
+    texts["decoy-zh"] = "数据库连接失败"
+    query_vectors = {"kerberos": rng.standard_normal(16), "故乡": rng.standard_normal(16), "deploy": rng.standard_normal(16)}
+    vectors = {cid: rng.standard_normal(16) for cid in texts}
+    vectors["decoy"] = query_vectors["kerberos"]  # the dense engine's clear top
+    vectors["decoy-zh"] = query_vectors["故乡"]
+    by_text = {text: vectors[cid] for cid, text in texts.items()}
+    from hybrid_memory import CallableEmbedder
+
+    embedder = CallableEmbedder(lambda batch: [by_text[t].tolist() for t in batch],
+                                lambda text: query_vectors.get(text, np.ones(16)).tolist(), name="fixed-16", dim=16)
+    with HybridMemory(embedder=embedder) as memory:
+        memory.add([{"chunk_id": cid, "text": text} for cid, text in texts.items()])
+        for query, holder, decoy in (("kerberos", "holder", "decoy"), ("故乡", "poem", "decoy-zh")):
+            response = memory.search(query, top_k=3)
+            assert response.fusion == "adaptive" and response.calibrated is True
+            assert [r.chunk_id for r in response.results][:2] == [holder, decoy], query
+            assert response.results[0].dense_rank != 1 and response.results[1].dense_rank == 1
+            q = Query(query)
+            guard = memory._searcher.candidates(q, top_k=3, depth=20, weights={}, fusion="adaptive").input
+            assert guard.identifier_matches == {holder: 1}, query
+        # "deploy" alone is held by 30 chunks (more than max(top_k, 10)): no name, no guard
+        q = Query("deploy")
+        assert memory._searcher.candidates(q, top_k=3, depth=20, weights={}, fusion="adaptive").input.identifier_matches == {}
+    tokenizer = TechnicalTokenizer()
+    assert tokenizer.names("kerberos") == ["kerbero"] and tokenizer.names("the kerberos") == ["kerbero"]
+    assert tokenizer.names("故乡") == ["故乡"] and tokenizer.names("低头思故乡") == []  # four CJK pairs: no lone token
+    assert tokenizer.names("getUserById") == ["getuserbyid"]  # identifiers as before
+    assert tokenizer.names("kerberos ticket") == [] and tokenizer.names("the of") == []

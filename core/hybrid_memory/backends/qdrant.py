@@ -357,10 +357,11 @@ class _Legs:
         return tokens
 
     def identifiers(self, query: Query) -> list[str]:
-        """The query's identifiers (``TechnicalTokenizer.identifiers``), once per query."""
+        """What the query names for the exact-match guard (``TechnicalTokenizer.names``: its identifiers, else
+        its one distinct token), once per query."""
         found = query.cache.get("qdrant_identifiers")
         if found is None:
-            found = query.cache["qdrant_identifiers"] = self.backend.encoder.tokenizer.identifiers(query.text)
+            found = query.cache["qdrant_identifiers"] = self.backend.encoder.tokenizer.names(query.text, self.tokens(query))
         return found
 
     def sparse(self, query: Query) -> tuple[list[int], list[float]]:
@@ -1000,9 +1001,9 @@ class QdrantBackend:
         if not len(ids):
             return out
         docs = [int(i) for i in ids]
-        if identifiers is None:
-            identifiers = tokenizer.identifiers(text)
         order = list(tokenizer.tokenize(text) if query_tokens is None else query_tokens)
+        if identifiers is None:
+            identifiers = tokenizer.names(text, order)
         if identifiers:
             if holders is None or holders[0] <= max_df or len(holders[1]) != len(identifiers):
                 found = self.collection.query_batch([_df_leg(t, max_df + 1, self.collection.terms) for t in identifiers])
