@@ -168,6 +168,16 @@ def test_translation_is_qdrant_rest_json():
         "must_not": [{"key": "f.m656e76.s", "match": {"any": ["a", "b"]}}]
     }
     assert translate(parse_filter({"owner": {"$exists": False}})) == {"must": [{"is_empty": {"key": "f.m6f776e6572.e"}}]}
+    # integral equality: int64 match on k.i; on a float-indexed key (exact_ranges), a [v, v] range on k.n, which
+    # that index answers, below 2**53 only (beyond it float64 cannot tell neighbours apart: back to k.i)
+    sev = {("m", "sev")}
+    assert translate(parse_filter({"sev": 3})) == {"must": [{"key": "f.m736576.i", "match": {"value": 3}}]}
+    assert translate(parse_filter({"sev": 3.0}), sev) == {"must": [{"key": "f.m736576.n", "range": {"gte": 3.0, "lte": 3.0}}]}
+    assert translate(parse_filter({"sev": {"$in": [1, 2]}}), sev) == {"should": [
+        {"key": "f.m736576.n", "range": {"gte": 1.0, "lte": 1.0}}, {"key": "f.m736576.n", "range": {"gte": 2.0, "lte": 2.0}}]}
+    assert translate(parse_filter({"sev": 2**53}), sev) == {"must": [{"key": "f.m736576.i", "match": {"value": 2**53}}]}
+    assert translate(parse_filter({"sev": {"$in": [1, 2**53]}}), sev) == {
+        "must": [{"key": "f.m736576.i", "match": {"any": [1, 2**53]}}]}
     assert ALL == set(ROWS)
 
 
@@ -300,8 +310,21 @@ def test_a_metadata_test_no_payload_index_answers_is_warned_of_once_naming_the_d
         messages = [r.getMessage() for r in caplog.records]
         assert len(messages) == 2
         assert "metadata key 'k' without a payload index" in messages[0]
-        assert "indexed_keys={'k': 'integer'} (or export-qdrant --index-key k=integer)" in messages[0]
+        assert ("indexed_keys={'k': 'float'}, which answers its equality and order tests alike (or export-qdrant "
+                "--index-key k=float)") in messages[0]
         assert "indexed_keys={'k': <the kind of its values>}" in messages[1]
+    caplog.clear()
+    # as advised: one float declaration answers equality ($eq, $in, $ne) and order tests on the key, with no warning
+    # (a fresh user's finding: declared float, equality warned and advised 'integer', which refuses order tests)
+    with HybridMemory.qdrant(edge_path=tmp_path / "float", embedder=HashingEmbedder(16), indexed_keys={"k": "float"}) as memory:
+        memory.add(chunks)
+        with caplog.at_level(logging.WARNING, logger=logger):
+            assert _ids_of(memory.search("disk full", metadata_filter={"k": 3})) == ["a"]
+            assert _ids_of(memory.search("disk full", metadata_filter={"k": 4.0})) == ["b"]
+            assert _ids_of(memory.search("disk full", metadata_filter={"k": {"$in": [4, 9]}})) == ["b"]
+            assert _ids_of(memory.search("disk full", metadata_filter={"k": {"$ne": 3}})) == ["b"]
+            assert _ids_of(memory.search("disk full", metadata_filter={"k": {"$lte": 3}})) == ["a"]
+        assert caplog.records == []
     caplog.clear()
     with HybridMemory.qdrant(edge_path=tmp_path / "bare", embedder=HashingEmbedder(16), payload_indexes=False) as memory:
         memory.add(chunks)

@@ -1078,6 +1078,9 @@ class QdrantBackend:
             key = found[1]
             if kind == "any":
                 declare = f"indexed_keys={{{key!r}: <the kind of its values>}} (any kind also indexes its present / null markers)"
+            elif kind == "integer":  # a float index answers integral equality too (qdrant_filters._integers)
+                declare = (f"indexed_keys={{{key!r}: 'float'}}, which answers its equality and order tests alike (or "
+                           f"export-qdrant --index-key {key}=float)")
             else:
                 declare = f"indexed_keys={{{key!r}: {kind!r}}} (or export-qdrant --index-key {key}={kind})"
             logger.warning("the filter tests metadata key %r without a payload index: Qdrant reads every point's payload "

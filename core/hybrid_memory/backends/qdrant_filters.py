@@ -25,7 +25,9 @@ for reading back; filters never address it. Translation (the tree of :data:`hybr
 
 ==========================  ================================================================================
 ``("eq", k, string)``       ``match.value`` on ``k.s`` (any element of the array, as Qdrant matches arrays)
-``("eq", k, integral)``     ``match.value`` int(v) on ``k.i`` (exact over int64; 1.0 is stored there as 1)
+``("eq", k, integral)``     ``match.value`` int(v) on ``k.i`` (exact over int64; 1.0 is stored there as 1); on a
+                            key with a float payload index, ``range`` [v, v] on ``k.n`` (below 2**53), which
+                            the index answers
 ``("eq", k, number)``       ``match.value`` repr(v) on ``k.r`` (a non-integral v: Qdrant's ``match`` takes no floats)
 ``("eq", k, bool)``         ``match.value`` ``"true"`` / ``"false"`` on ``k.b`` (a keyword: a Python bool is an
                             int to the bindings, and would be matched as 1)
@@ -184,13 +186,24 @@ def _number(op: str, key: tuple[str, str], value: float) -> float:
     return float(value)
 
 
-def _equal(key: tuple[str, str], t: tuple, op: str = "$eq") -> dict[str, Any]:
+def _integers(key: tuple[str, str], values: list[int], exact: Any, match: str) -> dict[str, Any]:
+    """Equality with any of the integral ``values``: ``match`` (``"value"`` or ``"any"``) on ``k.i``; on a key
+    with a float payload index (in ``exact``), a ``range`` ``[v, v]`` on ``k.n`` per value instead, which that
+    index answers (``k.n`` holds every number as float64, exact for an operand below 2**53, where no other stored
+    number reads as ``v``), so one float declaration serves a key's order tests and its equality alike."""
+    if exact is not None and key in exact and all(abs(v) < MAX_EXACT_NUMBER for v in values):
+        ranges = [{"key": _path(key, "n"), "range": {"gte": float(v), "lte": float(v)}} for v in values]
+        return ranges[0] if len(ranges) == 1 else {"should": ranges}
+    return {"key": _path(key, "i"), "match": {match: values[0] if match == "value" else values}}
+
+
+def _equal(key: tuple[str, str], t: tuple, op: str = "$eq", exact: Any = None) -> dict[str, Any]:
     kind, value = t
     if kind == TEXT:
         return {"key": _path(key, "s"), "match": {"value": value}}
     if kind == NUMBER:
         if _integral(value):
-            return {"key": _path(key, "i"), "match": {"value": int(value)}}
+            return _integers(key, [int(value)], exact, "value")
         return {"key": _path(key, "r"), "match": {"value": repr(float(value))}}
     if kind == BOOL:
         return {"key": _path(key, "b"), "match": {"value": "true" if value else "false"}}
@@ -221,7 +234,7 @@ def _condition(node: Node, exact: Any = None) -> dict[str, Any]:
         missing = {"is_empty": {"key": _path(key, "e")}}
         return {"must_not": [missing]} if node[2] else missing
     if kind == "eq":
-        return _equal(key, node[2])
+        return _equal(key, node[2], exact=exact)
     if kind == "in":
         texts = sorted(v for k, v in node[2] if k == TEXT)
         integers = sorted({int(v) for k, v in node[2] if k == NUMBER and _integral(v)})
@@ -230,8 +243,8 @@ def _condition(node: Node, exact: Any = None) -> dict[str, Any]:
         if texts:
             parts.append({"key": _path(key, "s"), "match": {"any": texts}})
         if integers:
-            parts.append({"key": _path(key, "i"), "match": {"any": integers}})
-        parts.extend(_equal(key, t, "$in") for t in others)
+            parts.append(_integers(key, integers, exact, "any"))
+        parts.extend(_equal(key, t, "$in", exact) for t in others)
         return parts[0] if len(parts) == 1 else {"should": parts}
     if kind == "cmp":
         op, (value_kind, value) = node[2], node[3]
