@@ -19,6 +19,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
+from ._exceptions import InvalidRequestError
+
 __all__ = ["RecencyPrior", "apply_recency_prior", "iso_utc", "to_timestamp"]
 
 _DAY = 86400.0
@@ -94,6 +96,9 @@ class RecencyPrior:
         weight: maximum bonus as a fraction of the best fused score, 0 < weight <= 0.5 (default 0.05).
         half_life_days: age in days at which the bonus halves, > 0 (default 30: facts of the last weeks count
             as recent for an agent that works over weeks; a convention, not a value tuned on a benchmark).
+
+    Raises:
+        InvalidRequestError: ``weight`` outside (0, 0.5], or ``half_life_days`` not a finite number > 0.
     """
 
     weight: float = 0.05
@@ -101,10 +106,12 @@ class RecencyPrior:
 
     def __post_init__(self) -> None:
         if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) or not 0 < self.weight <= 0.5:
-            raise ValueError(f"RecencyPrior.weight must be in (0, 0.5] (a small share of the score), got {self.weight!r}")
+            raise InvalidRequestError(
+                f"RecencyPrior.weight must be in (0, 0.5] (a small share of the score), got {self.weight!r}")
         if (isinstance(self.half_life_days, bool) or not isinstance(self.half_life_days, (int, float))
                 or not math.isfinite(self.half_life_days) or self.half_life_days <= 0):
-            raise ValueError(f"RecencyPrior.half_life_days must be a finite number > 0, got {self.half_life_days!r}")
+            raise InvalidRequestError(
+                f"RecencyPrior.half_life_days must be a finite number > 0, got {self.half_life_days!r}")
 
     def bonus(self, scale: float, age_seconds: float) -> float:
         """The additive bonus for one chunk: ``weight · scale · 2^(−age/half_life)``; age in seconds (clamped

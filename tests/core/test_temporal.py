@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError
+from hybrid_memory import HashingEmbedder, HybridMemory, HybridMemoryError, InvalidRequestError
 from hybrid_memory.temporal import RecencyPrior, to_timestamp
 
 DAY = 86400.0
@@ -126,10 +126,12 @@ def test_recency_prior_never_moves_a_fact_past_one_better_by_more_than_its_bound
 
 
 def test_recency_prior_arguments_are_checked(memory):
-    with pytest.raises(ValueError, match="weight"):
-        RecencyPrior(weight=2.0)
-    with pytest.raises(ValueError, match="half_life_days"):
-        RecencyPrior(half_life_days=0)
+    # the library's error (a fresh user's finding: a plain ValueError, outside HybridMemoryError), still a ValueError
+    for bad, field in ((dict(weight=2.0), "weight"), (dict(weight=float("nan")), "weight"), (dict(weight=-1), "weight"),
+                       (dict(half_life_days=0), "half_life_days"), (dict(half_life_days=float("nan")), "half_life_days")):
+        with pytest.raises(InvalidRequestError, match=f"RecencyPrior.{field} must be") as raised:
+            RecencyPrior(**bad)
+        assert isinstance(raised.value, HybridMemoryError) and isinstance(raised.value, ValueError)
     with pytest.raises(InvalidRequestError, match="recency"):
         memory.search("x", recency="yes")
     assert RecencyPrior().bonus(0.5, 30 * DAY) == pytest.approx(0.05 * 0.5 * 0.5)
