@@ -73,6 +73,7 @@ import logging
 import os
 import threading
 import zipfile
+import zlib
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -505,6 +506,7 @@ class FilterIndex:
                 "csr_offsets": self._csr_offsets,
                 "csr_terms": self._csr_terms,
             }
+        meta["crc32"] = {name: _crc32(array) for name, array in arrays.items()}
         np.savez(directory / "arrays.npz", **arrays)
         with open(directory / "meta.json", "w", encoding="utf-8") as fh:
             json.dump(meta, fh)
@@ -513,7 +515,9 @@ class FilterIndex:
 
     def load(self, directory: str | Path) -> int | None:
         """Replace the index by the one saved in ``directory``. Returns its change-log position, or None (the
-        index left empty) when nothing usable is there: missing, damaged, or another format version."""
+        index left empty) when nothing usable is there: missing, damaged (an unreadable file, arrays whose CRC-32
+        differs from the one ``meta.json`` recorded at the save, or a layout the two files disagree on:
+        :func:`_check_saved`), or another format version."""
         directory = Path(directory)
         try:
             meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
@@ -521,6 +525,7 @@ class FilterIndex:
                 return None
             with np.load(directory / "arrays.npz", allow_pickle=False) as npz:
                 arrays = {name: npz[name] for name in npz.files}
+            _check_saved(meta, arrays)
             with self._lock:
                 self._clear()
                 blob, offsets = arrays["term_blobs"].tobytes(), arrays["term_offsets"]
@@ -841,3 +846,35 @@ class FilterIndex:
                 "forward_pending": len(self._forward),
                 "generation": self.generation,
             }
+
+
+def _crc32(array: np.ndarray) -> int:
+    """CRC-32 (``zlib.crc32``) of an array's bytes in C order: a damaged or stale array, of any shape, reads
+    otherwise."""
+    return zlib.crc32(np.ascontiguousarray(array).view(np.uint8).reshape(-1))
+
+
+def _check_saved(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+    """Raise ValueError unless ``meta.json`` and ``arrays.npz`` of one save agree: every array's CRC-32 as the save
+    recorded it (saves before the checksums carry none: the layout alone is checked), and the layout, each
+    list of ``meta`` spanning its arrays exactly (one offset more than entries, offsets from 0, non-decreasing,
+    ending at the data's length). Damage that leaves both files readable would otherwise load silently and
+    answer filters wrongly on every open (a fresh user's finding: ``num_values`` cut from 8 to 4 entries, or
+    ``"terms": []`` written into ``meta.json``, each gave wrong ids with no warning)."""
+    recorded = meta.get("crc32")
+    if recorded is not None:
+        if set(recorded) != set(arrays) or any(_crc32(arrays[name]) != int(crc) for name, crc in recorded.items()):
+            raise ValueError("arrays.npz does not match the checksums meta.json recorded (damaged, or from another save)")
+    spans = (("terms", "term_offsets", ("term_blobs",)), ("exists_keys", "exists_offsets", ("exists_blobs",)),
+             ("number_keys", "num_offsets", ("num_values", "num_rows")))
+    for entries, offsets_name, data_names in spans:
+        offsets = arrays[offsets_name]
+        ends = {len(arrays[name]) for name in data_names}
+        if (len(offsets) != len(meta[entries]) + 1 or offsets[0] != 0 or len(ends) != 1
+                or offsets[-1] != ends.pop() or (len(offsets) > 1 and bool((np.diff(offsets) < 0).any()))):
+            raise ValueError(f"meta.json's {entries} and arrays.npz's {offsets_name} disagree")
+    if len(meta["big"]) != len(meta["number_keys"]):
+        raise ValueError("meta.json's big and number_keys disagree")
+    csr = arrays["csr_offsets"]
+    if len(csr) != len(arrays["csr_rows"]) + 1 or csr[0] != 0 or csr[-1] != len(arrays["csr_terms"]):
+        raise ValueError("arrays.npz's forward map is not consistent")

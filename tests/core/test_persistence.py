@@ -265,3 +265,76 @@ def test_a_save_after_one_upsert_links_the_big_files_and_reopens_identically(tmp
     with HybridMemory.open(path, **options) as mem:
         assert mem.last_sync["dense"] == {"rebuilt": False, "added": 0, "removed": 0}
         assert results(mem) == expected
+
+
+def _filter_memory(path):
+    """Eight notes with a string and a number key, saved; their filter index's folder."""
+    with HybridMemory(path, embedder=HashingEmbedder(16)) as mem:
+        mem.add([{"chunk_id": f"n{i}", "text": f"retry note {i}",
+                  "metadata": {"service": "auth" if i == 3 else f"svc{i % 3}", "severity": i % 4}} for i in range(8)])
+    return path / "filters"
+
+
+FILTER_QUERIES = [{"service": "auth"}, {"severity": {"$gte": 2}}, {"severity": 1}, {"service": {"$ne": "svc1"}}]
+
+
+def _filtered_ids(mem):
+    return [sorted(r.chunk_id for r in mem.search("retry", top_k=10, metadata_filter=f).results) for f in FILTER_QUERIES]
+
+
+def _rewrite_npz(folder, **changed):
+    with np.load(folder / "arrays.npz", allow_pickle=False) as npz:
+        arrays = {name: npz[name] for name in npz.files}
+    arrays.update(changed)
+    np.savez(folder / "arrays.npz", **arrays)
+
+
+@pytest.mark.parametrize("damage", ["num_values cut", "terms emptied", "number keys emptied", "stale arrays",
+                                    "bitmap bytes changed"])
+def test_a_filter_index_whose_files_disagree_is_rebuilt_not_trusted(tmp_path, caplog, damage):
+    """Both files readable but not of one save: the layout or the recorded CRC-32s tell, and the index is rebuilt
+    from the store (a fresh user's finding: each of these loaded silently and filters gave wrong ids, on every
+    open)."""
+    import logging
+
+    path = tmp_path / "m"
+    folder = _filter_memory(path)
+    expected = [["n3"], ["n2", "n3", "n6", "n7"], ["n1", "n5"], ["n0", "n2", "n3", "n5", "n6"]]
+    if damage == "stale arrays":  # the arrays of an earlier save beside the meta.json of a later one
+        shutil.copy(folder / "arrays.npz", tmp_path / "old.npz")
+        with HybridMemory.open(path, embedder=HashingEmbedder(16)) as mem:
+            mem.upsert([{"chunk_id": "n1", "text": "retry note 1", "metadata": {"service": "auth", "severity": 1}}])
+        shutil.copy(tmp_path / "old.npz", folder / "arrays.npz")
+        expected[0], expected[3] = ["n1", "n3"], ["n0", "n1", "n2", "n3", "n5", "n6"]
+    elif damage == "num_values cut":
+        with np.load(folder / "arrays.npz") as npz:
+            _rewrite_npz(folder, num_values=npz["num_values"][:4])
+    elif damage == "bitmap bytes changed":
+        with np.load(folder / "arrays.npz") as npz:
+            blobs = npz["term_blobs"].copy()
+        blobs[-1] ^= 0x01
+        _rewrite_npz(folder, term_blobs=blobs)
+    else:
+        meta = json.loads((folder / "meta.json").read_text())
+        meta["terms" if damage == "terms emptied" else "number_keys"] = []
+        (folder / "meta.json").write_text(json.dumps(meta))
+    with caplog.at_level(logging.WARNING, logger="hybrid_memory.filter_index"):
+        with HybridMemory.open(path, embedder=HashingEmbedder(16)) as mem:
+            assert _filtered_ids(mem) == expected
+    assert any("is unreadable" in r.getMessage() and "rebuilding it from the store" in r.getMessage() for r in caplog.records)
+
+
+def test_a_filter_index_saved_before_the_checksums_still_loads(tmp_path, caplog):
+    """A save without the ``crc32`` entry (written before it) is checked by its layout alone and used as is."""
+    import logging
+
+    path = tmp_path / "m"
+    folder = _filter_memory(path)
+    meta = json.loads((folder / "meta.json").read_text())
+    assert set(meta.pop("crc32")) == {"term_blobs", "term_offsets", "exists_blobs", "exists_offsets", "universe",
+                                      "num_values", "num_rows", "num_offsets", "csr_rows", "csr_offsets", "csr_terms"}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    with caplog.at_level(logging.WARNING, logger="hybrid_memory.filter_index"):
+        with HybridMemory.open(path, embedder=HashingEmbedder(16)) as mem:
+            assert _filtered_ids(mem) == [["n3"], ["n2", "n3", "n6", "n7"], ["n1", "n5"], ["n0", "n2", "n3", "n5", "n6"]]
+    assert caplog.records == []
