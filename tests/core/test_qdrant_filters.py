@@ -325,6 +325,14 @@ def test_a_metadata_test_no_payload_index_answers_is_warned_of_once_naming_the_d
             assert _ids_of(memory.search("disk full", metadata_filter={"k": {"$ne": 3}})) == ["b"]
             assert _ids_of(memory.search("disk full", metadata_filter={"k": {"$lte": 3}})) == ["a"]
         assert caplog.records == []
+        # beyond 2**53 the float index cannot answer equality: said once, without advising the declaration made
+        with caplog.at_level(logging.WARNING, logger=logger):
+            for _ in range(2):
+                assert _ids_of(memory.search("disk full", metadata_filter={"k": {"$in": [3, 2**53 + 1]}})) == ["a"]
+        assert [r.getMessage() for r in caplog.records] == [
+            "the filter tests metadata key 'k' for equality with an integer of magnitude 2**53 or more, which its float "
+            "payload index cannot answer (float64 does not hold such integers exactly): Qdrant reads every point's "
+            "payload to answer it, on every search with this test"]
     caplog.clear()
     with HybridMemory.qdrant(edge_path=tmp_path / "bare", embedder=HashingEmbedder(16), payload_indexes=False) as memory:
         memory.add(chunks)
