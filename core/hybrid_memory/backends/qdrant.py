@@ -1076,23 +1076,22 @@ class QdrantBackend:
                 continue
             self._warned.add(path)
             key = found[1]
-            if kind == "any":
-                declare = f"indexed_keys={{{key!r}: <the kind of its values>}} (any kind also indexes its present / null markers)"
-            elif kind == "integer" and (METADATA, key) in self.exact_ranges:
-                # float-indexed already: the integral equality reaches k.i only for integers of 2**53 or more
+            cost = "Qdrant reads every point's payload to answer it, on every search with this test"
+            if kind == "integer" and (METADATA, key) in self.exact_ranges:
+                # float-indexed already: an integral equality reaches k.i only for integers of 2**53 or more
                 logger.warning("the filter tests metadata key %r for equality with an integer of magnitude 2**53 or "
                                "more, which its float payload index cannot answer (float64 does not hold such integers "
-                               "exactly): Qdrant reads every point's payload to answer it, on every search with this "
-                               "test", key)
+                               "exactly): %s", key, cost)
                 continue
+            if kind == "any":
+                declare = f"indexed_keys={{{key!r}: <the kind of its values>}} (any kind also indexes its present / null markers)"
             elif kind == "integer":  # a float index answers integral equality too (qdrant_filters._integers)
                 declare = (f"indexed_keys={{{key!r}: 'float'}}, which answers its equality and order tests alike (or "
                            f"export-qdrant --index-key {key}=float)")
             else:
                 declare = f"indexed_keys={{{key!r}: {kind!r}}} (or export-qdrant --index-key {key}={kind})"
-            logger.warning("the filter tests metadata key %r without a payload index: Qdrant reads every point's payload "
-                           "to answer it, on every search with this test; declare the key when opening the memory: %s",
-                           key, declare)
+            logger.warning("the filter tests metadata key %r without a payload index: %s; declare the key when opening "
+                           "the memory: %s", key, cost, declare)
 
     # -- reads --------------------------------------------------------------------------------------
     @staticmethod
