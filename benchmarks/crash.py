@@ -60,7 +60,7 @@ _WRITER = textwrap.dedent(
     sys.path.insert(0, {bench!r})
     from crash import chunk_text
     from hybrid_memory import HashingEmbedder, HybridMemory
-    from hybrid_memory.sparse import BM25Index
+    from hybrid_memory.engines.bm25.index import BM25Index
     path, kind, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     if kind == "close-mid-save":
         original = BM25Index.save
@@ -147,7 +147,7 @@ def trial(kind: str, rng: random.Random, folder: Path) -> dict:
                 fh.write(json.dumps({"_id": f"k{i}", "text": chunk_text(i)}) + "\n")
         target = rng.randint(1, 2700)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "hybrid_memory.cli", "ingest", str(corpus), "--memory", str(path),
+            [sys.executable, "-m", "hybrid_memory.cli.app", "ingest", str(corpus), "--memory", str(path),
              "--hashing-dim", str(DIM), "-q"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )

@@ -168,9 +168,9 @@ def calibrated(inp: Any, factor: float | dict[str, float], *, confidence: dict[s
 
 def run(data: fdata.EvalSet) -> dict[str, dict[str, dict[str, float]]]:
     """label -> run (qid -> {key: score}) for sparse, dense, the default and each calibrated default."""
-    from hybrid_memory.engines import Query
+    from hybrid_memory.search.engine import Query
     from hybrid_memory.fusion import methods as m
-    from hybrid_memory.sparse import _QueryTerms
+    from hybrid_memory.engines.bm25.index import _QueryTerms
 
     memory = fe.build_memory(data)
     vectors = data.doc_vectors.astype(np.float64)

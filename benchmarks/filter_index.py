@@ -43,8 +43,8 @@ import _common as common  # noqa: E402
 common.ensure_core_importable()
 
 from hybrid_memory.changes import ChangeSet  # noqa: E402
-from hybrid_memory.filter_index import FilterIndex  # noqa: E402
-from hybrid_memory.store import SQLiteStore  # noqa: E402
+from hybrid_memory.backends.embedded.filter_index import FilterIndex  # noqa: E402
+from hybrid_memory.backends.embedded.store import SQLiteStore  # noqa: E402
 
 LABELS = ["db", "network", "oncall", "auth", "billing", "search", "cache", "queue"]
 TARGET_MS = 5.0

@@ -74,7 +74,9 @@ DEFAULT_ROW, RRF_ROW = "adaptive (default)", "rrf"
 
 def stage_targets() -> list[tuple[str, type, str]]:
     """(stage name, class, method) of every timed stage, outermost first (a name may time several methods)."""
-    from hybrid_memory import engines, memory, searcher
+    from hybrid_memory.memory import hybrid as memory
+    from hybrid_memory.search import engine as engines
+    from hybrid_memory.search import searcher
 
     return [
         ("request", memory.HybridMemory, "_prepare"),
@@ -97,7 +99,7 @@ def timed_stages(sums: dict[str, float]) -> Iterator[None]:
     """Wrap every stage of :func:`stage_targets` so each call adds its wall seconds to ``sums[stage]`` (the two
     engines' ``score`` calls add to one ``cross-scores`` stage); the methods are restored on exit. The BM25
     preparation of exact matches runs inside ``SparseEngine.search`` and is timed through ``BM25Index``."""
-    from hybrid_memory import sparse
+    from hybrid_memory.engines.bm25 import index as sparse
 
     targets = [*stage_targets(), ("exact-match preparation", sparse.BM25Index, "prepare_exact_matches")]
     saved = []

@@ -182,7 +182,7 @@ def run_public(
 
 def run_offline(data: fdata.EvalSet, memory: Any) -> dict[str, dict[str, dict[str, float]]]:
     """Every row by applying its method to candidates gathered once per query (``HybridSearcher.fuse``)."""
-    from hybrid_memory.engines import Query
+    from hybrid_memory.search.engine import Query
 
     searcher = memory._searcher
     runs: dict[str, dict[str, dict[str, float]]] = {label: {} for label, _ in rows()}

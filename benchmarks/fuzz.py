@@ -220,7 +220,7 @@ def run_cli(memory_path: Path, requests: Iterable[Any], rng: random.Random, tmp:
     library error, an exception out of ``main`` or a traceback on stderr is escaped. ``start``: skip the
     first requests (generated and drawn exactly as in a full run, so request ``i`` is the same; to re-time
     a window of a run)."""
-    from hybrid_memory.cli import main
+    from hybrid_memory.cli.app import main
 
     outcomes: Counter = Counter()
     samples: list[dict] = []

@@ -15,7 +15,7 @@ default). Queries pass their cached vectors (``query_vector=``), so latency is t
 model. BM25 parameters are set to match:
 k1 = 1.5, b = 0.75, and the Qdrant backend's ``avgdl`` = the corpus's mean length in the library's tokens,
 which is what the embedded index's merged segment uses; Qdrant's IDF is Lucene's (see
-``hybrid_memory.backends.qdrant``), so any remaining sparse difference is float32 rounding and
+``hybrid_memory.backends.qdrant.backend``), so any remaining sparse difference is float32 rounding and
 Qdrant counting in N only points that hold at least one token.
 
 Modes: sparse (``dense_weight=0``), dense (``sparse_weight=0``), hybrid (the default fusion, ``adaptive``) and

@@ -7,7 +7,7 @@ Usage::
 
 Why: the filter language's ``$exists``, ``null``, ``$ne`` and missing keys, a scope's unset fields, ``as_of``'s
 open-ended validity and the dedup's exact-scope lookup all become ``is_empty`` conditions on a field's markers
-(``hybrid_memory.backends.qdrant_filters.marker_paths``). Without a payload index on them, Qdrant reads every
+(``hybrid_memory.backends.qdrant.filters.marker_paths``). Without a payload index on them, Qdrant reads every
 point's payload to answer. The backend now indexes them as bool; this measures both layouts in one run.
 
 How: two Qdrant Edge shards in temporary folders, each a ``HybridMemory.qdrant(edge_path=...)`` with
@@ -20,7 +20,7 @@ query by query; each mode's ids must be equal on both shards. Dedup's lookup is 
 near-duplicate check of ``dedup="skip"``), exact scope with every field unset, validity covering now.
 
 The texts are short and alike, so many chunks tie in BM25 at a candidate cut and each search reads the tie out
-(``hybrid_memory.searcher.TIE_DEPTH_LIMIT``): absolute times are those of a templated memory; compare the two
+(``hybrid_memory.search.searcher.TIE_DEPTH_LIMIT``): absolute times are those of a templated memory; compare the two
 shards' columns.
 
 Prints p50 per mode and shard and the ratio; writes ``benchmarks/results/qdrant_filter_latency.json``.
@@ -64,7 +64,7 @@ def _chunks(start: int, stop: int) -> list[dict[str, Any]]:
 
 def _open(path: Path, markers: bool) -> Any:
     from hybrid_memory import HashingEmbedder, HybridMemory
-    from hybrid_memory.backends.qdrant_filters import marker_paths
+    from hybrid_memory.backends.qdrant.filters import marker_paths
 
     memory = HybridMemory.qdrant(edge_path=path, embedder=HashingEmbedder(DIM), indexed_keys={"team": "keyword"})
     if not markers:

@@ -91,7 +91,7 @@ def test_importing_the_core_imports_no_qdrant_module():
     code = textwrap.dedent("""
         import sys
         from hybrid_memory import export_to_qdrant
-        from hybrid_memory.backends.export import export_to_qdrant as defined
+        from hybrid_memory.memory.export import export_to_qdrant as defined
         print(export_to_qdrant is defined, sorted(m for m in sys.modules if m.split(".")[0].startswith("qdrant")))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -9,7 +9,7 @@ Quick start::
         response = memory.search("HTTP 504", top_k=5, metadata_filter={"environment": "production"})
 
 The GraphRAG layer lives in :mod:`hybrid_memory.graph` (``pip install 'hybrid-memory[graph]'``), imported
-only when asked for. :func:`export_to_qdrant` (from :mod:`hybrid_memory.backends.export`) imports the
+only when asked for. :func:`export_to_qdrant` (from :mod:`hybrid_memory.memory.export`) imports the
 ``qdrant`` extra only when called.
 """
 
@@ -28,11 +28,11 @@ from ._exceptions import (
     StoreBusyError,
     StoreFormatError,
 )
-from .backends.export import export_to_qdrant
+from .memory.export import export_to_qdrant
 from .dedup import DedupPolicy, WriteDecision, WriteResult
 from .embedders import CallableEmbedder, Embedder, HashingEmbedder, SentenceTransformerEmbedder
 from .fusion import FusedHit, reciprocal_rank_fusion
-from .memory import HybridMemory
+from .memory.hybrid import HybridMemory
 from .models import MAX_SEARCH_TEXT_CHARS, MAX_TOP_K, MAX_WEIGHT, Chunk, HybridParams, SearchRequest, SearchResponse, SearchResult, StoredChunk
 from .scopes import Scope, ScopedMemory
 from .temporal import RecencyPrior

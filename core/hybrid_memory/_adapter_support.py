@@ -233,7 +233,7 @@ def check_search_settings(owner: str, names: Mapping[str, str], settings: Mappin
     from pydantic import ValidationError
 
     from hybrid_memory._exceptions import InvalidRequestError
-    from hybrid_memory.memory import HybridMemory
+    from hybrid_memory.memory.hybrid import HybridMemory
     from hybrid_memory.models import _SHORT, HybridParams
 
     def name(core: str) -> str:

@@ -78,7 +78,7 @@ class StoreFormatError(HybridMemoryError):
 
 
 class MemoryNotFoundError(StoreFormatError, FileNotFoundError):
-    """:meth:`HybridMemory.open <hybrid_memory.memory.HybridMemory.open>` found no memory at the path (a mistyped
+    """:meth:`HybridMemory.open <hybrid_memory.memory.hybrid.HybridMemory.open>` found no memory at the path (a mistyped
     path must not silently give an empty memory); ``create=True`` makes one. A :class:`StoreFormatError`, which
     it was raised as before, and a ``FileNotFoundError``, what ``open()`` of a missing path raises in Python."""
 

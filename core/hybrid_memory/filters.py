@@ -43,7 +43,7 @@ Limits: filters nest at most :data:`MAX_DEPTH` levels of ``$and``/``$or``/``$not
 
 Every filter is parsed once by :func:`parse_filter` into a canonical, hashable tree (:data:`Node`), which both the
 SQL compiler here (:func:`compile_filter`, the reference, used by ``count`` and ``iter_chunks``) and the in-memory
-index (:mod:`hybrid_memory.filter_index`, used by search) evaluate; equal filters give equal trees, so the tree
+index (:mod:`hybrid_memory.backends.embedded.filter_index`, used by search) evaluate; equal filters give equal trees, so the tree
 is also the cache key of resolved filters. In SQL, keys and values are always bound as parameters (a key is
 matched against ``json_each``'s ``key`` column, so any key the key rule allows works), and ``$in`` binds one JSON
 array per type however long the list.
@@ -111,7 +111,7 @@ Node = tuple
 ``("eq", key, t)`` (``t`` a :func:`typed` value; null also matches a missing key);
 ``("in", key, frozenset of t)``; ``("cmp", key, op, t)`` with op one of ``"$gt" "$gte" "$lt" "$lte"`` and ``t`` a
 number or a string; ``("exists", key, bool)``. ``key`` is ``(namespace, name)``: namespace ``"m"`` for user
-metadata, ``"s"`` for system fields (see :mod:`hybrid_memory.filter_index`)."""
+metadata, ``"s"`` for system fields (see :mod:`hybrid_memory.backends.embedded.filter_index`)."""
 
 METADATA, SYSTEM = "m", "s"
 """Key namespaces: user metadata keys and the memory's own per-chunk fields never collide."""

@@ -45,7 +45,7 @@ from .models import SearchRequest, SearchResponse, StoredChunk
 from .scopes import SCOPE_FIELDS, Scope, ScopedMemory, as_scope
 
 if TYPE_CHECKING:
-    from .memory import HybridMemory
+    from .memory.hybrid import HybridMemory
 
 __all__ = [
     "ADD_DEDUP",
@@ -503,7 +503,7 @@ def settle(memory: Any) -> None:
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:
-    from .cli import open_memory
+    from .cli.app import open_memory
 
     scope = parse_scope(args.scope)
     if args.http:
@@ -528,7 +528,7 @@ def _has_export_record(shard: str) -> bool:
     """Whether the Edge shard records the avgdl it was written with (export-qdrant writes it; opening uses it)."""
     from pathlib import Path
 
-    from .backends.edge_info import EXPORT_INFO
+    from .backends.qdrant.edge_info import EXPORT_INFO
 
     return (Path(shard) / EXPORT_INFO).is_file()
 

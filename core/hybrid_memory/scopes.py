@@ -37,7 +37,7 @@ from .models import SCOPE_FIELDS, Chunk, SearchRequest, SearchResponse, StoredCh
 
 if TYPE_CHECKING:
     from .dedup import DedupPolicy, WriteResult
-    from .memory import HybridMemory
+    from .memory.hybrid import HybridMemory
     from .temporal import RecencyPrior
 
 __all__ = ["SCOPE_FIELDS", "Scope", "ScopedMemory", "as_scope", "check_scope_keys", "check_scope_values"]

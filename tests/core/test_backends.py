@@ -249,8 +249,8 @@ QDRANT = ["qdrant-edge", "qdrant-client-local"]
 def test_fusion_of_the_returned_legs_is_the_core_fusion(engine, tmp_path):
     """Over the legs Qdrant returned for one batched request, the memory's order and scores are the core's
     fusion of those legs: RRF recomputed by hand, every score-based method through FUSION_METHODS."""
-    from hybrid_memory.backends.qdrant import point_id
-    from hybrid_memory.backends.qdrant_collection import DENSE, SPARSE, Leg
+    from hybrid_memory.backends.qdrant.backend import point_id
+    from hybrid_memory.backends.qdrant.collection import DENSE, SPARSE, Leg
     from hybrid_memory.fusion import FusionInput
 
     with open_memory(engine, tmp_path) as mem:
@@ -316,7 +316,7 @@ def test_bm25_scores_equal_the_embedded_backend_with_matching_parameters(engine,
             assert [r.sparse_score for r in b.results] == pytest.approx([r.sparse_score for r in a.results], rel=1e-5)
             assert _ids(embedded.search(query, top_k=3)) == _ids(qdrant.search(query, top_k=3)), query
         # the exact-match guard reads the same rare identifiers and whole-query matches from both backends
-        from hybrid_memory.engines import Query
+        from hybrid_memory.search.engine import Query
 
         for query in [*queries, "getUserById", "v2.3.1 10.0.0.12", "PostgreSQL connection pool exhausted"]:
             found = []
@@ -338,7 +338,7 @@ def test_exact_match_guard_counts_equal_the_embedded_backend(engine, weights, tm
     """The guard's counts per candidate (rare identifiers +1 each, the whole query in order +(1 + identifiers))
     are the embedded SparseEngine.exact_matches counts, over the same candidates: with both legs and with the
     sparse leg alone (its inputs ride with the legs), and read by the backend on its own."""
-    from hybrid_memory.engines import Query
+    from hybrid_memory.search.engine import Query
 
     chunks = [*_note_chunks(),
               {"chunk_id": "pool-a", "text": "PostgreSQL connection pool exhausted again on db-prod-3"},
@@ -387,7 +387,7 @@ def test_search_legs_carry_no_payload_and_the_id_map_fills_once(engine, tmp_path
     the texts of the chunks holding the whole query, when few do, for the guard's in-order test). A
     backend that never saw the points (a reopened shard, another process's writes) reads their chunk ids once,
     in one retrieve; deletes drop them from the id map."""
-    from hybrid_memory.backends.qdrant import engine_id, point_id
+    from hybrid_memory.backends.qdrant.backend import engine_id, point_id
 
     if engine == "qdrant-edge":
         with open_memory(engine, tmp_path) as first:

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hybrid_memory import MAX_SEARCH_TEXT_CHARS, HashingEmbedder, HybridMemory, HybridMemoryError, InvalidFilterError, InvalidRequestError
-from hybrid_memory.cli import main
+from hybrid_memory.cli.app import main
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import fuzz  # noqa: E402

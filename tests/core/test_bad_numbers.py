@@ -92,7 +92,7 @@ def test_real_numbers_of_every_kind_are_still_accepted(mem):
 
 def test_qdrant_bm25_parameters_that_are_not_numbers_name_their_type_and_the_fix(tmp_path):
     pytest.importorskip("qdrant_edge", reason="qdrant-edge-py is not installed (pip install 'hybrid-memory[qdrant]')")
-    from hybrid_memory.backends.qdrant import QdrantBackend, SparseEncoder
+    from hybrid_memory.backends.qdrant.backend import QdrantBackend, SparseEncoder
 
     cases = [
         ({"k1": "x"}, "k1 must be a finite number >= 0, got str 'x'; pass a float: k1=1.5 (bm25s' default)"),
@@ -121,7 +121,7 @@ def test_qdrant_bm25_parameters_that_are_not_numbers_name_their_type_and_the_fix
     assert (encoder.k1, encoder.b, encoder.avgdl) == (1.25, 1.0, 40.0)
     # a shard with an export record: a non-number is refused the same way (not float()'s raw ValueError)
     (tmp_path / "rec").mkdir()
-    from hybrid_memory.backends.edge_info import write_export_info
+    from hybrid_memory.backends.qdrant.edge_info import write_export_info
 
     write_export_info(tmp_path / "rec", avgdl=9.5, k1=1.5, b=0.75, memory=None, chunks=0, complete=True,
                       embedder={"name": "hashing-8", "dim": 8}, indexed_keys={})
@@ -215,16 +215,16 @@ def test_all_zero_rows_are_stored_with_a_warning_naming_their_chunks(mem, caplog
     dense search, a placeholder on purpose) and is now logged, naming the chunks, the count and the fix."""
     chunks = [{"chunk_id": f"z{i}", "text": f"zero note {i}"} for i in range(7)] + [{"chunk_id": "ok", "text": "kept"}]
     vectors = np.vstack([np.zeros((7, 8)), np.ones((1, 8))])
-    with caplog.at_level("WARNING", logger="hybrid_memory.write_plan"):
+    with caplog.at_level("WARNING", logger="hybrid_memory.memory.write_plan"):
         assert mem.add(chunks, vectors=vectors) == [c["chunk_id"] for c in chunks]
     assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records] == [(
-        "hybrid_memory.write_plan", "WARNING",
+        "hybrid_memory.memory.write_plan", "WARNING",
         "vectors= holds all-zero rows for 7 of 8 chunks ('z0', 'z1', 'z2', 'z3', 'z4', ...): an all-zero vector has no "
         "direction, so dense search never returns those chunks and they are found by BM25 only; pass the embedder's "
         "vectors for them, or leave vectors= out to embed the texts with the memory's embedder")]
     assert mem.count() == 9
     caplog.clear()
-    with caplog.at_level("WARNING", logger="hybrid_memory.write_plan"):
+    with caplog.at_level("WARNING", logger="hybrid_memory.memory.write_plan"):
         mem.upsert([{"chunk_id": "z0", "text": "zero note 0"}, {"chunk_id": "one", "text": "one"}],
                    vectors=np.vstack([np.zeros((1, 8)), np.ones((1, 8))]))
     assert [r.getMessage() for r in caplog.records] == [
@@ -232,7 +232,7 @@ def test_all_zero_rows_are_stored_with_a_warning_naming_their_chunks(mem, caplog
         "never returns those chunks and they are found by BM25 only; pass the embedder's vectors for them, or leave "
         "vectors= out to embed the texts with the memory's embedder"]
     caplog.clear()
-    with caplog.at_level("WARNING", logger="hybrid_memory.write_plan"):
+    with caplog.at_level("WARNING", logger="hybrid_memory.memory.write_plan"):
         mem.upsert([{"chunk_id": "one", "text": "one"}], vectors=np.ones((1, 8)))
     assert caplog.records == []
 

@@ -6,7 +6,7 @@ import bm25s
 import numpy as np
 import pytest
 
-from hybrid_memory.bm25_build import build_bm25s, lucene_scores
+from hybrid_memory.engines.bm25.build import build_bm25s, lucene_scores
 
 
 @pytest.mark.parametrize("k1,b", [(1.5, 0.75), (1.2, 0.3), (0.9, 1.0)])

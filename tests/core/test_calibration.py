@@ -1,4 +1,4 @@
-"""The surprise of an engine's top hit against chance (hybrid_memory.calibration), hand-computed, and the exact corpus
+"""The surprise of an engine's top hit against chance (hybrid_memory.engines.calibration), hand-computed, and the exact corpus
 moments behind the dense one: identical bits under any order of adds and removes, across saves, reopens and a
 rebuild."""
 
@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from hybrid_memory.calibration import QUANTUM, VectorMoments, gaussian_surprise, term_surprise
-from hybrid_memory.dense import FaissIndex
-from hybrid_memory.engines import Query, RowSet, SparseEngine
-from hybrid_memory.sparse import BM25Index
+from hybrid_memory.engines.calibration import QUANTUM, VectorMoments, gaussian_surprise, term_surprise
+from hybrid_memory.engines.dense.index import FaissIndex
+from hybrid_memory.search.engine import Query, RowSet, SparseEngine
+from hybrid_memory.engines.bm25.index import BM25Index
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:
@@ -137,7 +137,7 @@ def _bm25(main_texts: list[str], delta_texts: list[str], step: int = 1) -> BM25I
 @pytest.mark.parametrize("step", [1, 10_000], ids=["dense-ids", "sparse-ids"])  # the id map, or binary search
 @pytest.mark.parametrize("split", [4, 2, 0], ids=["all-main", "main+delta", "all-delta"])
 def test_bm25_surprise_by_hand_in_every_segment_state(split, step, cached):
-    from hybrid_memory.token_cache import TokenCache
+    from hybrid_memory.engines.bm25.token_cache import TokenCache
 
     texts = ["alpha beta", "alpha gamma", "delta epsilon", "zeta eta"]
     index = _bm25(texts[:split], texts[split:], step)
@@ -181,7 +181,7 @@ def test_sparse_engine_surprise_counts_the_allowed_set():
 # -- through the searcher -----------------------------------------------------------------------------------------
 def test_the_default_reads_each_engines_surprise_and_rrf_does_not():
     from hybrid_memory import HashingEmbedder, HybridMemory
-    from hybrid_memory.searcher import SURPRISE
+    from hybrid_memory.search.searcher import SURPRISE
 
     texts = ["kafka consumer lag alert", "broker restart", "postgres vacuum stalled", "redis eviction storm",
              "nginx 504 gateway timeout", "kafka lag dashboard"]
@@ -208,7 +208,7 @@ def test_the_default_reads_each_engines_surprise_and_rrf_does_not():
 
 def test_dense_engine_surprise_counts_the_allowed_set_and_skips_a_zero_query():
     from hybrid_memory.embedders import HashingEmbedder
-    from hybrid_memory.engines import DenseEngine
+    from hybrid_memory.search.engine import DenseEngine
 
     rng = np.random.default_rng(11)
     vectors = _unit(rng.standard_normal((50, 8)))
@@ -228,7 +228,7 @@ def test_dense_engine_surprise_counts_the_allowed_set_and_skips_a_zero_query():
 
 
 def test_no_moments_above_the_dimension_cap(tmp_path):
-    from hybrid_memory.calibration import MOMENTS_MAX_DIM
+    from hybrid_memory.engines.calibration import MOMENTS_MAX_DIM
 
     rng = np.random.default_rng(5)
     dim = MOMENTS_MAX_DIM + 1
@@ -252,7 +252,7 @@ def test_a_concurrent_search_prepares_the_dense_chance_in_the_worker_and_ranks_a
     from concurrent.futures import ThreadPoolExecutor
 
     from hybrid_memory import HashingEmbedder, HybridMemory
-    from hybrid_memory.searcher import HandoffPolicy
+    from hybrid_memory.search.searcher import HandoffPolicy
 
     class DenseInCaller(HandoffPolicy):
         def concurrent(self, names, size=None):  # noqa: ANN001, ANN201

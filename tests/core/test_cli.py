@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from hybrid_memory import HashingEmbedder, HybridMemory
-from hybrid_memory.cli import main
+from hybrid_memory.cli.app import main
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "incident_memory"
 PRODUCTION_BILLING = {
@@ -135,7 +135,7 @@ def test_graph_show_and_ask_on_a_folder_that_does_not_exist_say_so(tmp_path, cap
 
 
 def test_the_help_says_which_commands_create_the_memory(capsys):
-    from hybrid_memory.cli import build_parser
+    from hybrid_memory.cli.app import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command").choices
@@ -339,7 +339,7 @@ def test_an_ingest_interrupted_before_its_first_batch_removes_the_folder_it_crea
     # one line and exit 130 / 143, not a traceback, and SIGTERM runs Ctrl-C's clean-up (fresh users' findings)
     import signal
 
-    import hybrid_memory.cli as cli
+    import hybrid_memory.cli.app as cli
 
     before = signal.getsignal(signal.SIGTERM)
 
@@ -397,7 +397,7 @@ def test_ingest_warnings_print_on_lines_of_their_own_with_or_without_a_terminal(
     (docs / "b.md").write_text("beta ERR_B1")
 
     def ingest(*extra, terminal=False):  # the real command in its own process: its root logger has the console handler
-        command = [sys.executable, "-c", "from hybrid_memory.cli import main; raise SystemExit(main())", "ingest",
+        command = [sys.executable, "-c", "from hybrid_memory.cli.app import main; raise SystemExit(main())", "ingest",
                    str(docs), "--memory", str(tmp_path / "mem"), "--hashing-dim", "8", *extra]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
         if not terminal:  # stderr a pipe, as with 2>log
@@ -421,9 +421,9 @@ def test_ingest_warnings_print_on_lines_of_their_own_with_or_without_a_terminal(
         os.close(leader)
         return b"".join(chunks).decode()  # bytes: text mode would turn the bar's \r into \n
 
-    warning = (f"WARNING hybrid_memory.cli: skipped {docs / 'a.md'}: a broken symbolic link to {tmp_path / 'deleted.md'} "
+    warning = (f"WARNING hybrid_memory.cli.app: skipped {docs / 'a.md'}: a broken symbolic link to {tmp_path / 'deleted.md'} "
                "(No such file or directory); fix or remove the link\n")
-    summary = "WARNING hybrid_memory.cli: 1 unreadable file was skipped (listed above); fix it and run the same " \
+    summary = "WARNING hybrid_memory.cli.app: 1 unreadable file was skipped (listed above); fix it and run the same " \
               "command again\n"
     # not a terminal (a log file, a pipe): no bar, so each record is a line of its own, nothing before it
     assert ingest() == warning + summary
@@ -441,7 +441,7 @@ def test_logs_above_bar_routes_records_and_warnings_through_tqdm_write_only_when
     import sys
     import warnings
 
-    from hybrid_memory.cli import logs_above_bar
+    from hybrid_memory.cli.app import logs_above_bar
 
     class Bar:
         written: list[str] = []
@@ -557,7 +557,7 @@ def test_ingest_of_the_memory_folder_itself_is_refused_and_keeps_its_chunks(tmp_
 
 
 def test_search_fusion_flag_takes_the_registrys_methods(tmp_path, capsys):
-    from hybrid_memory.cli import build_parser
+    from hybrid_memory.cli.app import build_parser
     from hybrid_memory.fusion import FUSION_METHODS
 
     search = build_parser()._subparsers._group_actions[0].choices["search"]
@@ -600,31 +600,31 @@ def test_a_folder_ingest_that_reads_no_file_says_so(tmp_path, capsys, caplog):
     folder.mkdir()
     (folder / "a.rst").write_text("hello")
     (folder / "C.MD").write_text("hi")
-    with caplog.at_level("WARNING", logger="hybrid_memory.cli"):
+    with caplog.at_level("WARNING", logger="hybrid_memory.cli.app"):
         assert main(["ingest", str(folder), "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "-q"]) == 0
     assert json.loads(capsys.readouterr().out)["chunks"] == 0
-    assert [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.cli"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.cli.app"] == [
         f"no file under {folder} was read: only names ending in .md or .txt, as written, are read (a.MD and "
         "notes.markdown are not); rename the files to read them",
         f"nothing was stored, so the folder this run created for the memory, {tmp_path / 'm'}, was removed"]
     assert not (tmp_path / "m").exists()
     caplog.clear()
     (folder / "b.md").write_text("# runbook\nrestart the consumer")
-    with caplog.at_level("WARNING", logger="hybrid_memory.cli"):
+    with caplog.at_level("WARNING", logger="hybrid_memory.cli.app"):
         assert main(["ingest", str(folder), "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "-q"]) == 0
     assert json.loads(capsys.readouterr().out)["chunks"] == 1
-    assert [r for r in caplog.records if r.name == "hybrid_memory.cli"] == []
+    assert [r for r in caplog.records if r.name == "hybrid_memory.cli.app"] == []
 
 
 def test_metadata_named_like_a_scope_field_gets_a_warning(tmp_path, capsys, caplog):
     # a fresh user's finding: --metadata tenant=acme wrote metadata, and search --tenant acme then found nothing
     corpus = tmp_path / "c.jsonl"
     corpus.write_text(json.dumps({"_id": "a", "text": "billing error E42"}) + "\n")
-    with caplog.at_level("WARNING", logger="hybrid_memory.cli"):
+    with caplog.at_level("WARNING", logger="hybrid_memory.cli.app"):
         assert main(["ingest", str(corpus), "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "-q",
                      "--metadata", "user_id=alice", "--metadata", "team=sre"]) == 0
     capsys.readouterr()
-    assert [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.cli"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.cli.app"] == [
         "--metadata user_id=... writes a metadata key, not the scope field user_id: search --user-id (or --scope "
         "user_id=...) will not find these chunks by it; to stamp the scope, give --user-id instead"]
 

@@ -40,7 +40,7 @@ def test_count_from_the_filter_index_equals_the_sql_reference(tmp_path):
         memory.upsert(_chunks(rng, 240))
         memory.delete([f"c{i}" for i in range(0, 240, 9)])
         memory.upsert([{"chunk_id": "c1", "text": "changed", "metadata": {"env": "prod", "sev": 4}}])
-        from hybrid_memory.memory import _instant
+        from hybrid_memory.memory.hybrid import _instant
 
         checked = 0
         for metadata_filter in FILTERS:

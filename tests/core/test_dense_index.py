@@ -13,10 +13,10 @@ import pytest
 
 from hybrid_memory import HybridMemory
 from hybrid_memory._exceptions import InvalidRequestError
-import hybrid_memory.dense as dense_module
-from hybrid_memory.dense import FaissIndex, _ivf_ids, default_nlist
+import hybrid_memory.engines.dense.index as dense_module
+from hybrid_memory.engines.dense.index import FaissIndex, _ivf_ids, default_nlist
 from hybrid_memory.embedders import HashingEmbedder
-from hybrid_memory.engines import RowSet
+from hybrid_memory.search.engine import RowSet
 
 DIM = 32
 N = 6000  # default_nlist(6000) = 128 lists: enough points (39 per list) for FAISS to train
@@ -386,7 +386,7 @@ def test_saved_zero_ids_stay_bounded_by_the_live_zero_rows(tmp_path):
 def test_faiss_threads_are_set_once_per_thread(monkeypatch, data):
     """Each FAISS call releases and retakes the GIL (a wait while another thread runs Python), so the count is
     set only when the thread's count as last set by this library differs; a new thread sets it once."""
-    import hybrid_memory.dense as dense_module
+    import hybrid_memory.engines.dense.index as dense_module
 
     ids, vectors, queries = data
     index = ivf_index(ids, vectors, omp_threads=1)

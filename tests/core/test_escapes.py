@@ -21,7 +21,7 @@ from hybrid_memory import (
     MemoryClosedError,
 )
 from hybrid_memory.filters import validate_filter
-from hybrid_memory.sparse import BM25Index
+from hybrid_memory.engines.bm25.index import BM25Index
 
 
 # -- a scoped view takes no scope argument ----------------------------------------------------------------
@@ -346,7 +346,7 @@ def test_an_edge_shard_inside_an_embedded_memory_is_refused(embedded_folder, emb
 
 
 def test_export_to_an_edge_path_inside_the_memory_is_exit_2_naming_the_fix(embedded_folder, capsys):
-    from hybrid_memory.cli import main
+    from hybrid_memory.cli.app import main
 
     before = _listing(embedded_folder)
     code = main(["export-qdrant", "--memory", str(embedded_folder), "--hashing-dim", "64", "--edge-path",
@@ -399,7 +399,7 @@ def test_open_of_the_store_file_names_its_folder(embedded_folder, embedder):
 
 
 def test_cli_memory_that_is_a_file_is_exit_2_saying_a_memory_is_a_folder(tmp_path, capsys):
-    from hybrid_memory.cli import main
+    from hybrid_memory.cli.app import main
 
     (tmp_path / "notes.jsonl").write_text("{}\n")
     assert main(["search", "x", "--memory", str(tmp_path / "notes.jsonl"), "--hashing-dim", "8"]) == 2
@@ -438,7 +438,7 @@ def test_a_dollar_metadata_key_in_jsonl_names_the_file_and_line(tmp_path):
 
 
 def test_cli_ingest_of_a_dollar_metadata_key_names_the_line_and_stores_nothing_of_it(tmp_path, capsys):
-    from hybrid_memory.cli import main
+    from hybrid_memory.cli.app import main
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text('{"_id": "a", "text": "fine"}\n{"_id": "b", "text": "x", "metadata": {"$or": 1}}\n')
@@ -454,7 +454,7 @@ def test_cli_ingest_of_a_dollar_metadata_key_names_the_line_and_stores_nothing_o
 # -- `search --request FILE`: the file named, and one search text ------------------------------------------------
 @pytest.fixture
 def cli_memory(tmp_path, capsys):
-    from hybrid_memory.cli import main
+    from hybrid_memory.cli.app import main
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text('{"_id": "a", "text": "alpha ERR_A"}\n{"_id": "b", "text": "beta ERR_B"}\n')
@@ -484,7 +484,7 @@ def _request_file(tmp_path, name, content):
                          r"line 1 column 2\)"),
 ])
 def test_a_bad_request_file_is_exit_2_naming_the_file(tmp_path, capsys, cli_memory, name, content, message):
-    from hybrid_memory.cli import main
+    from hybrid_memory.cli.app import main
 
     path = tmp_path / name if content == "skip" else _request_file(tmp_path, name, content)
     assert main(["search", "--memory", cli_memory, "--hashing-dim", "8", "--request", str(path)]) == 2
@@ -496,7 +496,7 @@ def test_a_bad_request_file_is_exit_2_naming_the_file(tmp_path, capsys, cli_memo
 def test_an_unreadable_request_file_is_exit_2_naming_the_file(tmp_path, capsys, cli_memory, monkeypatch):
     from pathlib import Path
 
-    from hybrid_memory.cli import main
+    from hybrid_memory.cli.app import main
 
     path = _request_file(tmp_path, "locked.json", '{"search_text": "alpha"}')
     real_read_text = Path.read_text
@@ -512,7 +512,7 @@ def test_an_unreadable_request_file_is_exit_2_naming_the_file(tmp_path, capsys, 
 
 
 def test_a_positional_text_and_a_request_files_search_text_are_refused(tmp_path, capsys, cli_memory):
-    from hybrid_memory.cli import main
+    from hybrid_memory.cli.app import main
 
     path = _request_file(tmp_path, "req.json", '{"search_text": "ERR_A", "top_k": 1}')
     assert main(["search", "ERR_B", "--memory", cli_memory, "--hashing-dim", "8", "--request", str(path)]) == 2
@@ -530,7 +530,7 @@ def test_a_positional_text_and_a_request_files_search_text_are_refused(tmp_path,
 
 # -- an empty .md of a folder is counted and logged ---------------------------------------------------------------
 def test_empty_files_of_a_folder_are_counted_and_logged(tmp_path, capsys, caplog):
-    from hybrid_memory.cli import main
+    from hybrid_memory.cli.app import main
 
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -562,7 +562,7 @@ def test_read_text_folder_reports_empty_files_to_on_empty(tmp_path):
 
 # -- export-qdrant --api-key: sent to --url, QDRANT_API_KEY read when absent ---------------------------------------
 def test_export_qdrant_help_says_where_the_api_key_goes(capsys):
-    from hybrid_memory.cli import main
+    from hybrid_memory.cli.app import main
 
     with pytest.raises(SystemExit):
         main(["export-qdrant", "--help"])
@@ -577,7 +577,7 @@ def test_export_qdrant_sends_the_flag_or_the_environment_key(tmp_path, capsys, c
     pytest.importorskip("qdrant_client", reason="the qdrant extra is not installed: pip install 'hybrid-memory[qdrant]'")
     import qdrant_client
 
-    from hybrid_memory.cli import main
+    from hybrid_memory.cli.app import main
 
     seen = {}
 
@@ -598,7 +598,7 @@ def test_export_qdrant_sends_the_flag_or_the_environment_key(tmp_path, capsys, c
 
 
 def test_export_qdrant_refuses_an_api_key_with_an_edge_path(tmp_path, capsys, cli_memory):
-    from hybrid_memory.cli import main
+    from hybrid_memory.cli.app import main
 
     argv = ["export-qdrant", "--memory", cli_memory, "--hashing-dim", "8", "--edge-path", str(tmp_path / "shard"),
             "--api-key", "k"]

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from hybrid_memory import HashingEmbedder, HybridMemory
-from hybrid_memory.engines import Query
-from hybrid_memory.memory import RANK_FLOOR
-from hybrid_memory.sparse import BM25Index
+from hybrid_memory.search.engine import Query
+from hybrid_memory.memory.hybrid import RANK_FLOOR
+from hybrid_memory.engines.bm25.index import BM25Index
 from hybrid_memory.tokenizer import TechnicalTokenizer
 
 
@@ -159,7 +159,7 @@ def test_cross_scores_are_the_engines_exact_scores():
 
 
 def test_aligned_scores_read_the_columns_and_leave_out_nan():
-    from hybrid_memory.searcher import AlignedScores
+    from hybrid_memory.search.searcher import AlignedScores
 
     scores = AlignedScores(["a", "b", "c"], {"sparse": [2.5, 0.0, math.nan]}, {"sparse": {"a": 2.5}, "dense": {"b": 0.25}})
     assert scores["sparse"] == {"a": 2.5, "b": 0.0}  # c: nan, an id the engine does not hold
@@ -235,7 +235,7 @@ def test_holds_all_terms_is_the_set_containment_on_both_paths(monkeypatch, count
     """Both ways of holds_all_terms (a binary search per term's column, one bincount over the columns) give
     exactly the brute-force answer: a live document whose token set contains the query's, over a main segment
     with removed documents and a delta."""
-    import hybrid_memory.sparse as sparse_module
+    import hybrid_memory.engines.bm25.index as sparse_module
 
     monkeypatch.setattr(sparse_module, "HOLDS_ALL_COUNT_MAX", count_max)
     rng = np.random.default_rng(11)
@@ -261,7 +261,7 @@ def test_exact_matches_prepared_in_the_search_thread_equal_the_candidate_path(mo
     exact_matches alone, over main with removed documents and a delta; where it does not apply (more holders
     than HOLDERS_MAX, a rarest token held by more than PREPARE_DF_MAX) it falls back to the per-candidate
     path; a write after the preparation is seen (the generation changes)."""
-    import hybrid_memory.sparse as sparse_module
+    import hybrid_memory.engines.bm25.index as sparse_module
 
     monkeypatch.setattr(sparse_module, "HOLDERS_MAX", holders_max)
     monkeypatch.setattr(sparse_module, "PREPARE_DF_MAX", df_max)
@@ -353,7 +353,7 @@ def test_whole_query_matches_count_only_in_the_query_order():
 
 
 def test_in_order_reads_whole_tokens_only():
-    from hybrid_memory.sparse import _in_order
+    from hybrid_memory.engines.bm25.index import _in_order
 
     def b(*ids):
         return np.array(ids, dtype=np.int32).tobytes()
@@ -450,7 +450,7 @@ def test_the_zero_vector_rule_survives_a_reopen_and_an_older_save(tmp_path):
 
 
 def test_zero_vector_rows_are_dropped_from_the_ivf_path_and_forgotten_on_remove():
-    from hybrid_memory.dense import FaissIndex
+    from hybrid_memory.engines.dense.index import FaissIndex
 
     rng = np.random.default_rng(7)
     vectors = rng.normal(size=(5000, 8)).astype(np.float32)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hybrid_memory import HashingEmbedder, HybridMemory
-from hybrid_memory.cli import main
+from hybrid_memory.cli.app import main
 
 from .conftest import _note_chunks
 
@@ -106,8 +106,8 @@ def test_cli_refuses_bad_targets(tmp_path, capsys):
             "are 8: a shard keeps its dimension (--replace clears its points, not its schema); give a new "
             f"--edge-path, or remove the shard folder {tmp_path / 's3'} and export again\n")
     from hybrid_memory import DimensionMismatchError
-    from hybrid_memory.backends.export import export_to_qdrant
-    from hybrid_memory.backends.qdrant import QdrantBackend
+    from hybrid_memory.memory.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant.backend import QdrantBackend
 
     with HybridMemory(other, embedder=HashingEmbedder(8)) as mem:  # the library says the same
         backend = QdrantBackend.edge(tmp_path / "s3", avgdl=mem._sparse.avgdl, payload_indexes=False)
@@ -205,7 +205,7 @@ def test_index_key_takes_a_type(tmp_path, capsys):
     assert ("argument --index-key: takes KEY or KEY=TYPE with TYPE one of keyword, float, integer, bool (e.g. "
             "severity=float), got 'severity=decimal'") in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
-    from hybrid_memory.cli import index_key
+    from hybrid_memory.cli.app import index_key
 
     assert [index_key(t) for t in ("service", "severity=float", "n=integer", "ok=bool")] == [
         ("service", "keyword"), ("severity", "float"), ("n", "integer"), ("ok", "bool")]
@@ -219,7 +219,7 @@ def test_a_key_given_with_two_index_types_is_refused_before_anything_is_written(
     assert ("--index-key severity is given as float and as keyword; give each key once, with the type of its "
             "values") in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
-    from hybrid_memory.cli import indexed_keys
+    from hybrid_memory.cli.app import indexed_keys
 
     assert indexed_keys([("service", "keyword"), ("severity", "float"), ("service", "keyword")]) == {
         "service": "keyword", "severity": "float"}
@@ -298,9 +298,9 @@ def test_re_export_onto_a_shard_is_refused_without_replace_which_drops_deleted_c
 
 def test_the_library_export_refuses_a_non_empty_target_and_records_an_interrupted_copy(tmp_path):
     from hybrid_memory import InvalidRequestError
-    from hybrid_memory.backends.edge_info import read_export_info
-    from hybrid_memory.backends.export import export_to_qdrant
-    from hybrid_memory.backends.qdrant import QdrantBackend
+    from hybrid_memory.backends.qdrant.edge_info import read_export_info
+    from hybrid_memory.memory.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant.backend import QdrantBackend
 
     _memory(tmp_path / "mem")
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
@@ -351,8 +351,8 @@ def test_a_damaged_export_record_names_the_file_and_the_fix(tmp_path):
 def test_a_server_collection_that_holds_points_is_refused_too_and_replace_clears_it(tmp_path):
     pytest.importorskip("qdrant_client", reason="qdrant-client is not installed (pip install 'hybrid-memory[qdrant]')")
     from hybrid_memory import InvalidRequestError
-    from hybrid_memory.backends.export import export_to_qdrant
-    from hybrid_memory.backends.qdrant import QdrantBackend
+    from hybrid_memory.memory.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant.backend import QdrantBackend
 
     _memory(tmp_path / "mem")
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
@@ -381,9 +381,9 @@ def test_a_backend_with_other_bm25_k1_b_than_the_memorys_is_refused_before_anyth
     """The memory opened with k1=1.2, b=0.5 and a backend left at Qdrant's 1.5 / 0.75: the copy's sparse values
     would rank differently, so it is refused with both pairs and the fix; equal values copy."""
     from hybrid_memory import InvalidRequestError
-    from hybrid_memory.backends.edge_info import read_export_info
-    from hybrid_memory.backends.export import export_to_qdrant
-    from hybrid_memory.backends.qdrant import QdrantBackend
+    from hybrid_memory.backends.qdrant.edge_info import read_export_info
+    from hybrid_memory.memory.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant.backend import QdrantBackend
 
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16), k1=1.2, b=0.5) as mem:
         mem.add(_note_chunks())
@@ -418,9 +418,9 @@ def test_a_backend_with_another_avgdl_than_the_memorys_is_refused_before_anythin
     """``export_to_qdrant(m, QdrantBackend.edge(path))`` from Python used Qdrant's default avgdl 256, not the
     memory's average chunk length, so the copy ranked differently without a word: refused, both values exact."""
     from hybrid_memory import InvalidRequestError
-    from hybrid_memory.backends.edge_info import read_export_info
-    from hybrid_memory.backends.export import export_to_qdrant
-    from hybrid_memory.backends.qdrant import QdrantBackend
+    from hybrid_memory.backends.qdrant.edge_info import read_export_info
+    from hybrid_memory.memory.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant.backend import QdrantBackend
 
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
         # tokens: [kafka, broker], [postgr], [redi]: avgdl 4 / 3
@@ -467,9 +467,9 @@ def test_a_backend_with_another_avgdl_than_the_memorys_is_refused_before_anythin
 def test_an_empty_memory_exports_as_before_with_any_avgdl(tmp_path, capsys):
     """A memory of no chunks has no average length (its avgdl reads 1.0): the avgdl check is skipped, so the
     Python copy with the backend's default and the CLI's both copy nothing, as before."""
-    from hybrid_memory.backends.edge_info import read_export_info
-    from hybrid_memory.backends.export import export_to_qdrant
-    from hybrid_memory.backends.qdrant import QdrantBackend
+    from hybrid_memory.backends.qdrant.edge_info import read_export_info
+    from hybrid_memory.memory.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant.backend import QdrantBackend
 
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
         assert (mem.count(), mem._sparse.avgdl) == (0, 1.0)
@@ -489,8 +489,8 @@ def test_an_empty_memory_exports_as_before_with_any_avgdl(tmp_path, capsys):
 def test_an_avgdl_that_is_not_a_number_is_refused_naming_it(tmp_path, avgdl, shown):
     """A fresh user's finding: export_to_qdrant(..., avgdl=) took "8.0" silently and raised raw errors for others."""
     from hybrid_memory import InvalidRequestError
-    from hybrid_memory.backends.export import export_to_qdrant
-    from hybrid_memory.backends.qdrant import QdrantBackend
+    from hybrid_memory.memory.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant.backend import QdrantBackend
 
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
         mem.add([{"chunk_id": "a", "text": "kafka broker"}])
@@ -518,9 +518,9 @@ def test_a_batch_size_that_is_not_an_int_of_at_least_1_is_refused_before_anythin
     """A fresh user's finding: batch_size="a" raised a raw TypeError after the export record was written, and 0, -1,
     True and 2.5 were taken."""
     from hybrid_memory import InvalidRequestError
-    from hybrid_memory.backends.edge_info import read_export_info
-    from hybrid_memory.backends.export import export_to_qdrant
-    from hybrid_memory.backends.qdrant import QdrantBackend
+    from hybrid_memory.backends.qdrant.edge_info import read_export_info
+    from hybrid_memory.memory.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant.backend import QdrantBackend
 
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
         mem.add([{"chunk_id": "a", "text": "kafka broker"}])
@@ -542,9 +542,9 @@ def test_a_folder_path_or_other_non_memory_given_as_the_memory_is_refused_naming
     from pathlib import Path
 
     from hybrid_memory import InvalidRequestError
-    from hybrid_memory.backends.edge_info import read_export_info
-    from hybrid_memory.backends.export import export_to_qdrant
-    from hybrid_memory.backends.qdrant import QdrantBackend
+    from hybrid_memory.backends.qdrant.edge_info import read_export_info
+    from hybrid_memory.memory.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant.backend import QdrantBackend
 
     _memory(tmp_path / "mem")
     folder = str(tmp_path / "mem")
@@ -575,8 +575,8 @@ def test_a_folder_path_or_other_non_memory_given_as_the_memory_is_refused_naming
 def test_a_closed_memory_is_refused_as_closed_not_with_a_bm25_fix(tmp_path):
     """A closed memory reached check_bm25 first, whose refusal advised another avgdl."""
     from hybrid_memory import MemoryClosedError
-    from hybrid_memory.backends.export import export_to_qdrant
-    from hybrid_memory.backends.qdrant import QdrantBackend
+    from hybrid_memory.memory.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant.backend import QdrantBackend
 
     mem = HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16))
     mem.add([{"chunk_id": "a", "text": "kafka broker"}])
@@ -630,9 +630,9 @@ def test_stats_of_a_shard_written_with_a_hashing_embedder_needs_no_hashing_dim_a
 def test_bm25_params_give_the_memorys_k1_b_and_avgdl_and_a_backend_opened_with_them_takes_the_copy(tmp_path):
     """A fresh user's finding: README named the private memory._sparse.avgdl for the backend's avgdl."""
     from hybrid_memory import MemoryClosedError
-    from hybrid_memory.backends.edge_info import read_export_info
-    from hybrid_memory.backends.export import export_to_qdrant
-    from hybrid_memory.backends.qdrant import QdrantBackend
+    from hybrid_memory.backends.qdrant.edge_info import read_export_info
+    from hybrid_memory.memory.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant.backend import QdrantBackend
     from hybrid_memory.tokenizer import TechnicalTokenizer
 
     texts = ["Kafka broker lag on orders", "postgres VACUUM stalled", "HTTP 504 from checkout-api"]
@@ -664,8 +664,8 @@ def test_opening_an_interrupted_export_warns_naming_the_fix_and_stats_say_so(tmp
     searched without a word, missing chunks."""
     import logging
 
-    from hybrid_memory.backends.export import export_to_qdrant
-    from hybrid_memory.backends.qdrant import QdrantBackend
+    from hybrid_memory.memory.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant.backend import QdrantBackend
 
     shard = tmp_path / "shard"
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
@@ -688,7 +688,7 @@ def test_opening_an_interrupted_export_warns_naming_the_fix_and_stats_say_so(tmp
                f"write it again with: hybrid-memory export-qdrant --memory {tmp_path / 'mem'} --edge-path {shard} "
                f"--replace, or remove the folder {shard}")
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="hybrid_memory.backends.qdrant"):
+    with caplog.at_level(logging.WARNING, logger="hybrid_memory.backends.qdrant.backend"):
         with HybridMemory.qdrant(edge_path=shard, embedder=HashingEmbedder(16), payload_indexes=False) as copy:
             assert [r.message for r in caplog.records] == [warning]
             assert copy.count() == 2  # the shard still opens and reads: 2 of 5 chunks were copied
@@ -700,7 +700,7 @@ def test_opening_an_interrupted_export_warns_naming_the_fix_and_stats_say_so(tmp
                  "--replace", "-q"]) == 0  # the fix the warning names
     capsys.readouterr()
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="hybrid_memory.backends.qdrant"):
+    with caplog.at_level(logging.WARNING, logger="hybrid_memory.backends.qdrant.backend"):
         with HybridMemory.qdrant(edge_path=shard, embedder=HashingEmbedder(16), payload_indexes=False) as copy:
             assert (copy.count(), copy.stats()["export_warning"], caplog.records) == (5, None, [])
 
@@ -709,7 +709,7 @@ def test_stats_of_a_shard_written_with_another_embedder_of_the_same_dimension_is
     """Checking a fresh user's finding (stats --edge-path of a memory with a non-default embedder): a shard whose
     record names an embedder the command line cannot give, of the dimension it would open it with, opened with the
     default model (stats then showed two embedders, search embedded queries with the wrong model)."""
-    from hybrid_memory.backends.edge_info import EXPORT_INFO
+    from hybrid_memory.backends.qdrant.edge_info import EXPORT_INFO
 
     for dim, given in ((384, []), (16, ["--hashing-dim", "16"])):
         shard = tmp_path / f"shard{dim}"
@@ -737,7 +737,7 @@ def test_a_backend_that_is_not_a_qdrant_backend_is_refused_before_anything_is_wr
     """A fresh user's finding: export_to_qdrant(memory, "./shard") and (memory, None) raised a raw AttributeError
     ('str' object has no attribute 'encoder')."""
     from hybrid_memory import InvalidRequestError
-    from hybrid_memory.backends.export import export_to_qdrant
+    from hybrid_memory.memory.export import export_to_qdrant
 
     _memory(tmp_path / "mem")
     shard = str(tmp_path / "shard")
@@ -760,7 +760,7 @@ def test_a_closed_backend_is_refused_naming_how_to_open_it_again(tmp_path):
     """A fresh user's finding: a QdrantBackend closed before export_to_qdrant raised a raw AttributeError
     ('NoneType' object has no attribute 'count') from inside the shard (a RuntimeError for a client)."""
     from hybrid_memory import InvalidRequestError, export_to_qdrant
-    from hybrid_memory.backends.qdrant import QdrantBackend
+    from hybrid_memory.backends.qdrant.backend import QdrantBackend
 
     _memory(tmp_path / "mem")
     shard = str(tmp_path / "shard")
@@ -800,7 +800,7 @@ def test_a_bad_progress_or_replace_is_refused_before_anything_is_written(tmp_pat
     """A fresh user's finding: progress=5 failed after the first batch ('int' object is not callable), leaving a
     'complete: false' export record, and replace="yes" was taken as true (clearing the target)."""
     from hybrid_memory import InvalidRequestError, export_to_qdrant
-    from hybrid_memory.backends.qdrant import QdrantBackend
+    from hybrid_memory.backends.qdrant.backend import QdrantBackend
 
     _memory(tmp_path / "mem")
     with HybridMemory.open(tmp_path / "mem", embedder=HashingEmbedder(16)) as memory:
@@ -818,7 +818,7 @@ def test_a_bad_progress_or_replace_is_refused_before_anything_is_written(tmp_pat
 def test_search_on_a_hashing_shard_with_another_dimension_names_hashing_dim(tmp_path, capsys):
     """search --edge-path with a --hashing-dim other than the shard's names --hashing-dim N: from the export record,
     or, a shard without one, from the dimension the shard holds (it said only 'or give another directory')."""
-    from hybrid_memory.backends.edge_info import embedder_fix
+    from hybrid_memory.backends.qdrant.edge_info import embedder_fix
 
     _memory(tmp_path / "mem")
     assert _export(tmp_path) == 0
@@ -853,7 +853,7 @@ def test_cli_draws_no_bar_when_stderr_is_not_a_terminal(tmp_path, capsys):
 
 
 def test_an_exported_shard_opens_with_its_calibration_statistics_read_not_built(tmp_path, capsys, monkeypatch):
-    from hybrid_memory.backends.qdrant_calibration import SAVED, CorpusStats
+    from hybrid_memory.backends.qdrant.calibration import SAVED, CorpusStats
 
     _memory(tmp_path / "mem")
     assert main(["export-qdrant", "--memory", str(tmp_path / "mem"), "--hashing-dim", "16",
@@ -877,8 +877,8 @@ def test_export_reads_the_bm25_parameters_after_the_memorys_maintenance_has_sett
     merge still running in the background ended (17.4104, then 17.469 two seconds later, no write between), and
     an Edge copy written with it ranked 33 of 156 near-ties unlike the memory. ``export_to_qdrant`` and the CLI
     now wait for the maintenance (``flush``) before they read or check the parameters."""
-    from hybrid_memory.backends.export import export_to_qdrant
-    from hybrid_memory.backends.qdrant import QdrantBackend
+    from hybrid_memory.memory.export import export_to_qdrant
+    from hybrid_memory.backends.qdrant.backend import QdrantBackend
 
     _memory(tmp_path / "mem")
     calls = []

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from pyroaring import BitMap
 
 from hybrid_memory.changes import ChangeSet
-from hybrid_memory.engines import RowSet
-from hybrid_memory.filter_index import FilterIndex, system_filter
-from hybrid_memory.store import NewRow, SQLiteStore
+from hybrid_memory.search.engine import RowSet
+from hybrid_memory.backends.embedded.filter_index import FilterIndex, system_filter
+from hybrid_memory.backends.embedded.store import NewRow, SQLiteStore
 
 KEYS = ["a", "b", "tags", "k\\q", "é"]
 NUMBERS = [0, 1, -1, 2, 0.0, -0.0, 1.0, 1.5, -2.5, 2**53, 2**53 + 1, float(2**53), 2**62, -(2**63), 2**63 - 1]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidFilterError, InvalidRequestError
-from hybrid_memory.filter_index import FilterIndex
+from hybrid_memory.backends.embedded.filter_index import FilterIndex
 
 ROWS = {
     "a": {"labels": ["db", "oncall"], "sev": 2, "env": "prod", "tags": ["café"], "v": [1.0], "n": 1.0,

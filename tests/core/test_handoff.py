@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from hybrid_memory.engines import Query, RowSet
-from hybrid_memory.searcher import HandoffPolicy, HybridSearcher, size_class
+from hybrid_memory.search.engine import Query, RowSet
+from hybrid_memory.search.searcher import HandoffPolicy, HybridSearcher, size_class
 
 
 def test_each_arm_is_measured_once_first_concurrency_then_inline():

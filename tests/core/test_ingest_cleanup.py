@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from hybrid_memory import HashingEmbedder, HybridMemory, cli
-from hybrid_memory._discard import Discarded, remove_new_memory
-from hybrid_memory.cli import main
+from hybrid_memory import HashingEmbedder, HybridMemory
+from hybrid_memory.cli import app as cli
+from hybrid_memory.backends.embedded.discard import Discarded, remove_new_memory
+from hybrid_memory.cli.app import main
 
 WRITER = """
 import sys
@@ -174,12 +175,12 @@ def test_a_folder_ingest_that_stores_nothing_leaves_no_memory_folder_it_created(
     docs.mkdir()
     (docs / "a.md").write_text("")
     (docs / "b.txt").write_text("  \n\t\n")
-    with caplog.at_level("WARNING", logger="hybrid_memory.cli"):
+    with caplog.at_level("WARNING", logger="hybrid_memory.cli.app"):
         assert main(["ingest", str(docs), "--memory", str(tmp_path / "new" / "mem"), "--hashing-dim", "8", "-q"]) == 0
     assert json.loads(capsys.readouterr().out) == {
         "ingested": 0, "repeated_ids": 0, "skipped_files": 0, "empty_files": 2, "symlinked_folders": 0, "chunks": 0,
         "memory": str(tmp_path / "new" / "mem")}
-    assert [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.cli"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.cli.app"] == [
         f"2 files held no text (empty or white space only) and gave no chunk: {docs / 'a.md'}, {docs / 'b.txt'}",
         f"nothing was stored, so the folder this run created for the memory, {tmp_path / 'new'}, was removed"]
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == ["docs", "docs/a.md", "docs/b.txt"]
@@ -191,9 +192,9 @@ def test_a_folder_ingest_that_stores_nothing_keeps_a_memory_folder_that_existed(
     (docs / "a.md").write_text("")
     memory = tmp_path / "mem"
     _new_memory(memory)  # an empty memory made before this run: not the run's to remove
-    with caplog.at_level("WARNING", logger="hybrid_memory.cli"):
+    with caplog.at_level("WARNING", logger="hybrid_memory.cli.app"):
         assert main(["ingest", str(docs), "--memory", str(memory), "--hashing-dim", "8", "-q"]) == 0
     assert json.loads(capsys.readouterr().out)["chunks"] == 0
-    assert [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.cli"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.cli.app"] == [
         f"1 file held no text (empty or white space only) and gave no chunk: {docs / 'a.md'}"]
     assert (memory / "store.sqlite3").is_file()

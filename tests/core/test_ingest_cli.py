@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from hybrid_memory import HashingEmbedder, HybridMemory
-from hybrid_memory.cli import main
+from hybrid_memory.cli.app import main
 
 
 def test_a_symlinked_sub_folder_is_counted_in_the_summary_and_named(tmp_path, capsys, caplog):
@@ -63,7 +63,7 @@ def test_ingest_scope_conflicts_are_refused_before_the_memory_is_created(tmp_pat
 
 
 def _summary_warnings(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.cli"]
+    return [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.cli.app"]
 
 
 def test_summary_lines_say_1_file_and_2_files(tmp_path, capsys, caplog):
@@ -76,7 +76,7 @@ def test_summary_lines_say_1_file_and_2_files(tmp_path, capsys, caplog):
             (docs / name).write_text("")
             (docs / f"bad-{name}").write_bytes(b"\xff\xfe binary")
         caplog.clear()
-        with caplog.at_level("WARNING", logger="hybrid_memory.cli"):
+        with caplog.at_level("WARNING", logger="hybrid_memory.cli.app"):
             assert main(["ingest", str(docs), "--memory", str(tmp_path / f"mem{n}"), "--hashing-dim", "8", "-q"]) == 0
         capsys.readouterr()
         skipped = [f"skipped {docs / f'bad-{name}'}: not valid UTF-8 (invalid start byte at byte 0); convert it to UTF-8"
@@ -93,13 +93,13 @@ def test_summary_lines_say_1_line_and_1_chunk(tmp_path, capsys, caplog):
     corpus = tmp_path / "c.jsonl"
     lines = [{"_id": "a", "text": "first"}, {"_id": "a", "text": "second"}]
     corpus.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    with caplog.at_level("WARNING", logger="hybrid_memory.cli"):
+    with caplog.at_level("WARNING", logger="hybrid_memory.cli.app"):
         assert main(["ingest", str(corpus), "--memory", str(tmp_path / "mem"), "--hashing-dim", "8", "-q"]) == 0
     capsys.readouterr()
     assert _summary_warnings(caplog) == ["1 line repeated an earlier chunk id; the last line of each id was kept"]
     caplog.clear()
     corpus.write_text("".join(json.dumps(line) + "\n" for line in [*lines, {"_id": "a", "text": "third"}]))
-    with caplog.at_level("WARNING", logger="hybrid_memory.cli"):
+    with caplog.at_level("WARNING", logger="hybrid_memory.cli.app"):
         assert main(["ingest", str(corpus), "--memory", str(tmp_path / "mem"), "--hashing-dim", "8", "-q"]) == 0
     capsys.readouterr()
     assert _summary_warnings(caplog) == ["2 lines repeated an earlier chunk id; the last line of each id was kept"]

@@ -3,7 +3,7 @@
 import numpy as np
 
 from hybrid_memory import HashingEmbedder, HybridMemory
-from hybrid_memory import store as store_module
+from hybrid_memory.backends.embedded import store as store_module
 
 
 def _memory(tmp_path):

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError
-from hybrid_memory.cli import main
+from hybrid_memory.cli.app import main
 from hybrid_memory.ingest import read_beir_corpus
 
 SURROGATE_FIX = ("which UTF-8 cannot encode); remove it, or decode the original bytes as UTF-8 "
@@ -99,7 +99,7 @@ def test_a_query_vector_that_is_not_numbers_is_a_clear_error(vector, got):
 
 def test_the_qdrant_order_filter_hint_names_the_cli_flag_too():
     from hybrid_memory import InvalidFilterError
-    from hybrid_memory.backends.qdrant_filters import translate
+    from hybrid_memory.backends.qdrant.filters import translate
     from hybrid_memory.filters import parse_filter
 
     with pytest.raises(InvalidFilterError) as raised:

@@ -318,7 +318,7 @@ def test_a_filter_index_whose_files_disagree_is_rebuilt_not_trusted(tmp_path, ca
         meta = json.loads((folder / "meta.json").read_text())
         meta["terms" if damage == "terms emptied" else "number_keys"] = []
         (folder / "meta.json").write_text(json.dumps(meta))
-    with caplog.at_level(logging.WARNING, logger="hybrid_memory.filter_index"):
+    with caplog.at_level(logging.WARNING, logger="hybrid_memory.backends.embedded.filter_index"):
         with HybridMemory.open(path, embedder=HashingEmbedder(16)) as mem:
             assert _filtered_ids(mem) == expected
     assert any("is unreadable" in r.getMessage() and "rebuilding it from the store" in r.getMessage() for r in caplog.records)
@@ -334,7 +334,7 @@ def test_a_filter_index_saved_before_the_checksums_still_loads(tmp_path, caplog)
     assert set(meta.pop("crc32")) == {"term_blobs", "term_offsets", "exists_blobs", "exists_offsets", "universe",
                                       "num_values", "num_rows", "num_offsets", "csr_rows", "csr_offsets", "csr_terms"}
     (folder / "meta.json").write_text(json.dumps(meta))
-    with caplog.at_level(logging.WARNING, logger="hybrid_memory.filter_index"):
+    with caplog.at_level(logging.WARNING, logger="hybrid_memory.backends.embedded.filter_index"):
         with HybridMemory.open(path, embedder=HashingEmbedder(16)) as mem:
             assert _filtered_ids(mem) == [["n3"], ["n2", "n3", "n6", "n7"], ["n1", "n5"], ["n0", "n2", "n3", "n5", "n6"]]
     assert caplog.records == []

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hybrid_memory import HashingEmbedder, HybridMemory
-from hybrid_memory.calibration import QUANTUM, gaussian_surprise
+from hybrid_memory.engines.calibration import QUANTUM, gaussian_surprise
 
 from .test_backends import QDRANT, open_memory
 
@@ -168,9 +168,9 @@ def test_a_shared_collection_follows_another_writer_after_the_drift_check(tmp_pa
     """Points another client writes are not in the incremental counts; on a collection reached through
     qdrant-client the point count is compared at most every DRIFT_SECONDS and a difference rebuilds them. A Qdrant
     Edge shard (one process) is never checked."""
-    from hybrid_memory.backends import qdrant_calibration
-    from hybrid_memory.backends.qdrant import point_id
-    from hybrid_memory.backends.qdrant_collection import Point
+    from hybrid_memory.backends.qdrant import calibration as qdrant_calibration
+    from hybrid_memory.backends.qdrant.backend import point_id
+    from hybrid_memory.backends.qdrant.collection import Point
 
     with open_memory("qdrant-client-local", tmp_path) as mem:
         mem.add(_chunks())
@@ -191,7 +191,7 @@ def test_a_shared_collection_follows_another_writer_after_the_drift_check(tmp_pa
 def test_a_dimension_above_the_moments_bound_reports_no_dense_surprise(tmp_path):
     """Above MOMENTS_MAX_DIM no moments are kept, as in the embedded dense index: the dense engine reports None,
     so the default fusion runs uncalibrated, alike on both backends."""
-    from hybrid_memory.calibration import MOMENTS_MAX_DIM
+    from hybrid_memory.engines.calibration import MOMENTS_MAX_DIM
 
     embedder = HashingEmbedder(MOMENTS_MAX_DIM + 8)
     with HybridMemory(embedder=embedder) as embedded, open_memory("qdrant-edge", tmp_path, embedder=embedder,
@@ -209,9 +209,9 @@ def test_the_top_hits_tokens_are_read_alone_or_with_the_cross_scores(engine, tmp
     """The sparse top's indices, read before the cross-scores (Edge: a retrieve of the point; qdrant-client: a
     leg of the cross-score request, which then needs no second request) or after them (a read of the point),
     are its stored ``bm25`` indices; a write that fails leaves the statistics to be rebuilt."""
-    from hybrid_memory.backends.qdrant import point_id
-    from hybrid_memory.backends.qdrant_collection import SPARSE
-    from hybrid_memory.engines import Query
+    from hybrid_memory.backends.qdrant.backend import point_id
+    from hybrid_memory.backends.qdrant.collection import SPARSE
+    from hybrid_memory.search.engine import Query
 
     with open_memory(engine, tmp_path) as mem:
         mem.add(_chunks())
@@ -286,7 +286,7 @@ def test_term_surprise_does_not_depend_on_the_order_of_the_document_frequencies(
     """The embedded index lists the top's tokens by text, the Qdrant engine by sparse index (crc32): the same
     document frequencies in another order give the same bits (a plain float sum of the logs differs in its last
     bit for [2, 2, 6] and [2, 6, 2])."""
-    from hybrid_memory.calibration import term_surprise
+    from hybrid_memory.engines.calibration import term_surprise
 
     values = {term_surprise(order, 20, 20) for order in ([2, 2, 6], [2, 6, 2], [6, 2, 2])}
     assert len(values) == 1
@@ -299,7 +299,7 @@ def test_sparse_surprise_and_weights_are_bit_equal_when_token_and_index_orders_d
     """The top holds kafka, redi(s) and nginx (df 2, 2, 6 of N = n = 20): by text the embedded index sums their
     logs as [2, 2, 6], by crc32 the Qdrant engine as [2, 6, 2]; the surprises and effective weights are the same
     bits on Edge (the dense side bit-equal too) and the sparse surprise on qdrant-client's local mode."""
-    from hybrid_memory.backends.qdrant import token_index
+    from hybrid_memory.backends.qdrant.backend import token_index
 
     tokens = ["kafka", "redi", "nginx"]
     assert sorted(tokens) != sorted(tokens, key=token_index)  # the two orders differ
@@ -327,8 +327,8 @@ def test_above_the_moments_bound_the_statistics_read_no_dense_vector(tmp_path):
     """Above MOMENTS_MAX_DIM no moments are kept, so neither the build's scroll nor a write's read-back asks for
     the dense vectors (at 3,072 dimensions 12 KB a point, for nothing): only the ``bm25`` ones; the counts are
     those of every point."""
-    from hybrid_memory.backends.qdrant_collection import SPARSE
-    from hybrid_memory.calibration import MOMENTS_MAX_DIM
+    from hybrid_memory.backends.qdrant.collection import SPARSE
+    from hybrid_memory.engines.calibration import MOMENTS_MAX_DIM
 
     with open_memory("qdrant-edge", tmp_path, embedder=HashingEmbedder(MOMENTS_MAX_DIM + 8)) as mem:
         mem.add(_chunks())
@@ -435,7 +435,7 @@ def test_local_mode_serialises_its_calls_so_searches_racing_writes_do_not_fail()
 def test_a_failure_while_counting_a_stored_write_forgets_the_statistics(engine, tmp_path):
     """The write is stored, then counting it in fails part way (here: after counting the old vectors out): the
     statistics are forgotten and rebuilt from the collection by the next search, never left half-updated."""
-    from hybrid_memory.backends.qdrant_calibration import CorpusStats
+    from hybrid_memory.backends.qdrant.calibration import CorpusStats
 
     with open_memory(engine, tmp_path) as mem:
         mem.add(_chunks())
@@ -473,7 +473,7 @@ def _edge_memory_with_statistics(tmp_path, embedder):
 
 
 def test_an_edge_shards_statistics_are_saved_on_close_and_read_back_on_open_not_rebuilt(tmp_path, monkeypatch):
-    from hybrid_memory.backends.qdrant_calibration import SAVED, CorpusStats
+    from hybrid_memory.backends.qdrant.calibration import SAVED, CorpusStats
 
     embedder = HashingEmbedder(64)
     memory = _edge_memory_with_statistics(tmp_path, embedder)
@@ -504,7 +504,7 @@ def test_an_edge_shards_statistics_are_saved_on_close_and_read_back_on_open_not_
 
 
 def test_saved_statistics_for_another_point_count_or_damaged_are_not_used(tmp_path, caplog):
-    from hybrid_memory.backends.qdrant_calibration import SAVED
+    from hybrid_memory.backends.qdrant.calibration import SAVED
 
     embedder = HashingEmbedder(64)
     _edge_memory_with_statistics(tmp_path, embedder).close()
@@ -526,7 +526,7 @@ def test_saved_statistics_for_another_point_count_or_damaged_are_not_used(tmp_pa
 
 def test_a_damaged_calibration_file_of_any_kind_never_stops_the_shard_from_opening(tmp_path, caplog):
     # each of these raised from numpy or zipfile (EOFError, BadZipFile) and left the file to fail every later open
-    from hybrid_memory.backends.qdrant_calibration import SAVED
+    from hybrid_memory.backends.qdrant.calibration import SAVED
 
     embedder = HashingEmbedder(64)
     _edge_memory_with_statistics(tmp_path, embedder).close()
@@ -543,7 +543,7 @@ def test_a_damaged_calibration_file_of_any_kind_never_stops_the_shard_from_openi
 
 
 def test_a_failed_save_leaves_no_temporary_file_and_the_shard_closes(tmp_path, caplog):
-    from hybrid_memory.backends.qdrant_calibration import SAVED
+    from hybrid_memory.backends.qdrant.calibration import SAVED
 
     memory = _edge_memory_with_statistics(tmp_path, HashingEmbedder(64))
     (tmp_path / "shard" / SAVED).mkdir()  # a folder where the file goes: the rename fails
@@ -559,7 +559,7 @@ def test_a_new_shard_keeps_its_statistics_from_creation_and_an_old_one_builds_th
     default search scrolls nothing (0.6 s at 5,183 points, 1.2 s at 20,000, about 2 minutes at a million);
     they are saved on close. A shard opened without a saved file (as after a crash) builds them only when a default
     search reads them: closed after RRF searches alone, it saves nothing."""
-    from hybrid_memory.backends.qdrant_calibration import SAVED, CorpusStats
+    from hybrid_memory.backends.qdrant.calibration import SAVED, CorpusStats
 
     with open_memory("qdrant-edge", tmp_path) as memory:
         corpus = memory.backend.corpus

@@ -127,7 +127,7 @@ def test_errors_that_are_not_a_lost_connection_pass_unchanged():
     from pydantic import BaseModel, ValidationError
     from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-    from hybrid_memory.backends.qdrant_collection import _connection_lost
+    from hybrid_memory.backends.qdrant.collection import _connection_lost
 
     class Shape(BaseModel):
         n: int

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidFilterError
-from hybrid_memory.backends.qdrant_filters import field_name, filterable_fields, marker_paths, translate
+from hybrid_memory.backends.qdrant.filters import field_name, filterable_fields, marker_paths, translate
 from hybrid_memory.filters import parse_filter
 
 from .test_filters import ALL, CASES, ROWS
@@ -27,7 +27,7 @@ RANGE_KEYS = ("sev", "v", "n", "labels")
 
 
 def _collection(engine, tmp_path_factory):
-    from hybrid_memory.backends.qdrant_collection import ClientCollection, EdgeCollection, Point
+    from hybrid_memory.backends.qdrant.collection import ClientCollection, EdgeCollection, Point
 
     indexes, exact = {}, None
     if engine.startswith("qdrant-edge"):
@@ -135,7 +135,7 @@ def test_numbers_are_exact(tmp_path_factory, flt, expected):
         mem.add([{"chunk_id": cid, "text": "t", "metadata": meta} for cid, meta in rows.items()])
         assert {c.chunk_id for c in mem.iter_chunks(flt)} == expected
     pytest.importorskip("qdrant_edge", reason="qdrant-edge-py is not installed (pip install 'hybrid-memory[qdrant]')")
-    from hybrid_memory.backends.qdrant_collection import EdgeCollection, Point
+    from hybrid_memory.backends.qdrant.collection import EdgeCollection, Point
 
     coll = EdgeCollection(tmp_path_factory.mktemp("numbers") / "shard")
     coll.ensure(2, {f"f.{field_name('m', key)}.n": "float" for key in ("x", "y")})
@@ -200,7 +200,7 @@ def test_a_float_index_the_shard_holds_is_found_on_reopen_without_declaring_it(t
 
 
 def test_field_key_inverts_field_name():
-    from hybrid_memory.backends.qdrant_filters import field_key, field_name
+    from hybrid_memory.backends.qdrant.filters import field_key, field_name
 
     for namespace, key in [("m", "severity"), ("m", "a.b \"c\""), ("s", "valid_from"), ("m", "größe")]:
         assert field_key(field_name(namespace, key)) == (namespace, key)
@@ -217,7 +217,7 @@ def test_marker_indexes_match_the_same_points_as_payload_reads(tmp_path):
     pytest.importorskip("qdrant_edge", reason="qdrant-edge-py is not installed (pip install 'hybrid-memory[qdrant]')")
     import random
 
-    from hybrid_memory.backends.qdrant_collection import EdgeCollection, Point
+    from hybrid_memory.backends.qdrant.collection import EdgeCollection, Point
 
     rnd = random.Random(7)
     choices = [None, "x", "y", [None, "x"], 3, "absent"]
@@ -297,7 +297,7 @@ def test_a_metadata_test_no_payload_index_answers_is_warned_of_once_naming_the_d
     pytest.importorskip("qdrant_edge", reason="qdrant-edge-py is not installed (pip install 'hybrid-memory[qdrant]')")
     chunks = [{"chunk_id": "a", "text": "disk full", "metadata": {"team": "x", "k": 3, "r": 1.5}},
               {"chunk_id": "b", "text": "disk full", "metadata": {"k": 4}}]
-    logger = "hybrid_memory.backends.qdrant"
+    logger = "hybrid_memory.backends.qdrant.backend"
     with HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(16), indexed_keys={"team": "keyword"}) as memory:
         memory.add(chunks)
         with caplog.at_level(logging.WARNING, logger=logger):

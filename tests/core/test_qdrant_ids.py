@@ -37,7 +37,7 @@ def _stored_ids(mem: HybridMemory) -> list:
 
 
 def test_point_id_is_the_top_63_bits_of_the_chunk_uuid5():
-    from hybrid_memory.backends.qdrant import NAMESPACE, engine_id, point_id, point_uuid
+    from hybrid_memory.backends.qdrant.backend import NAMESPACE, engine_id, point_id, point_uuid
 
     # uuid5(NAMESPACE, "a") = 0d4c374e-ca21-53fd-a1c5-b84e478b92e7: its top 63 bits 0x0d4c374eca2153fd >> 1
     assert str(point_uuid("a")) == "0d4c374e-ca21-53fd-a1c5-b84e478b92e7"
@@ -49,7 +49,7 @@ def test_point_id_is_the_top_63_bits_of_the_chunk_uuid5():
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_new_collection_stores_integer_ids(engine, tmp_path):
-    from hybrid_memory.backends.qdrant import point_id
+    from hybrid_memory.backends.qdrant.backend import point_id
 
     with _open(engine, tmp_path) as mem:
         mem.add(_note_chunks())
@@ -65,7 +65,7 @@ def test_a_format_1_collection_keeps_its_uuid_ids_and_answers_as_format_2(engine
     """A collection written with UUID point ids (the previous version's format) is recognised on open and
     used as it is: searches (every fusion, the exact-match guard, filters) give the ids and scores a format-2
     collection of the same chunks gives; upserts replace its UUID points (no duplicate); deletes remove them."""
-    from hybrid_memory.backends.qdrant import point_uuid
+    from hybrid_memory.backends.qdrant.backend import point_uuid
 
     notes = _note_chunks()
     with _open(engine, tmp_path / "old") as old:
@@ -114,7 +114,7 @@ def test_a_format_1_collection_keeps_its_uuid_ids_and_answers_as_format_2(engine
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_second_chunk_id_on_a_known_point_id_is_refused(engine, tmp_path):
-    from hybrid_memory.backends.qdrant import point_id
+    from hybrid_memory.backends.qdrant.backend import point_id
 
     with _open(engine, tmp_path) as mem:
         mem.add([{"chunk_id": "a", "text": "HTTP 504"}])
@@ -125,7 +125,7 @@ def test_a_second_chunk_id_on_a_known_point_id_is_refused(engine, tmp_path):
 
 
 def test_edge_shard_config_keeps_payload_in_the_page_cache_and_one_search_thread(tmp_path):
-    from hybrid_memory.backends.qdrant_collection import SEARCH_THREADS
+    from hybrid_memory.backends.qdrant.collection import SEARCH_THREADS
 
     with HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(dim=8)) as mem:
         mem.add([{"chunk_id": "a", "text": "HTTP 504"}])
@@ -136,7 +136,7 @@ def test_edge_shard_config_keeps_payload_in_the_page_cache_and_one_search_thread
 
 
 def test_edge_collection_options_are_checked(tmp_path):
-    from hybrid_memory.backends.qdrant_collection import EdgeCollection
+    from hybrid_memory.backends.qdrant.collection import EdgeCollection
 
     with pytest.raises(InvalidRequestError, match="payload_memory must be 'cached', 'cold' or None, got 'hot'"):
         EdgeCollection(tmp_path / "a", payload_memory="hot")
@@ -188,7 +188,7 @@ GUARD_CHUNKS = [*_note_chunks(),
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_the_presence_vector_holds_each_distinct_token_once(engine, tmp_path):
-    from hybrid_memory.backends.qdrant import point_id
+    from hybrid_memory.backends.qdrant.backend import point_id
 
     with _open(engine, tmp_path) as mem:
         mem.add(_note_chunks())
@@ -213,8 +213,8 @@ def test_whole_query_guard_counts_with_and_without_the_presence_vector(engine, t
     """The guard's counts equal the embedded backend's on a collection with the presence vector (the test
     is one query riding with the legs; no sparse vectors travel) and on one written before it (the test reads
     the sparse vectors the sparse queries return); searches rank alike on both."""
-    from hybrid_memory.backends.qdrant_collection import TERMS
-    from hybrid_memory.engines import Query
+    from hybrid_memory.backends.qdrant.collection import TERMS
+    from hybrid_memory.search.engine import Query
 
     with HybridMemory(embedder=HashingEmbedder(64)) as embedded, \
             (_open(engine, tmp_path) if terms else _open_without_terms(engine, tmp_path)) as qdrant:
@@ -265,7 +265,7 @@ def test_whole_query_guard_counts_with_and_without_the_presence_vector(engine, t
 def test_the_payload_holds_each_value_once(engine, tmp_path):
     """Source, metadata, system fields and times live in ``doc`` (JSON text) and the typed filter fields ``f``,
     not also as payload objects: Qdrant reads a point's whole payload to return any key of it."""
-    from hybrid_memory.backends.qdrant import point_id
+    from hybrid_memory.backends.qdrant.backend import point_id
 
     with _open(engine, tmp_path) as mem:
         mem.add(_note_chunks())

@@ -45,7 +45,7 @@ def _rows(response) -> list[tuple[str, str, str | None, dict]]:
 
 
 def test_a_repeated_search_reads_no_payload_and_returns_the_same_rows(tmp_path):
-    from hybrid_memory.backends.qdrant import point_id
+    from hybrid_memory.backends.qdrant.backend import point_id
 
     with _open(tmp_path) as mem:
         mem.add(_note_chunks())
@@ -68,7 +68,7 @@ def test_a_repeated_search_reads_no_payload_and_returns_the_same_rows(tmp_path):
 
 
 def test_writes_drop_their_points_from_the_cache(tmp_path):
-    from hybrid_memory.backends.qdrant import point_id
+    from hybrid_memory.backends.qdrant.backend import point_id
 
     with _open(tmp_path) as mem:
         mem.add(_note_chunks())
@@ -96,7 +96,7 @@ def test_writes_drop_their_points_from_the_cache(tmp_path):
 def test_a_read_overlapping_a_write_keeps_nothing(tmp_path):
     """A read of the shard that returns after a write of the same point keeps no entry: the next read sees
     the write. Without the generation check, the old text would stay cached."""
-    from hybrid_memory.backends.qdrant import point_id
+    from hybrid_memory.backends.qdrant.backend import point_id
 
     with _open(tmp_path) as mem:
         mem.add([{"chunk_id": "a", "text": "old text"}])
@@ -125,8 +125,8 @@ def test_a_read_overlapping_a_write_keeps_nothing(tmp_path):
 
 
 def test_the_cache_keeps_the_most_recently_read_points(tmp_path):
-    from hybrid_memory.backends.qdrant import QdrantBackend, point_id
-    from hybrid_memory.backends.qdrant_collection import EdgeCollection
+    from hybrid_memory.backends.qdrant.backend import QdrantBackend, point_id
+    from hybrid_memory.backends.qdrant.collection import EdgeCollection
 
     coll = EdgeCollection(tmp_path / "s", payload_cache=2)
     with HybridMemory(backend=QdrantBackend(coll, payload_indexes=False), embedder=HashingEmbedder(dim=16)) as mem:
@@ -146,7 +146,7 @@ def test_the_cache_keeps_the_most_recently_read_points(tmp_path):
 
 
 def test_payload_cache_option(tmp_path):
-    from hybrid_memory.backends.qdrant_collection import EdgeCollection, Point
+    from hybrid_memory.backends.qdrant.collection import EdgeCollection, Point
 
     for bad in (-1, True, 1.5, "10"):
         with pytest.raises(InvalidRequestError, match="payload_cache must be an int >= 0"):
@@ -163,7 +163,7 @@ def test_payload_cache_option(tmp_path):
 
 def test_the_client_path_keeps_no_payload_cache():
     pytest.importorskip("qdrant_client", reason="qdrant-client is not installed")
-    from hybrid_memory.backends.qdrant_collection import ClientCollection
+    from hybrid_memory.backends.qdrant.collection import ClientCollection
 
     with HybridMemory.qdrant(":memory:", collection="t", embedder=HashingEmbedder(dim=16), payload_indexes=False) as mem:
         assert isinstance(mem.backend.collection, ClientCollection)
@@ -202,7 +202,7 @@ def test_result_metadata_is_a_fresh_copy_to_every_depth(tmp_path, payload_cache)
 
 
 def test_json_copy_copies_containers_and_shares_immutables():
-    from hybrid_memory.backends.qdrant import _json_copy
+    from hybrid_memory.backends.qdrant.backend import _json_copy
 
     value = {"a": [1, 2.5, {"b": None, "c": ["x"]}], "d": "text", "e": True}
     copy = _json_copy(value)

@@ -102,7 +102,7 @@ def test_the_scale_benchmarks_metadata_tenant_still_filters(tmp_path):
 def test_the_command_line_names_its_scope_option_and_that_option_finds_the_chunks(tmp_path, capsys):
     import json
 
-    from hybrid_memory.cli import main
+    from hybrid_memory.cli.app import main
 
     corpus = tmp_path / "notes.jsonl"
     corpus.write_text(json.dumps({"_id": "a", "text": "kafka consumer lag"}) + "\n", encoding="utf-8")

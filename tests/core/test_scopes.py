@@ -238,7 +238,7 @@ def test_chunks_stored_with_a_control_character_in_a_scope_field_still_open_and_
     """The check is the scope's and the write's: a memory whose chunks were stored with such a value before (the
     write check did not exist then) still opens, reads and searches (unscoped), and its other scopes search as
     before."""
-    import hybrid_memory.memory as memory_module
+    import hybrid_memory.memory.hybrid as memory_module
 
     monkeypatch.setattr(memory_module, "check_scope_values", lambda chunk: None)  # the write of an earlier version
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(64)) as mem:
@@ -256,7 +256,7 @@ def test_chunks_stored_with_a_control_character_in_a_scope_field_still_open_and_
 def test_a_scope_value_with_white_space_around_it_is_refused_on_every_entry_point(memory, tmp_path, capsys):
     """A fresh user's finding: a chunk with user_id " u1 " was stored as is while ``--scope user_id= u1 `` was
     refused; now one rule everywhere: refused naming the value and the fix, never stripped."""
-    from hybrid_memory.cli import main
+    from hybrid_memory.cli.app import main
 
     fix = ("user_id must not have white space at its start or end, got ' u1 '; a scope value is an id: give "
            "user_id='u1' (value.strip()), or leave user_id out (None) for no user_id")
@@ -285,7 +285,7 @@ def test_a_scope_value_with_white_space_around_it_is_refused_on_every_entry_poin
 
 def test_chunks_stored_with_white_space_around_a_scope_value_still_read_and_delete(tmp_path, monkeypatch):
     """Values stored before the rule stay readable and deletable through the unscoped memory."""
-    import hybrid_memory.memory as memory_module
+    import hybrid_memory.memory.hybrid as memory_module
 
     monkeypatch.setattr(memory_module, "check_scope_values", lambda chunk: None)  # the write of an earlier version
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(64)) as mem:
@@ -320,7 +320,7 @@ def test_a_scope_value_of_white_space_only_is_called_blank_not_told_to_strip(mem
 def test_an_empty_a_nul_or_an_invisible_scope_value_gets_its_own_message(memory, tmp_path, capsys):
     """A fresh user's findings: '' was told "blank or contain NUL", ``--scope user_id=`` only "FIELD=VALUE", and a
     zero-width space bound a scope that prints like "u1" but holds no chunk of u1's."""
-    from hybrid_memory.cli import main
+    from hybrid_memory.cli.app import main
 
     with pytest.raises(InvalidRequestError) as info:
         memory.scoped(user_id="")
@@ -364,7 +364,7 @@ def test_a_chunk_stored_with_a_scope_value_refused_since_can_still_be_superseded
     """A fresh user's finding: supersede copies the old fact's scope onto the new one, and the write check
     refused the copied value ("remove it, or leave user_id out") although the caller gave none. Only what the
     caller gives is checked; the inherited value is the stored one."""
-    import hybrid_memory.memory as memory_module
+    import hybrid_memory.memory.hybrid as memory_module
 
     monkeypatch.setattr(memory_module, "check_scope_values", lambda chunk: None)  # the write of an earlier version
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(64)) as mem:

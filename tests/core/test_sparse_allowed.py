@@ -15,9 +15,9 @@ import zlib
 import numpy as np
 import pytest
 
-from hybrid_memory import sparse
-from hybrid_memory.engines import RowSet
-from hybrid_memory.sparse import BM25Index
+from hybrid_memory.engines.bm25 import index as sparse
+from hybrid_memory.search.engine import RowSet
+from hybrid_memory.engines.bm25.index import BM25Index
 
 WORDS = [f"w{i}" for i in range(60)]
 

@@ -4,7 +4,7 @@ import bm25s
 import numpy as np
 import pytest
 
-from hybrid_memory.sparse import BM25Index
+from hybrid_memory.engines.bm25.index import BM25Index
 from hybrid_memory.tokenizer import TechnicalTokenizer
 
 DOCS = [

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from hybrid_memory import sparse
-from hybrid_memory.sparse import BM25Index
+from hybrid_memory.engines.bm25 import index as sparse
+from hybrid_memory.engines.bm25.index import BM25Index
 
 
 def _brute(ids, scores, k):

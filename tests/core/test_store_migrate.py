@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from hybrid_memory import store as store_module
-from hybrid_memory.store import _SCHEMA, SYSTEM_COLUMNS, SQLiteStore
+from hybrid_memory.backends.embedded import store as store_module
+from hybrid_memory.backends.embedded.store import _SCHEMA, SYSTEM_COLUMNS, SQLiteStore
 
 
 def test_a_store_opening_while_another_migrates_waits_and_finds_the_columns(tmp_path, monkeypatch):

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from hybrid_memory.engines import Query
-from hybrid_memory.searcher import TIE_DEPTH_LIMIT, HybridSearcher
+from hybrid_memory.search.engine import Query
+from hybrid_memory.search.searcher import TIE_DEPTH_LIMIT, HybridSearcher
 
 
 class TiedEngine:

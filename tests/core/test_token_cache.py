@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hybrid_memory.token_cache import TokenCache
+from hybrid_memory.engines.bm25.token_cache import TokenCache
 
 
 def base():

@@ -48,7 +48,7 @@ def test_graph_without_its_extra_names_the_install_line():
 
 def test_cli_works_without_the_graph_extra():
     out = run("""
-        from hybrid_memory.cli import build_parser
+        from hybrid_memory.cli.app import build_parser
         print("parser-ok")
         args = build_parser().parse_args(["graph"])
         print(args.func(args))

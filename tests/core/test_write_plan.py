@@ -11,8 +11,8 @@ from hybrid_memory import Chunk, DuplicateChunkError, InvalidRequestError
 from hybrid_memory._exceptions import ScopeError
 from hybrid_memory.dedup import DedupPolicy, covers, dedup_span
 from hybrid_memory.scopes import Scope
-from hybrid_memory.store import content_hash
-from hybrid_memory.write_plan import keep_unstated, plan_supersede, plan_write
+from hybrid_memory.backends.embedded.store import content_hash
+from hybrid_memory.memory.write_plan import keep_unstated, plan_supersede, plan_write
 
 SYSTEM = {"tenant": None, "user_id": None, "agent_id": None, "session_id": None, "valid_from": None,
           "valid_to": None, "merged": [], "superseded_by": None}

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from hybrid_memory.cli import main
+from hybrid_memory.cli.app import main
 
 from .conftest import NOTES
 
@@ -60,7 +60,7 @@ def test_graph_commands_need_a_built_graph(memory_dir, capsys):
 def test_graph_cli_refuses_settings_it_would_ignore(tmp_path, capsys):
     from pathlib import Path
 
-    from hybrid_memory.cli import main
+    from hybrid_memory.cli.app import main
 
     notes = Path(__file__).resolve().parents[2] / "examples" / "incident_memory" / "notes.jsonl"
     memory = str(tmp_path / "m")
@@ -80,7 +80,7 @@ def test_graph_cli_refuses_settings_it_would_ignore(tmp_path, capsys):
 def test_export_refuses_an_unknown_extension(tmp_path, capsys):
     from pathlib import Path
 
-    from hybrid_memory.cli import main
+    from hybrid_memory.cli.app import main
 
     notes = Path(__file__).resolve().parents[2] / "examples" / "incident_memory" / "notes.jsonl"
     memory = str(tmp_path / "m")

@@ -26,7 +26,7 @@ def folder(tmp_path):
 
 
 def _command(folder, *extra):
-    return [sys.executable, "-m", "hybrid_memory.cli", "mcp", "--memory", str(folder), "--hashing-dim", "16", *extra]
+    return [sys.executable, "-m", "hybrid_memory.cli.app", "mcp", "--memory", str(folder), "--hashing-dim", "16", *extra]
 
 
 async def test_stdio_server_is_scoped_and_read_only(folder):

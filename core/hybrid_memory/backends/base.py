@@ -1,11 +1,11 @@
 """What :class:`~hybrid_memory.HybridMemory` needs from a storage and retrieval backend.
 
 The embedded backend is the memory's own code path (SQLite store, bm25s, FAISS, Roaring filter index; see
-:mod:`hybrid_memory.memory`): it is not routed through this protocol. A backend given to the constructor
-(``HybridMemory(backend=...)``) is driven by :class:`~hybrid_memory.backends.memory.BackendMemory`, which keeps
+:mod:`hybrid_memory.memory.hybrid`): it is not routed through this protocol. A backend given to the constructor
+(``HybridMemory(backend=...)``) is driven by :class:`~hybrid_memory.memory.backend_memory.BackendMemory`, which keeps
 everything above storage unchanged: request validation, scopes, the write rules (upsert keeps unstated scope
 and validity, an unchanged text is not re-embedded, ids held by another scope are refused), the
-:class:`~hybrid_memory.searcher.HybridSearcher` with every fusion method of
+:class:`~hybrid_memory.search.searcher.HybridSearcher` with every fusion method of
 :data:`~hybrid_memory.fusion.FUSION_METHODS`, the response, and so the adapters and the MCP server.
 """
 
@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..engines import Engine
+from ..search.engine import Engine
 from ..models import StoredChunk
 
 __all__ = ["Backend", "ChunkVersion"]

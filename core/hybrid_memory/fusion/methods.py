@@ -44,7 +44,7 @@ class FusionInput:
             asked for it; see ``BM25Index.exact_matches`` and
             :func:`~hybrid_memory.fusion.adaptive.apply_identifier_guard`).
         surprise: engine -> surprise of its top hit against chance, in nats (filled when the method asked for
-            it and the engine could tell; see :mod:`hybrid_memory.calibration`); an engine absent is not judged.
+            it and the engine could tell; see :mod:`hybrid_memory.engines.calibration`); an engine absent is not judged.
     """
 
     runs: Mapping[str, Sequence[str]]
@@ -123,7 +123,7 @@ class FusionMethod:
     """Needs the rare-identifier matches of the candidates."""
     summary: str
     surprise: bool = False
-    """Needs each engine's top-hit surprise (:mod:`hybrid_memory.calibration`)."""
+    """Needs each engine's top-hit surprise (:mod:`hybrid_memory.engines.calibration`)."""
 
 
 def _active(inp: FusionInput) -> dict[str, float]:
@@ -273,14 +273,14 @@ def fuse_adaptive(inp: FusionInput) -> FusionOutcome:
     2. z-score fusion (:func:`~hybrid_memory.fusion.scores.zscore_fusion`) over the exact scores of every
        candidate in every engine, with per-query convex weights calibrated against chance:
        ``prior_e x softplus(S_e)`` (:func:`~hybrid_memory.fusion.adaptive.surprise_factor`), the request weights
-       the priors and ``S_e`` the surprise of the engine's top hit in nats (:mod:`hybrid_memory.calibration`:
+       the priors and ``S_e`` the surprise of the engine's top hit in nats (:mod:`hybrid_memory.engines.calibration`:
        minus the log of how many of the documents the query may return chance would score that high; Gaussian
        over the corpus moments for cosines, term independence for BM25), so ``softplus(S_e)`` is the evidence,
        in nats, that the engine's top is not a chance hit. A measure within the list (``top_outlier``) is
        scale-free and cannot see an engine that is weak on the whole corpus (a list of compressed, noisy cosines
        looks as peaked as a good one); the surprise is in one unit for both engines and near 0 for an engine at
        chance level. It runs only when every engine can be judged; when one cannot (an engine without a ``surprise`` method,
-       no corpus moments above :data:`~hybrid_memory.calibration.MOMENTS_MAX_DIM` dimensions, or no spread,
+       no corpus moments above :data:`~hybrid_memory.engines.calibration.MOMENTS_MAX_DIM` dimensions, or no spread,
        as in a memory of identical chunks) the weights are those of :func:`fuse_adaptive_uncalibrated`,
        ``prior_e x (1 + top_outlier(list_e))`` (:func:`confidence_weights`), since nats and plain confidence do
        not compare. Until stop 23 the calibrated weights were ``prior_e x (1 + top_outlier) x sqrt(softplus(S_e))``,

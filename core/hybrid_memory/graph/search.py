@@ -54,7 +54,7 @@ OUT_OF_BUDGET_ANSWER = (
 
 class ReportRanker:
     """Hybrid search (BM25 + dense, the core's default fusion) over report texts with the store-free
-    :class:`hybrid_memory.searcher.HybridSearcher`: a BM25 index and a vector index over the reports, no
+    :class:`hybrid_memory.search.searcher.HybridSearcher`: a BM25 index and a vector index over the reports, no
     second ``HybridMemory`` (no SQLite store, no executor, nothing to close).
 
     Reports get int ids 0..n-1 in community-id order; the key of each is its community id, so ties rank by
@@ -64,11 +64,11 @@ class ReportRanker:
     """
 
     def __init__(self, reports: Iterable[CommunityReport], embedder: Any, *, vector_cache: dict | None = None):
-        from hybrid_memory.dense import FaissIndex
+        from hybrid_memory.engines.dense.index import FaissIndex
         from hybrid_memory.embedders import l2_normalize
-        from hybrid_memory.engines import DenseEngine, SparseEngine
-        from hybrid_memory.searcher import HybridSearcher
-        from hybrid_memory.sparse import BM25Index
+        from hybrid_memory.search.engine import DenseEngine, SparseEngine
+        from hybrid_memory.search.searcher import HybridSearcher
+        from hybrid_memory.engines.bm25.index import BM25Index
 
         kept = [r for r in sorted(reports, key=lambda r: r.community_id) if r.status == "ok" and r.text().strip()]
         self._keys = [r.community_id for r in kept]
@@ -99,7 +99,7 @@ class ReportRanker:
         if self.size == 0:
             return []
         from hybrid_memory import MAX_TOP_K, SearchResult
-        from hybrid_memory.engines import Query, RowSet
+        from hybrid_memory.search.engine import Query, RowSet
 
         allowed = None
         if level is not None:

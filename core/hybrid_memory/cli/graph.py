@@ -13,13 +13,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import GraphStateError
+from ..graph.errors import GraphStateError
 
 __all__ = ["register"]
 
 
 def _open_memory(args: argparse.Namespace) -> Any:
-    from hybrid_memory.cli import open_memory
+    from hybrid_memory.cli.app import open_memory
 
     return open_memory(args, show_progress=False)
 
@@ -50,7 +50,7 @@ def _memory_folder_exists(args: argparse.Namespace) -> None:
 
 
 def _load(args: argparse.Namespace, **kwargs: Any) -> Any:
-    from .index import GraphIndex
+    from ..graph.index import GraphIndex
 
     _memory_folder_exists(args)
     path = _graph_dir(args)
@@ -81,8 +81,8 @@ def _built_graphs(memory: Path, asked: Path) -> list[str]:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from .index import GraphIndex
-    from .patterns import OfflineExtractor
+    from ..graph.index import GraphIndex
+    from ..graph.patterns import OfflineExtractor
 
     with _open_memory(args) as memory:
         scope = _scope(args)
@@ -201,7 +201,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from .export import export_graphml, export_html
+    from ..graph.export import export_graphml, export_html
 
     index = _load(args)
     _check_level(index, args.level)

@@ -31,7 +31,7 @@ class TokenCache(MutableMapping):
         ValueError: the three arrays disagree (lengths of another size, a total other than ``len(data)``, a
             repeated or negative doc id).
 
-    Not thread-safe by itself: :class:`~hybrid_memory.sparse.BM25Index` calls it under its lock.
+    Not thread-safe by itself: :class:`~hybrid_memory.engines.bm25.index.BM25Index` calls it under its lock.
     """
 
     def __init__(self, doc_ids: np.ndarray | None = None, lengths: np.ndarray | None = None,

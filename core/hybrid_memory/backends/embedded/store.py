@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from ._exceptions import MemoryClosedError, StoreBusyError
-from .changes import ChangeSet
-from .filters import compile_filter, register_sql_functions
-from .models import StoredChunk
+from ..._exceptions import MemoryClosedError, StoreBusyError
+from ...changes import ChangeSet
+from ...filters import compile_filter, register_sql_functions
+from ...models import StoredChunk
 
 __all__ = ["ADDED", "KEY_MEMO_MAX", "KEY_PREFILL_BYTES", "METADATA", "REMOVED", "CommitResult", "NewRow", "SQLiteStore", "content_hash"]
 
@@ -126,7 +126,7 @@ KEY_PREFILL_BYTES = 1 << 28
 (256 MB: the two strings it reads stay far below SQLite's 1 GB string limit, ``SQLITE_MAX_LENGTH``)."""
 
 _FILTERED_SYSTEM = ("tenant", "user_id", "agent_id", "session_id", "valid_from", "valid_to")
-"""System columns the filter index keeps (hybrid_memory.filter_index.INDEXED_SYSTEM_FIELDS)."""
+"""System columns the filter index keeps (hybrid_memory.backends.embedded.filter_index.INDEXED_SYSTEM_FIELDS)."""
 
 
 def content_hash(text: str) -> str:
@@ -618,7 +618,7 @@ class SQLiteStore:
     ) -> Iterator[tuple[int, str, dict[str, Any]]]:
         """``(rowid, metadata JSON text, system fields)`` of every chunk (or of the given ``rowids`` that are
         stored), ascending rowid, read in batches: what :meth:`FilterIndex.rebuild
-        <hybrid_memory.filter_index.FilterIndex.rebuild>` takes. The system fields are the scope and validity
+        <hybrid_memory.backends.embedded.filter_index.FilterIndex.rebuild>` takes. The system fields are the scope and validity
         columns that are not NULL."""
         names = _FILTERED_SYSTEM
         select = f"SELECT rowid, metadata, {', '.join(names)} FROM chunks"

@@ -19,9 +19,9 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from ._exceptions import HybridMemoryError, MissingDependencyError
-from .fusion import DEFAULT_FUSION, FUSION_METHODS
-from .models import SCOPE_FIELDS, Chunk
+from .._exceptions import HybridMemoryError, MissingDependencyError
+from ..fusion import DEFAULT_FUSION, FUSION_METHODS
+from ..models import SCOPE_FIELDS, Chunk
 
 __all__ = ["build_parser", "main"]
 
@@ -35,7 +35,7 @@ def _example_dir() -> Path:
     packaged = resources.files("hybrid_memory") / "_example_data" / "incident_memory"
     if packaged.is_dir():
         return Path(str(packaged))
-    checkout = Path(__file__).resolve().parents[2] / "examples" / "incident_memory"
+    checkout = Path(__file__).resolve().parents[3] / "examples" / "incident_memory"
     if checkout.is_dir():
         return checkout
     raise HybridMemoryError("the bundled example memory is missing from this installation; reinstall hybrid-memory")
@@ -59,9 +59,9 @@ def open_memory(args: argparse.Namespace, *, must_exist: bool = True, show_progr
             message says to give it as ``--edge-path``, or to open it with ``HybridMemory.qdrant``); ``--edge-path``
             holds no shard (the message names ``export-qdrant``) or is an embedded memory's folder.
     """
-    from .embedders import HashingEmbedder
-    from .memory import HybridMemory
-    from .paths import EDGE_CONFIG, STORE_FILE, memory_path
+    from ..embedders import HashingEmbedder
+    from ..memory.hybrid import HybridMemory
+    from ..paths import EDGE_CONFIG, STORE_FILE, memory_path
 
     dim = getattr(args, "hashing_dim", None)
     if dim is not None and dim < 1:
@@ -76,7 +76,7 @@ def open_memory(args: argparse.Namespace, *, must_exist: bool = True, show_progr
         if not (folder / EDGE_CONFIG).is_file():
             raise HybridMemoryError(f"no Qdrant Edge shard at {shard} (no {EDGE_CONFIG}); write one with: "
                                     f"hybrid-memory export-qdrant --memory DIR --edge-path {shard}")
-        from .backends.edge_info import read_export_info
+        from ..backends.qdrant.edge_info import read_export_info
 
         written = (read_export_info(folder) or {}).get("embedder") or {}
         if embedder is None:  # as an embedded memory does: the hashing embedder its export record names
@@ -104,7 +104,7 @@ def _check_shard_embedder(shard: str, written: dict[str, Any], embedder: Any) ->
     the command would open it with (``--hashing-dim`` or the default model), as an embedded memory built with
     another embedder is refused: its queries would be embedded by another model than its vectors, without an
     error (another dimension is refused when the shard is opened, naming the one that fits)."""
-    from .embedders import DEFAULT_MODEL_NAME
+    from ..embedders import DEFAULT_MODEL_NAME
 
     name, dim = written.get("name"), written.get("dim")
     opened = (DEFAULT_MODEL_NAME, 384) if embedder is None else (embedder.name, int(embedder.dim))
@@ -173,7 +173,7 @@ def _parse_metadata(pairs: Sequence[str]) -> dict[str, Any]:
 
 def _ingest_scope(args: argparse.Namespace) -> Any:
     """The Scope of ``--tenant/--user-id/--agent-id/--session-id``, or None. Raises InvalidRequestError."""
-    from .scopes import as_scope
+    from ..scopes import as_scope
 
     return as_scope({name: getattr(args, name) for name in SCOPE_FIELDS if getattr(args, name, None) is not None})
 
@@ -204,9 +204,9 @@ def _search_scope(args: argparse.Namespace) -> Any:
 
     Raises:
         InvalidRequestError: a bad pair, field or value, or a field given two values."""
-    from ._exceptions import InvalidRequestError
-    from .mcp_server import parse_scope
-    from .scopes import as_scope
+    from .._exceptions import InvalidRequestError
+    from ..mcp_server import parse_scope
+    from ..scopes import as_scope
 
     own = _ingest_scope(args)
     pairs = parse_scope(args.scope)
@@ -226,8 +226,8 @@ def _check_ingest_args(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     ``--metadata`` pairs, ``--chunk-size``, the scope options (the field options and ``--scope`` pairs).
 
     Returns ``(metadata added to every chunk, Scope or None)``. Raises HybridMemoryError naming the fix."""
-    from .filters import check_metadata
-    from .ingest import read_text_folder
+    from ..filters import check_metadata
+    from ..ingest import read_text_folder
 
     for raw in args.paths:
         path = Path(raw)
@@ -262,7 +262,7 @@ def _read_inputs(paths: Sequence[str], args: argparse.Namespace, extra: dict[str
     white space only) gives no chunk and its path is appended to ``empty``; a symbolic link to a folder is not
     followed (:func:`~hybrid_memory.ingest.read_text_folder` warns, naming it) and its path is appended to
     ``linked``; a bad .jsonl line stops the ingest (the message names the line)."""
-    from .ingest import read_beir_corpus, read_text_folder
+    from ..ingest import read_beir_corpus, read_text_folder
 
     def skip(path: Path, reason: str) -> None:
         logger.warning("skipped %s: %s", path, reason)
@@ -414,9 +414,9 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 def _discard_new_folder(created: Path, memory: Path) -> str:
     """Remove ``created``, the folder this ingest created for ``memory`` and stored nothing in, when that loses
-    nothing (:func:`~hybrid_memory._discard.remove_new_memory`: under the memory's locks, 0 chunks, no other
+    nothing (:func:`~hybrid_memory.backends.embedded.discard.remove_new_memory`: under the memory's locks, 0 chunks, no other
     process has it open); the clause saying what happened, for the message."""
-    from ._discard import remove_new_memory
+    from ..backends.embedded.discard import remove_new_memory
 
     outcome = remove_new_memory(created, memory)
     if outcome.removed:
@@ -558,8 +558,8 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .ingest import read_beir_corpus
-    from .memory import HybridMemory
+    from ..ingest import read_beir_corpus
+    from ..memory.hybrid import HybridMemory
 
     data = _example_dir()
     request = json.loads((data / "request.json").read_text(encoding="utf-8"))
@@ -650,7 +650,7 @@ def build_parser() -> argparse.ArgumentParser:
     stats.set_defaults(func=_cmd_stats)
 
     try:
-        from .graph.cli import register
+        from .graph import register
     except ImportError as exc:  # the graph extra is not installed
         reason = f"the graph commands need the graph extra: pip install 'hybrid-memory[graph]' ({exc})"
         graph = sub.add_parser("graph", help="GraphRAG commands (needs: pip install 'hybrid-memory[graph]')")
@@ -659,12 +659,12 @@ def build_parser() -> argparse.ArgumentParser:
         register(sub)
 
     # the `mcp` subcommand (issue 10); the server lives in mcp_server.py and imports the SDK only when run
-    from .mcp_server import register_cli as register_mcp
+    from ..mcp_server import register_cli as register_mcp
 
     register_mcp(sub, memory_args)
 
     # `export-qdrant` (issue 9); qdrant-client / qdrant-edge are imported only when it runs
-    from .backends.export import register_cli as register_export
+    from ..memory.export import register_cli as register_export
 
     register_export(sub, memory_args)
     return parser

@@ -5,7 +5,7 @@
 * :class:`EdgeCollection`: ``qdrant_edge.EdgeShard``, Qdrant's Rust shard engine in process (one shard).
 
 The layout is fixed: one named dense vector ``"dense"`` (cosine) and one named sparse vector ``"bm25"`` with
-Qdrant's IDF modifier. Filters are Qdrant REST JSON (see :mod:`hybrid_memory.backends.qdrant_filters`); points
+Qdrant's IDF modifier. Filters are Qdrant REST JSON (see :mod:`hybrid_memory.backends.qdrant.filters`); points
 are plain tuples, so the backend above never touches either library's classes. Opening checks the schema
 (dimension, distance, sparse modifier) and refuses a mismatch with :class:`StoreFormatError`; creating is
 idempotent.
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .._exceptions import BackendUnavailableError, InvalidRequestError, StoreBusyError, StoreFormatError, missing_dependency
-from ..paths import check_edge_path
-from .qdrant_filters import to_client_filter, to_edge_filter
+from ..._exceptions import BackendUnavailableError, InvalidRequestError, StoreBusyError, StoreFormatError, missing_dependency
+from ...paths import check_edge_path
+from .filters import to_client_filter, to_edge_filter
 
 __all__ = ["PAYLOAD_CACHE", "ClientCollection", "Collection", "EdgeCollection", "Leg", "Point", "Record", "ScoredId"]
 
@@ -39,19 +39,19 @@ TERMS = "terms"
 """Name of the presence sparse vector: value 1 at each distinct token index of the chunk (no modifier), so a
 query with value 1 at each distinct query token scores the number of them a chunk holds, and the chunks holding
 every one score exactly that count (float32 sums of small integers are exact). The exact-match guard's
-whole-query test reads it (:mod:`hybrid_memory.backends.qdrant`). Collections written before it (no such
+whole-query test reads it (:mod:`hybrid_memory.backends.qdrant.backend`). Collections written before it (no such
 vector) are opened without it."""
 
 
 PointId = int | str
 """A point id as this library writes it: an unsigned 63-bit integer (collections written since format 2), or
-a UUID string (format 1, still read and written; see :mod:`hybrid_memory.backends.qdrant`)."""
+a UUID string (format 1, still read and written; see :mod:`hybrid_memory.backends.qdrant.backend`)."""
 
 
 @dataclass(frozen=True)
 class Point:
     """A point to write: its id (:data:`PointId`), float32 unit vector (dim,) as a list (None: the point has no dense
-    vector, for an all-zero one: no direction, no dense evidence, see :mod:`hybrid_memory.dense`; the dense leg
+    vector, for an all-zero one: no direction, no dense evidence, see :mod:`hybrid_memory.engines.dense.index`; the dense leg
     never returns it and its dense cross-score is nan), sparse BM25 vector as (indices uint32, values float),
     and the payload."""
 
@@ -119,7 +119,7 @@ int; a format-1 point's UUID: a :class:`uuid.UUID` from Qdrant Edge, a string fr
 
 
 class Collection(Protocol):
-    """What :class:`~hybrid_memory.backends.qdrant.QdrantBackend` needs from a collection."""
+    """What :class:`~hybrid_memory.backends.qdrant.backend.QdrantBackend` needs from a collection."""
 
     terms: bool
     def ensure(self, dim: int, indexes: Mapping[str, str]) -> None: ...

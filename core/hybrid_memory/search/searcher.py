@@ -2,7 +2,7 @@
 
 Query text (plus an optional precomputed vector) goes in, fused hits come out. The searcher knows no
 store: document ids are int64 engine ids, and a ``keys`` callback maps them to the string keys that fusion
-uses for identity and tie-breaks (chunk ids for :class:`~hybrid_memory.memory.HybridMemory`, report ids for
+uses for identity and tie-breaks (chunk ids for :class:`~hybrid_memory.memory.hybrid.HybridMemory`, report ids for
 the graph layer). Composition as in pyserini's ``HybridSearcher(dense, sparse)``.
 
 A search is two steps, both public so an evaluation can apply every fusion method to the same candidates
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .engines import EXACT_MATCH_ARGS, Engine, Hit, Query, RowSet
-from .fusion import DEFAULT_FUSION, DEFAULT_RRF_K, FUSION_METHODS, FusionInput, FusionMethod, rank_by_score, rrf_table
+from .engine import EXACT_MATCH_ARGS, Engine, Hit, Query, RowSet
+from ..fusion import DEFAULT_FUSION, DEFAULT_RRF_K, FUSION_METHODS, FusionInput, FusionMethod, rank_by_score, rrf_table
 
 #: at most this many hits are read from one engine to break a tie at its candidate cut (see ``_run``)
 TIE_DEPTH_LIMIT = 512
@@ -229,7 +229,7 @@ class AlignedScores(Mapping[str, Mapping[str, float]]):
 
 
 class HybridSearcher:
-    """Run several :class:`~hybrid_memory.engines.Engine` s concurrently, then fuse their candidate runs.
+    """Run several :class:`~hybrid_memory.search.engine.Engine` s concurrently, then fuse their candidate runs.
 
     Args:
         engines: the engines, by their ``name`` (``{"sparse": ..., "dense": ...}``).
@@ -435,7 +435,7 @@ class HybridSearcher:
     def _announce(self, query: Query, method: FusionMethod, top_k: int, max_df: int | None) -> int:
         """The exact-match guard's bound for this search (``max_df``, else the searcher's ``identifier_max_df``,
         else ``top_k``); when the method reads exact matches, announced in the query's cache
-        (:data:`~hybrid_memory.engines.EXACT_MATCH_ARGS`) so the engines prepare them in their own threads; when
+        (:data:`~hybrid_memory.search.engine.EXACT_MATCH_ARGS`) so the engines prepare them in their own threads; when
         it reads surprises, an empty :data:`SURPRISE` dict there for the engines' threads to fill."""
         if max_df is None:
             max_df = self.identifier_max_df if self.identifier_max_df is not None else top_k

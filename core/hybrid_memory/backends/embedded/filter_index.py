@@ -30,7 +30,7 @@ bitmap format and plain arrays, no pickle) together with the change-log position
 and replays the log from that position (in-place metadata updates keep their rowid, so a rowid diff alone would
 miss them), and rebuilds it from the store in one pass when it is missing, damaged, or older than the log keeps.
 
-Resolved filters are cached per canonical tree as :class:`~hybrid_memory.engines.RowSet` (which caches its
+Resolved filters are cached per canonical tree as :class:`~hybrid_memory.search.engine.RowSet` (which caches its
 ids, dense mask and FAISS selector once built), so a repeated broad filter costs a dictionary lookup; every
 change bumps :attr:`FilterIndex.generation` and clears the cache.
 
@@ -82,12 +82,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pyroaring import BitMap
 
-from ._exceptions import InvalidRequestError
-from .engines import RowSet
-from .filters import LIST, METADATA, NULL, NUMBER, OBJECT, SYSTEM, TEXT, Node, parse_filter, typed, untyped
+from ..._exceptions import InvalidRequestError
+from ...search.engine import RowSet
+from ...filters import LIST, METADATA, NULL, NUMBER, OBJECT, SYSTEM, TEXT, Node, parse_filter, typed, untyped
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .changes import ChangeSet
+    from ...changes import ChangeSet
 
 __all__ = ["INDEXED_SYSTEM_FIELDS", "FilterIndex", "system_filter"]
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from .paths import INDEX_LOCK, STORE_FILE
+from ...paths import INDEX_LOCK, STORE_FILE
 
 __all__ = ["Discarded", "remove_new_memory"]
 

@@ -2,13 +2,13 @@
 
 Every chunk is copied as it is stored: text, source, metadata, scope and validity fields, ``superseded_by``,
 merged ids, ``created_at`` / ``updated_at``, and its stored dense vector; the BM25 sparse vector is computed
-from the text by the library's tokenizer (:class:`~hybrid_memory.backends.qdrant.SparseEncoder`). The
+from the text by the library's tokenizer (:class:`~hybrid_memory.backends.qdrant.backend.SparseEncoder`). The
 insertion order is kept (``iter_chunks`` order).
 
 **A target that holds points is refused** unless ``replace=True`` (``export-qdrant --replace``), which clears
 it first: copying onto an earlier copy would keep the chunks deleted from the memory since then, and mix the
 BM25 normalisations of two average lengths, in a shard that looks current. An interrupted copy is run again
-with ``--replace``. An Edge shard also gets its export record (:mod:`~hybrid_memory.backends.edge_info`: the
+with ``--replace``. An Edge shard also gets its export record (:mod:`~hybrid_memory.backends.qdrant.edge_info`: the
 BM25 parameters it was written with and where it came from), which reopening and ``stats`` read.
 """
 
@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._exceptions import DimensionMismatchError, InvalidRequestError
-from .base import ChunkVersion
-from .edge_info import read_export_info, remove_export_info, shard_dim, write_export_info
+from ..backends.base import ChunkVersion
+from ..backends.qdrant.edge_info import read_export_info, remove_export_info, shard_dim, write_export_info
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..memory import HybridMemory
-    from .qdrant import QdrantBackend
+    from .hybrid import HybridMemory
+    from ..backends.qdrant.backend import QdrantBackend
 
 __all__ = ["check_bm25", "check_target", "export_to_qdrant", "open_target"]
 
@@ -172,14 +172,14 @@ def _checked_batch_size(batch_size: object) -> int:
 
 
 def _checked_backend(backend: object) -> None:
-    """``export_to_qdrant``'s ``backend``: a :class:`~hybrid_memory.backends.qdrant.QdrantBackend` not closed.
+    """``export_to_qdrant``'s ``backend``: a :class:`~hybrid_memory.backends.qdrant.backend.QdrantBackend` not closed.
 
     Raises:
         InvalidRequestError: a path (str / os.PathLike) or anything else, naming what was given and the fix; a
             closed backend (its collection raised a raw AttributeError or RuntimeError), naming how to open
             one again.
     """
-    from .qdrant import QdrantBackend
+    from ..backends.qdrant.backend import QdrantBackend
 
     if isinstance(backend, QdrantBackend):
         if not backend.closed:
@@ -238,8 +238,8 @@ def _checked_memory(memory: object) -> None:
         MemoryClosedError: the memory is closed (checked here: its BM25 parameters would otherwise be compared
             first, and a closed memory's refusal named a BM25 fix).
     """
-    from ..memory import HybridMemory
-    from .memory import BackendMemory
+    from .hybrid import HybridMemory
+    from .backend_memory import BackendMemory
 
     if isinstance(memory, (str, os.PathLike)):
         raise InvalidRequestError(
@@ -289,7 +289,7 @@ def export_to_qdrant(
 
     An Edge shard's calibration statistics (the default fusion's corpus counts) are kept in step during the copy, so
     closing the backend saves them beside the shard and its first default search reads them instead of building
-    them (:mod:`~hybrid_memory.backends.qdrant_calibration`).
+    them (:mod:`~hybrid_memory.backends.qdrant.calibration`).
 
     Returns:
         The number of chunks copied.
@@ -386,8 +386,8 @@ def _cmd_export(args) -> int:  # noqa: ANN001
     The API key is ``--api-key``, else the ``QDRANT_API_KEY`` environment variable (empty: none)."""
     import json
 
-    from ..cli import open_memory
-    from .qdrant import QdrantBackend
+    from ..cli.app import open_memory
+    from ..backends.qdrant.backend import QdrantBackend
 
     options = {k: v for k, v in {
         "shard_number": args.shard_number, "replication_factor": args.replication_factor,
@@ -403,7 +403,7 @@ def _cmd_export(args) -> int:  # noqa: ANN001
         from .._exceptions import HybridMemoryError
 
         raise HybridMemoryError("give --url (a Qdrant server, e.g. http://localhost:6333) or --edge-path DIR")
-    from ..cli import indexed_keys
+    from ..cli.app import indexed_keys
 
     keys = indexed_keys(args.index_key)  # before anything is opened: a key given with two types is refused
     with open_memory(args, show_progress=False) as memory:
@@ -414,7 +414,7 @@ def _cmd_export(args) -> int:  # noqa: ANN001
         avgdl = args.avgdl if args.avgdl is not None else params["avgdl"]
         bm25 = {"k1": params["k1"], "b": params["b"]}  # the memory's own (check_bm25)
         if args.edge_path:
-            from .qdrant_collection import EdgeCollection
+            from ..backends.qdrant.collection import EdgeCollection
 
             # not QdrantBackend.edge, which takes an earlier copy's export record: this copy writes its own
             backend = QdrantBackend(EdgeCollection(args.edge_path), indexed_keys=keys, avgdl=avgdl, **bm25)
@@ -473,7 +473,7 @@ def register_cli(sub, memory_args) -> None:  # noqa: ANN001
     p.add_argument("--avgdl", type=float, default=None, metavar="TOKENS",
                    help="average document length BM25 normalises by in the copy (default: the memory's own, so the copy "
                         "ranks as the memory does); open the copy later with the same avgdl")
-    from ..cli import add_index_key_argument
+    from ..cli.app import add_index_key_argument
 
     add_index_key_argument(p, "open the copy later with the same keys (HybridMemory.qdrant(..., indexed_keys={KEY: "
                               "TYPE}) or --index-key of search / stats / mcp --edge-path)")

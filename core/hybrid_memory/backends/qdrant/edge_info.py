@@ -1,10 +1,10 @@
 """The export record of a Qdrant Edge shard: what ``export-qdrant --edge-path`` wrote the shard with.
 
 A shard's BM25 values are fixed when its points are written (``tf / (tf + k1 · (1 - b + b · |d| / avgdl))``,
-:mod:`hybrid_memory.backends.qdrant`), and Qdrant Edge keeps no collection metadata to say with which ``avgdl``,
+:mod:`hybrid_memory.backends.qdrant.backend`), and Qdrant Edge keeps no collection metadata to say with which ``avgdl``,
 ``k1`` and ``b``. The export writes them, with where the copy came from, in :data:`EXPORT_INFO`, a small JSON
 file beside the shard's own files (no pickle): :meth:`QdrantBackend.edge
-<hybrid_memory.backends.qdrant.QdrantBackend.edge>` reopens the shard with them (so a later write normalises as
+<hybrid_memory.backends.qdrant.backend.QdrantBackend.edge>` reopens the shard with them (so a later write normalises as
 the copied points were), and ``stats`` reports them. The file is written when the copy starts
 (``"complete": false``) and rewritten when it ends, so an interrupted copy says that it is partial.
 """
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .._exceptions import StoreFormatError
+from ..._exceptions import StoreFormatError
 
 _DEFAULT_DIM = 384
 """The dimension of the default embedder, all-MiniLM-L6-v2 (what the CLI opens a shard with, without
@@ -98,8 +98,8 @@ def remove_export_info(folder: str | os.PathLike[str]) -> None:
 def shard_dim(folder: str | os.PathLike[str]) -> int | None:
     """The dense vectors' size in an Edge shard's ``edge_config.json`` (Qdrant Edge writes it); None when there is
     no shard or the file does not say (then opening the shard reports what is wrong)."""
-    from ..paths import EDGE_CONFIG
-    from .qdrant_collection import DENSE
+    from ...paths import EDGE_CONFIG
+    from .collection import DENSE
 
     try:
         size = json.loads((Path(folder) / EDGE_CONFIG).read_text(encoding="utf-8"))["vectors"][DENSE]["size"]
@@ -138,7 +138,7 @@ def partial_export(folder: str | os.PathLike[str], info: dict[str, Any] | None) 
     """The warning for a shard whose export record ``info`` says the copy did not finish (``"complete": false``:
     the export failed or was killed part way, so the shard lacks chunks of its memory), naming the fix; None for
     a complete copy or a shard without a record. The shard stays readable (nothing in it is wrong, only missing):
-    :meth:`QdrantBackend.edge <hybrid_memory.backends.qdrant.QdrantBackend.edge>` logs it and ``stats`` reports
+    :meth:`QdrantBackend.edge <hybrid_memory.backends.qdrant.backend.QdrantBackend.edge>` logs it and ``stats`` reports
     it as ``export_warning``."""
     if not info or info.get("complete", True):
         return None

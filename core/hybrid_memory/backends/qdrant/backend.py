@@ -10,7 +10,7 @@ same engine ids. Two chunk ids share a point id with probability about n² / 2�
 a write that would map a second chunk id onto a point this process knows is refused.
 
 Payload: ``chunk_id``, ``text``, ``content_hash``, ``seq`` (first-insertion order, nanoseconds), the typed
-filter fields ``f`` (:mod:`hybrid_memory.backends.qdrant_filters`: metadata, scope and validity fields), and
+filter fields ``f`` (:mod:`hybrid_memory.backends.qdrant.filters`: metadata, scope and validity fields), and
 ``doc``: source, metadata (as given), the system fields (scope fields, ``valid_from`` / ``valid_to``,
 ``superseded_by``, ``merged``) and ``created_at`` / ``updated_at`` as JSON text, which is what reads return:
 Qdrant (Edge 0.9, measured) re-reads payload floats with up to 1 ULP of error, while a string comes back as
@@ -31,7 +31,7 @@ BM25 term-frequency part as value::
 The collection's IDF modifier multiplies each query term by Qdrant's idf, which is Lucene's
 ``ln(1 + (N - df + 0.5) / (df + 0.5))`` (Qdrant's sparse-vector docs; checked here to the float: a term in 1
 of 3 points scores ln(1 + 2.5 / 1.5)), and the query vector holds each query token's count, so a score is
-``Σ_{t in q} idf(t) · value(t, d)``, the formula of :class:`~hybrid_memory.sparse.BM25Index`. What differs:
+``Σ_{t in q} idf(t) · value(t, d)``, the formula of :class:`~hybrid_memory.engines.bm25.index.BM25Index`. What differs:
 
 * ``avgdl`` is a parameter fixed when documents are written (Qdrant's own ``Bm25`` takes ``avg_len`` the
   same way, default 256), where the embedded index uses the corpus mean of its last merge; set it to the
@@ -41,7 +41,7 @@ of 3 points scores ln(1 + 2.5 / 1.5)), and the query vector holds each query tok
 
 **Search.** Both legs go in one ``query_batch`` request (one round trip; a ``prefetch`` request would return
 only Qdrant's own fusion of the legs, whose weighted RRF differs from this library's, so the legs are
-fetched as they are and fused client-side by the core's :class:`~hybrid_memory.searcher.HybridSearcher`,
+fetched as they are and fused client-side by the core's :class:`~hybrid_memory.search.searcher.HybridSearcher`,
 every method of :data:`~hybrid_memory.fusion.FUSION_METHODS` available and exact). Each leg carries the
 translated filter, so it is applied inside Qdrant before ranking, at depth ``candidate_multiplier × top_k``.
 The legs return ids and scores only: no payload (Edge keeps payload on disk, reading ``chunk_id`` per hit
@@ -61,17 +61,17 @@ presence vector (no ``terms``) is opened without it and tests as before, from th
 leg and its cross-scores return. The query is tokenized once per search.
 
 **Calibration.** The default fusion (``adaptive``) weighs each engine per query by the surprise of its top hit
-in nats (:mod:`hybrid_memory.calibration`), and the Qdrant engines report the same surprises as the embedded
+in nats (:mod:`hybrid_memory.engines.calibration`), and the Qdrant engines report the same surprises as the embedded
 ones, so the same fusion runs on both backends: ``QdrantSparseEngine.surprise`` is
 ``-(ln n + sum_t ln(df_t / N))`` over the query's distinct sparse indices the top hit holds, and
 ``QdrantDenseEngine.surprise`` ``-(ln n + ln Phi_c((top - q.mu) / sqrt(q' Sigma q)))``. ``df_t``, ``N`` (the
-collection's points) and the dense moments (:class:`~hybrid_memory.calibration.VectorMoments`, the embedded
+collection's points) and the dense moments (:class:`~hybrid_memory.engines.calibration.VectorMoments`, the embedded
 backend's class: the same sums for the same vectors) are exact live counts kept client-side by
-:class:`~hybrid_memory.backends.qdrant_calibration.CorpusStats`: built from a scroll of the stored vectors the
+:class:`~hybrid_memory.backends.qdrant.calibration.CorpusStats`: built from a scroll of the stored vectors the
 first time a search needs them (0.47 s for SciFact's 5,183 points on Edge, about 0.1 ms a point), then kept in
 step with this backend's writes (an upsert reads the vectors it replaces); on a collection reached through
 qdrant-client (a server, shared with other writers) rebuilt when the point count differs, checked at most every
-:data:`~hybrid_memory.backends.qdrant_calibration.DRIFT_SECONDS` (5 s): the calibration follows other writers with
+:data:`~hybrid_memory.backends.qdrant.calibration.DRIFT_SECONDS` (5 s): the calibration follows other writers with
 that lag. ``n``, the points the query's filter allows, is a ``count`` request kept per filter text until the next
 write (0.3-0.9 ms on Edge; on a server one more round trip, once per distinct filter); without a filter it is
 ``N``. The top hit's sparse indices (which query tokens it holds) are one ``retrieve`` of that point on Edge
@@ -100,23 +100,23 @@ from typing import Any
 
 import numpy as np
 
-from .._exceptions import (
+from ..._exceptions import (
     BackendUnavailableError,
     HybridMemoryError,
     InvalidRequestError,
     StoreBusyError,
 )
-from ..calibration import gaussian_surprise, term_surprise
-from ..dedup import covering_filter
-from ..embedders import l2_normalize
-from ..engines import Hit, Query
-from ..filter_index import system_filter
-from ..filters import METADATA, SYSTEM, parse_filter
-from ..models import SCOPE_FIELDS, TIME_FIELDS, StoredChunk
-from ..paths import check_local_mode_path
-from ..tokenizer import TechnicalTokenizer
-from .base import ChunkVersion
-from .qdrant_collection import (
+from ...engines.calibration import gaussian_surprise, term_surprise
+from ...dedup import covering_filter
+from ...embedders import l2_normalize
+from ...search.engine import Hit, Query
+from ..embedded.filter_index import system_filter
+from ...filters import METADATA, SYSTEM, parse_filter
+from ...models import SCOPE_FIELDS, TIME_FIELDS, StoredChunk
+from ...paths import check_local_mode_path
+from ...tokenizer import TechnicalTokenizer
+from ..base import ChunkVersion
+from .collection import (
     DENSE,
     PAYLOAD_CACHE,
     SEARCH_THREADS,
@@ -128,8 +128,8 @@ from .qdrant_collection import (
     Leg,
     Point,
 )
-from .qdrant_calibration import CorpusStats
-from .qdrant_filters import FIELDS, field_key, field_name, filterable_fields, marker_paths, translate
+from .calibration import CorpusStats
+from .filters import FIELDS, field_key, field_name, filterable_fields, marker_paths, translate
 
 __all__ = ["MIN_TERMS", "NAMESPACE", "QdrantBackend", "QdrantFilter", "SparseEncoder", "engine_id", "point_id",
            "point_uuid", "token_index"]
@@ -224,7 +224,7 @@ def _source_and_metadata(doc: str) -> tuple[str | None, dict[str, Any]]:
 
 
 def _presence_leg(wanted: Sequence[int], flt: Mapping[str, Any] | None, limit: int) -> Leg:
-    """A query of the presence vector (:data:`~hybrid_memory.backends.qdrant_collection.TERMS`) with value 1
+    """A query of the presence vector (:data:`~hybrid_memory.backends.qdrant.collection.TERMS`) with value 1
     at each of the ``wanted`` distinct sparse indices, kept to the chunks scoring their number: those holding
     every one (a chunk holding one fewer scores 1 less; the threshold sits halfway)."""
     return Leg(TERMS, (list(wanted), [1.0] * len(wanted)), flt, limit, (), threshold=len(wanted) - 0.5)
@@ -294,7 +294,7 @@ class SparseEncoder:
 
 
 class QdrantFilter:
-    """A resolved filter as the Qdrant engines take it (in place of a :class:`~hybrid_memory.engines.RowSet`).
+    """A resolved filter as the Qdrant engines take it (in place of a :class:`~hybrid_memory.search.engine.RowSet`).
 
     Attributes:
         filter: Qdrant REST JSON, never None (None means "no restriction" and is passed as None instead).
@@ -547,7 +547,7 @@ class _Legs:
 
 
 class QdrantSparseEngine:
-    """BM25 on Qdrant behind the :class:`~hybrid_memory.engines.Engine` protocol (``allowed``: a
+    """BM25 on Qdrant behind the :class:`~hybrid_memory.search.engine.Engine` protocol (``allowed``: a
     :class:`QdrantFilter`)."""
 
     name = "sparse"
@@ -588,12 +588,12 @@ class QdrantSparseEngine:
 
     def surprise(self, query: Query, hits: Sequence[Hit], allowed: QdrantFilter | None) -> float | None:
         """The surprise of the top hit in nats, as ``BM25Index.surprise``
-        (:func:`~hybrid_memory.calibration.term_surprise`)::
+        (:func:`~hybrid_memory.engines.calibration.term_surprise`)::
 
             S = -(ln n + sum_t ln(df_t / N))
 
         over the distinct sparse indices of the query the top hit holds (its ``bm25`` indices: :meth:`_Legs.top_indices`); ``df_t`` the points holding index ``t`` and
-        ``N`` the points of the collection (exact live counts, :class:`~hybrid_memory.backends.qdrant_calibration.
+        ``N`` the points of the collection (exact live counts, :class:`~hybrid_memory.backends.qdrant.calibration.
         CorpusStats`; tokens colliding on one crc32 index count as one, sharing its df); ``n`` the points the filter
         allows (a ``count``, kept per filter), ``N`` without one.
 
@@ -620,7 +620,7 @@ class QdrantSparseEngine:
 
 
 class QdrantDenseEngine:
-    """Cosine search on Qdrant behind the :class:`~hybrid_memory.engines.Engine` protocol."""
+    """Cosine search on Qdrant behind the :class:`~hybrid_memory.search.engine.Engine` protocol."""
 
     name = "dense"
     lower_bound = -1.0
@@ -639,16 +639,16 @@ class QdrantDenseEngine:
 
     def surprise(self, query: Query, hits: Sequence[Hit], allowed: QdrantFilter | None) -> float | None:
         """The surprise of the top hit in nats, as ``FaissIndex.surprise``
-        (:func:`~hybrid_memory.calibration.gaussian_surprise`): the chance cosines are normal with mean ``q . mu``
+        (:func:`~hybrid_memory.engines.calibration.gaussian_surprise`): the chance cosines are normal with mean ``q . mu``
         and variance ``q' Sigma q``, the exact moments of the collection's dense vectors
-        (:class:`~hybrid_memory.calibration.VectorMoments`, kept client-side by
-        :class:`~hybrid_memory.backends.qdrant_calibration.CorpusStats`: the same sums as the embedded backend's
+        (:class:`~hybrid_memory.engines.calibration.VectorMoments`, kept client-side by
+        :class:`~hybrid_memory.backends.qdrant.calibration.CorpusStats`: the same sums as the embedded backend's
         for the same vectors), among ``n`` points (the filter's count; the points with a dense vector without
         one). Costs one (dim + 1, dim) float32 matvec (68 us at 384-d on SciFact's machine).
 
         Returns:
             nats; None without hits, with fewer than two dense vectors, no spread, a dimension above
-            :data:`~hybrid_memory.calibration.MOMENTS_MAX_DIM`, or when the sparse leg returned nothing for this
+            :data:`~hybrid_memory.engines.calibration.MOMENTS_MAX_DIM`, or when the sparse leg returned nothing for this
             query (one engine to fuse: the fusion reads no surprise then).
 
         Raises:
@@ -695,7 +695,7 @@ class QdrantBackend:
     or ``":memory:"`` for qdrant-client's local mode), then give it to ``HybridMemory(backend=...)``.
 
     Args:
-        collection: a :class:`~hybrid_memory.backends.qdrant_collection.Collection`.
+        collection: a :class:`~hybrid_memory.backends.qdrant.collection.Collection`.
         k1, b, avgdl: BM25 parameters of :class:`SparseEncoder`.
         indexed_keys: metadata keys to create payload indexes for (``{"service": "keyword", "severity":
             "float"}`` or a list of keys, indexed as keyword); the scope fields are always indexed.
@@ -748,7 +748,7 @@ class QdrantBackend:
         """Whether the collection holds format-1 points (UUID ids), found by :meth:`open`."""
         self.corpus: CorpusStats | None = None
         """The collection's corpus statistics for the default fusion's calibration (:meth:`open` makes it, the
-        first search that reads it builds it: :mod:`hybrid_memory.backends.qdrant_calibration`)."""
+        first search that reads it builds it: :mod:`hybrid_memory.backends.qdrant.calibration`)."""
         self.closed = False
         """True after :meth:`close` (until a later :meth:`open` succeeds): export_to_qdrant refuses it."""
 
@@ -759,11 +759,11 @@ class QdrantBackend:
 
         Args:
             payload_cache, payload_memory, search_threads: the shard's options, see
-                :class:`~hybrid_memory.backends.qdrant_collection.EdgeCollection` (``payload_cache``: points
+                :class:`~hybrid_memory.backends.qdrant.collection.EdgeCollection` (``payload_cache``: points
                 whose search-result payload this process keeps, 0 for none).
             **kwargs: as the constructor (``k1``, ``b``, ``avgdl``, ``indexed_keys``, ``payload_indexes``). A shard
                 written by ``export-qdrant`` holds its export record
-                (:mod:`~hybrid_memory.backends.edge_info`): ``avgdl``, ``k1`` and ``b`` not given here are the
+                (:mod:`~hybrid_memory.backends.qdrant.edge_info`): ``avgdl``, ``k1`` and ``b`` not given here are the
                 record's, so writes are normalised as the copied points were; one given that differs from the
                 record is used and logged as a warning (the shard then mixes two normalisations). A record that
                 says the copy was interrupted (``complete: false``) is logged as a warning naming the fix
@@ -848,7 +848,7 @@ class QdrantBackend:
             try:
                 from qdrant_client import QdrantClient
             except ImportError as exc:  # pragma: no cover
-                from .._exceptions import missing_dependency
+                from ..._exceptions import missing_dependency
 
                 raise missing_dependency("qdrant-client", "qdrant") from exc
             if scheme:  # http or https
@@ -933,7 +933,7 @@ class QdrantBackend:
 
     def calibration(self) -> CorpusStats:
         """The collection's corpus statistics, current (built on first use; on a shared collection rebuilt when
-        another writer changed its point count): see :mod:`hybrid_memory.backends.qdrant_calibration`.
+        another writer changed its point count): see :mod:`hybrid_memory.backends.qdrant.calibration`.
 
         Raises:
             InvalidRequestError: the backend was not opened (``open(dim)`` first).
@@ -1236,7 +1236,7 @@ class QdrantBackend:
     def write(self, versions: Sequence[ChunkVersion], seqs: Mapping[str, int] | None = None) -> None:
         """Write chunk versions: with a vector, one batched upsert (vectors and payload; an all-zero vector is
         left out, so the point has no dense vector: never returned by the dense leg, nan as a dense cross-score,
-        the embedded rule of :mod:`hybrid_memory.dense`); without, the payload is replaced and the stored
+        the embedded rule of :mod:`hybrid_memory.engines.dense.index`); without, the payload is replaced and the stored
         vectors are kept. ``seqs``: the first-insertion order of chunks already
         stored (new chunks get the current time in nanoseconds, increasing within the batch)."""
         seqs = dict(seqs or {})
@@ -1302,10 +1302,10 @@ class QdrantBackend:
         """Backend name, collection, points, BM25 configuration (the ``avgdl`` writes use, tokens), indexed keys
         (declared on this open), ``range_filter_keys`` (the metadata keys order filters may use: a float payload index
         declared or already held by the collection; None in qdrant-client's local mode, where every key may);
-        for an Edge shard also ``export``: its export record (:func:`~hybrid_memory.backends.edge_info.read_export_info`:
+        for an Edge shard also ``export``: its export record (:func:`~hybrid_memory.backends.qdrant.edge_info.read_export_info`:
         source memory, chunks copied, whether the copy completed, avgdl; None when ``export-qdrant`` did not
         write the shard) and ``export_warning``: for an interrupted copy (``complete: false``) the warning that it
-        lacks chunks and how to write it again (:func:`~hybrid_memory.backends.edge_info.partial_export`), else
+        lacks chunks and how to write it again (:func:`~hybrid_memory.backends.qdrant.edge_info.partial_export`), else
         None)."""
         ranges = self.exact_ranges
         out = {"backend": self.name, "collection": getattr(self.collection, "name", None),
@@ -1324,7 +1324,7 @@ class QdrantBackend:
     def close(self) -> None:
         """Close the collection (``closed`` becomes True). An Edge shard's calibration statistics, when built, are
         saved beside it first, so its next open reads them instead of scrolling every point
-        (:meth:`CorpusStats.save <hybrid_memory.backends.qdrant_calibration.CorpusStats.save>`); a failure to save
+        (:meth:`CorpusStats.save <hybrid_memory.backends.qdrant.calibration.CorpusStats.save>`); a failure to save
         is logged, and the next open builds them."""
         if self.path is not None and self.corpus is not None and not self.closed:
             try:

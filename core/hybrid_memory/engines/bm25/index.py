@@ -35,11 +35,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import calibration
+from .. import calibration
 from .token_cache import TokenCache
-from .tokenizer import TechnicalTokenizer
+from ...tokenizer import TechnicalTokenizer
 
-from .engines import RowSet, as_rowset, id_bounds
+from ...search.engine import RowSet, as_rowset, id_bounds
 
 __all__ = ["ALLOWED_ROW_COST", "HOLDERS_MAX", "HOLDS_ALL_COUNT_MAX", "PREPARE_DF_MAX", "TIE_PREFIX", "UNION_ENTRY_COST", "BM25Index"]
 
@@ -75,7 +75,7 @@ random reads of the alive flags and ids) against 2.4 ns per main document: a rat
 TIE_PREFIX = 32
 """When BM25's candidate cut falls inside a tie, :meth:`BM25Index.search` orders this many times ``k`` documents at
 once and keeps them for the query: the searcher asks again at 2, 4, ... x the depth up to its tie limit of 512 hits
-(``hybrid_memory.searcher.TIE_DEPTH_LIMIT``, 5 more rounds from a depth of 21), which then read that prefix instead
+(``hybrid_memory.search.searcher.TIE_DEPTH_LIMIT``, 5 more rounds from a depth of 21), which then read that prefix instead
 of partitioning every candidate again (at 1M chunks each round was 10-15 ms for a term every chunk holds)."""
 
 ALLOWED_ROW_COST = 6
@@ -218,12 +218,12 @@ class BM25Index:
     def _make_segment(self, corpus: list[np.ndarray], vocab: dict[str, int], show_progress: bool):  # noqa: ANN202
         """A bm25s index over int32 token-id arrays; pure (touches no state), so it can run without the lock.
 
-        Built by :func:`~hybrid_memory.bm25_build.build_bm25s`: the matrix ``bm25s.BM25.index`` would build,
+        Built by :func:`~hybrid_memory.engines.bm25.build.build_bm25s`: the matrix ``bm25s.BM25.index`` would build,
         bit for bit, in numpy passes instead of a Python loop over documents (1M documents: seconds and one
         token array instead of minutes and lists of Python ints). ``show_progress`` is accepted for the
         callers' signature; the build has no per-document loop to report on.
         """
-        from .bm25_build import build_bm25s
+        from .build import build_bm25s
 
         if not corpus:
             return None
@@ -389,7 +389,7 @@ class BM25Index:
 
     def _terms(self, query: str, cache: dict | None) -> _QueryTerms:
         """The query's analysis (tokens, distinct tokens, identifiers, content words), computed once per query
-        and kept in ``cache`` (a :class:`~hybrid_memory.engines.Query`'s cache): the search, the exact
+        and kept in ``cache`` (a :class:`~hybrid_memory.search.engine.Query`'s cache): the search, the exact
         re-scoring and the exact-match guard all read it. Depends on the text and the tokenizer only."""
         if cache is not None:
             hit = cache.get("bm25_terms")
@@ -432,7 +432,7 @@ class BM25Index:
         """Scores of every document for ``tokens`` at the global statistics; caller holds the lock.
 
         Returns (main, delta): the main segment's scores (see :meth:`_score_main`), or None when no token is in
-        the main segment, and {delta doc id: score > 0}. Kept in ``cache`` (a :class:`~hybrid_memory.engines.Query`'s cache), so
+        the main segment, and {delta doc id: score > 0}. Kept in ``cache`` (a :class:`~hybrid_memory.search.engine.Query`'s cache), so
         :meth:`score` right after :meth:`search` costs a gather, as long as no write came in between.
         """
         key = (self._generation, tuple(tokens))
@@ -528,7 +528,7 @@ class BM25Index:
         other engine's candidates (allowed ones) is a gather, and the searcher's deeper asks at a tied cut reuse
         the candidates (and :meth:`_top`'s prefix, kept for the same candidate array).
 
-        Each term's column lists its documents ascending (:mod:`hybrid_memory.bm25_build`), so an allowed
+        Each term's column lists its documents ascending (:mod:`hybrid_memory.engines.bm25.build`), so an allowed
         document's entry is found by binary search; the terms are added in query order in float64, the
         operations of :meth:`_score_main`'s ``bincount``, so the scores are bit-identical to the full pass.
         """
@@ -856,7 +856,7 @@ class BM25Index:
 
     def surprise(self, query: str, doc_id: int, n: int | None = None, *, cache: dict | None = None) -> float | None:
         """The surprise of document ``doc_id`` as the query's top BM25 hit, in nats
-        (:func:`~hybrid_memory.calibration.term_surprise`): ``-(ln n + sum_t ln(df_t / N))`` over the distinct query
+        (:func:`~hybrid_memory.engines.calibration.term_surprise`): ``-(ln n + sum_t ln(df_t / N))`` over the distinct query
         tokens ``t`` the document holds, with the document frequencies and the document count BM25 scores with
         (main + delta, :meth:`_columns`).
 

@@ -1,13 +1,13 @@
 """The engine seam: what the hybrid searcher asks of a retrieval engine, and the sets it passes them.
 
 Data flows one way: the store resolves a metadata filter to a :class:`RowSet` of document ids, the
-:class:`~hybrid_memory.searcher.HybridSearcher` hands one :class:`Query` and that set to every
+:class:`~hybrid_memory.search.searcher.HybridSearcher` hands one :class:`Query` and that set to every
 :class:`Engine`, and fuses what they return. Engines know nothing of the store, of chunk ids or of
 fusion; they rank int64 document ids (the store's rowids, or any other dense id space such as the graph
 layer's report numbers).
 
-Two engines ship with the core: :class:`SparseEngine` (BM25 over :class:`~hybrid_memory.sparse.BM25Index`)
-and :class:`DenseEngine` (inner product over :class:`~hybrid_memory.dense.FaissIndex`, embedding the query
+Two engines ship with the core: :class:`SparseEngine` (BM25 over :class:`~hybrid_memory.engines.bm25.index.BM25Index`)
+and :class:`DenseEngine` (inner product over :class:`~hybrid_memory.engines.dense.index.FaissIndex`, embedding the query
 with an :class:`~hybrid_memory.embedders.Embedder` unless the caller passed a vector).
 """
 
@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from .embedders import l2_normalize
+from ..embedders import l2_normalize
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .dense import FaissIndex
-    from .embedders import Embedder
-    from .sparse import BM25Index
+    from ..engines.dense.index import FaissIndex
+    from ..embedders import Embedder
+    from ..engines.bm25.index import BM25Index
 
 __all__ = ["EXACT_MATCH_ARGS", "id_bounds", "DenseEngine", "Engine", "Hit", "Query", "RowSet", "SparseEngine", "as_rowset"]
 
@@ -197,7 +197,7 @@ class Engine(Protocol):
     they need (FAISS's OpenMP thread count is per thread) inside ``search`` and ``score`` themselves.
 
     Optional methods the searcher uses when present: ``surprise(query, hits, allowed) -> float | None``, the
-    surprise of the top hit against chance in nats (:mod:`hybrid_memory.calibration`; called in the engine's
+    surprise of the top hit against chance in nats (:mod:`hybrid_memory.engines.calibration`; called in the engine's
     own thread right after its search, read by the default fusion's per-query weights), and
     ``exact_matches(query, ids, max_df, min_share) -> int64 (len(ids),)`` (the exact-match guard). An engine
     without them is fused without that evidence. ``prepare_surprise(query)``, also optional, works out the part
@@ -225,7 +225,7 @@ class Engine(Protocol):
 
 
 class SparseEngine:
-    """The BM25 engine: :class:`~hybrid_memory.sparse.BM25Index` behind the :class:`Engine` protocol.
+    """The BM25 engine: :class:`~hybrid_memory.engines.bm25.index.BM25Index` behind the :class:`Engine` protocol.
 
     The score arrays a search computes are kept in :attr:`Query.cache`, so :meth:`score` for the dense
     engine's candidates right after is a gather, not a second BM25 pass.
@@ -266,7 +266,7 @@ class SparseEngine:
 
 
 class DenseEngine:
-    """The dense engine: :class:`~hybrid_memory.dense.FaissIndex` behind the :class:`Engine` protocol.
+    """The dense engine: :class:`~hybrid_memory.engines.dense.index.FaissIndex` behind the :class:`Engine` protocol.
 
     Args:
         index: the vector index (ids = document ids).
@@ -293,7 +293,7 @@ class DenseEngine:
 
         A query vector of all zeros (a stop-word-only query for a bag-of-words embedder) carries no
         direction, so nothing is returned instead of arbitrary rows scoring 0; likewise a stored all-zero
-        vector is never returned (see :mod:`hybrid_memory.dense`).
+        vector is never returned (see :mod:`hybrid_memory.engines.dense.index`).
         """
         vector = self.query_vector(query)
         if not np.any(vector):

@@ -64,8 +64,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from .._exceptions import InvalidFilterError
-from ..filters import BOOL, LIST, METADATA, NULL, NUMBER, SYSTEM, TEXT, Node, canonical_json, untyped
+from ..._exceptions import InvalidFilterError
+from ...filters import BOOL, LIST, METADATA, NULL, NUMBER, SYSTEM, TEXT, Node, canonical_json, untyped
 
 __all__ = [
     "FIELDS",

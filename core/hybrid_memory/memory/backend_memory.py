@@ -6,7 +6,7 @@ touched the embedded store: the write path (the same rules: an upsert keeps the 
 does not state, an unchanged text keeps its vector and is not re-embedded, ids held outside a scope are
 refused, exact duplicates are reported), reads, counts, deletes, ``supersede``, and filter resolution (to the
 backend's filter instead of a RowSet of rowids). The searcher is the core's
-:class:`~hybrid_memory.searcher.HybridSearcher` over the backend's engines: fusion stays client-side, with
+:class:`~hybrid_memory.search.searcher.HybridSearcher` over the backend's engines: fusion stays client-side, with
 every method of :data:`~hybrid_memory.fusion.FUSION_METHODS`.
 
 Dedup runs as in the embedded memory (exact duplicates by a ``content_hash`` payload filter, near duplicates by
@@ -35,15 +35,15 @@ from .._rwlock import ReadWriteLock
 from ..dedup import DedupPolicy, WriteResult, as_policy
 from ..embedders import Embedder, SentenceTransformerEmbedder
 from ..embedders import query_vector as checked_query_vector
-from ..engines import Query
+from ..search.engine import Query
 from ..fusion import FUSION_METHODS
-from ..memory import HybridMemory, _bound, _checked_filter, _instant, _page_after
+from .hybrid import HybridMemory, _bound, _checked_filter, _instant, _page_after
 from ..models import SCOPE_FIELDS, TIME_FIELDS, Chunk, SearchRequest, SearchResponse, StoredChunk, build_response
 from ..scopes import Scope, as_scope, check_scope_keys
-from ..searcher import HybridResult, HybridSearcher
+from ..search.searcher import HybridResult, HybridSearcher
 from ..temporal import RecencyPrior, apply_recency_prior
-from ..write_plan import embed_checked, plan_supersede, plan_write
-from .base import Backend, ChunkVersion
+from .write_plan import embed_checked, plan_supersede, plan_write
+from ..backends.base import Backend, ChunkVersion
 
 __all__ = ["BackendMemory"]
 
@@ -64,7 +64,7 @@ class BackendMemory(HybridMemory):
     Args:
         path: must be None (the backend holds the data).
         backend: the :class:`~hybrid_memory.backends.base.Backend`, e.g.
-            :class:`~hybrid_memory.backends.qdrant.QdrantBackend`; closed by :meth:`close`.
+            :class:`~hybrid_memory.backends.qdrant.backend.QdrantBackend`; closed by :meth:`close`.
         embedder: as for :class:`HybridMemory` (default all-MiniLM-L6-v2); its dimension fixes the
             collection's (checked on open).
         candidate_multiplier, dedup, recency_prior, show_progress: as for :class:`HybridMemory`.
@@ -353,7 +353,7 @@ class BackendMemory(HybridMemory):
     @property
     def bm25_params(self) -> dict[str, float]:
         """The BM25 parameters the backend writes sparse vectors with, read only: ``{"k1": ..., "b": ...,
-        "avgdl": ...}`` (for Qdrant, its :class:`~hybrid_memory.backends.qdrant.SparseEncoder`'s). A new dict each
+        "avgdl": ...}`` (for Qdrant, its :class:`~hybrid_memory.backends.qdrant.backend.SparseEncoder`'s). A new dict each
         call.
 
         Raises:

@@ -1,14 +1,14 @@
 """Exact corpus statistics of a Qdrant collection, kept client-side for the default fusion's calibration.
 
 The default fusion (``hybrid_memory.fusion.methods.fuse_adaptive``) weighs each engine per query by the surprise
-of its top hit (:mod:`hybrid_memory.calibration`): BM25 needs the document frequency ``df_t`` of the query tokens
+of its top hit (:mod:`hybrid_memory.engines.calibration`): BM25 needs the document frequency ``df_t`` of the query tokens
 the top holds and the document count ``N``; the dense engine needs the exact mean and covariance of the stored
-vectors (:class:`~hybrid_memory.calibration.VectorMoments`); both need ``n``, the documents the query may return.
+vectors (:class:`~hybrid_memory.engines.calibration.VectorMoments`); both need ``n``, the documents the query may return.
 Qdrant exposes none of them as such, so :class:`CorpusStats` reads them from the stored points and keeps them in
 step with this backend's writes:
 
 * **Built** from the collection's stored vectors (a scroll of the dense and ``bm25`` vectors, 1,024 points a page;
-  the ``bm25`` ones only above :data:`~hybrid_memory.calibration.MOMENTS_MAX_DIM`, where no moments are kept)
+  the ``bm25`` ones only above :data:`~hybrid_memory.engines.calibration.MOMENTS_MAX_DIM`, where no moments are kept)
   the first time a search needs them (lazy: a memory that is only written, or searched with another fusion, never
   pays it). A Qdrant Edge shard the backend creates is the exception: empty, its statistics are exact at once
   (nothing to scroll) and kept in step from its first write, so its first default search pays no scroll
@@ -63,8 +63,8 @@ from typing import Any
 
 import numpy as np
 
-from ..calibration import MOMENTS_MAX_DIM, VectorMoments
-from .qdrant_collection import DENSE, SPARSE, Point, PointId, Record
+from ...engines.calibration import MOMENTS_MAX_DIM, VectorMoments
+from .collection import DENSE, SPARSE, Point, PointId, Record
 
 __all__ = ["DRIFT_SECONDS", "SAVED", "SCROLL_PAGE", "CorpusStats"]
 
@@ -91,8 +91,8 @@ class CorpusStats:
     """Point count, token document frequencies and dense moments of one collection (module docstring).
 
     Args:
-        collection: the :class:`~hybrid_memory.backends.qdrant_collection.Collection`.
-        dim: the dense dimension; above :data:`~hybrid_memory.calibration.MOMENTS_MAX_DIM` no moments are kept
+        collection: the :class:`~hybrid_memory.backends.qdrant.collection.Collection`.
+        dim: the dense dimension; above :data:`~hybrid_memory.engines.calibration.MOMENTS_MAX_DIM` no moments are kept
             (:attr:`moments` is None: the dense engine reports no surprise, as the embedded one).
         shared: other writers may change the collection (qdrant-client): check for drift every
             :data:`DRIFT_SECONDS`; False for a Qdrant Edge shard (one process).

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from filelock import FileLock, Timeout
 
-from ._exceptions import (
+from .._exceptions import (
     DuplicateChunkError,
     InvalidFilterError,
     InvalidRequestError,
@@ -40,25 +40,25 @@ from ._exceptions import (
     StoreBusyError,
     StoreFormatError,
 )
-from ._options import check_memory_options
-from ._rwlock import ReadWriteLock
-from .changes import ChangeSet
-from .dedup import DedupPolicy, WriteResult, as_policy, covers
-from .dense import DENSE_KINDS, FaissIndex
-from .embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder
-from .embedders import query_vector as checked_query_vector
-from .filter_index import FilterIndex, system_filter
-from .filters import check_metadata, validate_filter
-from .engines import DenseEngine, Query, RowSet, SparseEngine
-from .paths import EDGE_CONFIG, INDEX_LOCK, STORE_FILE, memory_path
-from .models import _SHORT, SCOPE_FIELDS, Chunk, SearchRequest, SearchResponse, StoredChunk, build_response, validation_message
-from .scopes import Scope, ScopedMemory, as_scope, check_scope_keys, check_scope_values
-from .searcher import HybridResult, HybridSearcher
-from .sparse import BM25Index
-from .store import CommitResult, NewRow, SQLiteStore, WriteConflict
-from .temporal import RecencyPrior, apply_recency_prior, to_timestamp
+from .._options import check_memory_options
+from .._rwlock import ReadWriteLock
+from ..changes import ChangeSet
+from ..dedup import DedupPolicy, WriteResult, as_policy, covers
+from ..engines.dense.index import DENSE_KINDS, FaissIndex
+from ..embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder
+from ..embedders import query_vector as checked_query_vector
+from ..backends.embedded.filter_index import FilterIndex, system_filter
+from ..filters import check_metadata, validate_filter
+from ..search.engine import DenseEngine, Query, RowSet, SparseEngine
+from ..paths import EDGE_CONFIG, INDEX_LOCK, STORE_FILE, memory_path
+from ..models import _SHORT, SCOPE_FIELDS, Chunk, SearchRequest, SearchResponse, StoredChunk, build_response, validation_message
+from ..scopes import Scope, ScopedMemory, as_scope, check_scope_keys, check_scope_values
+from ..search.searcher import HybridResult, HybridSearcher
+from ..engines.bm25.index import BM25Index
+from ..backends.embedded.store import CommitResult, NewRow, SQLiteStore, WriteConflict
+from ..temporal import RecencyPrior, apply_recency_prior, to_timestamp
 from .write_plan import check_chunk_list, check_vectors, embed_checked, plan_supersede, plan_write
-from .tokenizer import TechnicalTokenizer
+from ..tokenizer import TechnicalTokenizer
 
 __all__ = ["FORMAT_VERSION", "RANK_FLOOR", "HybridMemory"]
 
@@ -143,10 +143,10 @@ class HybridMemory:
             fraction in [0, 1] (0 leaves ``compact_min`` alone to decide).
         faiss_threads: OpenMP threads for FAISS, set in every thread that searches (1 is fastest for single
             queries on 2 cores, measured by ``benchmarks/scale.py``).
-        dense_index: ``"auto"`` (default: an exact scan below :data:`~hybrid_memory.dense.ANN_MIN` vectors,
+        dense_index: ``"auto"`` (default: an exact scan below :data:`~hybrid_memory.engines.dense.index.ANN_MIN` vectors,
             a FAISS IVF index with 8-bit codes and exact re-ranking above), ``"flat"`` (always exact) or
             ``"ivf"`` (always approximate once there are enough vectors to train on); see
-            :class:`~hybrid_memory.dense.FaissIndex`.
+            :class:`~hybrid_memory.engines.dense.index.FaissIndex`.
         background_compaction: merge the BM25 delta in a background thread, so an add never waits for
             a rebuild (searches keep using the old segments until the new one is swapped in); False merges
             inside the add that crosses the threshold.
@@ -176,9 +176,9 @@ class HybridMemory:
 
     def __new__(cls, *args: Any, backend: Any = None, **kwargs: Any) -> HybridMemory:
         """``HybridMemory(backend=...)`` builds the memory over that backend (a
-        :class:`~hybrid_memory.backends.memory.BackendMemory`); without one, the embedded memory."""
+        :class:`~hybrid_memory.memory.backend_memory.BackendMemory`); without one, the embedded memory."""
         if backend is not None and cls is HybridMemory:
-            from .backends.memory import BackendMemory
+            from .backend_memory import BackendMemory
 
             return object.__new__(BackendMemory)
         return object.__new__(cls)
@@ -194,7 +194,7 @@ class HybridMemory:
         edge_path: str | Path | None = None,
         **options: Any,
     ) -> HybridMemory:
-        """A memory in a Qdrant collection (the ``qdrant`` extra); see :mod:`hybrid_memory.backends.qdrant`.
+        """A memory in a Qdrant collection (the ``qdrant`` extra); see :mod:`hybrid_memory.backends.qdrant.backend`.
 
         Args:
             client_or_url: a ``qdrant_client.QdrantClient``, a server URL (``"http://qdrant:6333"``), or
@@ -205,9 +205,9 @@ class HybridMemory:
             edge_path: a directory for a Qdrant Edge shard (the Rust engine in process) instead of a client.
             **options: ``shard_number``, ``replication_factor``, ``write_consistency_factor``,
                 ``write_ordering``, ``k1``, ``b``, ``avgdl``, ``indexed_keys``, ``payload_indexes`` go to
-                :class:`~hybrid_memory.backends.qdrant.QdrantBackend` (with ``edge_path``, also the shard's
+                :class:`~hybrid_memory.backends.qdrant.backend.QdrantBackend` (with ``edge_path``, also the shard's
                 ``payload_cache``, ``payload_memory``, ``search_threads``: :meth:`QdrantBackend.edge
-                <hybrid_memory.backends.qdrant.QdrantBackend.edge>`); ``candidate_multiplier``, ``dedup``,
+                <hybrid_memory.backends.qdrant.backend.QdrantBackend.edge>`); ``candidate_multiplier``, ``dedup``,
                 ``recency_prior`` to the memory.
 
         Raises:
@@ -217,7 +217,7 @@ class HybridMemory:
                 (a shard and a memory never share a folder: use another one); cluster options with ``edge_path``.
             BackendUnavailableError: the server could not be reached (the message names the URL and collection).
         """
-        from .backends.qdrant import QdrantBackend
+        from ..backends.qdrant.backend import QdrantBackend
 
         memory_options = {k: options.pop(k) for k in ("candidate_multiplier", "dedup", "recency_prior", "show_progress")
                           if k in options}

@@ -12,7 +12,7 @@ depend on where chunks are stored:
   text keeps its stored vector and is not re-embedded (a metadata-only change).
 
 :func:`plan_supersede` checks and plans the closing of facts that a new one replaces. The embedded memory
-(:mod:`hybrid_memory.memory`) and :class:`~hybrid_memory.backends.memory.BackendMemory` (Qdrant) apply the
+(:mod:`hybrid_memory.memory.hybrid`) and :class:`~hybrid_memory.memory.backend_memory.BackendMemory` (Qdrant) apply the
 plans to their storage; neither restates a rule.
 """
 
@@ -26,13 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from ._exceptions import DimensionMismatchError, DuplicateChunkError, InvalidRequestError, ScopeError
-from .dedup import DedupPolicy, Match, Span, WriteDecision, WriteResult, dedup_span, find_exact, find_near
-from .embedders import Embedder, holds_bool, l2_normalize
-from .models import SCOPE_FIELDS, TIME_FIELDS, Chunk
-from .scopes import Scope
-from .store import content_hash
-from .temporal import iso_utc
+from .._exceptions import DimensionMismatchError, DuplicateChunkError, InvalidRequestError, ScopeError
+from ..dedup import DedupPolicy, Match, Span, WriteDecision, WriteResult, dedup_span, find_exact, find_near
+from ..embedders import Embedder, holds_bool, l2_normalize
+from ..models import SCOPE_FIELDS, TIME_FIELDS, Chunk
+from ..scopes import Scope
+from ..backends.embedded.store import content_hash
+from ..temporal import iso_utc
 
 __all__ = [
     "WritePlan",
@@ -130,7 +130,7 @@ def check_vectors(vectors: Any, n: int, dim: int, ids: Sequence[str] | None = No
             column, its type and value), or NaN or infinite values (after the cast to float32); the message names
             the first bad row, its chunk and how many rows are bad.
 
-    All-zero rows are accepted (a placeholder, see :mod:`hybrid_memory.dense`: never returned by dense search)
+    All-zero rows are accepted (a placeholder, see :mod:`hybrid_memory.engines.dense.index`: never returned by dense search)
     with a warning logged naming their chunks: they are found by BM25 only.
     """
     fix = ("nothing was stored: give real numbers, float32 rows of the memory's dimension, or leave vectors= out to "
@@ -184,7 +184,7 @@ def _element(where: tuple[int, ...], ids: Sequence[str] | None) -> str:
 
 def _warn_zero_rows(vectors: np.ndarray, ids: Sequence[str] | None) -> None:
     """Log a warning naming the chunks (the first five and the count) whose given vector is all zeros: such a
-    vector has no direction, so dense search never returns the chunk (see :mod:`hybrid_memory.dense`) and only
+    vector has no direction, so dense search never returns the chunk (see :mod:`hybrid_memory.engines.dense.index`) and only
     BM25 finds it. Accepted, not refused: callers send placeholders on purpose."""
     zero = np.flatnonzero(~vectors.any(axis=1))
     if not len(zero):

@@ -57,9 +57,9 @@ from typing import Any
 
 import numpy as np
 
-from ._exceptions import DimensionMismatchError, InvalidRequestError
-from .calibration import MOMENTS_MAX_DIM, VectorMoments, gaussian_surprise
-from .engines import RowSet, as_rowset, id_bounds
+from ..._exceptions import DimensionMismatchError, InvalidRequestError
+from ..calibration import MOMENTS_MAX_DIM, VectorMoments, gaussian_surprise
+from ...search.engine import RowSet, as_rowset, id_bounds
 
 __all__ = ["ANN_MIN", "CODE_COST", "DELTA_FRACTION", "DENSE_KINDS", "EXACT_MIN", "IVF_REWRITE_FRACTION", "ROW_COST", "FaissIndex"]
 
@@ -709,11 +709,11 @@ class FaissIndex:
 
     def surprise(self, query: np.ndarray, top: float, n: int | None = None, *, cache: dict | None = None) -> float | None:
         """The surprise of the inner product ``top`` as the query's best, in nats
-        (:func:`~hybrid_memory.calibration.gaussian_surprise`): the chance scores are normal with the mean and
+        (:func:`~hybrid_memory.engines.calibration.gaussian_surprise`): the chance scores are normal with the mean and
         variance of the float32 (dim,) ``query``'s inner products over every live vector (all-zero ones left out;
-        exact moments, :class:`~hybrid_memory.calibration.VectorMoments`), among ``n`` documents (the allowed
+        exact moments, :class:`~hybrid_memory.engines.calibration.VectorMoments`), among ``n`` documents (the allowed
         set's size; None: the live vectors). None with fewer than two directed vectors, no spread, or vectors of
-        more than :data:`~hybrid_memory.calibration.MOMENTS_MAX_DIM` dimensions (no moments kept). Costs one
+        more than :data:`~hybrid_memory.engines.calibration.MOMENTS_MAX_DIM` dimensions (no moments kept). Costs one
         (dim, dim) matvec, or none when :meth:`prepare_surprise` of the same query object left it in ``cache``."""
         moments = self._moments
         if moments is None:
@@ -751,8 +751,8 @@ class FaissIndex:
         ``delta_slots.npy`` int64 (m,) and ``delta_vectors.npy`` float32 (m, dim), the rows written since that
         base (overwritten slots and appended ones); ``slot_ids.npy`` int64 (n_slots,), the id of every slot
         (-1 free); ``moments.npy`` float64 (dim + 1, dim), the exact corpus moments of the live vectors (dim at
-        most :data:`~hybrid_memory.calibration.MOMENTS_MAX_DIM`)
-        (:class:`~hybrid_memory.calibration.VectorMoments`, their count in the manifest); ``ivf.<token>.faiss`` (``faiss.write_index``) when an IVF is in service; ``manifest.json``.
+        most :data:`~hybrid_memory.engines.calibration.MOMENTS_MAX_DIM`)
+        (:class:`~hybrid_memory.engines.calibration.VectorMoments`, their count in the manifest); ``ivf.<token>.faiss`` (``faiss.write_index``) when an IVF is in service; ``manifest.json``.
 
         Files named with a token never change once written (a log-structured layout, as Lucene's segments).
         When ``previous`` (the folder the last save went to) still holds this index's base and IVF files, they
@@ -920,7 +920,7 @@ def _load_moments(
     """The saved moments of the live vectors (``moments.npy``), or, when a save has none (written before they
     existed) or they count another number of directed vectors than the ``directed`` live ones, the moments
     counted afresh from the live rows, in blocks of 65,536 (a few seconds at a million 384-d vectors); likewise,
-    with a warning, when the file is damaged. None above :data:`~hybrid_memory.calibration.MOMENTS_MAX_DIM`."""
+    with a warning, when the file is damaged. None above :data:`~hybrid_memory.engines.calibration.MOMENTS_MAX_DIM`."""
     if dim > MOMENTS_MAX_DIM:
         return None
     moments = VectorMoments(dim)

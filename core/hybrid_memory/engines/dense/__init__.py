@@ -1,0 +1,1 @@
+"""Dense vectors through FAISS: ``index.py`` (:class:`~hybrid_memory.engines.dense.index.FaissIndex`)."""
