@@ -1,41 +1,39 @@
-"""Shared fixture of the adapter tests: a small incident memory with a deterministic offline embedder.
-
-tests/core, tests/graph and test_adapters_agree.py define their own ``memory`` fixture, which overrides this one.
-"""
-
-from __future__ import annotations
-
 import pytest
 
 from hybrid_memory import HashingEmbedder, HybridMemory
 
-INCIDENTS = [
-    {"chunk_id": "inc-1", "text": "HTTP 504 Gateway Timeout from billing-service during invoice export",
-     "source": "pagerduty", "metadata": {"service": "billing", "severity": 4, "tags": ["timeout", "http"]}},
-    {"chunk_id": "inc-2", "text": "billing-service returns HTTP 500 when the Stripe webhook retries",
-     "source": "pagerduty", "metadata": {"service": "billing", "severity": 3, "tags": ["http"]}},
-    {"chunk_id": "inc-3", "text": "Postgres connection pool exhausted on billing database, HTTP 504 upstream",
-     "source": "postmortem", "metadata": {"service": "billing", "severity": 5, "tags": ["postgres", "timeout"]}},
-    {"chunk_id": "inc-4", "text": "search-service latency spike after Elasticsearch reindex, HTTP 504 at the edge",
-     "source": "slack", "metadata": {"service": "search", "severity": 2, "tags": ["timeout"]}},
-    {"chunk_id": "inc-5", "text": "auth-service rejects tokens after key rotation ERR_JWT_EXPIRED",
-     "source": "slack", "metadata": {"service": "auth", "severity": 3, "tags": ["jwt"]}},
-    {"chunk_id": "inc-6", "text": "Kafka consumer lag on billing events topic delays invoices by an hour",
-     "source": "postmortem", "metadata": {"service": "billing", "severity": 2, "tags": ["kafka"]}},
-    {"chunk_id": "inc-7", "text": "CDN cache purge failed with HTTP 503 for static assets",
-     "source": "slack", "metadata": {"service": "frontend", "severity": 1, "tags": ["http", "cdn"]}},
+NOTES = [
+    ("prod-504", "billing-service returned HTTP 504: PostgreSQL connection pool exhausted on db-prod-3",
+     {"environment": "production", "service": "billing-service", "severity": 1}),
+    ("stage-504", "billing-service staging HTTP 504 from PostgreSQL connection pool exhaustion",
+     {"environment": "staging", "service": "billing-service", "severity": 3}),
+    ("auth-user", "auth-api: getUserById returned null for deleted accounts",
+     {"environment": "production", "service": "auth-api", "severity": 2}),
+    ("reset", "search-indexer logs ERR_CONN_RESET when Elasticsearch restarts",
+     {"environment": "production", "service": "search-indexer", "severity": 2, "tags": ["elasticsearch", "network"]}),
+    ("poem", "床前明月光，疑是地上霜。举头望明月，低头思故乡。", {"environment": "dev", "language": "zh"}),
+    ("upgrade", "Upgraded payments-gateway to v2.3.1 on 10.0.0.12 after E1243: certificate expired",
+     {"environment": "production", "service": "payments-gateway", "severity": 2}),
 ]
 
 
-def make_memory(path=None) -> HybridMemory:
-    """An incident memory (HashingEmbedder dim 64, offline and deterministic)."""
-    memory = HybridMemory(path, embedder=HashingEmbedder(dim=64))
-    memory.add(INCIDENTS)
-    return memory
+def _note_chunks():
+    return [{"chunk_id": cid, "text": text, "source": "notes", "metadata": meta} for cid, text, meta in NOTES]
 
 
 @pytest.fixture
-def memory():
-    mem = make_memory()
-    yield mem
-    mem.close()
+def embedder():
+    return HashingEmbedder(dim=64)
+
+
+@pytest.fixture
+def memory(embedder):
+    with HybridMemory(embedder=embedder) as mem:
+        mem.add(_note_chunks())
+        yield mem
+
+
+@pytest.fixture
+def note_chunks():
+    """The six notes as chunk mappings (a fresh list each call)."""
+    return _note_chunks

@@ -14,7 +14,7 @@ the identical matrix with a few numpy/scipy passes over one int32 array of all t
       s(t, d)   = idf(t) · tf / (k1 · ((1 - b) + b · |d| / avgdl) + tf)          float64, stored float32
 
   with the same floating-point operations in the same order as ``bm25s.scoring`` (Lù 2024), so scores
-  are bit-identical (``tests/core/test_bm25_build.py`` checks it against ``bm25s.BM25.index``).
+  are bit-identical (``tests/engines/bm25/test_bm25_build.py`` checks it against ``bm25s.BM25.index``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hybrid_memory import HashingEmbedder, HybridMemory
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _child(code: str, *args: str) -> None:

@@ -64,7 +64,7 @@ def test_nodes_carry_chunk_id_text_metadata_and_rrf_score(memory):
 def test_a_query_bundle_embedding_is_used_instead_of_embedding_again():
     from hybrid_memory import HashingEmbedder, HybridMemory
 
-    from tests.conftest import INCIDENTS
+    from tests.adapters.conftest import INCIDENTS
 
     class CountingEmbedder(HashingEmbedder):
         def __init__(self, dim):

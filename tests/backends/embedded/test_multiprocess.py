@@ -20,7 +20,7 @@ import pytest
 from hybrid_memory import HashingEmbedder, HybridMemory
 from hybrid_memory.changes import ChangeSet
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SPARSE = {"dense_weight": 0.0, "sparse_weight": 1.0}
 
 

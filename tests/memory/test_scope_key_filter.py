@@ -9,7 +9,7 @@ import pytest
 
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidFilterError
 
-from .test_backends import ENGINES, open_memory
+from tests.backends.test_backends import ENGINES, open_memory
 
 
 def _message(name: str, value: str | None, where: str = "this memory", shell: str | None = None) -> str:

@@ -11,7 +11,7 @@ import pytest
 
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError
 
-from .conftest import _note_chunks
+from tests.conftest import _note_chunks
 
 pytest.importorskip("qdrant_edge", reason="qdrant-edge-py is not installed (pip install 'hybrid-memory[qdrant]')")
 

@@ -22,7 +22,7 @@ from hybrid_memory import (
 from hybrid_memory.fusion import FUSION_METHODS, rank_by_score
 from hybrid_memory.tokenizer import TechnicalTokenizer
 
-from .conftest import _note_chunks
+from tests.conftest import _note_chunks
 
 ENGINES = ["embedded", "qdrant-edge", "qdrant-client-local"]
 

@@ -16,7 +16,7 @@ from hybrid_memory.ingest import (
     read_text_folder,
 )
 
-EXAMPLE_NOTES = Path(__file__).resolve().parents[2] / "examples" / "incident_memory" / "notes.jsonl"
+EXAMPLE_NOTES = Path(__file__).resolve().parents[1] / "examples" / "incident_memory" / "notes.jsonl"
 
 
 def _write_jsonl(path: Path, rows: list[object]) -> Path:

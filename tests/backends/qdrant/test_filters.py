@@ -13,7 +13,7 @@ from hybrid_memory import HashingEmbedder, HybridMemory, InvalidFilterError
 from hybrid_memory.backends.qdrant.filters import field_name, filterable_fields, marker_paths, translate
 from hybrid_memory.filters import parse_filter
 
-from .test_filters import ALL, CASES, ROWS
+from tests.test_filters import ALL, CASES, ROWS
 
 REFUSED = {
     repr({"labels": {"$gt": "c"}}): "\\$gt on 'labels' with the string 'c'",

@@ -9,7 +9,7 @@ pytest.importorskip("qdrant_edge", reason="qdrant-edge-py is not installed (pip 
 
 from hybrid_memory import HashingEmbedder, HybridMemory  # noqa: E402
 
-from .test_adapters_agree import NOTES  # noqa: E402
+from tests.adapters.test_adapters_agree import NOTES  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 from hybrid_memory import HashingEmbedder, HybridMemory
 from hybrid_memory.engines.calibration import QUANTUM, gaussian_surprise
 
-from .test_backends import QDRANT, open_memory
+from tests.backends.test_backends import QDRANT, open_memory
 
 CORPUS = [
     ("a", "alpha beta gamma", {"kind": "x"}),
