@@ -147,16 +147,16 @@ def _read_inputs(paths: Sequence[str], args: argparse.Namespace, extra: dict[str
         if path.is_dir():
             seen = [0]  # chunks, unreadable and empty files, folder links: a folder with none of them gets a word
 
-            def _skip(p: Path, reason: str) -> None:
+            def _skip(p: Path, reason: str, seen: list[int] = seen) -> None:
                 seen[0] += 1
                 skip(p, reason)
 
-            def _empty(p: Path) -> None:
+            def _empty(p: Path, seen: list[int] = seen) -> None:
                 seen[0] += 1
                 if empty is not None:
                     empty.append(str(p))
 
-            def _linked(p: Path) -> None:
+            def _linked(p: Path, seen: list[int] = seen) -> None:
                 seen[0] += 1
                 if linked is not None:
                     linked.append(str(p))

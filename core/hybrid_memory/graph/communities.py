@@ -226,7 +226,7 @@ def hierarchical_leiden(
         ]
         communities.extend(current)
         next_trees: list[tuple[str | None, _Tree]] = []
-        for community, (_, tree) in zip(current, level_trees):
+        for community, (_, tree) in zip(current, level_trees, strict=True):
             for child in tree[1]:
                 community.children.append(f"L{level + 1}-C{len(next_trees)}")
                 next_trees.append((community.community_id, child))

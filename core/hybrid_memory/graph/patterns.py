@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from itertools import pairwise
 
 from .models import ExtractedEntity, ExtractedRelation
 from .normalize import normalize_name
@@ -300,7 +301,7 @@ def _proper_nouns(sentence: str, masked: list[tuple[int, int]], context: _ChunkC
         group.clear()
         pending.clear()
 
-    for i, (token, start) in enumerate(tokens):
+    for token, start in tokens:
         if any(a <= start < b for a, b in masked):
             flush(token)
             continue
@@ -416,7 +417,7 @@ class OfflineExtractor:
                 groups.append([span])
         out: dict[tuple[str, str], tuple[str, str, str]] = {}
         if self.verb_relations:
-            for left, right in zip(groups, groups[1:]):
+            for left, right in pairwise(groups):
                 phrase = _verb_phrase(sentence[left[-1][1]:right[0][0]])
                 if not phrase:
                     continue

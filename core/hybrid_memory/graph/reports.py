@@ -375,7 +375,7 @@ class ExtractiveSummarizer:
         remaining = list(candidates)
         while remaining and budget > 0 and len(chosen) < self.max_sentences:
             best = None
-            for j, (cid, i, text, members, cost) in enumerate(remaining):
+            for j, (cid, i, _text, members, cost) in enumerate(remaining):
                 if cost > budget:
                     continue
                 gain = (cid not in covered_chunks) + sum(rank.get(m, 0.0) * n_members

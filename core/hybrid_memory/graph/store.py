@@ -229,7 +229,7 @@ def _load_report_vectors(state: GraphState, directory: Path, embedder_name: str 
     same_embedder = meta.get("embedder") == embedder_name
     if not same_embedder or matrix.shape != (len(meta["keys"]), meta["dim"]):
         return
-    by_key = dict(zip(meta["keys"], matrix))
+    by_key = dict(zip(meta["keys"], matrix, strict=True))
     state.report_vectors_for = meta["embedder"]
     for report in state.reports.values():
         text = report.text()

@@ -76,6 +76,7 @@ import zipfile
 import zlib
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -168,7 +169,7 @@ class _Numbers:
             starts = np.flatnonzero(np.diff(self.values)) + 1
             if len(starts) + 1 <= _BY_VALUE_MAX and n >= 8 * (len(starts) + 1):
                 bounds = [0, *starts.tolist(), n]
-                self.by_value = {float(self.values[a]): _as_bitmap(self.rows[a:b]) for a, b in zip(bounds, bounds[1:])}
+                self.by_value = {float(self.values[a]): _as_bitmap(self.rows[a:b]) for a, b in pairwise(bounds)}
         self.stale = BitMap()
         """Rows whose entries in the sorted array or side list no longer hold (their value was replaced)."""
         self.delta: dict[int, tuple] = {}
@@ -273,7 +274,7 @@ class _Numbers:
                 positions = np.arange(total, dtype=np.int64) - np.repeat(starts - lo, lengths)
                 out = _as_bitmap(self.rows[positions])
         else:
-            out = BitMap.union(*(self._range(int(a), int(b)) for a, b in zip(lo, hi)))
+            out = BitMap.union(*(self._range(int(a), int(b)) for a, b in zip(lo, hi, strict=True)))
         wanted = set(xs)
         return self._finish(out, lambda v: v in wanted)
 

@@ -522,8 +522,8 @@ class SQLiteStore:
             added_metadata=[json.loads(rows[r][3]) for r in added],
             metadata_updated=[(r, json.loads(rows[r][3])) for r in updated if r in rows],
             # scope and validity columns, for the filter index (a METADATA entry may be a system update)
-            added_system=[dict(zip(_FILTERED_SYSTEM, rows[r][4:])) for r in added],
-            system_updated=[(r, dict(zip(_FILTERED_SYSTEM, rows[r][4:]))) for r in updated if r in rows],
+            added_system=[dict(zip(_FILTERED_SYSTEM, rows[r][4:], strict=True)) for r in added],
+            system_updated=[(r, dict(zip(_FILTERED_SYSTEM, rows[r][4:], strict=True))) for r in updated if r in rows],
         )
 
     # -- reads --------------------------------------------------------------------------------------
@@ -631,7 +631,7 @@ class SQLiteStore:
                         f"{select} WHERE rowid IN ({','.join('?' * len(batch))}) ORDER BY rowid", batch
                     ).fetchall()
                 for rowid, metadata, *system in rows:
-                    yield rowid, metadata, {n: v for n, v in zip(names, system) if v is not None}
+                    yield rowid, metadata, {n: v for n, v in zip(names, system, strict=True) if v is not None}
             return
         last = -1
         while True:
@@ -640,7 +640,7 @@ class SQLiteStore:
             if not rows:
                 return
             for rowid, metadata, *system in rows:
-                yield rowid, metadata, {n: v for n, v in zip(names, system) if v is not None}
+                yield rowid, metadata, {n: v for n, v in zip(names, system, strict=True) if v is not None}
             last = rows[-1][0]
 
     def texts(self, rowids: Sequence[int]) -> list[str]:
@@ -670,9 +670,9 @@ class SQLiteStore:
         rowids = list(map(int, rowids))
         keys = list(map(memo.get, rowids))  # C-level loops: a search's 40-60 candidates in a few microseconds
         if None not in keys:
-            return dict(zip(rowids, keys))
-        found = {rowid: key for rowid, key in zip(rowids, keys) if key is not None}
-        missing = [rowid for rowid, key in zip(rowids, keys) if key is None]
+            return dict(zip(rowids, keys, strict=True))
+        found = {rowid: key for rowid, key in zip(rowids, keys, strict=True) if key is not None}
+        missing = [rowid for rowid, key in zip(rowids, keys, strict=True) if key is None]
         if missing:
             fetched = self._chunk_ids_from_store(missing)
             if len(memo) + len(fetched) > KEY_MEMO_MAX:
@@ -890,7 +890,7 @@ def _system_values(system: Mapping[str, Any], names: Sequence[str] = _SYSTEM_VAL
 
 def _stored(row: Sequence[Any]) -> StoredChunk:
     chunk_id, text, source, metadata, digest, created_at, updated_at, *system = row
-    extra = dict(zip(_SYSTEM_VALUES, system)) if system else {}
+    extra = dict(zip(_SYSTEM_VALUES, system, strict=True)) if system else {}
     merged = json.loads(extra.pop("merged", None) or "[]")
     return StoredChunk.model_construct(
         chunk_id=chunk_id,

@@ -94,7 +94,8 @@ import uuid
 import zlib
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping, Sequence
+import collections.abc
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -1137,7 +1138,7 @@ class QdrantBackend:
         return out
 
     def find_hashes(
-        self, digests: Sequence[str], scope_values: Mapping[str, str | None], exclude: Collection[str] = ()
+        self, digests: Sequence[str], scope_values: Mapping[str, str | None], exclude: collections.abc.Collection[str] = ()
     ) -> dict[str, list[tuple[str, float | None, float | None]]]:
         """content_hash -> ``[(chunk_id, valid_from, valid_to), ...]``, oldest (lowest ``seq``) first, of the
         stored chunks with that hash and exactly these scope values (a None field matches chunks without it),

@@ -1206,7 +1206,7 @@ class BM25Index:
                 # tokens where building one from a list takes 2 s), plus the tokens the delta brought
                 n_main = len(main.vocab_dict) if main is not None else 0
                 self._vocab = dict(main.vocab_dict) if main is not None else {}
-                self._vocab.update(zip(vocab[n_main:], range(n_main, len(vocab))))
+                self._vocab.update(zip(vocab[n_main:], range(n_main, len(vocab)), strict=True))
                 self._tokens = tokens
                 for doc_id in delta_ids.tolist():
                     self._add_to_delta(doc_id, [vocab[t] for t in tokens[doc_id].tolist()])
@@ -1235,7 +1235,7 @@ class BM25Index:
             n_main = len(main.scores["indptr"]) - 1
             if n_main > len(vocab):
                 raise ValueError("vocabulary disagrees with the bm25s index")
-            main.vocab_dict = dict(zip(vocab[:n_main], range(n_main)))
+            main.vocab_dict = dict(zip(vocab[:n_main], range(n_main), strict=True))
             main.unique_token_ids_set = range(n_main)  # what bm25s's load sets, as a set of its ids: a range holds them
         tokens = TokenCache(doc_ids, lengths, data)  # one array, no Python object per document
         if not all(d in tokens for d in delta_ids.tolist()):
