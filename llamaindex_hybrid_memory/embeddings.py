@@ -5,7 +5,7 @@ from __future__ import annotations
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
 from hybrid_memory._adapter_support import coerce_embedder
-from hybrid_memory._exceptions import InvalidEmbedderError
+from hybrid_memory import InvalidEmbedderError
 from hybrid_memory.embedders import CallableEmbedder
 
 __all__ = ["LlamaIndexEmbedder", "as_core_embedder"]

@@ -24,8 +24,10 @@ import importlib.util
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+from ._exceptions import missing_dependency
+
 __all__ = ["GRAPH_EXTRA_MODULES", "SHADOWED_METADATA_KEY", "build_owned", "check_search_settings", "check_top_k", "refuse_memory_argument", "coerce_embedder",
-           "extra_installed", "lazy_exports", "missing_modules", "result_metadata", "unwrap_validation_error",
+           "extra_installed", "lazy_exports", "missing_dependency", "missing_modules", "result_metadata", "unwrap_validation_error",
            "RETRIEVAL_SCORE_KEYS", "written_back_metadata"]
 
 #: the top-level modules the ``graph`` extra installs and ``hybrid_memory.graph`` needs

@@ -42,6 +42,7 @@ existing caller's ``add`` must keep storing what it is given. Agents' entry poin
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ __all__ = [
     "WriteDecision",
     "WriteResult",
     "as_policy",
+    "content_hash",
     "token_overlap",
 ]
 
@@ -67,6 +69,12 @@ DEFAULT_OVERLAP_THRESHOLD = 0.8
 """Jaccard >= 0.8 of token sets, the near-duplicate threshold of Lee et al. 2022 (after Broder 1997)."""
 
 Action = Literal["keep", "skip", "merge"]
+
+
+def content_hash(text: str) -> str:
+    """sha256 hex digest of the UTF-8 text: the key exact duplicates share (stored per chunk by every backend)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
 _ACTIONS = ("keep", "skip", "merge")
 
 

@@ -27,11 +27,10 @@ from typing import Any
 import numpy as np
 
 from .._exceptions import DimensionMismatchError, DuplicateChunkError, InvalidRequestError, ScopeError
-from ..dedup import DedupPolicy, Match, Span, WriteDecision, WriteResult, dedup_span, find_exact, find_near
+from ..dedup import DedupPolicy, Match, Span, WriteDecision, WriteResult, content_hash, dedup_span, find_exact, find_near
 from ..embedders import Embedder, holds_bool, l2_normalize
 from ..models import SCOPE_FIELDS, TIME_FIELDS, Chunk
 from ..scopes import Scope
-from ..backends.embedded.store import content_hash
 from ..temporal import iso_utc
 
 __all__ = [

@@ -18,7 +18,6 @@ last transactions on power loss or an OS crash (SQLite docs, "PRAGMA synchronous
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import sqlite3
@@ -33,6 +32,7 @@ import numpy as np
 
 from ..._exceptions import MemoryClosedError, StoreBusyError
 from ...changes import ChangeSet
+from ...dedup import content_hash  # re-exported: the store's column; defined on the ground floor
 from ...filters import compile_filter, register_sql_functions
 from ...models import StoredChunk
 
@@ -127,11 +127,6 @@ KEY_PREFILL_BYTES = 1 << 28
 
 _FILTERED_SYSTEM = ("tenant", "user_id", "agent_id", "session_id", "valid_from", "valid_to")
 """System columns the filter index keeps (hybrid_memory.backends.embedded.filter_index.INDEXED_SYSTEM_FIELDS)."""
-
-
-def content_hash(text: str) -> str:
-    """sha256 hex digest of the UTF-8 text."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
