@@ -46,7 +46,7 @@ import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -117,7 +117,7 @@ def as_policy(value: DedupPolicy | str | None, default: DedupPolicy) -> DedupPol
     if isinstance(value, DedupPolicy):
         return value
     if isinstance(value, str) and value in _ACTIONS:
-        return DedupPolicy(value, near=value != "keep")
+        return DedupPolicy(cast(Action, value), near=value != "keep")
     raise InvalidRequestError(f"dedup must be a DedupPolicy or one of {', '.join(_ACTIONS)}, got {value!r}")
 
 
@@ -301,8 +301,8 @@ def find_exact(
     for chunk_id, digest, scope, interval in rewritten:
         calls.setdefault((digest, scope), _Holders()).add(chunk_id, interval)
     for position, chunk_id, digest, scope, interval, span in new:
-        holders = stored.get((digest, scope))
-        held = holders.covering(span) if holders is not None else None
+        stored_holders = stored.get((digest, scope))
+        held = stored_holders.covering(span) if stored_holders is not None else None
         if held is not None:
             found[position] = Match(held, "exact", stored=True)
         elif in_call:

@@ -235,7 +235,7 @@ class LLMSummarizer:
 
 
 def _pagerank(graph: nx.MultiDiGraph) -> dict[str, float]:
-    simple = nx.Graph()
+    simple: nx.Graph[str] = nx.Graph()
     simple.add_nodes_from(sorted(graph.nodes))
     for u, v, d in sorted(graph.edges(data=True), key=lambda e: (e[0], e[1])):
         if u != v:

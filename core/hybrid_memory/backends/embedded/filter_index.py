@@ -78,7 +78,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import pairwise
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pyroaring import BitMap
@@ -219,6 +219,7 @@ class _Numbers:
         """First index whose value is > x (``after``) or >= x, exactly, although x may be an int that float64
         rounds: one exact comparison of the rounded ``fx`` with ``x`` picks searchsorted's side."""
         fx = float(x)
+        side: Literal["left", "right"]
         if fx == x:
             side = "right" if after else "left"
         else:
@@ -429,8 +430,8 @@ class FilterIndex:
             by_key: dict[tuple, list[BitMap]] = {}
             for tid, (key, _) in enumerate(self._terms_by_id):
                 by_key.setdefault(key, []).append(self._bitmaps[tid])
-            for key, column in self._numbers.items():
-                by_key.setdefault(key, []).extend([*column.blocks, BitMap(r for _, r in column.big)])
+            for key, numbers_column in self._numbers.items():
+                by_key.setdefault(key, []).extend([*numbers_column.blocks, BitMap(r for _, r in numbers_column.big)])
             for key, rowids in objects.items():
                 by_key.setdefault(key, []).append(BitMap(rowids))
             self._exists = {key: BitMap.union(*parts) if len(parts) > 1 else BitMap(parts[0]) for key, parts in by_key.items()}
@@ -481,7 +482,7 @@ class FilterIndex:
                 "number_keys": [list(k) for k in number_keys],
                 "big": [[[v, r] for v, r in c.big] for c in columns],
             }
-            arrays = {
+            arrays: dict[str, Any] = {  # np.savez types its **kwds against allow_pickle: bool too
                 "term_blobs": np.frombuffer(b"".join(blobs), dtype=np.uint8),
                 "term_offsets": np.cumsum([0, *map(len, blobs)], dtype=np.int64),
                 "exists_blobs": np.frombuffer(b"".join(exists_blobs), dtype=np.uint8),
@@ -839,7 +840,7 @@ class FilterIndex:
 def _crc32(array: np.ndarray) -> int:
     """CRC-32 (``zlib.crc32``) of an array's bytes in C order: a damaged or stale array, of any shape, reads
     otherwise."""
-    return zlib.crc32(np.ascontiguousarray(array).view(np.uint8).reshape(-1))
+    return zlib.crc32(np.ascontiguousarray(array).view(np.uint8).reshape(-1))  # type: ignore[arg-type]  # numpy declares __buffer__ for Python >= 3.12 only
 
 
 def _check_saved(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:

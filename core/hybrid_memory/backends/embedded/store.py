@@ -26,7 +26,7 @@ import time
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -152,6 +152,12 @@ class _Transaction:
     rowids: list[int] = field(default_factory=list)
     log: list[tuple[int, int, str]] = field(default_factory=list)
     result: CommitResult | None = None
+
+    def committed(self) -> CommitResult:
+        """The result, set when the transaction committed. Raises RuntimeError before that."""
+        if self.result is None:
+            raise RuntimeError("the write transaction has not committed")
+        return self.result
 
 
 @dataclass(frozen=True)
@@ -398,7 +404,7 @@ class SQLiteStore:
                         *system,
                     ),
                 )
-                rowid = int(cursor.lastrowid)
+                rowid = int(cast(int, cursor.lastrowid))  # set by every INSERT (None only before one)
                 if ord_ is None:  # a new chunk: its place is its first rowid (unique, never reused)
                     self._conn.execute("UPDATE chunks SET ord = rowid WHERE rowid = ?", (rowid,))
                 txn.rowids.append(rowid)
@@ -409,15 +415,15 @@ class SQLiteStore:
                     (source, json.dumps(metadata, ensure_ascii=False), now, rowid),
                 )
                 txn.log.append((int(rowid), METADATA, ""))
-            for rowid, system in system_updates:
-                names = [n for n in system if n in _SYSTEM_VALUES]
+            for rowid, fields in system_updates:
+                names = [n for n in fields if n in _SYSTEM_VALUES]
                 if names:
                     self._conn.execute(
                         f"UPDATE chunks SET {', '.join(n + ' = ?' for n in names)} WHERE rowid = ?",
-                        (*_system_values(system, names), rowid),
+                        (*_system_values(fields, names), rowid),
                     )
                     txn.log.append((int(rowid), METADATA, ""))
-        return txn.result
+        return txn.committed()
 
     def delete(self, chunk_ids: Sequence[str], *, since_seq: int | None = None) -> CommitResult:
         """Delete chunks by id (unknown ids are ignored), looked up inside the transaction.
@@ -433,7 +439,7 @@ class SQLiteStore:
                 self._conn.execute(f"DELETE FROM chunks WHERE rowid IN ({','.join('?' * len(batch))})", batch)
             txn.rowids.extend(rowids)
             txn.log.extend((rowid, REMOVED, chunk_id) for chunk_id, (rowid, _) in found.items())
-        return txn.result
+        return txn.committed()
 
     @contextlib.contextmanager
     def _write_transaction(self, since_seq: int | None) -> Iterator[_Transaction]:
@@ -665,7 +671,7 @@ class SQLiteStore:
         rowids = list(map(int, rowids))
         keys = list(map(memo.get, rowids))  # C-level loops: a search's 40-60 candidates in a few microseconds
         if None not in keys:
-            return dict(zip(rowids, keys, strict=True))
+            return dict(zip(rowids, cast(list[str], keys), strict=True))
         found = {rowid: key for rowid, key in zip(rowids, keys, strict=True) if key is not None}
         missing = [rowid for rowid, key in zip(rowids, keys, strict=True) if key is None]
         if missing:

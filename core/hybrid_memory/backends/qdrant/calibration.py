@@ -184,7 +184,7 @@ class CorpusStats:
             moments = self.moments
             keys = np.fromiter(self._df, dtype=np.int64, count=len(self._df))
             counts = np.fromiter(self._df.values(), dtype=np.int64, count=len(self._df))
-            arrays = {
+            arrays: dict[str, Any] = {  # np.savez types its **kwds against allow_pickle: bool too
                 "header": np.array([_SAVED_FORMAT, self.dim, self.points, -1 if moments is None else moments.count],
                                    dtype=np.int64),
                 "df_index": keys,
