@@ -313,7 +313,7 @@ def _field(name: Any, condition: Any, namespace: str) -> Node:
                 problem = _value_problem(value)
                 if problem:
                     raise InvalidFilterError(f"{op} on {_short(name)}: {problem}")
-                node = ("eq", key, typed(value))
+                node: Node = ("eq", key, typed(value))
             else:
                 node = ("eq", key, _scalar(op, name, value))
             tests.append(node if op == "$eq" else _negate(node))

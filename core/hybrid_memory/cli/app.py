@@ -462,7 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
             "memory directory (created if absent)" if creates else
             "an existing memory directory (never created: a missing one is an error, exit code 2; "
             "create it with `hybrid-memory ingest`)"
-        ), **({} if shard else {"required": True}))
+        ), required=not shard)
         if shard:
             where.add_argument("--edge-path", dest="shard", metavar="DIR", help=(
                 "a Qdrant Edge shard instead of --memory (written by `hybrid-memory export-qdrant --edge-path DIR`)"))

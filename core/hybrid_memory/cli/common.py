@@ -7,17 +7,20 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._exceptions import HybridMemoryError, InvalidRequestError
 from ..models import SCOPE_FIELDS
 from ..scopes import Scope, as_scope
 
+if TYPE_CHECKING:
+    from ..memory.hybrid import HybridMemory
+
 __all__ = ["INDEX_KINDS", "add_index_key_argument", "add_scope_field_arguments", "index_key", "indexed_keys",
            "open_memory", "parse_scope"]
 
 
-def open_memory(args: argparse.Namespace, *, must_exist: bool = True, show_progress: bool = True):  # noqa: ANN201
+def open_memory(args: argparse.Namespace, *, must_exist: bool = True, show_progress: bool = True) -> HybridMemory:
     """Open ``args.memory`` (with ``--hashing-dim`` when given) for a command, or the Qdrant Edge shard of
     ``--edge-path`` (``args.shard``, on ``search``, ``stats`` and ``mcp``) with its ``--index-key`` payload indexes;
     without ``--hashing-dim``, a shard whose export record names a hashing embedder is opened with it (as an

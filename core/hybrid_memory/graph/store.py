@@ -27,7 +27,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import networkx as nx
 import numpy as np
@@ -124,7 +124,8 @@ def write_graphml(
 def read_graphml(path: Path) -> nx.MultiDiGraph:
     """Inverse of ``write_graphml`` for the graph's own attributes. Raises GraphFormatError when unreadable."""
     try:
-        raw: nx.MultiDiGraph[str] = nx.read_graphml(path, force_multigraph=True)
+        # force_multigraph: a MultiGraph or MultiDiGraph; the file's edgedefault is directed (write_graphml's)
+        raw = cast("nx.MultiDiGraph[str]", nx.read_graphml(path, force_multigraph=True))
     except Exception as exc:  # ElementTree, networkx and value errors all mean a damaged file
         raise GraphFormatError(f"cannot read {path}: {exc}") from exc
     graph: nx.MultiDiGraph[str] = nx.MultiDiGraph()

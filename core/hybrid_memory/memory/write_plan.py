@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -298,7 +298,8 @@ class WritePlan:
             if match is None:
                 decisions.append(WriteDecision(chunk.chunk_id, "written", chunk.chunk_id))
                 continue
-            action = {"keep": "kept", "skip": "skipped", "merge": "merged"}[self.policy.action]
+            kinds: dict[str, Literal["kept", "skipped", "merged"]] = {"keep": "kept", "skip": "skipped", "merge": "merged"}
+            action = kinds[self.policy.action]
             decisions.append(WriteDecision(
                 chunk.chunk_id, action, chunk.chunk_id if action == "kept" else match.duplicate_of,
                 duplicate_of=match.duplicate_of, kind=match.kind, cosine=match.cosine, overlap=match.overlap,

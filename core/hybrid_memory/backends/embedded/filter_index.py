@@ -570,7 +570,7 @@ class FilterIndex:
 
     def add(
         self,
-        rowids: Sequence[int],
+        rowids: Sequence[int] | np.ndarray,
         metadatas: Sequence[Mapping[str, Any]],
         systems: Sequence[Mapping[str, Any] | None] | None = None,
     ) -> None:

@@ -782,13 +782,14 @@ class QdrantBackend:
         partial = partial_export(collection.path, info)
         if partial:
             logger.warning("%s", partial)
-        for name in ("avgdl", "k1", "b") if info else ():
+        written = info or {}  # the export record's BM25 parameters: none without a record
+        for name in ("avgdl", "k1", "b") if written else ():
             if name not in kwargs:
-                kwargs[name] = info[name]
-            elif _real(kwargs[name]) and float(kwargs[name]) != info[name]:  # not a number: refused just below
+                kwargs[name] = written[name]
+            elif _real(kwargs[name]) and float(kwargs[name]) != written[name]:  # not a number: refused just below
                 logger.warning("Qdrant Edge shard %s was written with %s=%s (its export record); opened with %s=%s, "
                                "so new writes are normalised differently from the copied points", collection.path,
-                               name, info[name], name, kwargs[name])
+                               name, written[name], name, kwargs[name])
         return cls(collection, **kwargs)
 
     @property
@@ -1030,10 +1031,10 @@ class QdrantBackend:
             full = np.fromiter((d in whole for d in docs), dtype=bool, count=len(docs))
             if 0 < int(full.sum()) <= max_df:
                 # and in the query's order, gaps allowed (BM25Index.holds_in_order), read from the stored texts
-                held = [d for d, f in zip(docs, full.tolist(), strict=True) if f]
+                held_docs = [d for d, f in zip(docs, full.tolist(), strict=True) if f]
                 texts = {engine_id(r.id): r.payload.get("text", "")
-                         for r in self.collection.retrieve(self.point_ids(held), payload=["text"])}
-                in_order = {d: _in_order(tokenizer.tokenize(texts.get(d, "")), order) for d in held}
+                         for r in self.collection.retrieve(self.point_ids(held_docs), payload=["text"])}
+                in_order = {d: _in_order(tokenizer.tokenize(texts.get(d, "")), order) for d in held_docs}
                 full = np.fromiter((f and in_order.get(d, False) for d, f in zip(docs, full.tolist(), strict=True)),
                                    dtype=bool, count=len(docs))
                 out = out + full.astype(np.int64) * (1 + len(identifiers))
@@ -1180,7 +1181,9 @@ class QdrantBackend:
             must.append({"is_empty": {"key": f"{path}.e"}} if value is None else {"key": f"{path}.s", "match": {"value": value}})
         if span is not None:  # the validity covers the span: the system filter of hybrid_memory.dedup
             node = parse_filter(covering_filter(span), SYSTEM)
-            must.append(translate(node, self.exact_ranges))
+            covering = translate(node, self.exact_ranges)
+            if covering is not None:  # translate gives None for no restriction; a covering filter always has one
+                must.append(covering)
         return must
 
     def count(self, resolved: QdrantFilter | None) -> int:
@@ -1317,8 +1320,9 @@ class QdrantBackend:
         if self.path is not None:
             from .edge_info import partial_export, read_export_info
 
-            out["export"] = read_export_info(self.path)
-            out["export_warning"] = partial_export(self.path, out["export"])
+            export = read_export_info(self.path)
+            out["export"] = export
+            out["export_warning"] = partial_export(self.path, export)
         return out
 
     def close(self) -> None:

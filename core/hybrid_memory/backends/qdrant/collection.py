@@ -119,6 +119,7 @@ int; a format-1 point's UUID: a :class:`uuid.UUID` from Qdrant Edge, a string fr
 class Collection(Protocol):
     """What :class:`~hybrid_memory.backends.qdrant.backend.QdrantBackend` needs from a collection."""
 
+    name: str
     terms: bool
     def ensure(self, dim: int, indexes: Mapping[str, str]) -> None: ...
     def holds_uuid_ids(self) -> bool: ...

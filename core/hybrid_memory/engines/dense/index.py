@@ -306,7 +306,7 @@ class FaissIndex:
         return self._alive_selector
 
     # -- writes -------------------------------------------------------------------------------------
-    def add(self, ids: Sequence[int], vectors: np.ndarray) -> None:
+    def add(self, ids: Sequence[int] | np.ndarray, vectors: np.ndarray) -> None:
         """Add float32 (n, dim) vectors (L2-normalised by the caller) under new int64 ids (n,), >= 0.
 
         Searchable on return; an all-zero vector is held but never returned nor scored (module docstring). Cost: a copy into the matrix plus, with an IVF, one quantizer search per vector.
@@ -609,7 +609,8 @@ class FaissIndex:
                 selector = self._selector_alive()
             else:
                 selector = None
-            params = faiss.SearchParametersIVF(sel=selector, nprobe=nprobe)
+            # SWIG's constructor takes the fields as keywords (faiss's class_wrappers); its stubs do not say so
+            params = faiss.SearchParametersIVF(sel=selector, nprobe=nprobe)  # type: ignore[call-arg]
             # all-zero rows the IVF may propose are dropped at the re-rank: probe as many more (at most rerank × k)
             depth = min(self.rerank * k + min(self._n_zero, self.rerank * k), self._n_alive)
             _, labels = self._ivf.search(query, depth, params=params)
@@ -1101,7 +1102,8 @@ class _Rows:
             np.lib.format.write_array_header_1_0(fh, {"descr": "<f4", "fortran_order": False, "shape": (n, self.dim)})
             for part in (self.head[: min(n, self.split)], self.tail[: max(0, n - self.split)]):
                 for start in range(0, len(part), 65_536):
-                    fh.write(memoryview(np.ascontiguousarray(part[start : start + 65_536])).cast("B"))
+                    chunk = np.ascontiguousarray(part[start : start + 65_536])
+                    fh.write(memoryview(chunk).cast("B"))  # type: ignore[arg-type]  # numpy declares __buffer__ for Python >= 3.12 only
 
 
 _omp = threading.local()
@@ -1126,7 +1128,9 @@ def _dot_rows(out: np.ndarray, query: np.ndarray, rows: np.ndarray) -> None:
     import faiss
 
     if len(out):
-        faiss.fvec_inner_products_ny(faiss.swig_ptr(out), faiss.swig_ptr(query), faiss.swig_ptr(rows), rows.shape[1], len(out))
+        faiss.fvec_inner_products_ny(  # type: ignore[attr-defined]  # in faiss's SWIG module, not in its stubs
+            faiss.swig_ptr(out), faiss.swig_ptr(query), faiss.swig_ptr(rows), rows.shape[1], len(out)
+        )
 
 
 def _dot_by_index(out: np.ndarray, query: np.ndarray, rows: np.ndarray, index: np.ndarray) -> None:
@@ -1135,7 +1139,7 @@ def _dot_by_index(out: np.ndarray, query: np.ndarray, rows: np.ndarray, index: n
 
     index = np.ascontiguousarray(index, dtype=np.int64)  # bound here: the pointer below must not outlive it
     if len(index):
-        faiss.fvec_inner_products_by_idx(
+        faiss.fvec_inner_products_by_idx(  # type: ignore[attr-defined]  # in faiss's SWIG module, not in its stubs
             faiss.swig_ptr(out), faiss.swig_ptr(query), faiss.swig_ptr(rows), faiss.swig_ptr(index),
             rows.shape[1], 1, len(index),
         )
