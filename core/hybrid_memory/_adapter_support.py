@@ -270,7 +270,8 @@ def check_top_k(owner: str, field: str, value: Any) -> int:
 
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOP_K:
         raise InvalidRequestError(
-            f"{owner}: {field} must be an integer from 1 to {MAX_TOP_K} (the number of results), got {_SHORT.repr(value)}"
+            f"{owner}: {field} must be an integer from 1 to {MAX_TOP_K} (the number of results), "
+            f"got {_SHORT.repr(value)}"
         )
     return value
 

@@ -175,7 +175,8 @@ def _read_inputs(paths: Sequence[str], args: argparse.Namespace, extra: dict[str
 
 
 def _count(n: int, noun: str, *, was: bool = False) -> str:
-    """``"1 file"`` / ``"2 files"`` (``0 files``); with ``was``, the verb follows: ``"1 file was"`` / ``"2 files were"``."""
+    """``"1 file"`` / ``"2 files"`` (``0 files``); with ``was``, the verb follows: ``"1 file was"`` / ``"2 files
+    were"``."""
     words = f"{n} {noun}" + ("" if n == 1 else "s")
     return f"{words} {'was' if n == 1 else 'were'}" if was else words
 
@@ -287,7 +288,8 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 def _discard_new_folder(created: Path, memory: Path) -> str:
     """Remove ``created``, the folder this ingest created for ``memory`` and stored nothing in, when that loses
-    nothing (:func:`~hybrid_memory.backends.embedded.discard.remove_new_memory`: under the memory's locks, 0 chunks, no other
+    nothing (:func:`~hybrid_memory.backends.embedded.discard.remove_new_memory`: under the memory's locks, 0 chunks, no
+    other
     process has it open); the clause saying what happened, for the message."""
     from ..backends.embedded.discard import remove_new_memory
 
@@ -451,7 +453,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the ``hybrid-memory`` command."""
     parser = argparse.ArgumentParser(
         prog="hybrid-memory",
-        description="Long-term memory for agents: BM25 + dense vectors, fused query by query (adaptive by default, weighted RRF on request).",
+        description=(
+            "Long-term memory for agents: BM25 + dense vectors, fused query by query "
+            "(adaptive by default, weighted RRF on request)."
+        ),
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
     sub = parser.add_subparsers(dest="command", required=True)

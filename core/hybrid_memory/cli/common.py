@@ -63,7 +63,8 @@ def open_memory(args: argparse.Namespace, *, must_exist: bool = True, show_progr
     folder = memory_path(args.memory, "--memory")  # a file, not a folder: refused with the fix
     if not (folder / STORE_FILE).is_file() and (folder / EDGE_CONFIG).is_file():
         fix = (f"give it as --edge-path {args.memory}" if hasattr(args, "shard") else
-               f"give the embedded memory as --memory; open the shard with HybridMemory.qdrant(edge_path={args.memory!r})")
+               f"give the embedded memory as --memory; open the shard with "
+               f"HybridMemory.qdrant(edge_path={args.memory!r})")
         raise HybridMemoryError(f"{args.memory} holds a Qdrant Edge shard ({EDGE_CONFIG}), not an embedded memory; {fix}")
     if must_exist and not (folder / STORE_FILE).is_file():
         raise HybridMemoryError(

@@ -494,7 +494,8 @@ class GraphIndex:
     ) -> GlobalSearchResult:
         """Community reports for a question about the whole memory, best first, fitting ``token_budget`` tokens.
 
-        Reports are ranked by hybrid search (BM25 + dense, the core's default fusion) over their text; irrelevant ones (no question
+        Reports are ranked by hybrid search (BM25 + dense, the core's default fusion) over their text; irrelevant ones
+        (no question
         term and dense score < ``min_dense_score``) are dropped; with ``dedupe_hierarchy`` a report whose ancestor
         or descendant is already chosen is skipped. ``no_relevant_reports`` is true when none is left.
         ``focus`` (default 2): an extractive report is handed over as its title and the ``focus`` findings that

@@ -129,7 +129,8 @@ def check_vectors(vectors: Any, n: int, dim: int, ids: Sequence[str] | None = No
             column, its type and value), or NaN or infinite values (after the cast to float32); the message names
             the first bad row, its chunk and how many rows are bad.
 
-    All-zero rows are accepted (a placeholder, see :mod:`hybrid_memory.engines.dense.index`: never returned by dense search)
+    All-zero rows are accepted (a placeholder, see :mod:`hybrid_memory.engines.dense.index`: never returned by dense
+    search)
     with a warning logged naming their chunks: they are found by BM25 only.
     """
     fix = ("nothing was stored: give real numbers, float32 rows of the memory's dimension, or leave vectors= out to "
@@ -183,7 +184,8 @@ def _element(where: tuple[int, ...], ids: Sequence[str] | None) -> str:
 
 def _warn_zero_rows(vectors: np.ndarray, ids: Sequence[str] | None) -> None:
     """Log a warning naming the chunks (the first five and the count) whose given vector is all zeros: such a
-    vector has no direction, so dense search never returns the chunk (see :mod:`hybrid_memory.engines.dense.index`) and only
+    vector has no direction, so dense search never returns the chunk (see :mod:`hybrid_memory.engines.dense.index`) and
+    only
     BM25 finds it. Accepted, not refused: callers send placeholders on purpose."""
     zero = np.flatnonzero(~vectors.any(axis=1))
     if not len(zero):

@@ -57,7 +57,8 @@ key of the same name. They are indexed from ``add(..., systems=[...])``, ``updat
 ``update_system``, the third element of each ``rebuild`` row, and from a ChangeSet's ``added_system`` (one
 mapping per added rowid) and ``system_updated`` (``(rowid, partial mapping)``). A None value is an absent field.
 A search filters them with ``resolve(metadata_filter, system_filter)``, the system filter in the same language
-(:func:`hybrid_memory.filters.system_filter` builds it from a bound scope and ``as_of``, with the semantics of the store's
+(:func:`hybrid_memory.filters.system_filter` builds it from a bound scope and ``as_of``, with the semantics of the
+store's
 ``scope_sql``); the two filters are ANDed.
 
 Rowids must fit in 32 bits (Roaring bitmaps); larger ones are refused with InvalidRequestError. Thread-safe:

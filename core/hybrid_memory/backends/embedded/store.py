@@ -619,7 +619,8 @@ class SQLiteStore:
     ) -> Iterator[tuple[int, str, dict[str, Any]]]:
         """``(rowid, metadata JSON text, system fields)`` of every chunk (or of the given ``rowids`` that are
         stored), ascending rowid, read in batches: what :meth:`FilterIndex.rebuild
-        <hybrid_memory.backends.embedded.filter_index.FilterIndex.rebuild>` takes. The system fields are the scope and validity
+        <hybrid_memory.backends.embedded.filter_index.FilterIndex.rebuild>` takes. The system fields are the scope and
+        validity
         columns that are not NULL."""
         names = _FILTERED_SYSTEM
         select = f"SELECT rowid, metadata, {', '.join(names)} FROM chunks"

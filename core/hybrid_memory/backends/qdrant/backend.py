@@ -592,7 +592,8 @@ class QdrantSparseEngine:
 
             S = -(ln n + sum_t ln(df_t / N))
 
-        over the distinct sparse indices of the query the top hit holds (its ``bm25`` indices: :meth:`_Legs.top_indices`); ``df_t`` the points holding index ``t`` and
+        over the distinct sparse indices of the query the top hit holds (its ``bm25`` indices:
+        :meth:`_Legs.top_indices`); ``df_t`` the points holding index ``t`` and
         ``N`` the points of the collection (exact live counts, :class:`~hybrid_memory.backends.qdrant.calibration.
         CorpusStats`; tokens colliding on one crc32 index count as one, sharing its df); ``n`` the points the filter
         allows (a ``count``, kept per filter), ``N`` without one.
@@ -639,7 +640,8 @@ class QdrantDenseEngine:
 
     def surprise(self, query: Query, hits: Sequence[Hit], allowed: QdrantFilter | None) -> float | None:
         """The surprise of the top hit in nats, as ``FaissIndex.surprise``
-        (:func:`~hybrid_memory.engines.calibration.gaussian_surprise`): the chance cosines are normal with mean ``q . mu``
+        (:func:`~hybrid_memory.engines.calibration.gaussian_surprise`): the chance cosines are normal with mean ``q .
+        mu``
         and variance ``q' Sigma q``, the exact moments of the collection's dense vectors
         (:class:`~hybrid_memory.engines.calibration.VectorMoments`, kept client-side by
         :class:`~hybrid_memory.backends.qdrant.calibration.CorpusStats`: the same sums as the embedded backend's
@@ -1085,7 +1087,10 @@ class QdrantBackend:
                                "exactly): %s", key, cost)
                 continue
             if kind == "any":
-                declare = f"indexed_keys={{{key!r}: <the kind of its values>}} (any kind also indexes its present / null markers)"
+                declare = (
+                    f"indexed_keys={{{key!r}: <the kind of its values>}} "
+                    "(any kind also indexes its present / null markers)"
+                )
             elif kind == "integer":  # a float index answers integral equality too (qdrant_filters._integers)
                 declare = (f"indexed_keys={{{key!r}: 'float'}}, which answers its equality and order tests alike (or "
                            f"export-qdrant --index-key {key}=float)")
@@ -1305,7 +1310,8 @@ class QdrantBackend:
         """Backend name, collection, points, BM25 configuration (the ``avgdl`` writes use, tokens), indexed keys
         (declared on this open), ``range_filter_keys`` (the metadata keys order filters may use: a float payload index
         declared or already held by the collection; None in qdrant-client's local mode, where every key may);
-        for an Edge shard also ``export``: its export record (:func:`~hybrid_memory.backends.qdrant.edge_info.read_export_info`:
+        for an Edge shard also ``export``: its export record
+        (:func:`~hybrid_memory.backends.qdrant.edge_info.read_export_info`:
         source memory, chunks copied, whether the copy completed, avgdl; None when ``export-qdrant`` did not
         write the shard) and ``export_warning``: for an interrupted copy (``complete: false``) the warning that it
         lacks chunks and how to write it again (:func:`~hybrid_memory.backends.qdrant.edge_info.partial_export`), else

@@ -49,7 +49,8 @@ a UUID string (format 1, still read and written; see :mod:`hybrid_memory.backend
 @dataclass(frozen=True)
 class Point:
     """A point to write: its id (:data:`PointId`), float32 unit vector (dim,) as a list (None: the point has no dense
-    vector, for an all-zero one: no direction, no dense evidence, see :mod:`hybrid_memory.engines.dense.index`; the dense leg
+    vector, for an all-zero one: no direction, no dense evidence, see :mod:`hybrid_memory.engines.dense.index`; the
+    dense leg
     never returns it and its dense cross-score is nan), sparse BM25 vector as (indices uint32, values float),
     and the payload."""
 

@@ -309,7 +309,8 @@ class FaissIndex:
     def add(self, ids: Sequence[int] | np.ndarray, vectors: np.ndarray) -> None:
         """Add float32 (n, dim) vectors (L2-normalised by the caller) under new int64 ids (n,), >= 0.
 
-        Searchable on return; an all-zero vector is held but never returned nor scored (module docstring). Cost: a copy into the matrix plus, with an IVF, one quantizer search per vector.
+        Searchable on return; an all-zero vector is held but never returned nor scored (module docstring). Cost: a copy
+        into the matrix plus, with an IVF, one quantizer search per vector.
 
         Raises:
             DimensionMismatchError: the vectors' dimension is not ``dim``.
@@ -753,7 +754,8 @@ class FaissIndex:
         base (overwritten slots and appended ones); ``slot_ids.npy`` int64 (n_slots,), the id of every slot
         (-1 free); ``moments.npy`` float64 (dim + 1, dim), the exact corpus moments of the live vectors (dim at
         most :data:`~hybrid_memory.engines.calibration.MOMENTS_MAX_DIM`)
-        (:class:`~hybrid_memory.engines.calibration.VectorMoments`, their count in the manifest); ``ivf.<token>.faiss`` (``faiss.write_index``) when an IVF is in service; ``manifest.json``.
+        (:class:`~hybrid_memory.engines.calibration.VectorMoments`, their count in the manifest); ``ivf.<token>.faiss``
+        (``faiss.write_index``) when an IVF is in service; ``manifest.json``.
 
         Files named with a token never change once written (a log-structured layout, as Lucene's segments).
         When ``previous`` (the folder the last save went to) still holds this index's base and IVF files, they
