@@ -37,6 +37,27 @@ import hybrid_memory  # noqa: E402
 import langchain_hybrid_memory  # noqa: E402,F401
 import llamaindex_hybrid_memory  # noqa: E402,F401
 
+# Benchmark tables are rendered from benchmarks/results/*.json at every build (docs/_scripts/results_tables.py), and
+# the benchmarks page shows the figures of benchmarks/figures.py that are present: no number is typed by hand here.
+sys.path.insert(0, str(ROOT / "docs" / "_scripts"))
+import results_tables  # noqa: E402
+
+GENERATED = ROOT / "docs" / "_generated"
+results_tables.write_all(GENERATED)
+FIGURES = {
+    "ndcg_per_set.png": "nDCG@10 per set: BM25, dense, RRF, the default and the peers.",
+    "latency_vs_size.png": "Search latency against corpus size, for each engine and the hybrid.",
+    "query_latency_peers.png": "Query latency with the query embedding, this library against the peers.",
+}
+_figures = [
+    f"```{{figure}} /_static/figures/{name}\n:alt: {caption}\n:width: 100%\n\n{caption}\n```\n"
+    for name, caption in FIGURES.items() if (ROOT / "docs" / "_static" / "figures" / name).exists()
+]
+_figures_text = "\n".join(_figures) or (
+    "*No figure rendered yet: run `python benchmarks/figures.py` (it reads `benchmarks/results/*.json`).*\n")
+if not (GENERATED / "figures.md").exists() or (GENERATED / "figures.md").read_text(encoding="utf-8") != _figures_text:
+    (GENERATED / "figures.md").write_text(_figures_text, encoding="utf-8")
+
 project = "hybrid-memory"
 author = "the hybrid-memory authors"
 copyright = f"{date.today().year}, {author}"
@@ -52,7 +73,7 @@ extensions = [
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
-exclude_patterns = ["_build", "_scripts", "conftest.py", "Thumbs.db", ".DS_Store"]
+exclude_patterns = ["_build", "_scripts", "_generated", "conftest.py", "Thumbs.db", ".DS_Store"]
 
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
