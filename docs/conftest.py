@@ -20,9 +20,9 @@ from sybil.parsers.myst import CodeBlockParser, SkipParser
 
 
 def expected_prints(source: str) -> list[str]:
-    """What the block's top-level ``print(...)  # text`` lines say they print, in order."""
+    """What the block's ``print(...)  # text`` lines say they print, in order (write them where they run once)."""
     return [line.split("  # ", 1)[1].strip() for line in source.splitlines()
-            if line.startswith("print(") and "  # " in line]
+            if line.lstrip().startswith("print(") and "  # " in line]
 
 
 class CheckedPythonEvaluator:

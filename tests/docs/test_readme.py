@@ -29,9 +29,9 @@ def _blocks(text: str, language: str) -> list[str]:
 
 
 def _expected_prints(code: str) -> list[str]:
-    """The comment after each top-level ``print(...)`` line: what that line must print."""
+    """The comment after each ``print(...)`` line: what that line must print."""
     return [line.split("  # ", 1)[1].strip() for line in code.splitlines()
-            if line.startswith("print(") and "  # " in line]
+            if line.lstrip().startswith("print(") and "  # " in line]
 
 
 def test_readme_is_a_few_screens():
