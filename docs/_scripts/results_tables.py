@@ -157,7 +157,31 @@ def qdrant() -> str:
     return provenance(run, "python benchmarks/qdrant_eval.py") + "\n\n" + "\n".join(lines)
 
 
+def peers() -> str:
+    """This library against LangChain's EnsembleRetriever and LlamaIndex's QueryFusionRetriever (peers.json, written by
+    ``benchmarks/peers.py``): nDCG@10 and p50 latency with the query embedding, per set."""
+    if not (RESULTS / "peers.json").exists():
+        return "*Not run yet: `python benchmarks/peers.py` writes `benchmarks/results/peers.json`.*"
+    run = load("peers.json")
+    sets = [s for s in SETS if s in run.get("datasets", {})] + [s for s in run.get("datasets", {}) if s not in SETS]
+    systems = run.get("systems") or list(run["datasets"][sets[0]]["metrics"])
+    header = "| system | " + " | ".join(f"{SETS.get(s, s)} nDCG@10 / p50" for s in sets) + " |"
+    lines = [header, "|---" * (len(sets) + 1) + "|"]
+    for system in systems:
+        cells = []
+        for s in sets:
+            data = run["datasets"][s]
+            ndcg = data.get("metrics", {}).get(system, {}).get("ndcg@10")
+            p50 = data.get("latency_ms", {}).get(system, {}).get("p50_ms")
+            cells.append("-" if ndcg is None else f"{ndcg:.4f} / {p50:.1f} ms" if p50 is not None else f"{ndcg:.4f}")
+        lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    notes = [f"- **{name}**: {how}" for name, how in run.get("filter_support", {}).items()]
+    text = provenance(run, run.get("command", "python benchmarks/peers.py")) + "\n\n" + "\n".join(lines)
+    return text + ("\n\nFilters (LoCoMo-5 is filtered per conversation):\n\n" + "\n".join(notes) if notes else "")
+
+
 TABLES: dict[str, Callable[[], str]] = {
+    "peers": peers,
     "quality": quality, "latency": latency, "beir": beir, "locomo": locomo, "scale": scale, "qdrant": qdrant,
 }
 
