@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import platform
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import matplotlib
@@ -80,7 +80,7 @@ def main() -> None:
         sparse, dense, fused, weights = lists(memory, query)
         draw(ax, query, target, why, [sparse, fused, dense], weights)
     memory.close()
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     fig.text(0.01, 0.005, f"{stamp}, {platform.machine()} {platform.system()}, Python {platform.python_version()}: "
              "python docs/_scripts/fusion_figure.py (examples/incident_memory, 38 notes, top 5)",
              fontsize=7, color="grey")

@@ -129,9 +129,10 @@ def scale() -> str:
         run = load(path.name)
         latency = run["search"]["latency"]
         recall = run["search"].get("recall_at_10", {})
-        lines = [f"**{n:,} chunks**: bulk load {run['build']['bulk_load_seconds']:.0f} s, peak RSS "
-                 f"{run['build']['peak_rss_gb']:.2f} GB, reopen {run['search']['reopen_seconds']:.2f} s, "
-                 f"upsert-to-searchable p50 {run['search']['writes']['upsert_to_searchable']['p50_ms']:.1f} ms.", "",
+        summary = (f"**{n:,} chunks**: bulk load {run['build']['bulk_load_seconds']:.0f} s, peak RSS "
+                   f"{run['build']['peak_rss_gb']:.2f} GB, reopen {run['search']['reopen_seconds']:.2f} s, "
+                   f"upsert-to-searchable p50 {run['search']['writes']['upsert_to_searchable']['p50_ms']:.1f} ms.")
+        lines = [summary, "",
                  "| filter (share of chunks) | BM25 p50 | dense p50 | hybrid p50 | dense recall@10 |",
                  "|---|---|---|---|---|"]
         for name, row in latency.items():
