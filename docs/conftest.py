@@ -42,22 +42,28 @@ class CheckedPythonEvaluator:
         return None
 
 
+_START = os.getcwd()
+
+
 @pytest.fixture(scope="module")
 def docs_folder(tmp_path_factory):
-    """An empty working folder per page; the previous working directory is restored after it."""
+    """An empty working folder per page. The page's teardown (:func:`_end_page`) goes back to the starting folder,
+    after closing the page's memories: pytest may finalise this fixture first, and a memory opened with a relative
+    path saves its index files relative to the working directory of the moment it closes."""
     folder = tmp_path_factory.mktemp("docs-page")
-    previous = os.getcwd()
     os.chdir(folder)
-    yield folder
-    os.chdir(previous)
+    return folder
 
 
-def _close_memories(namespace: dict) -> None:
+def _end_page(namespace: dict) -> None:
     from hybrid_memory import HybridMemory
 
-    for value in list(namespace.values()):
-        if isinstance(value, HybridMemory):
-            value.close()
+    try:
+        for value in list(namespace.values()):
+            if isinstance(value, HybridMemory):
+                value.close()
+    finally:
+        os.chdir(_START)
 
 
 pytest_collect_file = Sybil(
@@ -65,5 +71,5 @@ pytest_collect_file = Sybil(
     patterns=["*.md"],
     excludes=["ARCHITECTURE.md"],  # the architecture page's code is a sketch of the public contract, not a program
     fixtures=["docs_folder"],
-    teardown=_close_memories,
+    teardown=_end_page,
 ).pytest()
