@@ -596,7 +596,7 @@ class SQLiteStore:
             rows = self._conn.execute(f"SELECT rowid FROM chunks WHERE {sql} ORDER BY rowid", params).fetchall()
         return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
 
-    def index_rows(self, rowids: Sequence[int], dim: int) -> tuple[np.ndarray, list[str], np.ndarray]:
+    def index_rows(self, rowids: Sequence[int] | np.ndarray, dim: int) -> tuple[np.ndarray, list[str], np.ndarray]:
         """``(found, texts, vectors)`` of the given rowids that are still stored, read in one snapshot:
         int64 (m,) ascending, m texts, float32 (m, dim). Rows deleted meanwhile (by another process) are
         left out: the change log removes them anyway. ``dim`` 0 reads no vectors."""
@@ -615,7 +615,7 @@ class SQLiteStore:
         return np.asarray(kept, dtype=np.int64), [found[r][1] for r in kept], vectors
 
     def filter_rows(
-        self, batch_size: int = 50_000, rowids: Sequence[int] | None = None
+        self, batch_size: int = 50_000, rowids: Sequence[int] | np.ndarray | None = None
     ) -> Iterator[tuple[int, str, dict[str, Any]]]:
         """``(rowid, metadata JSON text, system fields)`` of every chunk (or of the given ``rowids`` that are
         stored), ascending rowid, read in batches: what :meth:`FilterIndex.rebuild

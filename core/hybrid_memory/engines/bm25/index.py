@@ -253,7 +253,7 @@ class BM25Index:
         self._main_total_len = float(sum(len(doc) for doc in corpus))
         logger.debug("installed BM25 main segment over %d documents", len(snapshot))
 
-    def add(self, ids: Sequence[int], texts: Sequence[str]) -> None:
+    def add(self, ids: Sequence[int] | np.ndarray, texts: Sequence[str]) -> None:
         """Add documents to the delta segment (ids must be new)."""
         tokens = self.tokenizer.tokenize_many(texts)
         with self._lock:
@@ -271,7 +271,7 @@ class BM25Index:
         for token, count in tf.items():
             self._postings.setdefault(token, {})[doc_id] = count
 
-    def remove(self, ids: Sequence[int]) -> None:
+    def remove(self, ids: Sequence[int] | np.ndarray) -> None:
         """Remove documents (unknown ids are ignored)."""
         with self._lock:
             self._generation += 1

@@ -355,7 +355,7 @@ class FaissIndex:
             if self._building:
                 self._added_during_build.extend(ids.tolist())
 
-    def remove(self, ids: Sequence[int]) -> None:
+    def remove(self, ids: Sequence[int] | np.ndarray) -> None:
         """Remove ids (unknown ids are ignored): a tombstone, O(1) each, no scan of the index."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if not len(ids):
