@@ -68,6 +68,8 @@ def provenance(payload: dict[str, Any], fallback_command: str | None = None) -> 
     date = str(payload.get("utc", "date not recorded")).replace("T", " ").replace("Z", " UTC")
     command = payload.get("command") or (f"{fallback_command} (command not recorded; inferred)" if fallback_command
                                          else "command not recorded")
+    if payload.get("omp_num_threads") is not None and not command.startswith("OMP_NUM_THREADS"):
+        command = f"OMP_NUM_THREADS={payload['omp_num_threads']} {command}"  # scale.py records the variable
     return f"{date} · {command}"
 
 
@@ -168,8 +170,7 @@ def latency_vs_size(payloads: Sequence[dict[str, Any]], out: Path) -> Path:
     lines = [f"machine: {machine_text(by_n[-1])}"]
     for p in by_n:
         n = int(p["n"])
-        env = f"OMP_NUM_THREADS={p['omp_num_threads']} " if p.get("omp_num_threads") is not None else ""
-        lines.append(f"n={n:,}: {provenance(p, f'{env}python benchmarks/scale.py --n {n}')}")
+        lines.append(f"n={n:,}: {provenance(p, f'python benchmarks/scale.py --n {n}')}")
     add_footer(fig, lines)
     return _save(fig, out)
 
@@ -200,8 +201,8 @@ def query_latency_peers(peers: dict[str, Any], out: Path) -> Path:
     ax.set_axisbelow(True)
     fig.subplots_adjust(bottom=0.3)
     add_footer(fig, [f"machine: {machine_text(peers)}", f"run: {provenance(peers)}",
-                     f"timing: fastest of {peers.get('repeats', '?')} runs per query, systems interleaved; a shared machine: "
-                     "read the ratios between systems"])
+                     (f"timing: fastest of {peers.get('repeats', '?')} runs per query, systems interleaved; a shared "
+                      "machine: read the ratios between systems")])
     return _save(fig, out)
 
 

@@ -76,8 +76,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common as common  # noqa: E402
-import _fusion_data as fdata  # noqa: E402
+import _common as common
+import _fusion_data as fdata
 
 TOP_K = 10
 DEPTH = 20

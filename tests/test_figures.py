@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 pytest.importorskip("matplotlib", reason="figures need matplotlib: pip install 'hybrid-memory[bench]'")
 
-import figures  # noqa: E402
-import peers  # noqa: E402
+import figures
+import peers
 
 MACHINE = {"python": "3.11.7", "platform": "Linux-x86_64", "cpus": 2, "cpu": "Test CPU"}
 SYSTEMS = ["hybrid-memory BM25", "hybrid-memory dense", "hybrid-memory RRF", "hybrid-memory default",
