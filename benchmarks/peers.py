@@ -109,6 +109,17 @@ FILTER_SUPPORT = {
                 "pair per filter value",
 }
 
+NOTES = [
+    "every system: the same chunk texts, the same cached document vectors, top 10, 20 candidates per leg",
+    ("LangChain's BM25Retriever tokenises with its default preprocess_func, str.split (case and punctuation kept); "
+    "hybrid-memory RRF is the same fusion (RRF, k=60, equal weights) over bm25s with stemming and stop words, so the "
+    "gap between those two rows is mostly the BM25 leg"),
+    ("LlamaIndex ranks from 0 in RRF (the top item scores 1/60) and identifies nodes by content hash; LangChain "
+    "identifies documents by page_content"),
+    ("latency: query text to ids, the live query embedding included (BM25-only row: none needed); a shared 2-core "
+    "machine, so compare systems within a set, not runs"),
+]
+
 
 class CountingEmbedder:
     """Wraps the core's embedder and counts ``embed_query`` calls (a check that every system embeds once)."""
@@ -349,7 +360,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                            "the same object for every system; latency includes it (not the BM25-only row, which needs "
                            "none)",
         "document_vectors": "cached all-MiniLM-L6-v2 vectors (benchmarks/.cache), the same rows for every system",
-        "systems": list(SYSTEMS), "filter_support": FILTER_SUPPORT, "versions": versions(), "datasets": {},
+        "systems": list(SYSTEMS), "filter_support": FILTER_SUPPORT, "notes": NOTES, "versions": versions(),
+        "datasets": {},
     }
     limit = args.max_queries or None
     for name in args.datasets:
