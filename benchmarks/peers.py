@@ -112,8 +112,9 @@ FILTER_SUPPORT = {
 NOTES = [
     "every system: the same chunk texts, the same cached document vectors, top 10, 20 candidates per leg",
     ("LangChain's BM25Retriever tokenises with its default preprocess_func, str.split (case and punctuation kept); "
-    "hybrid-memory RRF is the same fusion (RRF, k=60, equal weights) over bm25s with stemming and stop words, so the "
-    "gap between those two rows is mostly the BM25 leg"),
+    "hybrid-memory RRF is the same fusion (RRF, k=60, equal weights, the same dense list) over bm25s with stemming "
+    "and stop words, so those two rows differ in the BM25 leg (tokenizer; rank_bm25 vs bm25s; a partition's idf "
+    "under a filter), not in the fusion"),
     ("LlamaIndex ranks from 0 in RRF (the top item scores 1/60) and identifies nodes by content hash; LangChain "
     "identifies documents by page_content"),
     ("latency: query text to ids, the live query embedding included (BM25-only row: none needed); a shared 2-core "
