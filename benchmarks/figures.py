@@ -49,6 +49,8 @@ COLOURS = {
     "LangChain EnsembleRetriever": "#e6550d",
     "LlamaIndex QueryFusionRetriever": "#31a354",
 }
+EMBED_ONLY = "query embedding alone"
+"""The timed row of ``peers.json`` that only embeds the query."""
 SCALE_FILE = re.compile(r"scale_(\d+)\.json")
 ENGINES = (("sparse", "BM25 alone"), ("dense", "dense alone"), ("hybrid", "hybrid (default fusion)"))
 ENGINE_STYLE = {"sparse": ("#9ecae1", "s"), "dense": ("#6baed6", "^"), "hybrid": ("#08306b", "o")}
@@ -90,7 +92,9 @@ def add_footer(fig: Any, lines: Sequence[str]) -> None:
 
 
 def _datasets(peers: dict[str, Any]) -> list[str]:
-    return list(peers.get("datasets", {}))
+    """The sets of a peers payload: the four known ones in :data:`SET_LABELS` order, then any others as run."""
+    names = list(peers.get("datasets", {}))
+    return [s for s in SET_LABELS if s in names] + [s for s in names if s not in SET_LABELS]
 
 
 def _set_label(name: str, info: dict[str, Any]) -> str:
@@ -192,6 +196,11 @@ def query_latency_peers(peers: dict[str, Any], out: Path) -> Path:
         ax.scatter(xs, p95, marker="_", s=120, color="#333333", zorder=3, label="p95" if j == 0 else None)
         for bar, y in zip(bars, p50, strict=True):
             ax.text(bar.get_x() + bar.get_width() / 2, y, f"{y:.0f}", ha="center", va="bottom", fontsize=7)
+    floor = [peers["datasets"][s]["latency_ms"].get(EMBED_ONLY, {}).get("p50_ms") for s in sets]
+    for i, y in enumerate(floor):
+        if y is not None:
+            ax.hlines(y, i - 0.45, i + 0.45, colors="#d62728", linestyles="--", linewidth=1.2,
+                      label="the query embedding alone, p50" if i == 0 else None, zorder=4)
     ax.set_xticks(range(len(sets)), [_set_label(s, peers["datasets"][s]) for s in sets])
     ax.set_ylabel("query latency, ms (p50 bar, p95 tick)")
     ax.set_title("Query latency with the query embedding (all-MiniLM-L6-v2 on the CPU, once per search, every system)")

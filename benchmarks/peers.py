@@ -50,7 +50,8 @@ Filters (LoCoMo-5: ``{"conversation": id}`` on every query; TechDocs' ``filtered
   weight mask at construction), so one retriever pair per filter value is built ahead.
 Retrievers per filter value are built before timing; building is not part of any latency.
 
-Timing: after a warm-up of 3 queries, every query runs every system ``--repeats`` times (2 by default) in an
+Timing: after a warm-up of 3 queries, every query runs every system (and a row that only embeds the query, the floor
+under every row that embeds) ``--repeats`` times (2 by default) in an
 order shuffled with a fixed seed; the fastest counts (as ``timeit`` advises on a shared machine). p50 and p95
 over the queries, in ms, from query text to the list of ids. nDCG@10 and recall@10 by ranx. A set with more than
 ``--max-queries`` queries (default 300) is subsampled deterministically (``random.Random(SEED)``, kept in qrels
@@ -92,6 +93,8 @@ LIBRARY_ROWS: tuple[tuple[str, dict[str, Any] | None], ...] = (
     ("hybrid-memory RRF", {"fusion": "rrf"}),
     ("hybrid-memory default", None),
 )
+EMBED_ONLY = "query embedding alone"
+"""A timed row that only embeds the query (``embed_query``, the same object): the floor under every row that embeds."""
 LANGCHAIN = "LangChain EnsembleRetriever"
 LLAMAINDEX = "LlamaIndex QueryFusionRetriever"
 SYSTEMS = tuple(label for label, _ in LIBRARY_ROWS) + (LANGCHAIN, LLAMAINDEX)
@@ -373,6 +376,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         t0 = time.perf_counter()
         memory, systems = build_library(data, embedder)
         built = {"hybrid-memory": time.perf_counter() - t0}
+        def embed_only(text: str, filt: dict[str, Any] | None) -> list[str]:
+            embedder.embed_query(text)
+            return []
+
+        systems[EMBED_ONLY] = embed_only
         t0 = time.perf_counter()
         systems[LANGCHAIN] = build_langchain(data, embedder, [f for _, f in filters])
         built[LANGCHAIN] = time.perf_counter() - t0
@@ -387,14 +395,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                             {q: data.query_class[q] for q in qids}, {q: data.query_filter[q] for q in qids if q in data.query_filter})
         import fusion_eval
 
-        metrics = fusion_eval.evaluate_runs(sub, runs)
-        latency = {label: common.latency_summary(seconds[label]) for label in SYSTEMS}
+        metrics = fusion_eval.evaluate_runs(sub, {label: runs[label] for label in SYSTEMS})
+        latency = {label: common.latency_summary(seconds[label]) for label in (*SYSTEMS, EMBED_ONLY)}
         sampled = len(qids) < len(data.qrels)
         note = f"{len(qids)} of {len(data.qrels)} queries (deterministic subsample, seed {SEED})" if sampled else f"all {len(qids)} queries"
         print(f"\n## {name}: {len(data.chunks)} chunks, {note}, {len(filters)} filter values ({elapsed:.0f} s)")
         columns = [c for c in next(iter(metrics.values())) if c.startswith("ndcg")] + ["recall@10"]
         table = [[label, *(metrics[label][c] for c in columns), latency[label]["p50_ms"], latency[label]["p95_ms"],
                   embeds[label]] for label in SYSTEMS]
+        table.append([EMBED_ONLY, *("" for _ in columns), latency[EMBED_ONLY]["p50_ms"], latency[EMBED_ONLY]["p95_ms"],
+                      embeds[EMBED_ONLY]])
         print(common.format_table(table, ["system", *columns, "p50 ms", "p95 ms", "query embeds/search"]))
         results["datasets"][name] = {
             "chunks": len(data.chunks), "queries": len(qids), "queries_in_set": len(data.qrels), "subsampled": sampled,
