@@ -11,7 +11,8 @@ Figures (PNG, matplotlib's Agg backend, so no display is needed):
   (LangChain ``EnsembleRetriever``, LlamaIndex ``QueryFusionRetriever``), from ``peers.json`` (one run, the same
   queries for every system);
 * ``latency_vs_size.png`` -- p50 search latency (``top_k`` 10, query vector given, no filter) of BM25 alone,
-  dense alone and the hybrid against the corpus size, from every ``scale_<n>.json`` (``benchmarks/scale.py --n``);
+  dense alone and the hybrid against the corpus size, from every ``scale_<n>.json`` (``benchmarks/scale.py --n``;
+  p50 only: on a shared machine a run's p95 measures the other processes as much as the search);
 * ``query_latency_peers.png`` -- p50 (bar) and p95 (tick) query latency, the query embedding included, of
   hybrid-memory's RRF and default against the peers, per set, from ``peers.json``.
 
@@ -84,8 +85,8 @@ def machine_text(payload: dict[str, Any]) -> str:
 
 
 def add_footer(fig: Any, lines: Sequence[str]) -> None:
-    """Write the provenance lines at the bottom of ``fig`` (small grey text, wrapped at 150 characters)."""
-    wrapped = [w for line in lines for w in textwrap.wrap(line, 150, subsequent_indent="    ")]
+    """Write the provenance lines at the bottom of ``fig`` (small grey text, wrapped at 140 characters)."""
+    wrapped = [w for line in lines for w in textwrap.wrap(line, 140, subsequent_indent="    ")]
     height = 0.022 * len(wrapped) + 0.02
     fig.subplots_adjust(bottom=max(fig.subplotpars.bottom, height + 0.1))
     fig.text(0.01, 0.01, "\n".join(wrapped), fontsize=6.5, color="#555555", va="bottom", ha="left", family="monospace")
@@ -141,16 +142,14 @@ def scale_points(payloads: Sequence[dict[str, Any]], filter_name: str = "none") 
 
 
 def latency_vs_size(payloads: Sequence[dict[str, Any]], out: Path) -> Path:
-    """p50 latency (log scale) against corpus size for BM25, dense and the hybrid; p95 as a thin dashed line."""
+    """p50 latency (log scale) against corpus size for BM25, dense and the hybrid, one footer line per run."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     points = scale_points(payloads)
     for engine, label in ENGINES:
         colour, marker = ENGINE_STYLE[engine]
         ns = [p[0] for p in points[engine]]
-        ax.plot(ns, [p[1] for p in points[engine]], marker=marker, color=colour, label=f"{label}, p50", linewidth=2)
-        ax.plot(ns, [p[2] for p in points[engine]], color=colour, linestyle=":", linewidth=1, alpha=0.8,
-                label=f"{label}, p95")
+        ax.plot(ns, [p[1] for p in points[engine]], marker=marker, color=colour, label=label, linewidth=2)
         for n, p50, _ in points[engine]:
             ax.annotate(f"{p50:.2f}", (n, p50), textcoords="offset points", xytext=(6, -3), fontsize=7, color=colour)
     from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
@@ -165,16 +164,16 @@ def latency_vs_size(payloads: Sequence[dict[str, Any]], out: Path) -> Path:
     ax.yaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
     ax.set_xlabel("chunks in the memory")
-    ax.set_ylabel("search latency, ms (log scale)")
-    ax.set_title("Search latency against corpus size: top 10, no filter, query vector given (no embedding)")
+    ax.set_ylabel("search latency p50, ms (log scale)")
+    ax.set_title("Search latency (p50) against corpus size: top 10, no filter, query vector given (no embedding)")
     ax.title.set_fontsize(10)
     ax.legend(fontsize=7.5, ncol=2)
     ax.grid(alpha=0.3, which="both")
     by_n = sorted(payloads, key=lambda p: int(p["n"]))
-    lines = [f"machine: {machine_text(by_n[-1])}"]
-    for p in by_n:
+    lines = []
+    for p in by_n:  # each size is its own run, perhaps on another day: each names its own machine
         n = int(p["n"])
-        lines.append(f"n={n:,}: {provenance(p, f'python benchmarks/scale.py --n {n}')}")
+        lines.append(f"n={n:,}: {provenance(p, f'python benchmarks/scale.py --n {n}')} · {machine_text(p)}")
     add_footer(fig, lines)
     return _save(fig, out)
 
