@@ -143,6 +143,7 @@ def export(target: Path) -> dict:
         "source_package_version": version(SOURCE_PACKAGE),
         "source_weights_sha256": sha256(folder / "model.safetensors"),
         "model_onnx_sha256": sha256(target / "model.onnx"),
+        "model_onnx_bytes": (target / "model.onnx").stat().st_size,
         "tokenizer_json_sha256": sha256(target / "tokenizer.json"),
         "exported_with": {name: version(name) for name in ("torch", "transformers", "onnx")},
         "exporter": f"torch.onnx.export(dynamo=False, opset_version={OPSET}, do_constant_folding=True)",

