@@ -53,7 +53,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common as common  # noqa: E402
+import _common as common
 
 common.ensure_core_importable()
 
@@ -76,8 +76,7 @@ def documents(n: int = 256) -> list[str]:
                 if len(texts) == n:
                     return texts
     rng = random.Random(34)
-    words = ("service database pool timeout request latency cache index shard replica deploy rollback queue "
-             "consumer producer the a of to in after before because error retry").split()
+    words = ["service", "database", "pool", "timeout", "request", "latency", "cache", "index", "shard", "replica", "deploy", "rollback", "queue", "consumer", "producer", "the", "a", "of", "to", "in", "after", "before", "because", "error", "retry"]
     return [" ".join(rng.choice(words) for _ in range(rng.randint(20, 300))) for _ in range(n)]
 
 
@@ -85,10 +84,9 @@ def int8_model(folder: Path) -> Path:
     """Write the packaged graph with float32 weights (the float16 casts undone), then its dynamic int8
     quantisation (per channel), into ``folder``; copy the tokenizer beside it. Returns the folder."""
     import onnx
+    from hybrid_memory.onnx_embedder import MODEL_DIR
     from onnx import numpy_helper
     from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    from hybrid_memory.onnx_embedder import MODEL_DIR
 
     model = onnx.load(str(MODEL_DIR / "model.onnx"))
     graph = model.graph
@@ -176,7 +174,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         args.rounds, args.batch_rounds, args.starts = 20, 1, 2
 
     import torch
-
     from hybrid_memory import OnnxEmbedder, SentenceTransformerEmbedder
     from hybrid_memory.onnx_embedder import MODEL_DIR
 
@@ -228,7 +225,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         both = np.concatenate([np.sum(embedder.embed_documents(docs) * reference_docs, axis=1),
                                np.sum(np.stack([embedder.embed_query(q) for q in queries]) * reference_queries,
                                       axis=1)])
-        cosines[name] = {"min": float(both.min()), "mean": float(both.mean()), "n": int(len(both))}
+        cosines[name] = {"min": float(both.min()), "mean": float(both.mean()), "n": len(both)}
 
     kinds = {"sentence-transformers": "st", "onnx": "onnx", "onnx-int8": "int8"}
     starts: dict[str, list[tuple[float, float]]] = {name: [] for name in rows}

@@ -118,7 +118,7 @@ class _Runtime:
         self._check_sha(path)
         try:
             tokenizer = Tokenizer.from_file(str(path))
-        except Exception as exc:  # tokenizers raises a bare Exception for a malformed file
+        except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception for a malformed file
             raise self._damaged(path, str(exc)[:200]) from None
         tokenizer.no_padding()
         tokenizer.enable_truncation(MAX_SEQ_LENGTH)  # longest_first, as transformers' truncation=True
@@ -152,7 +152,7 @@ class _Runtime:
         logger.info("loading the ONNX embedding model from %s (%d intra-op threads)", path, threads)
         try:
             return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # onnxruntime raises its own Fail / InvalidProtobuf for a damaged file
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own Fail / InvalidProtobuf for a damaged file
             raise self._damaged(path, f"{type(exc).__name__}: {str(exc)[:200]}") from None
 
 

@@ -14,9 +14,19 @@ import threading
 
 import numpy as np
 import pytest
-
-from hybrid_memory import CallableEmbedder, DimensionMismatchError, HybridMemory, OnnxEmbedder, StoreFormatError
-from hybrid_memory.onnx_embedder import MAX_SEQ_LENGTH, MODEL_DIR, ModelFileError, _SHARED
+from hybrid_memory import (
+    CallableEmbedder,
+    DimensionMismatchError,
+    HybridMemory,
+    OnnxEmbedder,
+    StoreFormatError,
+)
+from hybrid_memory.onnx_embedder import (
+    _SHARED,
+    MAX_SEQ_LENGTH,
+    MODEL_DIR,
+    ModelFileError,
+)
 
 pytestmark = pytest.mark.slow  # runs the real all-MiniLM-L6-v2 graph (about 1 s to load; still runs in CI)
 
