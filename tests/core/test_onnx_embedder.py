@@ -76,6 +76,11 @@ def test_embedders_share_one_loaded_model_and_free_it_with_the_last_holder():
     own = OnnxEmbedder(threads=3, shared=False)
     own.embed_query("load")
     assert own._runtime is not first._runtime
+    with HybridMemory(None) as one, HybridMemory(None) as two:  # two memories on the default embedder: one model
+        assert one.embedder is not two.embedder
+        one.search("load", top_k=1)
+        two.search("load", top_k=1)
+        assert one.embedder._runtime is not None and one.embedder._runtime is two.embedder._runtime
     key = (str(MODEL_DIR.resolve()), 3)
     assert _SHARED[key] is first._runtime
     del first
