@@ -42,7 +42,8 @@ def test_the_two_set_up_commands_come_first():
     text = README.read_text(encoding="utf-8")
     first_two = [m.group(0) for m in FENCE.finditer(text)][:2]
     assert first_two[0].startswith("```bash\n") and "hybrid-memory demo" in first_two[0]
-    assert first_two[1] == "```bash\npython -m pytest -q\n```"
+    # the second installs what the tests need (the test extra) and runs them, as .ci/run does
+    assert first_two[1] == "```bash\npip install torch==2.13.0 && pip install -e '.[all,test]' && python -m pytest -q\n```"
 
 
 @pytest.mark.slow
