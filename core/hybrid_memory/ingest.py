@@ -155,6 +155,8 @@ def read_text_folder(
     on_unreadable: Callable[[Path, str], None] | None = None,
     on_empty: Callable[[Path], None] | None = None,
     on_symlinked_folder: Callable[[Path], None] | None = None,
+    follow_symlinks: bool = False,
+    on_outside_link: Callable[[Path], None] | None = None,
 ) -> Iterator[Chunk]:
     """Yield chunks of the ``.md`` and ``.txt`` files under ``folder``, files in sorted relative-path order.
 
@@ -202,6 +204,13 @@ def read_text_folder(
             when a pattern is recursive (``**``). ``pathlib``'s ``**`` does not follow such links (one may loop,
             or lead out of the folder being read), so nothing under them is read; each is logged as a WARNING
             naming it and its target, with or without this callback. The CLI counts them (``symlinked_folders``).
+        follow_symlinks: read a matched file whose real path (symbolic links resolved, ``Path.resolve``) lies
+            outside ``folder``. Default False: such a file (``docs/passwd.md -> /etc/passwd``, or a file reached
+            through a linked folder a non-recursive pattern names) is not read, and is logged as a WARNING naming it
+            and its target, so a link cannot make a file anywhere on the machine searchable. Links that stay inside
+            ``folder`` are always read. The CLI's ``--follow-symlinks`` sets it.
+        on_outside_link: called with the path of each such file skipped (not called with ``follow_symlinks``).
+            The CLI counts them (``outside_links``).
 
     Yields:
         Chunk, file by file, chunks in document order.
@@ -214,7 +223,7 @@ def read_text_folder(
     """
     root, chunk_size, chunk_overlap = _checked_folder_args(folder, chunk_size, chunk_overlap)
     return _text_folder_chunks(root, chunk_size, chunk_overlap, metadata, glob, id_prefix, on_unreadable, on_empty,
-                               on_symlinked_folder)
+                               on_symlinked_folder, follow_symlinks, on_outside_link)
 
 
 def _checked_folder_args(folder: StrPath, chunk_size: Any, chunk_overlap: Any) -> tuple[Path, int, int]:
@@ -241,6 +250,7 @@ def _text_folder_chunks(
     root: Path, chunk_size: int, chunk_overlap: int, metadata: Mapping[str, Any] | None, glob: str | Sequence[str],
     id_prefix: str | None, on_unreadable: Callable[[Path, str], None] | None,
     on_empty: Callable[[Path], None] | None = None, on_symlinked_folder: Callable[[Path], None] | None = None,
+    follow_symlinks: bool = False, on_outside_link: Callable[[Path], None] | None = None,
 ) -> Iterator[Chunk]:
     patterns = [glob] if isinstance(glob, str) else list(glob)
     base_metadata = dict(metadata or {})
@@ -268,7 +278,15 @@ def _text_folder_chunks(
     for folder in sorted(memories):
         logger.info("read_text_folder: skipped %s: a memory's own folder (it holds %s)", folder, _memory_file(folder))
     logger.debug("read_text_folder: %d files under %s", len(files), root)
+    real_root = root.resolve()
     for rel, file_path in files:
+        if not follow_symlinks and not _dangling_link(file_path) and not file_path.resolve().is_relative_to(real_root):
+            logger.warning("skipped %s: a symbolic link to %s, outside the folder being read (%s); links that leave "
+                           "the folder are not followed by default: pass follow_symlinks=True (the CLI's "
+                           "--follow-symlinks) to read it", file_path, file_path.resolve(), real_root)
+            if on_outside_link is not None:
+                on_outside_link(file_path)
+            continue
         content, reason = _read_text_file(file_path)
         if reason is not None:
             if on_unreadable is None:
