@@ -403,3 +403,23 @@ def test_a_scope_value_no_view_could_bind_is_refused_naming_the_file_and_line(tm
         f"{corpus}, line 3: invalid document 'e2': user_id holds the invisible format character '\\u200b' (ZERO WIDTH "
         "SPACE) at position 1; a scope value is an id, and one that prints like another would bind a scope no chunk "
         "is in: remove it, or leave user_id out (None) for no user_id (got 'u\\u200b1')")
+
+
+@pytest.mark.parametrize("reader", [read_beir_corpus, read_queries])
+def test_a_jsonl_line_that_is_not_utf8_is_named_by_file_and_line(tmp_path, reader):
+    """Issue 35, class 10: a Latin-1 byte gave "'utf-8' codec can't decode byte 0xff" with no file or line."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_bytes(b'\xef\xbb\xbf{"_id": "a", "text": "fine"}\n\n{"_id": "b", "text": "caf\xe9 \xff"}\n')
+    with pytest.raises(InvalidRequestError) as info:
+        list(reader(corpus)) if reader is read_beir_corpus else reader(corpus)
+    assert str(info.value) == (
+        f"{corpus}, line 3: not valid UTF-8 (invalid continuation byte: byte 0xe9 at column 26); JSONL files are "
+        "UTF-8: convert the file (iconv -f LATIN1 -t UTF-8, or your editor's 'save as UTF-8')")
+
+
+def test_a_qrels_line_that_is_not_utf8_is_named_by_file_and_line(tmp_path):
+    qrels = tmp_path / "test.tsv"
+    qrels.write_bytes(b"query-id\tcorpus-id\tscore\nq1\td\xff\t1\n")
+    with pytest.raises(InvalidRequestError, match=rf"^{qrels}, line 2: not valid UTF-8 \(invalid start byte: byte "
+                                                  r"0xff at column 5\)"):
+        read_qrels(qrels)

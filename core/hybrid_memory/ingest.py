@@ -419,9 +419,10 @@ def read_qrels(path: StrPath) -> dict[str, dict[str, int]]:
     path_str = os.fspath(path)
     qrels: dict[str, dict[str, int]] = {}
     first_row = True
-    with open(path_str, encoding="utf-8-sig") as fh:  # a leading UTF-8 BOM is skipped
-        for line_no, line in enumerate(fh, start=1):
-            line = line.rstrip("\r\n")
+    with open(path_str, "rb") as fh:  # bytes: a line that is not UTF-8 is named by its number
+        for line_no, raw in enumerate(fh, start=1):
+            raw = raw[3:] if line_no == 1 and raw.startswith(b"\xef\xbb\xbf") else raw  # a leading UTF-8 BOM
+            line = _utf8_line(raw, f"{path_str}, line {line_no}").rstrip("\r\n")
             if not line.strip():
                 continue
             is_first, first_row = first_row, False
@@ -445,11 +446,24 @@ def read_qrels(path: StrPath) -> dict[str, dict[str, int]]:
 def _jsonl_objects(path: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """(``"<path>, line <n>"``, object) for each non-blank line of a JSONL file (UTF-8, a leading byte order
     mark skipped, as Windows editors write one). Raises InvalidRequestError."""
-    with open(path, encoding="utf-8-sig") as fh:
-        for line_no, line in enumerate(fh, start=1):
+    with open(path, "rb") as fh:  # bytes: a line that is not UTF-8 is named by its number, not by a codec error
+        for line_no, raw in enumerate(fh, start=1):
+            where = f"{path}, line {line_no}"
+            line = _utf8_line(raw[3:] if line_no == 1 and raw.startswith(b"\xef\xbb\xbf") else raw, where)
             if line.strip():
-                where = f"{path}, line {line_no}"
                 yield where, _json_object(line, where)
+
+
+def _utf8_line(raw: bytes, where: str) -> str:
+    """``raw`` decoded as UTF-8, or InvalidRequestError naming ``where`` (file and line), the byte's column and how
+    to fix it."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequestError(
+            f"{where}: not valid UTF-8 ({exc.reason}: byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); JSONL "
+            "files are UTF-8: convert the file (iconv -f LATIN1 -t UTF-8, or your editor's 'save as UTF-8')"
+        ) from None
 
 
 def _json_object(line: str, where: str) -> dict[str, Any]:
