@@ -527,10 +527,19 @@ def _request_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _read_request_file(path: str) -> str:
-    """The text of the ``--request`` file. Raises HybridMemoryError naming the file (missing, a folder,
-    unreadable, not UTF-8)."""
+    """The text of the ``--request`` file, at most :data:`~hybrid_memory.limits.MAX_REQUEST_BYTES` (1 MiB) read.
+    Raises HybridMemoryError naming the file (missing, a folder, unreadable, not UTF-8, larger than the limit)."""
+    from .. import limits
+
     try:
-        return Path(path).read_text(encoding="utf-8-sig")  # a leading BOM is skipped
+        with open(path, "rb") as fh:  # at most one byte past the limit: --request /dev/zero must not read forever
+            data = fh.read(limits.MAX_REQUEST_BYTES + 1)
+        if len(data) > limits.MAX_REQUEST_BYTES:
+            raise HybridMemoryError(
+                f"--request {path} holds more than MAX_REQUEST_BYTES ({limits.MAX_REQUEST_BYTES:,} bytes, "
+                "hybrid_memory.limits); a request is one JSON object with a query of at most "
+                f"{limits.MAX_SEARCH_TEXT_CHARS:,} characters and a filter: give the request's file, not a data file")
+        return data.decode("utf-8-sig")  # a leading BOM is skipped
     except FileNotFoundError:
         raise HybridMemoryError(f"--request {path}: no such file (give the path of a JSON file holding the request, "
                                 "e.g. examples/incident_memory/request.json)") from None

@@ -30,6 +30,7 @@ import networkx as nx
 from tqdm.auto import tqdm
 
 from .._exceptions import InvalidRequestError
+from ..limits import check_graph_level, check_question
 import hashlib
 
 from .build import build_graph, update_graph
@@ -497,18 +498,15 @@ class GraphIndex:
         (default), reports get ``1 - evidence_share`` (0.8) of ``token_budget``, then the chosen reports' source
         sentences that best match the question are appended to their hits (``search.add_evidence``), and the
         budget still left takes more reports; ``token_budget`` covers everything handed over.
-        Raises InvalidRequestError (a ValueError) for a blank question, token_budget < 1, a non-int level or
-        max_reports < 1; the message names the fix.
+        Raises InvalidRequestError (a ValueError) for a question ``search_text`` would refuse
+        (:func:`hybrid_memory.limits.check_question`: blank, longer than ``MAX_SEARCH_TEXT_CHARS``, a NUL
+        character), token_budget < 1, a level that is not an int or not one of the graph's
+        (:func:`~hybrid_memory.limits.check_graph_level`) or max_reports < 1; the message names the fix.
         """
-        if not isinstance(question, str) or not question.strip():
-            raise InvalidRequestError(
-                f"question must be a non-empty string, got {_SHORT.repr(question)}: ask about the memory, e.g. "
-                "'how do services handle database timeouts?'"
-            )
+        check_question(question)  # the rules of search_text: every path refuses what search_memory refuses
         if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 1:
             raise InvalidRequestError(f"token_budget must be an int >= 1 (tokens), got {_SHORT.repr(token_budget)}")
-        if level is not None and (isinstance(level, bool) or not isinstance(level, int)):
-            raise InvalidRequestError(f"level must be an int or None, got {_SHORT.repr(level)}")
+        check_graph_level(level, (c.level for c in self.communities.values()))
         if max_reports is not None and (isinstance(max_reports, bool) or not isinstance(max_reports, int)
                                         or max_reports < 1):
             raise InvalidRequestError(f"max_reports must be an int >= 1 or None, got {_SHORT.repr(max_reports)}")

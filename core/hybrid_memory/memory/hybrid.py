@@ -49,6 +49,7 @@ from ..embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder
 from ..embedders import query_vector as checked_query_vector
 from ..backends.embedded.filter_index import FilterIndex, system_filter
 from ..filters import check_metadata, validate_filter
+from ..limits import check_page
 from ..search.engine import DenseEngine, Query, RowSet, SparseEngine
 from ..paths import EDGE_CONFIG, INDEX_LOCK, STORE_FILE, memory_path
 from ..models import _SHORT, SCOPE_FIELDS, Chunk, SearchRequest, SearchResponse, StoredChunk, build_response, validation_message
@@ -1445,13 +1446,8 @@ class HybridMemory:
 
 
 def _page_after(after: int | None, limit: int) -> int:
-    """The keyset position a page starts after (-1: the first page), with ``after`` and ``limit`` checked.
-    Raises InvalidRequestError naming the argument."""
-    if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < -1):
-        raise InvalidRequestError(f"after must be a position a previous page returned, or None, got {after!r}")
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
-        raise InvalidRequestError(f"limit must be an int in 1..10000, got {limit!r}")
-    return -1 if after is None else after
+    """The keyset position a page starts after (-1: the first page): :func:`hybrid_memory.limits.check_page`."""
+    return check_page(after, limit)
 
 
 def _checked_filter(metadata_filter: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
