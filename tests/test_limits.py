@@ -78,6 +78,10 @@ def test_a_chunk_text_over_the_limit_is_refused_on_every_write_path(memory, monk
     with pytest.raises(InvalidRequestError, match=rf"^{corpus}, line 1: invalid document 'd': text: text has 11 "):
         list(read_beir_corpus(corpus))
     assert sorted(c.chunk_id for c in memory.iter_chunks()) == ["a", "b", "c"]
+    from hybrid_memory.ingest import read_text_folder
+
+    with pytest.raises(InvalidRequestError, match=r"^chunk_size 11 is more than MAX_CHUNK_TEXT_CHARS \(10, "):
+        read_text_folder(tmp_path, chunk_size=11)
 
 
 @pytest.mark.parametrize("after", [2**63, 10**30, 10**5000], ids=["2**63", "10**30", "10**5000"])

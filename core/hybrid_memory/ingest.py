@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from . import limits
 from ._exceptions import InvalidRequestError
 from .filters import check_metadata
 from .models import SCOPE_FIELDS, TIME_FIELDS, Chunk
@@ -239,6 +240,10 @@ def _checked_folder_args(folder: StrPath, chunk_size: Any, chunk_overlap: Any) -
             )
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InvalidRequestError(f"chunk_size must be an integer >= 1 (characters), got {chunk_size!r}")
+    if chunk_size > limits.MAX_CHUNK_TEXT_CHARS:
+        raise InvalidRequestError(
+            f"chunk_size {chunk_size:,} is more than MAX_CHUNK_TEXT_CHARS ({limits.MAX_CHUNK_TEXT_CHARS:,}, "
+            "hybrid_memory.limits), the longest text a chunk may hold; give a smaller chunk_size (default 1,000)")
     if isinstance(chunk_overlap, bool) or not isinstance(chunk_overlap, int) or not 0 <= chunk_overlap < chunk_size:
         raise InvalidRequestError(
             f"chunk_overlap must be an integer with 0 <= chunk_overlap < chunk_size ({chunk_size}), got {chunk_overlap!r}"
