@@ -37,6 +37,7 @@ import numpy as np
 
 from .. import calibration
 from .token_cache import TokenCache
+from ..._checksums import file_checksums, verify_files
 from ...tokenizer import TechnicalTokenizer
 
 from ...search.engine import RowSet, as_rowset, id_bounds
@@ -136,6 +137,7 @@ class BM25Index:
         self._generation += 1
         self._main = None  # bm25s.BM25 | None
         self._main_token: str | None = None  # names the saved bm25s files that hold exactly this main segment
+        self._main_crcs: tuple[str | None, dict[str, list[int]]] = (None, {})  # (token, its bm25s/ files' CRC-32s)
         self._main_ids = np.zeros(0, dtype=np.int64)
         self._main_alive = np.zeros(0, dtype=np.float32)
         self._main_df = np.zeros(0, dtype=np.int64)
@@ -1096,7 +1098,9 @@ class BM25Index:
         Files (``numpy.save`` / JSON, no pickle): ``bm25s/`` (bm25s's own save), ``ids.npy`` int64 and
         ``alive.npy`` float32 (main segment), ``delta_ids.npy`` int64, ``tokens.npy`` int32 (every cached
         document's token ids, one after another), ``token_doc_ids.npy`` int64 and ``token_lengths.npy`` int64
-        (which document, how many tokens), ``vocab.json`` (tokens in id order) and ``manifest.json``.
+        (which document, how many tokens), ``vocab.json`` (tokens in id order) and ``manifest.json``, which
+        records every other file's CRC-32 per 64 MiB block (:mod:`hybrid_memory._checksums`), checked by
+        :meth:`load`: a damaged file of any shape is rebuilt from the store instead of changing rankings.
 
         The main segment changes only at a merge (removals are the separate ``alive.npy``), so when
         ``previous`` (the folder of the last save) holds this very segment (its manifest's ``main_token``),
@@ -1135,14 +1139,21 @@ class BM25Index:
                 "vocab_size": len(vocab),
                 "main_token": self._main_token if self._main is not None else None,
             }
+            main_token, (token, known) = manifest["main_token"], self._main_crcs
         (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+        # the main segment's files never change under one token: a linked segment keeps its recorded CRC-32s
+        main_files = [f"bm25s/{f.name}" for f in (directory / "bm25s").iterdir()] if main_token is not None else []
+        crcs = file_checksums(directory, [*main_files, *_CACHE_FILES],
+                              known if token is not None and token == main_token else None)
+        self._main_crcs = (main_token, {name: crcs[name] for name in main_files})
+        manifest["crc32"] = crcs  # per file, per 64 MiB block: checked on load (_checksums.verify_files)
         (directory / "manifest.json").write_text(json.dumps(manifest, indent=2))
 
     def load(self, directory: Path) -> bool:
         """Load a saved index (main segment, delta and token cache) without re-tokenizing anything.
 
-        Returns False (and keeps an empty index) if it is missing, damaged or was built with other
-        parameters; the caller then rebuilds it from the store. An index saved before the delta and token
+        Returns False (and keeps an empty index) if it is missing, damaged (a file that does not match the CRC-32
+        its manifest records: a WARNING names it) or was built with other parameters; the caller then rebuilds it from the store. An index saved before the delta and token
         cache were written (format 1) loads its main segment only: the caller re-adds the delta's documents
         and the next merge re-tokenizes the main segment's texts.
         """
@@ -1159,6 +1170,7 @@ class BM25Index:
             ):
                 logger.info("saved BM25 index has other parameters; it will be rebuilt")
                 return False
+            verify_files(directory, manifest.get("crc32"))  # damage that keeps the shapes: a rebuild, not a ranking
             ids = np.load(directory / "ids.npy", allow_pickle=False)
             alive = np.load(directory / "alive.npy", allow_pickle=False)
             if len(ids) != manifest["n_docs"] or int(ids.sum()) != manifest["ids_sum"]:
@@ -1191,6 +1203,8 @@ class BM25Index:
             if main is not None:
                 self._main = main
                 self._main_token = manifest.get("main_token")
+                recorded = manifest.get("crc32") or {}
+                self._main_crcs = (self._main_token, {n: list(v) for n, v in recorded.items() if n.startswith("bm25s/")})
                 self._main_ids = ids.astype(np.int64)
                 self._main_alive = alive.astype(np.float32)
                 self._main_df = np.diff(np.asarray(main.scores["indptr"], dtype=np.int64))
@@ -1335,6 +1349,11 @@ def _holds_id(ids: np.ndarray, doc_id: int) -> bool:
 def _float32(scores: np.ndarray) -> np.ndarray:
     """float64 scores rounded to float32 precision (the precision of bm25s's stored scores), as float64."""
     return scores.astype(np.float32).astype(np.float64)
+
+
+_CACHE_FILES = ("ids.npy", "alive.npy", "delta_ids.npy", "token_doc_ids.npy", "token_lengths.npy", "tokens.npy",
+                "vocab.json")
+"""The files :meth:`BM25Index.save` writes anew every time (besides ``bm25s/`` and ``manifest.json``)."""
 
 
 def _link_main(previous: Path | None, directory: Path, token: str | None) -> bool:
