@@ -450,7 +450,8 @@ def _global_search_tool(view: HybridMemory | ScopedMemory, graph: Any) -> Callab
                 + "".join(f" --scope {k}={v}" for k, v in getattr(getattr(view, "scope", None), "bound", dict)().items())
                 + "`"
             )
-        return index.global_search(question, token_budget=token_budget, level=level)
+        # checked against the view: a report written from a since deleted or replaced memory is not served
+        return index.global_search(question, token_budget=token_budget, level=level, memory=view)
 
     # the graph models are imported here, not at module level: give the SDK the class, not its name
     global_search.__wrapped__.__annotations__["return"] = GlobalSearchResult

@@ -213,6 +213,9 @@ class SQLiteStore:
         if path is not None:
             self._enable_wal(busy_timeout)
         self._conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        # a deleted chunk's text is overwritten with zeros, not left in a free page (issue 35); many builds,
+        # Debian's among them, default to it, others do not (SQLite docs, "PRAGMA secure_delete")
+        self._conn.execute("PRAGMA secure_delete=ON")
         with self._lock, self._busy("open"):
             self._conn.executescript(_SCHEMA)
             register_sql_functions(self._conn)  # hm_canonical_json, for list equality in filter SQL

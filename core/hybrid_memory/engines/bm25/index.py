@@ -1120,11 +1120,12 @@ class BM25Index:
             np.save(directory / "token_doc_ids.npy", doc_ids, allow_pickle=False)
             np.save(directory / "token_lengths.npy", lengths, allow_pickle=False)
             np.save(directory / "tokens.npy", data, allow_pickle=False)
-            del data
             vocab = list(self._vocab)  # tokens in id order: ids are handed out as len(vocab), so insertion order
             in_order = np.fromiter(self._vocab.values(), dtype=np.int64, count=len(vocab))
             if not np.array_equal(in_order, np.arange(len(vocab))):
                 vocab = sorted(self._vocab, key=self._vocab.__getitem__)
+            forgotten = _forget_unheld(vocab, data, len(doc_ids) == len(self.ids()))
+            del data
             manifest = {
                 "format_version": _FORMAT_VERSION,
                 "config": self.config(),
@@ -1141,8 +1142,12 @@ class BM25Index:
             }
             main_token, (token, known) = manifest["main_token"], self._main_crcs
         (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+        if main_token is not None and forgotten:
+            _rewrite_main_vocab(directory / "bm25s" / _BM25S_VOCAB, vocab)
         # the main segment's files never change under one token: a linked segment keeps its recorded CRC-32s
         main_files = [f"bm25s/{f.name}" for f in (directory / "bm25s").iterdir()] if main_token is not None else []
+        if forgotten:  # its vocabulary file was just rewritten
+            known = {k: v for k, v in known.items() if k != f"bm25s/{_BM25S_VOCAB}"}
         crcs = file_checksums(directory, [*main_files, *_CACHE_FILES],
                               known if token is not None and token == main_token else None)
         self._main_crcs = (main_token, {name: crcs[name] for name in main_files})
@@ -1349,6 +1354,41 @@ def _holds_id(ids: np.ndarray, doc_id: int) -> bool:
 def _float32(scores: np.ndarray) -> np.ndarray:
     """float64 scores rounded to float32 precision (the precision of bm25s's stored scores), as float64."""
     return scores.astype(np.float32).astype(np.float64)
+
+
+_BM25S_VOCAB = "vocab.index.json"
+"""bm25s's own copy of the main segment's vocabulary, inside ``bm25s/`` (not read back since format 2)."""
+
+
+def _forget_unheld(vocab: list[str], data: np.ndarray, complete: bool) -> int:
+    """Replace in ``vocab`` (tokens by id, changed in place) every token no live document holds by
+    ``"\\x00<id>"``, so that a saved vocabulary never keeps the words of a deleted text (issue 35). ``data`` is
+    the token ids of every live document (the token cache); ``complete`` says it covers every live document
+    (an index loaded from a format 1 save does not cache the main segment's documents: nothing is replaced).
+    Id 0 (the empty token bm25s reserves) is kept. A NUL cannot occur in a token (chunk texts and queries hold
+    none), so the placeholders match no query, as the lost tokens matched only dead documents. Returns how many
+    tokens were replaced."""
+    if not complete or not vocab:
+        return 0
+    held = np.zeros(len(vocab), dtype=bool)
+    held[np.asarray(data, dtype=np.int64)] = True
+    held[0] = True
+    gone = np.flatnonzero(~held).tolist()
+    for i in gone:
+        if not vocab[i].startswith("\x00"):
+            vocab[i] = f"\x00{i}"
+    return len(gone)
+
+
+def _rewrite_main_vocab(path: Path, vocab: list[str]) -> None:
+    """Rewrite bm25s's vocabulary file of the main segment with ``vocab``'s first ids (as many as it holds), as a
+    new file (the old one may be a hard link shared with the previous save)."""
+    if not path.is_file():
+        return
+    n_main = len(json.loads(path.read_text()))
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(dict(zip(vocab[:n_main], range(n_main))), ensure_ascii=False))
+    os.replace(tmp, path)
 
 
 _CACHE_FILES = ("ids.npy", "alive.npy", "delta_ids.npy", "token_doc_ids.npy", "token_lengths.npy", "tokens.npy",
