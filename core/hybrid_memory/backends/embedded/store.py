@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._exceptions import MemoryClosedError, StoreBusyError
+from ..._exceptions import DiskFullError, MemoryClosedError, StoreBusyError, is_disk_full
 from ...changes import ChangeSet
 from ...filters import compile_filter, register_sql_functions
 from ...models import StoredChunk
@@ -302,6 +302,12 @@ class SQLiteStore:
                 raise StoreBusyError(
                     f"{what}: the memory at {self.path} stayed locked by another process's write for longer than "
                     f"the busy timeout ({exc}); retry, or open it with a longer busy_timeout"
+                ) from exc
+            if is_disk_full(exc):
+                raise DiskFullError(
+                    f"{what}: the disk holding the memory at {self.path} is full (SQLite: {exc}); this {what} was "
+                    "rolled back whole, so none of it was stored, and every write acknowledged before it is kept; "
+                    "free disk space and repeat it (searches still work)"
                 ) from exc
             raise
 
