@@ -118,7 +118,7 @@ def result_to_document(result: SearchResult) -> Document:
 
     The metadata is the chunk's own metadata plus :data:`RETRIEVAL_METADATA_KEYS`: ``source`` (the chunk's
     source), ``score`` (LangChain retrievers carry their score as ``metadata["score"]``: the query-chunk cosine
-    similarity clipped to [0, 1], None when the dense engine did not score the chunk,
+    similarity clipped to [0, 1], 0.0 when the dense engine did not score the chunk,
     :func:`hybrid_memory._adapter_support.absolute_score`; its meaning does not depend on the other results of the
     query, so one score threshold cuts every query alike), ``fused_score`` (the score the core ordered the
     results by: ``SearchResult.score``, or ``rrf_score`` when the fusion is RRF; normalised to the query's own

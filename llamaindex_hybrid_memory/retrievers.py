@@ -89,7 +89,7 @@ def node_to_chunk(node: BaseNode | NodeWithScore) -> Chunk:
 def result_to_node(result: SearchResult) -> NodeWithScore:
     """Turn a core search result into ``NodeWithScore(TextNode(id_=chunk_id, text, metadata), score)``.
 
-    ``score`` is the query-chunk cosine similarity, clipped to [0, 1] (None when the dense engine did not score
+    ``score`` is the query-chunk cosine similarity, clipped to [0, 1] (0.0 when the dense engine did not score
     the chunk): :func:`hybrid_memory._adapter_support.absolute_score`. Its meaning does not depend on the other
     results of the query, so ``SimilarityPostprocessor(similarity_cutoff=...)`` cuts every query alike (the
     fused score is normalised to each query's top: its first result scored 1.0 however weak). The nodes come in

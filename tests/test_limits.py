@@ -107,7 +107,7 @@ def test_global_search_refuses_what_search_refuses(tmp_path):
         for question, message in [("x" * 100_000, "question has 100,000 characters, more than MAX_SEARCH_TEXT_CHARS "
                                                    "(10,000, hybrid_memory.limits)"),
                                   ("Kafka\x00lag", "question contains a NUL character ('\\x00') at position 5"),
-                                  ("  ", "question must not be empty or white space only")]:
+                                  ("  ", "question must be a non-empty string, got '  ': ask about the memory")]:
             with pytest.raises(InvalidRequestError, match=re.escape(message)):
                 index.global_search(question)
             with pytest.raises(InvalidRequestError):  # search refuses the same texts

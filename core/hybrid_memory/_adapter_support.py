@@ -69,10 +69,11 @@ FUSED_SCORE_KEY = "fused_score"
 (``SearchResult.score``, or ``rrf_score`` for RRF): comparable within one response only."""
 
 
-def absolute_score(result: Any) -> float | None:
+def absolute_score(result: Any) -> float:
     """The score the adapters give a :class:`~hybrid_memory.SearchResult`: the cosine similarity of the query's and
     the chunk's embeddings (``result.dense_score``, an inner product of L2-normalised vectors), clipped to
-    ``[0, 1]``; None when the dense engine did not score the chunk (a search with ``dense_weight=0``).
+    ``[0, 1]``; 0.0 when the dense engine did not score the chunk (not among its candidates in an RRF search,
+    or a search with ``dense_weight=0``): no cosine evidence for it, so any cut-off drops it.
 
     Why not the fused score: the default fusion normalises each engine's scores to the query's own top
     (theoretical min-max, Bruch et al. 2023), so the first result of every query scores about 1.0, however weak:
@@ -87,7 +88,7 @@ def absolute_score(result: Any) -> float | None:
     """
     dense = getattr(result, "dense_score", None)
     if dense is None or dense != dense:
-        return None
+        return 0.0
     return min(1.0, max(0.0, float(dense)))
 
 

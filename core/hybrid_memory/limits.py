@@ -87,11 +87,9 @@ def check_question(value: Any, field: str = "question") -> str:
     cannot store one). GraphRAG's ``global_search`` / ``ask`` (the Python API and the MCP tool) use it, so
     they refuse what ``search_memory`` refuses.
     """
-    if not isinstance(value, str):
-        raise InvalidRequestError(f"{field} must be a string, got {type(value).__name__}")
-    if not value.strip():
-        raise InvalidRequestError(f"{field} must not be empty or white space only: ask about the memory, e.g. "
-                                  "'how do services handle database timeouts?'")
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidRequestError(f"{field} must be a non-empty string, got {value!r:.40}: ask about the memory, "
+                                  "e.g. 'how do services handle database timeouts?'")
     if len(value) > MAX_SEARCH_TEXT_CHARS:
         raise InvalidRequestError(
             f"{field} has {len(value):,} characters, more than MAX_SEARCH_TEXT_CHARS ({MAX_SEARCH_TEXT_CHARS:,}, "

@@ -88,7 +88,7 @@ def _core(memory, query, core_filter, params, top_k):
         **({"fusion": params["fusion"]} if "fusion" in params else {}),
     )
     return [(r.chunk_id, r.rrf_score, r.score if r.score is not None else r.rrf_score,
-             None if r.dense_score is None else min(1.0, max(0.0, r.dense_score))) for r in response.results]
+             0.0 if r.dense_score is None else min(1.0, max(0.0, r.dense_score))) for r in response.results]
 
 
 @pytest.mark.parametrize("top_k", [1, 4, 10])

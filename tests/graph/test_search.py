@@ -96,7 +96,7 @@ def test_ask_without_llm_returns_the_reports(index):
 def test_global_search_validates_its_arguments(index):
     with pytest.raises(ValueError, match="token_budget must be an int >= 1 \\(tokens\\), got 0"):
         index.global_search("x", token_budget=0)
-    with pytest.raises(ValueError, match="question must not be empty or white space only"):
+    with pytest.raises(ValueError, match="question must be a non-empty string"):
         index.global_search("  ")
 
 
