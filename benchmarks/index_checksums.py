@@ -76,7 +76,8 @@ def main() -> None:
                 timings["bm25"][variant].append(time.perf_counter() - t0)
         for module, fn in real.items():
             module.verify_files = fn
-    rows, payload = [], {"n": args.n, "repeat": args.repeat, "threads": THREADS, "machine": machine_info(), "engines": {}}
+    rows: list[list[str]] = []
+    payload: dict = {"n": args.n, "repeat": args.repeat, "threads": THREADS, "machine": machine_info(), "engines": {}}
     for engine, by in timings.items():
         checked, unchecked = statistics.median(by["checked"]), statistics.median(by["unchecked"])
         extra = checked - unchecked

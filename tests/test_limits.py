@@ -8,7 +8,6 @@ import os
 import re
 
 import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidFilterError, InvalidRequestError, limits
 from hybrid_memory.cli.app import main
 

@@ -372,7 +372,8 @@ def _node(node: Any, namespace: str, depth: int, budget: list[int]) -> Node:
                     "many $or branches"
                 )
             if isinstance(value, Mapping):  # counted before any value is read: refusing costs nothing
-                budget[1] -= sum(len(v) for op, v in value.items() if op in ("$in", "$nin") and isinstance(v, (list, tuple)))
+                budget[1] -= sum(len(v) for op, v in value.items()
+                                 if op in ("$in", "$nin") and isinstance(v, (list, tuple)))
                 if budget[1] < 0:
                     raise InvalidFilterError(
                         f"metadata filter has more than MAX_IN_VALUES ({limits.MAX_IN_VALUES:,}, hybrid_memory.limits) "

@@ -128,7 +128,8 @@ def check_page(after: Any, limit: Any) -> int:
     """The keyset position a page of ``page_chunks`` starts after (-1: the first page, ``after`` None), with
     ``after`` (-1..:data:`MAX_PAGE_POSITION`) and ``limit`` (1..:data:`MAX_PAGE_SIZE`) checked. Raises
     InvalidRequestError naming the argument and its range (never OverflowError)."""
-    if after is not None and (isinstance(after, bool) or not isinstance(after, int) or not -1 <= after <= MAX_PAGE_POSITION):
+    if after is not None and (isinstance(after, bool) or not isinstance(after, int)
+                              or not -1 <= after <= MAX_PAGE_POSITION):
         shown = (f"an int of {after.bit_length()} bits" if isinstance(after, int) and after.bit_length() > 128
                  else f"{after!r:.60}")
         raise InvalidRequestError(f"after must be a position a previous page returned (an int in -1..2**63-1, "

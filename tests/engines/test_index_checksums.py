@@ -9,7 +9,6 @@ import shutil
 
 import numpy as np
 import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory
 from hybrid_memory._checksums import BLOCK_BYTES, file_checksums, verify_files
 from hybrid_memory.engines.bm25.index import BM25Index

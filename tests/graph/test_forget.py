@@ -53,10 +53,9 @@ def test_a_deleted_or_replaced_chunk_is_not_served_and_refresh_removes_it_from_t
 
 async def test_mcp_global_search_forgets_a_memory_deleted_through_mcp(tmp_path):
     pytest.importorskip("mcp")
+    from hybrid_memory.mcp_server import build_server
     from mcp import Client
     from mcp.client._memory import InMemoryTransport
-
-    from hybrid_memory.mcp_server import build_server
 
     with HybridMemory(tmp_path / "m", embedder=HashingEmbedder(64)) as memory:
         memory.add([{"chunk_id": f"u1-{i}", "text": t, "user_id": "u1"} for i, t in enumerate(NOTES)])

@@ -8,11 +8,10 @@ import pytest
 pytest.importorskip("mcp")
 pytest.importorskip("networkx")
 
-from mcp import Client  # noqa: E402
-from mcp.client._memory import InMemoryTransport  # noqa: E402
-
 from hybrid_memory import HashingEmbedder, HybridMemory  # noqa: E402
 from hybrid_memory.mcp_server import build_server  # noqa: E402
+from mcp import Client  # noqa: E402
+from mcp.client._memory import InMemoryTransport  # noqa: E402
 
 
 async def test_global_search_and_search_memory_refuse_the_same_inputs(tmp_path):

@@ -10,7 +10,6 @@ import sqlite3
 
 import numpy as np
 import pytest
-
 from hybrid_memory import DiskFullError, HashingEmbedder, HybridMemory, HybridMemoryError
 
 NOTES = [{"chunk_id": f"n{i}", "text": f"note {i} on billing-service deploy {i * 3}"} for i in range(30)]

@@ -352,7 +352,8 @@ def _run_ingest(args: argparse.Namespace, extra: dict[str, Any], scope: Any, cre
                            shown)
         total = memory.count()
         summary = {"ingested": count, "repeated_ids": repeated, "skipped_files": len(skipped), "empty_files": len(empty),
-                   "symlinked_folders": len(linked), "outside_links": len(outside), "chunks": total, "memory": str(memory.path)}
+                   "symlinked_folders": len(linked), "outside_links": len(outside), "chunks": total,
+                   "memory": str(memory.path)}
         if scope:
             summary["scope"] = scope.bound()
     if created is not None and before == total == 0 and created.exists():  # no text was read: an empty memory

@@ -1388,7 +1388,7 @@ def _rewrite_main_vocab(path: Path, vocab: list[str]) -> None:
         return
     n_main = len(json.loads(path.read_text()))
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(dict(zip(vocab[:n_main], range(n_main))), ensure_ascii=False))
+    tmp.write_text(json.dumps(dict(zip(vocab[:n_main], range(n_main), strict=True)), ensure_ascii=False))
     os.replace(tmp, path)
 
 
