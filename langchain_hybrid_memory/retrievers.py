@@ -18,6 +18,8 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import AliasChoices, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from hybrid_memory._adapter_support import (
+    FUSED_SCORE_KEY,
+    absolute_score,
     build_owned,
     check_search_settings,
     check_top_k,
@@ -54,7 +56,7 @@ __all__ = [
 _DEFAULT_TOP_K: int = SearchRequest.model_fields["top_k"].default
 _DEFAULT_PARAMS = HybridParams()
 
-RETRIEVAL_METADATA_KEYS = ("source", "score", "rrf_score", "sparse_rank", "sparse_score", "dense_rank", "dense_score")
+RETRIEVAL_METADATA_KEYS = ("source", "score", "fused_score", "rrf_score", "sparse_rank", "sparse_score", "dense_rank", "dense_score")
 """Keys added to every returned ``Document``'s metadata, next to the chunk's own metadata; they hold the
 retrieval values, and a chunk's own differing values of them are under ``metadata["chunk_metadata"]``."""
 
@@ -115,9 +117,14 @@ def result_to_document(result: SearchResult) -> Document:
     """Turn a core search result into a ``Document`` (``id = chunk_id``, ``page_content = text``).
 
     The metadata is the chunk's own metadata plus :data:`RETRIEVAL_METADATA_KEYS`: ``source`` (the chunk's
-    source), ``score`` (the score the core ordered the results by: ``SearchResult.score``, or ``rrf_score``
-    when the fusion is RRF; LangChain retrievers carry their score as ``metadata["score"]``), ``rrf_score``,
-    and each engine's 1-based rank and raw score (None when that engine did not return the chunk).
+    source), ``score`` (LangChain retrievers carry their score as ``metadata["score"]``: the query-chunk cosine
+    similarity clipped to [0, 1], 0.0 when the dense engine did not score the chunk,
+    :func:`hybrid_memory._adapter_support.absolute_score`; its meaning does not depend on the other results of the
+    query, so one score threshold cuts every query alike), ``fused_score`` (the score the core ordered the
+    results by: ``SearchResult.score``, or ``rrf_score`` when the fusion is RRF; normalised to the query's own
+    top, so the first result scores about 1.0 however weak), ``rrf_score``, and each engine's 1-based rank and
+    raw score (None when that engine did not return the chunk). The documents come in the core's order, which
+    need not be by ``score``.
 
     These keys always hold the retrieval values. A chunk's own metadata key of the same name is kept, when
     its value differs, under ``metadata["chunk_metadata"]`` (:func:`hybrid_memory._adapter_support.result_metadata`):
@@ -126,7 +133,8 @@ def result_to_document(result: SearchResult) -> Document:
     """
     metadata = result_metadata(result.metadata, {
         "source": result.source,
-        "score": result.score if result.score is not None else result.rrf_score,
+        "score": absolute_score(result),
+        FUSED_SCORE_KEY: result.score if result.score is not None else result.rrf_score,
         "rrf_score": result.rrf_score,
         "sparse_rank": result.sparse_rank,
         "sparse_score": result.sparse_score,

@@ -13,7 +13,7 @@ import types
 import pytest
 
 CORE = [
-    "CallableEmbedder", "Chunk", "DedupPolicy", "DimensionMismatchError", "DuplicateChunkError", "Embedder",
+    "CallableEmbedder", "Chunk", "DedupPolicy", "DimensionMismatchError", "DiskFullError", "DuplicateChunkError", "Embedder",
     "FusedHit", "HashingEmbedder", "HybridMemory", "HybridMemoryError", "HybridParams", "InvalidEmbedderError", "InvalidFilterError",
     "InvalidRequestError", "MAX_SEARCH_TEXT_CHARS", "MAX_TOP_K", "MAX_WEIGHT", "MemoryClosedError", "MemoryNotFoundError", "BackendUnavailableError", "MissingDependencyError",
     "OnnxEmbedder", "RecencyPrior", "Scope", "ScopeError", "ScopedMemory", "SearchRequest", "SearchResponse", "SearchResult",

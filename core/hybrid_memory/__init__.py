@@ -15,6 +15,7 @@ only when asked for. :func:`export_to_qdrant` (from :mod:`hybrid_memory.memory.e
 
 from ._exceptions import (
     DimensionMismatchError,
+    DiskFullError,
     DuplicateChunkError,
     HybridMemoryError,
     InvalidEmbedderError,
@@ -48,6 +49,7 @@ __all__ = [
     "Chunk",
     "DedupPolicy",
     "DimensionMismatchError",
+    "DiskFullError",
     "DuplicateChunkError",
     "Embedder",
     "FusedHit",

@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from filelock import FileLock, Timeout
 
 from .._exceptions import (
+    DiskFullError,
     DuplicateChunkError,
     InvalidFilterError,
     InvalidRequestError,
@@ -39,6 +40,7 @@ from .._exceptions import (
     MemoryNotFoundError,
     StoreBusyError,
     StoreFormatError,
+    is_disk_full,
 )
 from .._options import check_memory_options
 from .._rwlock import ReadWriteLock
@@ -49,6 +51,7 @@ from ..embedders import Embedder, HashingEmbedder
 from ..embedders import query_vector as checked_query_vector
 from ..backends.embedded.filter_index import FilterIndex
 from ..filters import check_metadata, system_filter, validate_filter
+from ..limits import check_page
 from ..onnx_embedder import OnnxEmbedder
 from ..search.engine import DenseEngine, Query, RowSet, SparseEngine
 from ..paths import EDGE_CONFIG, INDEX_LOCK, STORE_FILE, memory_path
@@ -438,7 +441,11 @@ class HybridMemory:
         rebuilt = any(report["rebuilt"] for report in self.last_sync.values()) or self._filters_rebuilt
         self._dirty = any(report["rebuilt"] or report["added"] or report["removed"] for report in self.last_sync.values())
         if rebuilt and self.path is not None and len(store_ids):
-            self._save_indexes()
+            try:
+                self._save_indexes()
+            except DiskFullError as exc:  # open anyway: the rebuilt indexes serve from memory (issue 35)
+                logger.warning("%s; the memory is open and answers searches, its rebuilt indexes kept in memory "
+                               "only; writes fail until disk space is freed", exc)
 
     def _reconcile(self, store_ids: np.ndarray, loaded: Mapping[str, bool]) -> dict[str, dict[str, Any]]:
         """Bring every derived index to exactly ``store_ids`` (int64, ascending). One call per index."""
@@ -1305,7 +1312,20 @@ class HybridMemory:
         self._save_indexes()
 
     def _save_indexes(self) -> None:
-        """Write bm25/ and dense.faiss under the file lock; readers (other threads) may search meanwhile."""
+        """Write bm25/ and dense.faiss under the file lock; readers (other threads) may search meanwhile.
+        Raises DiskFullError when the disk is full (the half-written folders are removed; the old ones stay)."""
+        try:
+            self._save_indexes_unchecked()
+        except OSError as exc:
+            if not is_disk_full(exc) or isinstance(exc, DiskFullError):
+                raise
+            raise DiskFullError(
+                f"saving the indexes: the disk holding the memory at {self.path} is full ({exc.strerror or exc}); "
+                f"every acknowledged write is in the store ({self._store.count()} chunks), and the indexes, derived "
+                "from it, are rebuilt at the next open; free disk space (searches still work)"
+            ) from exc
+
+    def _save_indexes_unchecked(self) -> None:
         with self._index_lock.read(), self._index_files():
             self._remove_stale_temporaries()
             saved = self._saved_state()
@@ -1448,13 +1468,8 @@ class HybridMemory:
 
 
 def _page_after(after: int | None, limit: int) -> int:
-    """The keyset position a page starts after (-1: the first page), with ``after`` and ``limit`` checked.
-    Raises InvalidRequestError naming the argument."""
-    if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < -1):
-        raise InvalidRequestError(f"after must be a position a previous page returned, or None, got {after!r}")
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
-        raise InvalidRequestError(f"limit must be an int in 1..10000, got {limit!r}")
-    return -1 if after is None else after
+    """The keyset position a page starts after (-1: the first page): :func:`hybrid_memory.limits.check_page`."""
+    return check_page(after, limit)
 
 
 def _checked_filter(metadata_filter: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
