@@ -16,7 +16,11 @@ from collections.abc import Iterator, MutableMapping
 
 import numpy as np
 
-__all__ = ["TokenCache"]
+__all__ = ["EXTRA_MAX", "TokenCache"]
+
+EXTRA_MAX = 1024
+""":meth:`TokenCache.gather` first folds the documents added since into the base when they are more than this and
+more than an eighth of the base: each costs a dict look-up in a gather, a base document a share of a numpy pass."""
 
 
 class TokenCache(MutableMapping):
@@ -115,6 +119,8 @@ class TokenCache(MutableMapping):
             Base documents are gathered with numpy passes; documents added since cost one dict look-up each.
         """
         doc_ids = np.asarray(doc_ids, dtype=np.int64)
+        if len(self._extra) > max(EXTRA_MAX, len(self._ids) // 8):
+            self._consolidate()
         m = len(doc_ids)
         present = np.zeros(m, dtype=bool)
         lengths = np.zeros(m, dtype=np.int64)
@@ -144,6 +150,12 @@ class TokenCache(MutableMapping):
                     datas.append(np.asarray(found, dtype=np.int32))
                     owners.append(np.full(len(found), j, dtype=np.int64))
         return present, lengths, np.concatenate(datas), np.concatenate(owners)
+
+    def _consolidate(self) -> None:
+        """Fold the documents added since into the base (one pass over every token, O(total tokens)), so
+        :meth:`gather` reads them with numpy passes too; what the cache holds is unchanged."""
+        ids, lengths, data = self.export()
+        self.__init__(ids, lengths, data)  # type: ignore[misc]
 
     def export(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(doc_ids int64 (n,), lengths int64 (n,), data int32 (lengths.sum(),))`` of every document, in
