@@ -74,7 +74,7 @@ class IdSpace:
 
     def shown(self, stored_id: str) -> str:
         """The id a caller of this scope sees for a stored id: the scope's prefix taken off when it has it."""
-        return stored_id[len(self.prefix):] if stored_id.startswith(self.prefix) else stored_id
+        return stored_id.removeprefix(self.prefix)
 
     def target(self, chunk_id: str, present: set[str]) -> str:
         """The stored id a write of ``chunk_id`` goes to, given ``present``: the candidates stored *in this scope*

@@ -10,7 +10,7 @@ pytest.importorskip("llama_index.core")
 from langchain_core.documents import Document  # noqa: E402
 from llama_index.core import Document as LlamaDocument  # noqa: E402
 
-from hybrid_memory import HashingEmbedder, HybridMemory, ScopeError  # noqa: E402
+from hybrid_memory import HashingEmbedder, HybridMemory  # noqa: E402
 from langchain_hybrid_memory import HybridMemoryRetriever as LangChainRetriever  # noqa: E402
 from langchain_hybrid_memory.retrievers import content_chunk_id  # noqa: E402
 from llamaindex_hybrid_memory import HybridMemoryRetriever as LlamaRetriever  # noqa: E402
