@@ -47,8 +47,8 @@ from ..dedup import DedupPolicy, WriteResult, as_policy, covers
 from ..engines.dense.index import DENSE_KINDS, FaissIndex
 from ..embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder
 from ..embedders import query_vector as checked_query_vector
-from ..backends.embedded.filter_index import FilterIndex, system_filter
-from ..filters import check_metadata, validate_filter
+from ..backends.embedded.filter_index import FilterIndex
+from ..filters import check_metadata, system_filter, validate_filter
 from ..search.engine import DenseEngine, Query, RowSet, SparseEngine
 from ..paths import EDGE_CONFIG, INDEX_LOCK, STORE_FILE, memory_path
 from ..models import _SHORT, SCOPE_FIELDS, Chunk, SearchRequest, SearchResponse, StoredChunk, build_response, validation_message

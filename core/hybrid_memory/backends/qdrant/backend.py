@@ -110,8 +110,7 @@ from ...engines.calibration import gaussian_surprise, term_surprise
 from ...dedup import covering_filter
 from ...embedders import l2_normalize
 from ...search.engine import Hit, Query
-from ..embedded.filter_index import system_filter
-from ...filters import METADATA, SYSTEM, parse_filter
+from ...filters import METADATA, SYSTEM, parse_filter, system_filter
 from ...models import SCOPE_FIELDS, TIME_FIELDS, StoredChunk
 from ...paths import check_local_mode_path
 from ...tokenizer import TechnicalTokenizer

@@ -43,7 +43,7 @@ import numpy as np
 from .. import calibration
 
 if TYPE_CHECKING:
-    from ...search.engine import RowSet
+    from ..rowset import RowSet
     from .index import BM25Index
 
 __all__ = ["LocalBM25", "dense_chance", "local_bm25"]
