@@ -11,21 +11,25 @@ reverse: the population statistics are drawn from is chosen to be the scope inst
 
 Here the *population* of a scoped search is every chunk of the scope (all of them, whatever the metadata filter
 and ``as_of`` of the search: the filter restricts what is returned, as it does unscoped, not the statistics).
-:class:`LocalBM25` computes, per query, from the index's forward token lists (:meth:`TokenCache.gather`) of the
-population's documents::
+:class:`LocalBM25` computes, per query, from the index's postings and forward token lists
+(:meth:`TokenCache.gather`)::
 
     N = |population|,  avgdl = mean length over it,  df(t) = population documents holding t,
     score(d) = sum_{t in q} idf(t) tf(t, d) / (tf(t, d) + k1 (1 - b + b |d| / avgdl)),
     idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))                  (Lucene BM25, Kamphuis et al. 2020)
 
 in float64, exactly, independent of how the memory's segments are laid out (main or delta, merged or not): the same
-scope's chunks score the same with or without other scopes in the memory. Its BM25 surprise
+scope's chunks score the same with or without other scopes in the memory. Per query it reads each query token's
+documents (its column of the main segment and its delta posting, as the exact-match guard does) kept to the
+population, and the token lists of those documents only; ``N`` and the total length are counted once per scope
+and write (:func:`_size`). Its BM25 surprise
 (:func:`~hybrid_memory.engines.calibration.term_surprise`), its rare identifiers (the exact-match guard's ``max_df``)
 and the dense surprise's chance moments (:func:`dense_chance`: mean and variance of the query's inner products over
 the population's vectors) are the population's too.
 
-Cost: one pass over the population's tokens per query (numpy), and for the dense surprise one gather and matvec over
-its vectors; ``benchmarks/scope_stats.py`` measures it. The unscoped memory keeps memory-wide statistics.
+Cost: the query tokens' postings (O(df) each, as an unfiltered search reads them) and the token lists of the
+population's documents that hold one; for the dense surprise one gather and matvec over the population's vectors
+(O(|scope| x dim)). ``benchmarks/scope_stats.py`` measures it. The unscoped memory keeps memory-wide statistics.
 
 What stays memory-wide: an approximate dense index (IVF, HNSW) walks a structure built over every vector, so which
 of a scope's chunks an approximate search finds can depend on other scopes' vectors; the exact (flat) search, the
@@ -67,17 +71,33 @@ class LocalBM25:
         wanted = sorted(set(terms.distinct) | set(terms.identifiers))
         with index._lock:
             self.generation = index._generation
-            vocab = index._vocab
-            present, lengths, data, owner = index._tokens.gather(population.ids)
+            n, total = _size(index, population)
+            holders: dict[str, np.ndarray] = {}
+            spans = index._spans(wanted, cache)
+            main = index._main
+            for token in wanted:  # the documents holding each token: its column and its delta posting
+                parts = []
+                begin, end = spans.get(token, (0, 0))
+                if end > begin:
+                    rows = np.asarray(main.scores["indices"][begin:end], dtype=np.int64)
+                    parts.append(index._main_ids[rows[index._main_alive[rows] > 0]])
+                posting = index._postings.get(token)
+                if posting:
+                    parts.append(np.fromiter(posting, dtype=np.int64, count=len(posting)))
+                ids = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+                holders[token] = np.unique(ids[population.contains(ids)]) if len(ids) else ids
+            candidates = np.unique(np.concatenate([np.zeros(0, np.int64), *holders.values()]))
+            present, lengths, data, owner = index._tokens.gather(candidates)
             k1, b = index.k1, index.b
-        self.ids = population.ids[present]
-        position = np.cumsum(present) - 1  # population position -> position among the present ones
+            vocab = index._vocab
+            token_ids = {t: vocab.get(t, -1) for t in wanted}
+        self.ids = candidates[present]  # the population's documents holding a query token, ascending
+        position = np.cumsum(present) - 1
         owner = position[owner]
         lengths = lengths[present].astype(np.float64)
-        n = self.n = len(self.ids)
-        avgdl = float(lengths.mean()) if n else 1.0
-        avgdl = avgdl if avgdl > 0 else 1.0
-        token_ids = {t: vocab.get(t, -1) for t in wanted}
+        self.n = n
+        m = len(self.ids)
+        avgdl = total / n if n and total > 0 else 1.0
         known = np.array([i for i in token_ids.values() if i >= 0], dtype=np.int64)
         lookup = np.zeros(max(len(vocab), int(data.max()) + 1 if len(data) else 0), dtype=bool)
         lookup[known] = True
@@ -86,11 +106,11 @@ class LocalBM25:
         self.tf: dict[str, np.ndarray] = {}
         self.df: dict[str, int] = {}
         for token, token_id in token_ids.items():
-            tf = np.bincount(owner[data == token_id], minlength=n) if token_id >= 0 else np.zeros(n, np.int64)
+            tf = np.bincount(owner[data == token_id], minlength=m) if token_id >= 0 else np.zeros(m, np.int64)
             self.tf[token] = tf
-            self.df[token] = int(np.count_nonzero(tf))
+            self.df[token] = int(len(holders[token]))
         norm = k1 * (1.0 - b + b * lengths / avgdl)
-        scores = np.zeros(n, dtype=np.float64)
+        scores = np.zeros(m, dtype=np.float64)
         for token, times in Counter(terms.tokens).items():
             df = self.df.get(token, 0)
             if not df:
@@ -102,10 +122,11 @@ class LocalBM25:
         self.scores = scores
 
     def _positions(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(positions in :attr:`ids` of the int64 ``ids``, bool: which are there)."""
         ids = np.asarray(ids, dtype=np.int64)
-        if not self.n:
+        if not len(self.ids):
             return np.zeros(len(ids), np.int64), np.zeros(len(ids), bool)
-        pos = np.searchsorted(self.ids, ids).clip(max=self.n - 1)
+        pos = np.searchsorted(self.ids, ids).clip(max=len(self.ids) - 1)
         return pos, self.ids[pos] == ids
 
     def search(self, k: int, allowed: RowSet | None) -> list[tuple[int, float]]:
@@ -118,12 +139,18 @@ class LocalBM25:
         return [(int(ids[i]), float(scores[i])) for i in order]
 
     def score(self, ids: np.ndarray) -> np.ndarray:
-        """float64 (len(ids),): the scores of ``ids``; ``nan`` for ids outside the population (or not live)."""
+        """float64 (len(ids),): the scores of ``ids``; 0 for a population document holding no query token,
+        ``nan`` for ids outside the population (or not live documents)."""
+        ids = np.asarray(ids, dtype=np.int64)
         pos, found = self._positions(ids)
-        return np.where(found, self.scores[pos] if self.n else 0.0, np.nan)
+        out = np.where(found, self.scores[pos] if len(self.ids) else 0.0, 0.0)
+        outside = ~found & ~self.population.contains(ids)
+        out[outside] = np.nan
+        return out
 
     def surprise(self, doc_id: int, n: int | None) -> float | None:
-        """:meth:`BM25Index.surprise` with the population's document frequencies and count."""
+        """:meth:`BM25Index.surprise` with the population's document frequencies and count; None when the document
+        holds no query token."""
         pos, found = self._positions(np.array([doc_id], dtype=np.int64))
         if not found[0]:
             return None
@@ -140,7 +167,7 @@ class LocalBM25:
         rare = [t for t in terms.identifiers if 0 < self.df.get(t, 0) <= max_df]
         if len(rare) < min_share * terms.content_runs:
             rare = []
-        holders = [set(self.ids[self.tf[t] > 0].tolist()) for t in rare]
+        holders = [set(self.ids[self.tf[t] > 0].tolist()) for t in rare]  # at most max_df ids each
         id_list = ids.tolist()
         counts = [sum(1 for h in holders if i in h) for i in id_list]
         if len(terms.distinct) >= min_terms and len(ids):
@@ -152,6 +179,26 @@ class LocalBM25:
                     if ok:
                         counts[j] += bonus
         return np.array(counts, dtype=np.int64)
+
+
+_SIZES_KEPT = 64
+"""Populations whose ``(N, total length)`` :func:`_size` keeps per index (the filter index hands the same set object
+out again until the next write, so a scope's size is counted once per write, not per query)."""
+
+
+def _size(index: BM25Index, population: RowSet) -> tuple[int, float]:
+    """``(N, total length in tokens)`` of the population's live documents, kept on the index for the same set
+    object and index generation. Caller holds the index's lock."""
+    kept = index.__dict__.setdefault("_population_sizes", {})
+    held = kept.get(id(population))
+    if held is not None and held[0] is population and held[1] == index._generation:
+        return held[2], held[3]
+    present, lengths = index._tokens.lengths_of(population.ids)
+    n, total = int(np.count_nonzero(present)), float(lengths.sum())
+    if len(kept) >= _SIZES_KEPT:
+        kept.clear()
+    kept[id(population)] = (population, index._generation, n, total)
+    return n, total
 
 
 def local_bm25(index: BM25Index, query: str, population: RowSet, cache: dict | None) -> LocalBM25:

@@ -151,6 +151,30 @@ class TokenCache(MutableMapping):
                     owners.append(np.full(len(found), j, dtype=np.int64))
         return present, lengths, np.concatenate(datas), np.concatenate(owners)
 
+    def lengths_of(self, doc_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(present bool (m,), lengths int64 (m,))`` of the int64 ``doc_ids``: which are live documents here and
+        their token counts (0 where absent), with numpy passes over the base and a dict look-up per other id."""
+        doc_ids = np.asarray(doc_ids, dtype=np.int64)
+        if len(self._extra) > max(EXTRA_MAX, len(self._ids) // 8):
+            self._consolidate()
+        m = len(doc_ids)
+        present = np.zeros(m, dtype=bool)
+        lengths = np.zeros(m, dtype=np.int64)
+        if len(self._sorted) and m:
+            i = np.searchsorted(self._sorted, doc_ids).clip(max=len(self._sorted) - 1)
+            position = self._order[i]
+            hit = (self._sorted[i] == doc_ids) & ~self._gone[position]
+            present[hit] = True
+            lengths[hit] = self._lengths[position[hit]]
+        if self._extra:
+            get = self._extra.get
+            for j in np.flatnonzero(~present).tolist():
+                found = get(int(doc_ids[j]))
+                if found is not None:
+                    present[j] = True
+                    lengths[j] = len(found)
+        return present, lengths
+
     def _consolidate(self) -> None:
         """Fold the documents added since into the base (one pass over every token, O(total tokens)), so
         :meth:`gather` reads them with numpy passes too; what the cache holds is unchanged."""
