@@ -247,7 +247,7 @@ class HybridMemoryRetriever(BaseRetriever):
         path: str | PathLike[str] | None = None,
         **kwargs: Any,
     ) -> HybridMemoryRetriever:
-        """Build a memory from LangChain ``Document``s, one chunk each, and return a retriever over it.
+        """Build a memory from LangChain ``Document`` objects, one chunk each, and return a retriever over it.
 
         Args:
             documents: the documents; each keeps its ``id`` as ``chunk_id`` when it has one.
@@ -323,7 +323,7 @@ class HybridMemoryRetriever(BaseRetriever):
     def close(self) -> None:
         """Close the memory if this retriever opened it (``from_documents``, ``from_texts``, ``from_path``):
         its indexes are saved and the store released. A memory passed in is left to its owner. Idempotent."""
-        if self._owns_memory:
+        if self._owns_memory and isinstance(self.memory, HybridMemory):  # an owned memory is never a scoped view
             self.memory.close()
 
     def __enter__(self) -> HybridMemoryRetriever:

@@ -201,10 +201,10 @@ class HybridMemoryRetriever(BaseRetriever):
         path: str | PathLike[str] | None = None,
         **kwargs: Any,
     ) -> HybridMemoryRetriever:
-        """Build a memory from LlamaIndex ``Document``s (one chunk each, ``chunk_id = doc.id_``).
+        """Build a memory from LlamaIndex ``Document`` objects (one chunk each, ``chunk_id = doc.id_``).
 
         Args:
-            documents: ``Document``s or any nodes; split them beforehand (for example with a node parser)
+            documents: ``Document`` objects or any nodes; split them beforehand (for example with a node parser)
                 when a document is longer than a chunk should be.
             embed_model: a LlamaIndex ``BaseEmbedding`` (bridged by
                 :class:`~llamaindex_hybrid_memory.embeddings.LlamaIndexEmbedder`), a core ``Embedder``,
@@ -263,7 +263,7 @@ class HybridMemoryRetriever(BaseRetriever):
     def close(self) -> None:
         """Close the memory if this retriever opened it (``from_documents``, ``from_nodes``, ``from_path``):
         its indexes are saved and the store released. A memory passed in is left to its owner. Idempotent."""
-        if self._owns_memory:
+        if self._owns_memory and isinstance(self.memory, HybridMemory):  # an owned memory is never a scoped view
             self.memory.close()
 
     def __enter__(self) -> HybridMemoryRetriever:
