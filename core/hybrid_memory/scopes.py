@@ -365,7 +365,7 @@ class ScopedMemory:
         stored), in the order given."""
         ids = [chunk_ids] if isinstance(chunk_ids, str) else chunk_ids
         if not isinstance(ids, Iterable):
-            return ids  # type: ignore[return-value]  # the memory refuses it with its message
+            return ids  # the memory refuses it with its message
         ids = list(ids)
         if not all(isinstance(i, str) for i in ids):
             return ids  # the memory refuses it with its message
@@ -380,7 +380,8 @@ class ScopedMemory:
         items = list(chunks)
         given: list[str | None] = []
         for item in items:
-            cid = item.chunk_id if isinstance(item, Chunk) else (item.get("chunk_id") if isinstance(item, Mapping) else None)
+            cid = item.chunk_id if isinstance(item, Chunk) else (
+                item.get("chunk_id") if isinstance(item, Mapping) else None)
             given.append(cid if isinstance(cid, str) and cid else None)
         present, space = self._present([g for g in given if g is not None]), self._ids
         out: list[Any] = []
@@ -411,11 +412,12 @@ class ScopedMemory:
         space = self._ids
         decisions = []
         for i, d in enumerate(result.decisions):
-            caller_id = given[i] if i < len(given) and given[i] is not None else space.shown(d.chunk_id)
+            named = given[i] if i < len(given) else None
+            caller_id = named if named is not None else space.shown(d.chunk_id)
             stored = caller_id if d.stored_id == d.chunk_id else space.shown(d.stored_id)
-            decisions.append(WriteDecision(
-                caller_id, d.action, stored, duplicate_of=None if d.duplicate_of is None else space.shown(d.duplicate_of),
-                kind=d.kind, cosine=d.cosine, overlap=d.overlap))
+            duplicate = None if d.duplicate_of is None else space.shown(d.duplicate_of)
+            decisions.append(WriteDecision(caller_id, d.action, stored, duplicate_of=duplicate, kind=d.kind,
+                                           cosine=d.cosine, overlap=d.overlap))
         return WriteResult(decisions)
 
     def _shown_response(self, response: SearchResponse) -> SearchResponse:

@@ -217,7 +217,8 @@ class DenseEngine:
             chance = dense_chance(self.index, query.vector, population)
             n = len(population) if allowed is None else len(allowed)
             return None if chance is None else gaussian_surprise(hits[0][1], chance[0], chance[1], n)
-        return self.index.surprise(query.vector, hits[0][1], None if allowed is None else len(allowed), cache=query.cache)
+        n_allowed = None if allowed is None else len(allowed)
+        return self.index.surprise(query.vector, hits[0][1], n_allowed, cache=query.cache)
 
     def prepare_surprise(self, query: Query) -> None:
         """What :meth:`surprise` needs before the top is known (``FaissIndex.prepare_surprise``), for a query whose
