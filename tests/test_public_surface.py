@@ -16,7 +16,7 @@ CORE = [
     "CallableEmbedder", "Chunk", "DedupPolicy", "DimensionMismatchError", "DuplicateChunkError", "Embedder",
     "FusedHit", "HashingEmbedder", "HybridMemory", "HybridMemoryError", "HybridParams", "InvalidEmbedderError", "InvalidFilterError",
     "InvalidRequestError", "MAX_SEARCH_TEXT_CHARS", "MAX_TOP_K", "MAX_WEIGHT", "MemoryClosedError", "MemoryNotFoundError", "BackendUnavailableError", "MissingDependencyError",
-    "RecencyPrior", "Scope", "ScopeError", "ScopedMemory", "SearchRequest", "SearchResponse", "SearchResult",
+    "OnnxEmbedder", "RecencyPrior", "Scope", "ScopeError", "ScopedMemory", "SearchRequest", "SearchResponse", "SearchResult",
     "SentenceTransformerEmbedder", "StoreBusyError", "StoreFormatError", "StoredChunk", "WriteDecision",
     "WriteResult", "export_to_qdrant", "reciprocal_rank_fusion",
 ]

@@ -32,7 +32,8 @@ from .memory.export import export_to_qdrant
 from .dedup import DedupPolicy, WriteDecision, WriteResult
 from .embedders import CallableEmbedder, Embedder, HashingEmbedder, SentenceTransformerEmbedder
 from .fusion import FusedHit, reciprocal_rank_fusion
-from .memory.hybrid import HybridMemory
+from .memory import HybridMemory
+from .onnx_embedder import OnnxEmbedder
 from .models import MAX_SEARCH_TEXT_CHARS, MAX_TOP_K, MAX_WEIGHT, Chunk, HybridParams, SearchRequest, SearchResponse, SearchResult, StoredChunk
 from .scopes import Scope, ScopedMemory
 from .temporal import RecencyPrior
@@ -61,6 +62,7 @@ __all__ = [
     "MemoryNotFoundError",
     "BackendUnavailableError",
     "MissingDependencyError",
+    "OnnxEmbedder",
     "RecencyPrior",
     "Scope",
     "ScopeError",

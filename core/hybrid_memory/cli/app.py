@@ -449,8 +449,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of the ``hybrid-memory`` command."""
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The argparse parser of the ``hybrid-memory`` command.
+
+    ``argv``, the command line about to be parsed: when it names neither ``graph`` nor ``-h``/``--help``, the
+    ``graph`` command is a stub that is never chosen, and the graph extra (networkx and the GraphRAG layer, about
+    0.4 s) is not imported: a cold ``hybrid-memory search`` pays only for what it runs. None: the full parser.
+    """
     parser = argparse.ArgumentParser(
         prog="hybrid-memory",
         description=(
@@ -527,14 +532,11 @@ def build_parser() -> argparse.ArgumentParser:
     memory_args(stats, shard=True)
     stats.set_defaults(func=_cmd_stats)
 
-    try:
-        from .graph import register
-    except ImportError as exc:  # the graph extra is not installed
-        reason = f"the graph commands need the graph extra: pip install 'hybrid-memory[graph]' ({exc})"
-        graph = sub.add_parser("graph", help="GraphRAG commands (needs: pip install 'hybrid-memory[graph]')")
-        graph.set_defaults(func=lambda _args: _fail(reason))
+    wanted = None if argv is None else set(argv)
+    if wanted is not None and not wanted & {"graph", "-h", "--help"}:
+        sub.add_parser("graph", help="GraphRAG commands")  # never chosen: "graph" is not on this command line
     else:
-        register(sub)
+        _register_graph(sub)
 
     # `mcp`: the server lives in mcp_server.py and imports the SDK only when run
     from .mcp import register as register_mcp
@@ -548,6 +550,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _register_graph(sub: Any) -> None:
+    """Add the ``graph`` command: the GraphRAG layer's parser, or one that names the extra it needs."""
+    try:
+        from .graph import register
+    except ImportError as exc:  # the graph extra is not installed
+        reason = f"the graph commands need the graph extra: pip install 'hybrid-memory[graph]' ({exc})"
+        graph = sub.add_parser("graph", help="GraphRAG commands (needs: pip install 'hybrid-memory[graph]')")
+        graph.set_defaults(func=lambda _args: _fail(reason))
+    else:
+        register(sub)
+
+
 def _fail(message: str) -> int:
     print(f"hybrid-memory: error: {message}", file=sys.stderr)
     return 2
@@ -555,7 +569,7 @@ def _fail(message: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 success, 2 bad input)."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose:

@@ -33,7 +33,8 @@ from .._exceptions import InvalidRequestError
 from .._options import check_memory_options
 from .._rwlock import ReadWriteLock
 from ..dedup import DedupPolicy, WriteResult, as_policy
-from ..embedders import Embedder, SentenceTransformerEmbedder
+from ..embedders import Embedder
+from ..onnx_embedder import OnnxEmbedder
 from ..embedders import query_vector as checked_query_vector
 from ..search.engine import Query
 from ..fusion import FUSION_METHODS
@@ -99,7 +100,7 @@ class BackendMemory(HybridMemory):
         self.show_progress = show_progress
         self.dedup = as_policy(dedup, DedupPolicy())
         self.recency_prior = recency_prior
-        self.embedder = embedder if embedder is not None else SentenceTransformerEmbedder()
+        self.embedder = embedder if embedder is not None else OnnxEmbedder()
         self.last_sync: dict[str, Any] = {}
         self._write_lock = threading.RLock()
         self._index_lock = ReadWriteLock()

@@ -45,10 +45,11 @@ from .._rwlock import ReadWriteLock
 from ..changes import ChangeSet
 from ..dedup import DedupPolicy, WriteResult, as_policy, covers
 from ..engines.dense.index import DENSE_KINDS, FaissIndex
-from ..embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder
+from ..embedders import Embedder, HashingEmbedder
 from ..embedders import query_vector as checked_query_vector
 from ..backends.embedded.filter_index import FilterIndex
 from ..filters import check_metadata, system_filter, validate_filter
+from ..onnx_embedder import OnnxEmbedder
 from ..search.engine import DenseEngine, Query, RowSet, SparseEngine
 from ..paths import EDGE_CONFIG, INDEX_LOCK, STORE_FILE, memory_path
 from ..models import _SHORT, SCOPE_FIELDS, Chunk, SearchRequest, SearchResponse, StoredChunk, build_response, validation_message
@@ -120,7 +121,7 @@ def _check_embedder(embedder: Any) -> None:
                      else f"{type(embedder).__name__} {embedder!r}"[:120])
             raise InvalidRequestError(
                 f"embedder {given} lacks {attribute!r}; it must follow the Embedder protocol (name, dim, "
-                "embed_documents, embed_query): pass an instance such as SentenceTransformerEmbedder() (the packaged "
+                "embed_documents, embed_query): pass an instance such as OnnxEmbedder() (the packaged "
                 "all-MiniLM-L6-v2) or HashingEmbedder(384), or leave embedder out for the default"
             )
 
@@ -134,7 +135,7 @@ class HybridMemory:
             in process memory only.
         embedder: any :class:`~hybrid_memory.embedders.Embedder`. None: the embedder the directory was built
             with when it is a :class:`HashingEmbedder`, else the offline all-MiniLM-L6-v2
-            (:class:`SentenceTransformerEmbedder`, 384 dimensions).
+            (:class:`OnnxEmbedder`, 384 dimensions, the vectors and name of :class:`SentenceTransformerEmbedder`).
         k1, b: BM25 parameters (bm25s, Lucene variant); defaults 1.5 and 0.75.
         candidate_multiplier: each engine retrieves ``candidate_multiplier × max(top_k, RANK_FLOOR)`` candidates before
             fusion (default 2, as in the reference design); >= 1.
@@ -371,7 +372,7 @@ class HybridMemory:
             if saved_name.startswith("hashing-"):
                 embedder = HashingEmbedder(int(saved["embedder"]["dim"]))
             else:
-                embedder = SentenceTransformerEmbedder()
+                embedder = OnnxEmbedder()
         _check_embedder(embedder)
         info = {"name": str(embedder.name), "dim": int(embedder.dim)}
         if saved is None:
@@ -384,7 +385,9 @@ class HybridMemory:
             raise StoreFormatError(
                 f"memory at {self.path} was built with embedder {saved['embedder']['name']!r} "
                 f"(dim {saved['embedder']['dim']}), not {info['name']!r} (dim {info['dim']}); open it with the "
-                "same embedder, or ingest into a new directory to switch models"
+                f"same embedder (embedder=<the {saved['embedder']['name']!r} model>, for instance "
+                "SentenceTransformerEmbedder(model_path=DIR) from the [torch] extra), or ingest into a new "
+                "directory to switch models"
             )
         return embedder
 
