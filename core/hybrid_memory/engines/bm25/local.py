@@ -4,10 +4,13 @@ BM25's idf and length normalisation and the default fusion's calibration read co
 frequencies ``df(t)``, the document count ``N``, the mean length ``avgdl``, the dense engine's chance moments. Read
 over the whole memory, they make a scope's scores (and ``effective_weights``) depend on what other scopes store:
 writing a one-word probe into one's own scope and reading its ``sparse_score`` recovers how many chunks of other
-tenants hold the word. Elasticsearch has the same leak between shards, which score with shard-local idf; its users
-turn on ``search_type=dfs_query_then_fetch``, a first round that gathers the global term statistics before scoring
-(Elasticsearch reference, "Search type" / "Relevance is broken" in the definitive guide; the same trade here in
-reverse: the population statistics are drawn from is chosen to be the scope instead of the whole index).
+tenants hold the word. Elasticsearch shows the same coupling between shards: each shard scores with its own term
+statistics ("Relevance Is Broken!", Elasticsearch: The Definitive Guide), and users who need scores independent of
+how documents fall into shards turn on ``search_type=dfs_query_then_fetch``, a first round that gathers the term and
+document frequencies over the index before scoring, "at a small performance cost" (mozilla/addons-server#9771;
+pelias/api#1335: "most notable when there are only a few documents in the index"). Here the choice is the other
+way round: the population whose statistics score a query is made the *scope* (a tenant's own "index"), not the
+whole memory, so no scope's counts reach another's scores, at the price of noisier idf on small scopes.
 
 Here the *population* of a scoped search is every chunk of the scope (all of them, whatever the metadata filter
 and ``as_of`` of the search: the filter restricts what is returned, as it does unscoped, not the statistics).
