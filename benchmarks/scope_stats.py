@@ -5,6 +5,11 @@ Usage::
     python benchmarks/scope_stats.py                       # LoCoMo-5 with MiniLM (cached vectors) + 100k scale
     python benchmarks/scope_stats.py --embedder hashing    # no model
     python benchmarks/scope_stats.py --skip-scale          # LoCoMo-5 only
+    python benchmarks/scope_stats.py --backend edge --n 20000   # the same on a Qdrant Edge shard
+
+``--backend edge`` runs both parts on a Qdrant Edge shard in a temporary folder (BM25 ``avgdl`` set to the corpus's
+mean length in tokens, as ``qdrant_eval.py`` does; the metadata keys the "before" filters read are indexed): "before"
+is then the collection-wide idf and calibration, "after" the scope's (:mod:`hybrid_memory.backends.qdrant.scoped`).
 
 Both figures come from one memory per part and one run, comparing the same allowed set searched two ways:
 
@@ -37,7 +42,21 @@ import _common as common  # noqa: E402
 TOP_K = 10
 
 
-def locomo(embedder_kind: str) -> dict:
+def open_memory(backend: str, embedder, folder: str | None, texts=None, keys=None, **options):
+    """An embedded memory, or one over a new Qdrant Edge shard in ``folder`` with ``avgdl`` the texts' mean length."""
+    from hybrid_memory import HybridMemory
+
+    if backend == "embedded":
+        return HybridMemory(None, embedder=embedder, **options)
+    from hybrid_memory.tokenizer import TechnicalTokenizer
+
+    tokenizer = TechnicalTokenizer()
+    avgdl = sum(len(tokenizer.tokenize(t)) for t in texts) / max(len(texts), 1) if texts else 256.0
+    return HybridMemory.qdrant(edge_path=Path(folder) / "shard", embedder=embedder, avgdl=avgdl,
+                               indexed_keys=keys or {}, **options)
+
+
+def locomo(embedder_kind: str, backend: str = "embedded", folder: str | None = None) -> dict:
     from hybrid_memory import HybridMemory
     from hybrid_memory.ingest import read_beir_corpus, read_qrels
     from locomo_eval import read_queries, turn_time
@@ -57,7 +76,8 @@ def locomo(embedder_kind: str) -> dict:
     doc_vectors = common.document_vectors("locomo5", embedder, [c.text for c in chunks])
     query_vectors = common.load_or_embed("locomo5-queries", embedder.name, embedder.dim, [q["text"] for q in queries],
                                          embedder.embed_documents)
-    memory = HybridMemory(None, embedder=embedder, candidate_multiplier=2)
+    memory = open_memory(backend, embedder, folder, [c.text for c in chunks], {"conversation": "keyword"},
+                         candidate_multiplier=2)
     memory.add(chunks, vectors=doc_vectors)
     memory.flush()
     systems = {"sparse": {"hybrid_params": {"dense_weight": 0.0, "sparse_weight": 1.0}},
@@ -84,20 +104,21 @@ def locomo(embedder_kind: str) -> dict:
     memory.close()
     rows = [[name, t["before"]["ndcg@10"], t["after"]["ndcg@10"], t["after"]["ndcg@10"] - t["before"]["ndcg@10"],
              t["before"]["p50_ms"], t["after"]["p50_ms"]] for name, t in table.items()]
-    print(f"\nLoCoMo-5, each conversation a scope ({len(queries)} questions, top {TOP_K}, depth 20, {embedder.name})")
+    print(f"\nLoCoMo-5 on {backend}, each conversation a scope ({len(queries)} questions, top {TOP_K}, depth 20, "
+          f"{embedder.name})")
     print(common.format_table(rows, ["system", "nDCG@10 memory-wide", "nDCG@10 scope-local", "delta",
                                      "p50 ms before", "p50 ms after"]))
-    return {"queries": len(queries), "embedder": embedder.name, "results": table}
+    return {"queries": len(queries), "embedder": embedder.name, "backend": backend, "results": table}
 
 
-def scale(n: int, n_queries: int) -> dict:
+def scale(n: int, n_queries: int, backend: str = "embedded", folder: str | None = None) -> dict:
     import numpy as np
 
     from hybrid_memory import HashingEmbedder, HybridMemory
     from scale import BATCH, Corpus
 
     corpus = Corpus()
-    memory = HybridMemory(None, embedder=HashingEmbedder(384))
+    memory = open_memory(backend, HashingEmbedder(384), folder, None, {"tenant": "keyword"})
     start = time.perf_counter()
     with memory.bulk():
         for b in range((n + BATCH - 1) // BATCH):
@@ -126,12 +147,12 @@ def scale(n: int, n_queries: int) -> dict:
     memory.close()
     rows = [[name, t["before"]["p50_ms"], t["after"]["p50_ms"], t["after"]["p50_ms"] / t["before"]["p50_ms"],
              t["before"]["p95_ms"], t["after"]["p95_ms"]] for name, t in out.items()]
-    print(f"\n{n:,} chunks, tenant t7 = {tenant_size:,} chunks ({tenant_size / n:.1%}), {n_queries} queries, "
+    print(f"\n{backend}: {n:,} chunks, tenant t7 = {tenant_size:,} chunks ({tenant_size / n:.1%}), {n_queries} queries, "
           f"top 10 (built in {build_s:.0f} s)")
     print(common.format_table(rows, ["search", "p50 ms memory-wide", "p50 ms scope-local", "ratio", "p95 before",
                                      "p95 after"]))
     del np
-    return {"chunks": n, "tenant_chunks": tenant_size, "queries": n_queries, "results": out}
+    return {"chunks": n, "tenant_chunks": tenant_size, "queries": n_queries, "backend": backend, "results": out}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -141,15 +162,20 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--skip-scale", action="store_true")
     parser.add_argument("--skip-locomo", action="store_true")
+    parser.add_argument("--backend", default="embedded", choices=("embedded", "edge"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     common.ensure_core_importable()
     payload: dict = {"machine": common.machine_info()}
-    if not args.skip_locomo:
-        payload["locomo5"] = locomo(args.embedder)
-    if not args.skip_scale:
-        payload["scale"] = scale(args.n, args.queries)
-    path = common.write_results("scope_stats" + ("" if args.embedder == "minilm" else f"_{args.embedder}"), payload)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        if not args.skip_locomo:
+            payload["locomo5"] = locomo(args.embedder, args.backend, str(Path(folder) / "locomo"))
+        if not args.skip_scale:
+            payload["scale"] = scale(args.n, args.queries, args.backend, str(Path(folder) / "scale"))
+    name = "scope_stats" + ("" if args.backend == "embedded" else f"_{args.backend}")
+    path = common.write_results(name + ("" if args.embedder == "minilm" else f"_{args.embedder}"), payload)
     print(f"wrote {path}")
     return payload
 
