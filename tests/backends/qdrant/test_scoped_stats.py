@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory
 
 pytest.importorskip("qdrant_edge", reason="qdrant-edge-py is not installed (pip install 'hybrid-memory[qdrant]')")

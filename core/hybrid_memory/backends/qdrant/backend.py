@@ -39,6 +39,11 @@ of 3 points scores ln(1 + 2.5 / 1.5)), and the query vector holds each query tok
 * N and df are counted per shard, over the points that have a non-empty sparse vector (a chunk without a
   single token does not count in N), where the embedded index counts every chunk of the memory.
 
+A **scoped** search (issue 35) does not use the modifier: its legs query the plain vector ``bm25_tf`` (the same
+values, no modifier) with weights ``count(t) * idf_scope(t)``, the scope's own N and df kept client-side, and its
+BM25 scores are recomputed here from the stored values; its surprises and the exact-match guard's document
+frequencies are the scope's too (:mod:`hybrid_memory.backends.qdrant.scoped`).
+
 **Search.** Both legs go in one ``query_batch`` request (one round trip; a ``prefetch`` request would return
 only Qdrant's own fusion of the legs, whose weighted RRF differs from this library's, so the legs are
 fetched as they are and fused client-side by the core's :class:`~hybrid_memory.search.searcher.HybridSearcher`,
@@ -645,7 +650,8 @@ class QdrantSparseEngine:
 
     def score(self, query: Query, ids: np.ndarray) -> np.ndarray:
         """Exact BM25 scores of the int64 ``ids``, float64; 0 for a known id without a query term, nan for an
-        unknown one. Restricted to the candidates (``has_id``); idf stays collection-wide (see ``_Legs.cross``)."""
+        unknown one. Restricted to the candidates (``has_id``); the collection's idf, or in a scoped search the
+        scope's (see ``_Legs.cross`` and :mod:`hybrid_memory.backends.qdrant.scoped`)."""
         return self.legs.cross("sparse", query, ids)
 
     def exact_matches(self, query: Query, ids: np.ndarray, max_df: int, min_share: float = 0.25,
@@ -1375,7 +1381,8 @@ class QdrantBackend:
                     if self.scopes is None:
                         self.collection.set_payload(pid, payload)
                     else:  # a kept scope the point enters or leaves is counted anew
-                        self.scopes.set_payload(pid, payload, functools.partial(self.collection.set_payload, pid, payload))
+                        self.scopes.set_payload(pid, payload,
+                                                functools.partial(self.collection.set_payload, pid, payload))
                 finally:  # even when it raised: it may have been applied (a server that timed out after it)
                     if self.corpus is not None:
                         self.corpus.touch()

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -72,9 +73,8 @@ SCOPES_KEPT = 16
 
 
 def scope_idf(n: int, df: int) -> float:
-    """Lucene BM25 idf ``ln(1 + (n - df + 0.5) / (df + 0.5))`` (Qdrant's IDF modifier; Kamphuis et al. 2020), float64."""
-    import math
-
+    """Lucene BM25 idf ``ln(1 + (n - df + 0.5) / (df + 0.5))``, float64 (Qdrant's IDF modifier; Kamphuis et al.
+    2020)."""
     return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
 
 
