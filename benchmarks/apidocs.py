@@ -45,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import techdocs  # noqa: E402  (the shared ast reader and the set's container)
-from techdocs import _IDENTIFIER, _STOP, _WORD, TechDocs, _definitions, _Def, _tokens  # noqa: E402
+from techdocs import _IDENTIFIER, _STOP, _WORD, TechDocs, _Def, _definitions, _tokens  # noqa: E402
 
 __all__ = ["MAX_CHARS", "PACKAGES", "QUERIES_PER_CLASS", "SEED", "build", "fingerprint"]
 
