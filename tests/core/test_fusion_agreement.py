@@ -1,5 +1,5 @@
-"""The default fusion's per-query pieces (issue 36): agreement of the engines' tops, weights mixed toward the
-request's by it, the guard's order among holders of a rare name, and the whole-query rule for plain words."""
+"""The default fusion's per-query pieces (issue 36): agreement of the engines' tops, discounted by chance, weights
+mixed toward the request's by it, and the whole-query rule for plain words."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hybrid_memory.fusion import FusionInput, fuse, rank_by_score
-from hybrid_memory.fusion.agreement import guard_columns_by, mix_weights, top_agreement
+from hybrid_memory.fusion.agreement import chance_free, mix_weights, top_agreement
 from hybrid_memory.sparse import BM25Index
 
 
@@ -36,16 +36,6 @@ def test_mix_weights_moves_toward_the_priors_by_the_squared_agreement():
     assert mix_weights(calibrated, {"sparse": 1.0, "dense": 1.0}, 0.0) == calibrated
 
 
-def test_guard_columns_by_orders_holders_by_the_inner_score():
-    scores, matches = [3.0, 1.0, 2.0, 0.0], [0, 1, 1, 0]
-    # non-holders as the plain guard (over all scores, span 3): 3 -> 0.5, 0 -> 0; holders by inner (9, 7, 5, 0)
-    # over the holders 7 and 5 (span 2): 1 + 1/2 and 1 + 0, the reverse of their fused order
-    assert guard_columns_by(scores, matches, [9.0, 7.0, 5.0, 0.0]) == pytest.approx([0.5, 1.5, 1.0, 0.0])
-    assert guard_columns_by(scores, [0, 0, 0, 0], [9.0, 7.0, 5.0, 0.0]) == scores
-    # holders with equal inner scores sit at their match count; more matches still rank first
-    assert guard_columns_by(scores, [0, 2, 1, 0], [0.0, 4.0, 4.0, 0.0]) == pytest.approx([0.5, 2.0, 1.0, 0.0])
-
-
 E = math.e
 BY_HAND = FusionInput(  # the input of test_fusion.py's by-hand tests of the v1 default
     runs={"sparse": ["c", "a"], "dense": ["a", "b", "c"]},
@@ -56,12 +46,22 @@ BY_HAND = FusionInput(  # the input of test_fusion.py's by-hand tests of the v1 
 )
 
 
+def test_chance_free_is_the_probability_the_top_is_not_chance():
+    assert chance_free(0.0) == 0.5
+    assert chance_free(3.0) == pytest.approx(1 / (1 + math.exp(-3.0)), rel=1e-15)
+    assert chance_free(-1.0) == pytest.approx(1 / (1 + math.e), rel=1e-15)
+    assert chance_free(-800.0) == 0.0 and chance_free(800.0) == 1.0  # no overflow either way
+    assert chance_free(math.nan) == 1.0
+
+
 def test_the_default_mixes_the_calibrated_weights_toward_the_priors_when_the_tops_agree():
     # calibrated (adaptive_v1): ln(1 + e^3) and ln(1 + e^-1) made convex. Tops (k = 2): {c, a} & {a, b} = {a}:
-    # agreement 1/2, share 1/4: s = 0.75 s0 + 0.125, d = 0.75 d0 + 0.125
+    # share of shared tops 1/2, discounted by the chance of the weaker top, 1 / (1 + e^1) (dense, S = -1):
+    # a = 1 / (2 (1 + e)); s = (1 - a^2) s0 + a^2 / 2, d likewise
     ws, wd = math.log1p(math.exp(3.0)), math.log1p(math.exp(-1.0))
     s0, d0 = ws / (ws + wd), wd / (ws + wd)
-    s, d = 0.75 * s0 + 0.125, 0.75 * d0 + 0.125
+    share = (1 / (2 * (1 + E))) ** 2
+    s, d = (1 - share) * s0 + share / 2, (1 - share) * d0 + share / 2
     out = fuse("adaptive", BY_HAND)
     assert out.weights == pytest.approx({"sparse": s, "dense": d})
     assert fuse("adaptive_v1", BY_HAND).weights == pytest.approx({"sparse": s0, "dense": d0})
@@ -69,6 +69,10 @@ def test_the_default_mixes_the_calibrated_weights_toward_the_priors_when_the_top
     # rescaled over [b, c]: a = (d + s) / (2 s - d)
     assert out.scores == pytest.approx({"a": (d + s) / (2 * s - d), "b": 0.0, "c": 1.0})
     assert out.calibrated is True
+    # without surprises (the uncalibrated fallback) the agreement is not discounted: share 1/4 of the priors
+    plain = dataclasses.replace(BY_HAND, surprise={})
+    u = fuse("adaptive_v1", plain).weights
+    assert fuse("adaptive", plain).weights == pytest.approx({n: 0.75 * w + 0.125 for n, w in u.items()})
 
 
 def test_the_default_keeps_the_calibrated_weights_when_the_query_names_something():
@@ -78,17 +82,13 @@ def test_the_default_keeps_the_calibrated_weights_when_the_query_names_something
     assert [k for k, _ in rank_by_score(fuse("adaptive", named).scores)] == ["b", "c", "a"]
 
 
-def test_holders_of_a_rare_name_keep_the_order_the_request_weights_give():
-    # a one-identifier query: BM25's surprise is at most 0 (here -1), the dense one's 3, so the calibrated weights
-    # are s0 = ln(1 + e^-1) / (...) ~ 0.09, d0 ~ 0.91. b and c hold the name; BM25 puts c first (its top), dense b.
+def test_holders_of_a_rare_name_keep_the_calibrated_order():
+    # a one-identifier query: BM25's surprise is at most 0 (here -1), the dense one's 3. b and c hold the name; the
+    # guard puts them first and, as adaptive_v1, orders them by the calibrated fusion (the request's weights there
+    # cost robustness to a weak embedding: see fuse_adaptive), so the default and adaptive_v1 agree exactly
     inp = dataclasses.replace(BY_HAND, surprise={"sparse": -1.0, "dense": 3.0}, identifier_matches={"b": 1, "c": 1})
-    # v1 orders the holders by the calibrated fusion: b = -s0 k above c = (s0 - d0) k
-    assert [k for k, _ in rank_by_score(fuse("adaptive_v1", inp).scores)] == ["b", "c", "a"]
-    # the default by the priors' fusion: b = (-k + 0) / 2, c = (k - k) / 2 = 0: c first. Holders over their span
-    # k / 2: b 1 + 0, c 1 + 1/2; a (not a holder) at (f_a - min f) / (2 span f) = 1/2 (it is the top, c the bottom
-    # of f); rescaled over [1/2, 3/2]: a 0, b 1/2, c 1
-    out = fuse("adaptive", inp)
-    assert out.scores == pytest.approx({"a": 0.0, "b": 0.5, "c": 1.0})
+    assert fuse("adaptive", inp) == fuse("adaptive_v1", inp)
+    assert [k for k, _ in rank_by_score(fuse("adaptive", inp).scores)] == ["b", "c", "a"]
 
 
 def test_a_plain_word_query_counts_as_quoted_only_where_one_candidate_holds_it():

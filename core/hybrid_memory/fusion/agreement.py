@@ -1,15 +1,16 @@
-"""Per-query agreement between the engines' lists, and the guard's order among holders of a rare name.
+"""Per-query agreement between the engines' lists, for the default fusion's weights.
 
-Two pieces of the default fusion (:func:`~hybrid_memory.fusion.methods.fuse_adaptive`) that judge the engines on
-the query at hand rather than on the corpus: both read only the candidate lists and the exact cross-scores every
+Pieces of the default fusion (:func:`~hybrid_memory.fusion.methods.fuse_adaptive`) that judge the engines on
+the query at hand rather than on the corpus: they read only the candidate lists and the top-hit surprises every
 backend already computes, so the embedded and the Qdrant backends fuse the same inputs alike.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
-__all__ = ["guard_columns_by", "mix_weights", "top_agreement"]
+__all__ = ["chance_free", "mix_weights", "top_agreement"]
 
 
 def top_agreement(runs: Mapping[str, Sequence[str]], k: int | None = None) -> float:
@@ -36,6 +37,24 @@ def top_agreement(runs: Mapping[str, Sequence[str]], k: int | None = None) -> fl
     return sum(len(tops[i] & tops[j]) for i, j in pairs) / (k * len(pairs))
 
 
+def chance_free(nats: float) -> float:
+    """Probability that an engine's top hit of surprise ``nats`` is not a chance one::
+
+        p(S) = 1 / (1 + n P) = 1 / (1 + e^-S)
+
+    with ``n P = e^-S`` the expected number of chance documents scoring at least the top
+    (:mod:`hybrid_memory.calibration`; :func:`~hybrid_memory.fusion.adaptive.surprise_factor` is ``-ln(1 - p)``
+    of the same quantity): one real hit among ``n P`` chance ones at its level. About 1 for a clear top
+    (S >= 4), 1/2 at chance level, toward 0 below it. nan gives 1 (not judged).
+    """
+    if nats != nats:
+        return 1.0
+    if nats >= 0:
+        return 1.0 / (1.0 + math.exp(-nats))
+    e = math.exp(nats)
+    return e / (1.0 + e)
+
+
 def mix_weights(calibrated: Mapping[str, float], priors: Mapping[str, float], agreement: float) -> dict[str, float]:
     """Convex weights between the calibrated ones and the request's priors, by the squared agreement::
 
@@ -51,32 +70,3 @@ def mix_weights(calibrated: Mapping[str, float], priors: Mapping[str, float], ag
     if not share or not total > 0:
         return dict(calibrated)
     return {name: (1 - share) * w + share * float(priors.get(name, 0.0)) / total for name, w in calibrated.items()}
-
-
-def guard_columns_by(scores: Sequence[float], matches: Sequence[float], inner: Sequence[float]) -> list[float]:
-    """The exact-match guard (:func:`~hybrid_memory.fusion.adaptive.guard_columns`) with its own order inside the
-    groups of holders::
-
-        guarded(d) = matches(d) + (g(d) - min g) / (2 (max g - min g))
-
-    where ``g`` is ``inner`` over the candidates holding a rare name (matches > 0; min and max over them) and
-    ``scores`` over the others (min and max over all candidates, as the plain guard). The guard decides *that*
-    the holders come first; ``inner`` decides *which* holder first (the default passes the z-score fusion with
-    the request's priors, so BM25's own reasons, repetition, a title, a definition, count as much as the
-    embedding's instead of as little as BM25's calibrated weight on a one-identifier query, whose surprise is at
-    most 0 by construction). A span of 0 puts the group at ``matches(d)``. Returns a copy of ``scores`` when no
-    candidate matches.
-    """
-    if not len(scores) or not any(matches):
-        return list(scores)
-    low, high = min(scores), max(scores)
-    span = high - low
-    held = [g for g, m in zip(inner, matches, strict=True) if m]
-    in_low, in_span = min(held), max(held) - min(held)
-    out = []
-    for s, m, g in zip(scores, matches, inner, strict=True):
-        if m:
-            out.append(m + ((g - in_low) / (2 * in_span) if in_span > 0 else 0.0))
-        else:
-            out.append((s - low) / (2 * span) if span > 0 else 0.0)
-    return out

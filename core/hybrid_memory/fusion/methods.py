@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from .adaptive import apply_identifier_guard, confidence_weights, guard_columns, surprise_factor
-from .agreement import guard_columns_by, mix_weights, top_agreement
+from .agreement import chance_free, mix_weights, top_agreement
 from .rrf import rrf_table
 from .scores import dbsf, tm2c2, zscore_columns
 
@@ -300,7 +300,7 @@ def fuse_adaptive_v1(inp: FusionInput) -> FusionOutcome:
 
 def fuse_adaptive(inp: FusionInput) -> FusionOutcome:
     """The default: :func:`fuse_adaptive_v1` (log-scaled BM25, z-score fusion over exact cross-scores, weights
-    calibrated against chance, the exact-match guard), with the engines judged on the query in two places:
+    calibrated against chance, the exact-match guard), with the engines judged on the query:
 
     1. the weights, when the query names nothing exact (no candidate holds a rare identifier of it, nor the whole
        query): ``alpha = (1 - a^2) calibrated + a^2 priors`` (:func:`~hybrid_memory.fusion.agreement.mix_weights`),
@@ -310,13 +310,20 @@ def fuse_adaptive(inp: FusionInput) -> FusionOutcome:
        of a technical manual) or a BM25 whose evidence grows with the query's length under term independence
        (a whole paragraph as the query) gets a lopsided weight even where both engines return the same documents.
        When their tops coincide, each corroborates the other on this query (what RRF rewards), so the request's
-       weights hold; when they differ, the calibration decides. Not where the query names something exact: there
-       the calibrated evidence (an error message BM25 alone holds) is what the guard and the weights protect;
-    2. the order among holders of a rare name: the guard puts the holders first, and orders them by the z-score
-       fusion with the request's priors (:func:`~hybrid_memory.fusion.agreement.guard_columns_by`) rather than by
-       the calibrated weights, under which a one-identifier query gives BM25 almost no say (its surprise is at
-       most 0 for one token) and a chunk merely mentioning the name could overtake the one BM25 ranks first for
-       defining it.
+       weights hold; when they differ, the calibration decides. ``a`` is discounted by the probability that each
+       engine's top is not a chance hit, ``min_e 1 / (1 + e^-S_e)``
+       (:func:`~hybrid_memory.fusion.agreement.chance_free`), so an engine near chance level (an embedder far
+       outside its domain) does not win its weight back from tops that overlap by chance. Not where the query
+       names something exact: there the calibrated evidence (an error message BM25 alone holds) is what the guard
+       and the weights protect;
+    2. the exact-match guard as in :func:`fuse_adaptive_v1`, order inside each group ``f``. Ordering the holders
+       of a rare name by the fusion with the request's weights instead (so BM25's reasons count as much as the
+       embedding's on a one-identifier query, whose BM25 surprise is at most 0) was measured and left out: +0.003
+       nDCG@10 on both technical sets' identifier queries, but -0.006 overall on APIDocs with the dense engine
+       weakened (``fusion_robustness.py``, dense noise 0.75: identifiers -0.008, filtered -0.013), where the
+       calibrated weights rightly keep a noisy embedding out of that order (issue 36). The guard's input changed for
+       every guarded method: a query that names nothing counts as quoted only where one candidate holds it in order
+       (``BM25Index.exact_matches``, and alike on Qdrant).
 
     The calibrated weights, their fallback and ``calibrated`` are those of :func:`fuse_adaptive_v1`. Reported
     rescaled to [0, 1] over the candidates (best 1), which changes no order.
@@ -328,13 +335,12 @@ def fuse_adaptive(inp: FusionInput) -> FusionOutcome:
     if any(strength):
         alphas = calibrated_alphas
     else:
-        alphas = mix_weights(calibrated_alphas, priors, top_agreement({n: inp.runs[n] for n in calibrated_alphas}))
+        agreement = top_agreement({n: inp.runs[n] for n in calibrated_alphas})
+        if calibrated:  # shared tops corroborate only as far as each engine's top is not a chance hit
+            agreement *= min(chance_free(inp.surprise[n]) for n in calibrated_alphas)
+        alphas = mix_weights(calibrated_alphas, priors, agreement)
     keys, fused = _zscores(inp, alphas, log_bm25=True)
-    if not any(strength):
-        return FusionOutcome(_unit(keys, fused), alphas, calibrated)
-    total = sum(priors.values())
-    _, inner = _zscores(inp, {n: w / total for n, w in priors.items()}, log_bm25=True) if total > 0 else (keys, fused)
-    return FusionOutcome(_unit(keys, guard_columns_by(fused, strength, inner)), alphas, calibrated)
+    return FusionOutcome(_unit(keys, guard_columns(fused, strength)), alphas, calibrated)
 
 
 FUSION_METHODS: dict[str, FusionMethod] = {
@@ -353,8 +359,8 @@ FUSION_METHODS: dict[str, FusionMethod] = {
                      "z-score fusion of log-scaled BM25 and cosines weighted by each engine's top-hit evidence against chance, plus the exact-match guard",
                      surprise=True),
         FusionMethod("adaptive", fuse_adaptive, True, True,
-                     "adaptive_v1 with the engines judged on the query: weights toward the request's where their tops agree and the "
-                     "query names nothing exact; holders of a rare name ordered with the request's weights",
+                     "adaptive_v1 with the engines judged on the query: weights toward the request's where their tops agree "
+                     "and the query names nothing exact",
                      surprise=True),
     )
 }
