@@ -11,7 +11,7 @@ import pytest
 
 from hybrid_memory.fusion import FusionInput, fuse, rank_by_score
 from hybrid_memory.fusion.agreement import chance_free, mix_weights, top_agreement
-from hybrid_memory.sparse import BM25Index
+from hybrid_memory.engines.bm25.index import BM25Index
 
 
 def test_top_agreement_is_the_shared_share_of_the_tops():

@@ -43,7 +43,7 @@ def chance_free(nats: float) -> float:
         p(S) = 1 / (1 + n P) = 1 / (1 + e^-S)
 
     with ``n P = e^-S`` the expected number of chance documents scoring at least the top
-    (:mod:`hybrid_memory.calibration`; :func:`~hybrid_memory.fusion.adaptive.surprise_factor` is ``-ln(1 - p)``
+    (:mod:`hybrid_memory.engines.calibration`; :func:`~hybrid_memory.fusion.adaptive.surprise_factor` is ``-ln(1 - p)``
     of the same quantity): one real hit among ``n P`` chance ones at its level. About 1 for a clear top
     (S >= 4), 1/2 at chance level, toward 0 below it. nan gives 1 (not judged).
     """
