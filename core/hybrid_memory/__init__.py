@@ -34,7 +34,8 @@ from .embedders import CallableEmbedder, Embedder, HashingEmbedder, SentenceTran
 from .fusion import FusedHit, reciprocal_rank_fusion
 from .memory.hybrid import HybridMemory
 from .models import MAX_SEARCH_TEXT_CHARS, MAX_TOP_K, MAX_WEIGHT, Chunk, HybridParams, SearchRequest, SearchResponse, SearchResult, StoredChunk
-from .scopes import Scope, ScopedMemory
+from .memory.scoped import ScopedMemory
+from .scopes import Scope
 from .temporal import RecencyPrior
 
 __version__ = "0.1.0"

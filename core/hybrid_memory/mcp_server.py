@@ -42,7 +42,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ._exceptions import DuplicateChunkError, HybridMemoryError, InvalidRequestError, missing_dependency
 from .dedup import DedupPolicy
 from .models import SearchRequest, SearchResponse, StoredChunk
-from .scopes import SCOPE_FIELDS, Scope, ScopedMemory, as_scope
+from .memory.scoped import ScopedMemory
+from .scopes import SCOPE_FIELDS, Scope, as_scope
 
 if TYPE_CHECKING:
     from .memory.hybrid import HybridMemory

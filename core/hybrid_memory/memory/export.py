@@ -79,7 +79,7 @@ def check_bm25(memory: HybridMemory, backend: QdrantBackend, *, avgdl: float | N
     params = memory.bm25_params
     want = {"k1": params["k1"], "b": params["b"]}
     have = {"k1": float(backend.encoder.k1), "b": float(backend.encoder.b)}
-    if avgdl is not None or len(memory._sparse):
+    if avgdl is not None or len(memory.backend.sparse):
         want["avgdl"] = float(avgdl if avgdl is not None else params["avgdl"])
         have["avgdl"] = float(backend.encoder.avgdl)
     names = [name for name in want if want[name] != have[name]]
@@ -238,15 +238,15 @@ def _checked_memory(memory: object) -> None:
         MemoryClosedError: the memory is closed (checked here: its BM25 parameters would otherwise be compared
             first, and a closed memory's refusal named a BM25 fix).
     """
+    from ..backends.embedded.backend import EmbeddedBackend
     from .hybrid import HybridMemory
-    from .backend_memory import BackendMemory
 
     if isinstance(memory, (str, os.PathLike)):
         raise InvalidRequestError(
             f"export_to_qdrant copies an open HybridMemory, got the path {str(memory)!r}; open it first and pass "
             f"the memory: with HybridMemory.open({str(memory)!r}) as memory: export_to_qdrant(memory, backend)"
         )
-    if isinstance(memory, BackendMemory):
+    if isinstance(memory, HybridMemory) and not isinstance(memory.backend, EmbeddedBackend):
         raise InvalidRequestError(
             "export_to_qdrant copies an embedded HybridMemory (a folder), got a memory on a backend "
             f"({type(memory.backend).__name__}), whose chunks are already there; pass HybridMemory.open(path)"
@@ -337,7 +337,7 @@ def export_to_qdrant(
                               embedder={"name": memory.embedder.name, "dim": dim}, indexed_keys=backend.indexed_keys)
 
     record(0, False)
-    store = memory._store  # the embedded store: the vectors live there, keyed by rowid
+    store = memory.backend.store  # the embedded store: the vectors live there, keyed by rowid
     copied = 0
     position = 0
     batch = []
