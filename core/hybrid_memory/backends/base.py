@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from ..embedders import Embedder
 from ..models import SCOPE_FIELDS, TIME_FIELDS, Chunk, StoredChunk
 from ..search.engine import Engine, Query
 
-__all__ = ["Backend", "ChunkPlan", "ChunkVersion", "NearSearch", "StoredState", "check_embedder", "system_values"]
+__all__ = ["Backend", "ChunkPlan", "ChunkVersion", "NearSearch", "P", "StoredState", "check_embedder", "system_values"]
 
 StoredState = tuple[str, Mapping[str, Any]]
 """What the write rules read of a stored chunk: ``(content_hash, system fields)``, the system fields being the
@@ -88,6 +88,10 @@ class ChunkPlan(Protocol):
         ...
 
 
+P = TypeVar("P", bound=ChunkPlan)
+"""The plan type a caller's ``plan`` callback returns; :meth:`Backend.apply_write` returns that same plan."""
+
+
 def system_values(chunk: StoredChunk) -> dict[str, Any]:
     """Scope and time fields, ``superseded_by`` and ``merged`` (``[[chunk_id, source], ...]``) of a stored chunk:
     what the write rules read (the system fields of :data:`StoredState`)."""
@@ -127,8 +131,11 @@ class Backend(Protocol):
     """Searches hold it shared from resolving the filter to reading the results; a backend applying a change to
     in-process indexes holds it alone."""
 
-    executor: Executor | None
-    """Threads the hybrid searcher runs the two engines in, or None (both legs in one request, as Qdrant's batch)."""
+    @property
+    def executor(self) -> Executor | None:
+        """Threads the hybrid searcher runs the two engines in, or None (both legs in one request, as Qdrant's
+        batch)."""
+        ...
 
     @property
     def path(self) -> Path | None:
@@ -203,9 +210,9 @@ class Backend(Protocol):
     def apply_write(
         self,
         chunk_ids: Sequence[str],
-        plan: Callable[[Mapping[str, StoredState]], ChunkPlan],
+        plan: Callable[[Mapping[str, StoredState]], P],
         closes: Sequence[tuple[str, Mapping[str, Any]]] = (),
-    ) -> ChunkPlan:
+    ) -> P:
         """Read the stored state of ``chunk_ids`` (``{chunk_id: (content_hash, system fields)}`` of the stored
         ones), call ``plan`` with it (the write rules; they may embed and call :meth:`find_hashes` and
         :meth:`near_search`), and store what the plan says in one batch: the changed positions with their new

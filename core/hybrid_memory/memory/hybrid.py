@@ -78,7 +78,13 @@ class HybridMemory:
 
     Args:
         path: memory directory (created if absent; reopened if it holds a memory). None keeps the memory
-            in process memory only.
+            in process memory only (or, with ``backend``, in the backend).
+        backend: a :class:`~hybrid_memory.backends.base.Backend` to store and search in instead of the embedded
+            one, e.g. a :class:`~hybrid_memory.backends.qdrant.backend.QdrantBackend` (see :meth:`qdrant`); closed
+            by :meth:`close`. With it, only ``embedder``, ``candidate_multiplier``, ``dedup``, ``recency_prior``
+            and ``show_progress`` apply (the others configure the embedded indexes: InvalidRequestError), and the
+            embedder's dimension fixes the collection's (checked on open). None (default): an
+            :class:`~hybrid_memory.backends.embedded.backend.EmbeddedBackend` over ``path``.
         embedder: any :class:`~hybrid_memory.embedders.Embedder`. None: the embedder the directory was built
             with when it is a :class:`HashingEmbedder`, else the offline all-MiniLM-L6-v2
             (:class:`SentenceTransformerEmbedder`, 384 dimensions).
@@ -115,6 +121,7 @@ class HybridMemory:
             ``show_progress="yes"``), before the folder is created; ``path`` is a file, cannot be created (``/proc/nope``, a path below a file), is
             a folder this process cannot write, holds a Qdrant Edge shard, or is not a str / os.PathLike
             (``HybridMemory(5)``) or is empty; the message names the path and the fix.
+            With ``backend``: a ``path`` too, or an option of the embedded indexes.
 
     Thread-safe: searches may run from many threads while others write. Several processes may open one
     directory and all may write (SQLite serialises the write transactions); each search first applies what

@@ -45,7 +45,7 @@ from ...models import SCOPE_FIELDS, StoredChunk
 from ...paths import EDGE_CONFIG, INDEX_LOCK, STORE_FILE
 from ...search.engine import DenseEngine, Engine, Query, RowSet, SparseEngine
 from ...tokenizer import TechnicalTokenizer
-from ..base import ChunkPlan, NearSearch, StoredState, check_embedder
+from ..base import NearSearch, P, StoredState, check_embedder
 from .filter_index import FilterIndex, system_filter
 from .store import CommitResult, NewRow, SQLiteStore, WriteConflict
 
@@ -158,7 +158,7 @@ class EmbeddedBackend:
         )
         self._faiss_threads = None if faiss_threads is None else int(faiss_threads)  # FAISS takes no numpy int
         self._dense_kind = dense_index
-        self.dense: FaissIndex | None = None  # made by open(dim)
+        self.dense: FaissIndex  # made by open(dim)
         self.embedder: Embedder | None = None
         self._write_lock = threading.RLock()  # one local writer at a time; guards the bulk depth too
         self.index_lock = ReadWriteLock()  # searches share it; applying a change to the indexes takes it alone
@@ -408,9 +408,9 @@ class EmbeddedBackend:
     def apply_write(
         self,
         chunk_ids: Sequence[str],
-        plan: Callable[[Mapping[str, StoredState]], ChunkPlan],
+        plan: Callable[[Mapping[str, StoredState]], P],
         closes: Sequence[tuple[str, Mapping[str, Any]]] = (),
-    ) -> ChunkPlan:
+    ) -> P:
         """Plan a write against the versions stored now and commit it in one transaction; prepared again
         (up to 20 times) when another process changed the same chunks meanwhile. See the protocol.
 
@@ -430,9 +430,9 @@ class EmbeddedBackend:
     def _write_once(
         self,
         chunk_ids: Sequence[str],
-        make_plan: Callable[[Mapping[str, StoredState]], ChunkPlan],
+        make_plan: Callable[[Mapping[str, StoredState]], P],
         closes: Sequence[tuple[str, Mapping[str, Any]]],
-    ) -> ChunkPlan:
+    ) -> P:
         """Prepare the write against the rows stored now, then commit it unless another process changed
         those rows meanwhile (WriteConflict: the caller prepares it again). Caller holds the write lock."""
         existing = self.store.lookup(list(chunk_ids))
@@ -456,7 +456,7 @@ class EmbeddedBackend:
             ]
         if closes:
             closed = self.store.system_of([cid for cid, _ in closes])
-            system_updates += [(closed[cid]["rowid"], update) for cid, update in closes if cid in closed]
+            system_updates += [(closed[cid]["rowid"], dict(update)) for cid, update in closes if cid in closed]
         expected = {c.chunk_id: existing.get(c.chunk_id) for c in items}
         with self.index_lock.write():
             result = self.store.write(
@@ -650,7 +650,7 @@ class EmbeddedBackend:
         if ids is None:
             return {c.chunk_id: (c.text, c.source, c.metadata) for c in self.store.get(list(chunk_ids))}
         by_rowid = self.store.hit_rows(ids)
-        out = {cid: by_rowid[rowid] for cid, rowid in zip(chunk_ids, ids, strict=True) if rowid in by_rowid}
+        out: dict[str, tuple[str, str | None, dict[str, Any]]] = {cid: by_rowid[rowid] for cid, rowid in zip(chunk_ids, ids, strict=True) if rowid in by_rowid}
         gone = [cid for cid in chunk_ids if cid not in out]
         if gone:
             out.update({c.chunk_id: (c.text, c.source, c.metadata) for c in self.store.get(gone)})

@@ -119,7 +119,7 @@ from ...models import SCOPE_FIELDS, TIME_FIELDS, StoredChunk
 from ...paths import check_local_mode_path
 from ...tokenizer import TechnicalTokenizer
 from ...scopes import as_scope
-from ..base import ChunkPlan, ChunkVersion, NearSearch, StoredState, check_embedder, system_values
+from ..base import ChunkVersion, NearSearch, P, StoredState, check_embedder, system_values
 from .collection import (
     DENSE,
     PAYLOAD_CACHE,
@@ -326,8 +326,8 @@ def _flt(allowed: QdrantFilter | None) -> Mapping[str, Any] | None:
 class _Legs:
     """Runs the active legs of one query in one batched request, memoised on the :class:`Query` (both
     engines of one search read the same response). ``query.cache["qdrant_legs"]`` names the active legs
-    (BackendMemory sets it from the weights; default both); ``query.cache["qdrant_guard"]`` says whether the
-    fusion reads the exact-match guard (BackendMemory sets it from the method; default True).
+    (:meth:`QdrantBackend.prepare_query` sets it from the weights; default both); ``query.cache["qdrant_guard"]`` says whether the
+    fusion reads the exact-match guard (set from the method there; default True).
 
     The legs return ids and scores only (no payload, no vectors): chunk ids come from the backend's id map
     (:meth:`QdrantBackend.keys`). Per query, ``query.cache`` keeps the query's tokens and sparse vector
@@ -1401,9 +1401,9 @@ class QdrantBackend:
     def apply_write(
         self,
         chunk_ids: Sequence[str],
-        plan: Callable[[Mapping[str, StoredState]], ChunkPlan],
+        plan: Callable[[Mapping[str, StoredState]], P],
         closes: Sequence[tuple[str, Mapping[str, Any]]] = (),
-    ) -> ChunkPlan:
+    ) -> P:
         """Read the stored payloads of ``chunk_ids`` and of the ``closes`` ids, plan the write against them, and
         write the plan's versions in one :meth:`write` (each keeps its first-insertion ``seq`` and
         ``created_at``; an unchanged text keeps its vectors). Two processes writing the same chunk id race (the
