@@ -8,7 +8,7 @@ it, ids of other scopes invisible, narrowing only) is described in :mod:`hybrid_
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -17,11 +17,35 @@ from ..models import SCOPE_FIELDS, Chunk, SearchRequest, SearchResponse, StoredC
 from ..scopes import Scope, as_scope
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ..dedup import DedupPolicy, WriteResult
     from ..temporal import RecencyPrior
-    from .hybrid import HybridMemory
 
 __all__ = ["ScopedMemory"]
+
+
+class _Memory(Protocol):
+    """What a view calls on its :class:`~hybrid_memory.HybridMemory` (each with ``scope=``): named here so that this
+    module needs no import of the facade, which imports it (no circle, not even a type-only one)."""
+
+    path: Path | None
+    embedder: Any
+
+    def make_request(self, *args: Any, **kwargs: Any) -> SearchRequest: ...
+    def add(self, *args: Any, **kwargs: Any) -> list[str]: ...
+    def upsert(self, *args: Any, **kwargs: Any) -> list[str]: ...
+    def write(self, *args: Any, **kwargs: Any) -> WriteResult: ...
+    def add_texts(self, *args: Any, **kwargs: Any) -> list[str]: ...
+    def supersede(self, *args: Any, **kwargs: Any) -> str: ...
+    def delete(self, *args: Any, **kwargs: Any) -> int: ...
+    def get(self, *args: Any, **kwargs: Any) -> list[StoredChunk]: ...
+    def count(self, *args: Any, **kwargs: Any) -> int: ...
+    def iter_chunks(self, *args: Any, **kwargs: Any) -> Iterator[StoredChunk]: ...
+    def page_chunks(self, *args: Any, **kwargs: Any) -> tuple[list[StoredChunk], int | None]: ...
+    def chunk_hashes(self, *args: Any, **kwargs: Any) -> dict[str, str]: ...
+    def search(self, *args: Any, **kwargs: Any) -> SearchResponse: ...
+    async def asearch(self, *args: Any, **kwargs: Any) -> SearchResponse: ...
 
 
 class ScopedMemory:
@@ -31,7 +55,7 @@ class ScopedMemory:
     The view does not own the memory: closing the memory closes every view of it.
     """
 
-    def __init__(self, memory: HybridMemory, scope: Scope) -> None:
+    def __init__(self, memory: _Memory, scope: Scope) -> None:
         if not scope:
             raise ScopeError(f"a scoped view needs at least one bound field of {', '.join(SCOPE_FIELDS)}")
         self._memory = memory
