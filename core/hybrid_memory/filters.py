@@ -61,6 +61,7 @@ from typing import Any
 from ._exceptions import InvalidFilterError, InvalidRequestError
 
 __all__ = [
+    "system_filter",
     "COMPARISON_OPERATORS",
     "LOGICAL_OPERATORS",
     "MAX_DEPTH",
@@ -482,3 +483,16 @@ def compile_filter(metadata_filter: Mapping[str, Any] | None) -> tuple[str, list
     """
     params: list[Any] = []
     return compile_node(parse_filter(metadata_filter), params), params
+
+
+def system_filter(scope: Mapping[str, str] | None, as_of: float | None) -> dict[str, Any] | None:
+    """The system-field filter of a search: each bound scope field equal, and the facts valid at ``as_of``
+    (Unix seconds): ``valid_from`` absent or ``<= as_of``, and ``valid_to`` absent or ``> as_of`` (the semantics
+    of the store's ``scope_sql``, the SQL reference). None when neither is given."""
+    parts: list[dict[str, Any]] = [{name: value} for name, value in (scope or {}).items()]
+    if as_of is not None:
+        parts.append({"$or": [{"valid_from": None}, {"valid_from": {"$lte": as_of}}]})
+        parts.append({"$or": [{"valid_to": None}, {"valid_to": {"$gt": as_of}}]})
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else {"$and": parts}

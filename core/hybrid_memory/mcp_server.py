@@ -28,7 +28,6 @@ over a Qdrant Edge shard with ``--edge-path DIR [--index-key KEY[=TYPE] ...] (--
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import gc
 import logging
@@ -56,7 +55,6 @@ __all__ = [
     "MemoryUpdate",
     "WriteOutcome",
     "build_server",
-    "register_cli",
     "settle",
 ]
 
@@ -452,37 +450,6 @@ def _global_search_tool(view: HybridMemory | ScopedMemory, graph: Any) -> Callab
 
 
 # -- the `hybrid-memory mcp` command ----------------------------------------------------------------------
-def parse_scope(pairs: list[str]) -> Scope | None:
-    """``["user_id=u1", "tenant=acme"]`` -> ``Scope``. Each pair is checked as it is read, its value by
-    :func:`~hybrid_memory.scopes.as_scope`, so a bad value gets the message every other entry point gives
-    (``scoped()``, ``scope=`` of a search, ``--tenant`` / ``--user-id``): ``tenant= acme`` would scope to " acme",
-    and is refused with "invalid scope: tenant: tenant must not have white space at its start or end, ...".
-
-    Raises:
-        InvalidRequestError: a pair that is not FIELD=VALUE, white space around its field, an unknown field, a bad
-            value (white space at its start or end, a control character), or one field given two values (the last
-            would silently win: for a server, the scope is who may read what).
-    """
-    fields: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if sep and key and key == key.strip() and key not in SCOPE_FIELDS:
-            as_scope({key: value})  # names the unknown field (and the closest one), whatever the value
-        if sep and key in SCOPE_FIELDS and not value:
-            raise InvalidRequestError(f"--scope {pair!r} gives {key} no value; give --scope {key}=VALUE, or leave "
-                                      f"{key} out for no {key}")
-        if not sep or not key or not value:
-            raise InvalidRequestError(f"--scope takes FIELD=VALUE (tenant, user_id, agent_id, session_id), got {pair!r}")
-        if key != key.strip():
-            raise InvalidRequestError(f"--scope {pair!r} has white space around its field {key!r}; give "
-                                      f"--scope {key.strip()}={value.strip()}")
-        as_scope({key: value})  # the field and the value, as every entry point checks them
-        if key in fields and fields[key] != value:
-            raise InvalidRequestError(f"--scope {key}={fields[key]} and --scope {key}={value} disagree; give {key} once")
-        fields[key] = value
-    return as_scope(fields)
-
-
 def settle(memory: Any) -> None:
     """Ready a long-running server process for steady latency, once, before it serves: load the embedder's model now
     (one query embedded; the first tool call would otherwise wait for it), then move every object alive to the
@@ -501,82 +468,3 @@ def settle(memory: Any) -> None:
     gc.collect()
     gc.freeze()
     logger.debug("start-up heap frozen: %d objects", gc.get_freeze_count())
-
-
-def _cmd_mcp(args: argparse.Namespace) -> int:
-    from .cli.app import open_memory
-
-    scope = parse_scope(args.scope)
-    if args.http:
-        _check_port_free(args.port)  # before the memory opens: uvicorn's bind error is a raw traceback, exit 3
-    if args.shard is not None and args.avgdl is None and not args.read_only and not _has_export_record(args.shard):
-        raise InvalidRequestError(
-            "--edge-path with the write tools needs --avgdl TOKENS, the BM25 average length the shard was written "
-            "with (export-qdrant printed it; a shard it writes now records it), so added memories score like the "
-            "stored ones; or give --read-only")
-    with open_memory(args, show_progress=False) as memory:
-        server = build_server(memory, scope=scope, read_only=args.read_only)
-        settle(memory)
-        if args.http:
-            logger.info("serving MCP over Streamable HTTP on http://127.0.0.1:%d/mcp", args.port)
-            server.run("streamable-http", host="127.0.0.1", port=args.port)
-        else:
-            server.run("stdio")
-    return 0
-
-
-def _has_export_record(shard: str) -> bool:
-    """Whether the Edge shard records the avgdl it was written with (export-qdrant writes it; opening uses it)."""
-    from pathlib import Path
-
-    from .backends.qdrant.edge_info import EXPORT_INFO
-
-    return (Path(shard) / EXPORT_INFO).is_file()
-
-
-def _check_port_free(port: int, host: str = "127.0.0.1") -> None:
-    """Refuse a ``--port`` that cannot be bound on ``host``, as uvicorn binds it (``SO_REUSEADDR`` set, so a
-    port in TIME_WAIT is free): another server listening there is named, with the fix.
-
-    Raises:
-        InvalidRequestError: the port is in use ("port N is in use; choose another --port"), or cannot be bound
-            for another reason (the OS's reason, e.g. permission denied).
-    """
-    import errno
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise InvalidRequestError(f"port {port} is in use; choose another --port") from None
-            raise InvalidRequestError(
-                f"cannot listen on {host}:{port} ({exc.strerror or exc}); choose another --port") from None
-
-
-def _port(text: str) -> int:
-    """argparse type of ``--port``: an integer 1-65535 (argparse reports anything else with exit 2)."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer 1-65535, got {text!r}") from None
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"must be 1-65535, got {port}; choose another --port")
-    return port
-
-
-def register_cli(sub: Any, memory_args: Callable[..., None]) -> None:
-    """Add the ``mcp`` subcommand to the ``hybrid-memory`` parser."""
-    mcp = sub.add_parser("mcp", help="serve the memory to agents over MCP (stdio, or --http on 127.0.0.1)")
-    memory_args(mcp, shard=True)
-    mcp.add_argument("--avgdl", type=float, default=None, metavar="TOKENS", help=(
-        "with --edge-path and the write tools: the BM25 average document length the shard was written with (the "
-        "avgdl export-qdrant printed), so added memories are scored like the copied ones"))
-    mcp.add_argument("--scope", action="append", default=[], metavar="FIELD=VALUE",
-                     help="bind every tool to this scope (tenant, user_id, agent_id, session_id); repeatable")
-    mcp.add_argument("--read-only", action="store_true", help="serve only the read tools")
-    mcp.add_argument("--http", action="store_true", help="Streamable HTTP on 127.0.0.1 instead of stdio")
-    mcp.add_argument("--port", type=_port, default=8765, help="TCP port of --http, 1-65535 (default 8765)")
-    mcp.set_defaults(func=_cmd_mcp)

@@ -11,7 +11,8 @@ from mcp.client._memory import InMemoryTransport  # noqa: E402
 
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError  # noqa: E402
 from hybrid_memory.cli.app import main  # noqa: E402
-from hybrid_memory.mcp_server import build_server, parse_scope  # noqa: E402
+from hybrid_memory.cli.common import parse_scope  # noqa: E402
+from hybrid_memory.mcp_server import build_server  # noqa: E402
 
 WRITE_TOOLS = {"add_memory", "update_memory", "delete_memory", "supersede_memory"}
 READ_TOOLS = {"search_memory", "get_memory", "list_memories", "global_search"}

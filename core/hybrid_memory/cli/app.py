@@ -22,6 +22,7 @@ from typing import Any
 from .._exceptions import HybridMemoryError, MissingDependencyError
 from ..fusion import DEFAULT_FUSION, FUSION_METHODS
 from ..models import SCOPE_FIELDS, Chunk
+from .common import add_index_key_argument, add_scope_field_arguments, open_memory, parse_scope
 
 __all__ = ["build_parser", "main"]
 
@@ -45,113 +46,6 @@ def _batched(items: Iterable[Chunk], size: int) -> Iterator[list[Chunk]]:
     iterator = iter(items)
     while batch := list(islice(iterator, size)):
         yield batch
-
-
-def open_memory(args: argparse.Namespace, *, must_exist: bool = True, show_progress: bool = True):  # noqa: ANN201
-    """Open ``args.memory`` (with ``--hashing-dim`` when given) for a command, or the Qdrant Edge shard of
-    ``--edge-path`` (``args.shard``, on ``search``, ``stats`` and ``mcp``) with its ``--index-key`` payload indexes;
-    without ``--hashing-dim``, a shard whose export record names a hashing embedder is opened with it (as an
-    embedded memory is).
-
-    Raises:
-        HybridMemoryError: ``--hashing-dim`` < 1; ``must_exist`` and there is no memory at the path (a mistyped
-            path must not silently create an empty memory); ``--memory`` names a Qdrant Edge shard's folder (the
-            message says to give it as ``--edge-path``, or to open it with ``HybridMemory.qdrant``); ``--edge-path``
-            holds no shard (the message names ``export-qdrant``) or is an embedded memory's folder.
-    """
-    from ..embedders import HashingEmbedder
-    from ..memory.hybrid import HybridMemory
-    from ..paths import EDGE_CONFIG, STORE_FILE, memory_path
-
-    dim = getattr(args, "hashing_dim", None)
-    if dim is not None and dim < 1:
-        raise HybridMemoryError(f"--hashing-dim must be >= 1, got {dim}")
-    embedder = HashingEmbedder(dim) if dim is not None else None
-    shard = getattr(args, "shard", None)
-    if shard is not None:
-        folder = Path(shard)
-        if (folder / STORE_FILE).is_file():
-            raise HybridMemoryError(f"--edge-path {shard} is an embedded memory's folder, not a Qdrant Edge shard; "
-                                    f"give it as --memory {shard}")
-        if not (folder / EDGE_CONFIG).is_file():
-            raise HybridMemoryError(f"no Qdrant Edge shard at {shard} (no {EDGE_CONFIG}); write one with: "
-                                    f"hybrid-memory export-qdrant --memory DIR --edge-path {shard}")
-        from ..backends.qdrant.edge_info import read_export_info
-
-        written = (read_export_info(folder) or {}).get("embedder") or {}
-        if embedder is None:  # as an embedded memory does: the hashing embedder its export record names
-            if written.get("name") == f"hashing-{written.get('dim')}" and isinstance(written.get("dim"), int):
-                embedder = HashingEmbedder(written["dim"])
-        _check_shard_embedder(shard, written, embedder)
-        options: dict[str, Any] = {"indexed_keys": indexed_keys(getattr(args, "index_key", None) or [])}
-        if getattr(args, "avgdl", None) is not None:
-            options["avgdl"] = args.avgdl
-        return HybridMemory.qdrant(edge_path=folder, embedder=embedder, show_progress=show_progress, **options)
-    folder = memory_path(args.memory, "--memory")  # a file, not a folder: refused with the fix
-    if not (folder / STORE_FILE).is_file() and (folder / EDGE_CONFIG).is_file():
-        fix = (f"give it as --edge-path {args.memory}" if hasattr(args, "shard") else
-               f"give the embedded memory as --memory; open the shard with HybridMemory.qdrant(edge_path={args.memory!r})")
-        raise HybridMemoryError(f"{args.memory} holds a Qdrant Edge shard ({EDGE_CONFIG}), not an embedded memory; {fix}")
-    if must_exist and not (folder / STORE_FILE).is_file():
-        raise HybridMemoryError(
-            f"no memory at {args.memory}; create it with: hybrid-memory ingest FILE_OR_FOLDER --memory {args.memory}"
-        )
-    return HybridMemory(args.memory, embedder=embedder, show_progress=show_progress)
-
-
-def _check_shard_embedder(shard: str, written: dict[str, Any], embedder: Any) -> None:
-    """Refuse to open a shard whose export record names another embedder of the same dimension than the one
-    the command would open it with (``--hashing-dim`` or the default model), as an embedded memory built with
-    another embedder is refused: its queries would be embedded by another model than its vectors, without an
-    error (another dimension is refused when the shard is opened, naming the one that fits)."""
-    from ..embedders import DEFAULT_MODEL_NAME
-
-    name, dim = written.get("name"), written.get("dim")
-    opened = (DEFAULT_MODEL_NAME, 384) if embedder is None else (embedder.name, int(embedder.dim))
-    if isinstance(name, str) and dim == opened[1] and name != opened[0]:
-        raise HybridMemoryError(
-            f"Qdrant Edge shard {shard} was written with the embedder {name!r} (dim {dim}, its export record), not "
-            f"{opened[0]!r}: its queries would be embedded by another model than its vectors; the command line "
-            f"opens shards written with the default embedder or --hashing-dim N only: open it from Python with "
-            f"HybridMemory.qdrant(edge_path={shard!r}, embedder=<the {name!r} embedder>)"
-        )
-
-
-INDEX_KINDS = ("keyword", "float", "integer", "bool")
-"""Payload index kinds of ``--index-key KEY[=TYPE]`` (those ``QdrantBackend``'s ``indexed_keys`` takes)."""
-
-
-def index_key(text: str) -> tuple[str, str]:
-    """argparse type of ``--index-key``: ``KEY`` (a keyword index) or ``KEY=TYPE`` with TYPE one of
-    :data:`INDEX_KINDS` -> ``(key, type)``; anything else is argparse's exit 2 naming the kinds."""
-    key, sep, kind = text.partition("=")
-    kind = kind if sep else "keyword"
-    if not key or kind not in INDEX_KINDS:
-        raise argparse.ArgumentTypeError(
-            f"takes KEY or KEY=TYPE with TYPE one of {', '.join(INDEX_KINDS)} (e.g. severity=float), got {text!r}")
-    return key, kind
-
-
-def indexed_keys(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
-    """``--index-key`` pairs as ``{key: type}``; a key given again with the same type counts once.
-
-    Raises:
-        HybridMemoryError: a key given with two types (the fix: give it once).
-    """
-    out: dict[str, str] = {}
-    for key, kind in pairs:
-        if out.get(key, kind) != kind:
-            raise HybridMemoryError(f"--index-key {key} is given as {out[key]} and as {kind}; give each key once, "
-                                    f"with the type of its values")
-        out[key] = kind
-    return out
-
-
-def add_index_key_argument(p: argparse.ArgumentParser, what: str) -> None:
-    """``--index-key KEY[=TYPE]`` (repeatable) on ``p``; ``what`` ends its help."""
-    p.add_argument("--index-key", action="append", type=index_key, default=[], metavar="KEY[=TYPE]",
-                   help=f"metadata key with a payload index of TYPE ({', '.join(INDEX_KINDS)}; default keyword; a range "
-                        f"filter on a number needs float or integer); repeatable; {what}")
 
 
 def _parse_metadata(pairs: Sequence[str]) -> dict[str, Any]:
@@ -178,34 +72,13 @@ def _ingest_scope(args: argparse.Namespace) -> Any:
     return as_scope({name: getattr(args, name) for name in SCOPE_FIELDS if getattr(args, name, None) is not None})
 
 
-def add_scope_field_arguments(p: argparse.ArgumentParser, what: str) -> None:
-    """``--tenant``, ``--user-id``, ``--agent-id``, ``--session-id`` on ``p`` (read by :func:`_ingest_scope`);
-    ``what`` is each one's help, with ``{name}`` for the field."""
-    for name in SCOPE_FIELDS:
-        p.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, metavar=name.upper(),
-                       action=_OnceAction, help=what.format(name=name))
-
-
-class _OnceAction(argparse.Action):
-    """A scope option given twice must give one value (argparse keeps the last, so ``--tenant a --tenant b`` would
-    silently write or read tenant b): a second, different value is a usage error, exit 2."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
-        given = getattr(namespace, self.dest, None)
-        if given is not None and given != values:
-            parser.error(f"{option_string} {given} and {option_string} {values} disagree; give {option_string} once")
-        setattr(namespace, self.dest, values)
-
-
 def _search_scope(args: argparse.Namespace) -> Any:
     """The Scope of ``search`` and ``ingest``: their ``--tenant/--user-id/--agent-id/--session-id`` and their
-    ``--scope FIELD=VALUE`` pairs (as mcp's, read by ``mcp_server.parse_scope``), or None.
+    ``--scope FIELD=VALUE`` pairs (as mcp's, read by :func:`~hybrid_memory.cli.common.parse_scope`), or None.
 
     Raises:
         InvalidRequestError: a bad pair, field or value, or a field given two values."""
     from .._exceptions import InvalidRequestError
-    from ..mcp_server import parse_scope
     from ..scopes import as_scope
 
     own = _ingest_scope(args)
@@ -658,13 +531,13 @@ def build_parser() -> argparse.ArgumentParser:
     else:
         register(sub)
 
-    # the `mcp` subcommand (issue 10); the server lives in mcp_server.py and imports the SDK only when run
-    from ..mcp_server import register_cli as register_mcp
+    # `mcp`: the server lives in mcp_server.py and imports the SDK only when run
+    from .mcp import register as register_mcp
 
     register_mcp(sub, memory_args)
 
-    # `export-qdrant` (issue 9); qdrant-client / qdrant-edge are imported only when it runs
-    from ..memory.export import register_cli as register_export
+    # `export-qdrant`: qdrant-client / qdrant-edge are imported only when it runs
+    from .export import register as register_export
 
     register_export(sub, memory_args)
     return parser

@@ -14,19 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from ..graph.errors import GraphStateError
+from .common import open_memory, parse_scope
 
 __all__ = ["register"]
 
 
 def _open_memory(args: argparse.Namespace) -> Any:
-    from hybrid_memory.cli.app import open_memory
-
     return open_memory(args, show_progress=False)
 
 
 def _scope(args: argparse.Namespace) -> Any:
-    from hybrid_memory.mcp_server import parse_scope
-
     return parse_scope(getattr(args, "scope", None) or [])
 
 

@@ -24,7 +24,7 @@ import reprlib
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 from tqdm.auto import tqdm
@@ -64,6 +64,9 @@ from .tokens import count_tokens
 
 _SHORT = reprlib.Repr()
 _SHORT.maxstring, _SHORT.maxother = 80, 80
+
+if TYPE_CHECKING:
+    from .store import GraphState
 
 logger = logging.getLogger(__name__)
 
@@ -614,24 +617,72 @@ class GraphIndex:
         self._recluster()
 
     # -- persistence ----------------------------------------------------------------------------------
+    def to_state(self) -> GraphState:
+        """Everything :meth:`save` writes, as a :class:`~hybrid_memory.graph.store.GraphState` (the store reads
+        this, never the index's fields). The containers are the index's own, not copies."""
+        from .store import GraphState
+
+        return GraphState(
+            scope=self.scope, extractions=self.extractions, failures=self.failures, communities=self.communities,
+            reports=self.reports, merges=self.merges, rejected_merges=self.rejected_merges, graph=self.graph,
+            parameters={
+                "max_cluster_size": self.max_cluster_size,
+                "seed": self.seed,
+                "community_backend": self.community_backend,
+                "auto_merge_threshold": self.auto_merge_threshold,
+                "extractor": getattr(self.extractor, "name", type(self.extractor).__name__),
+                "summarizer": getattr(self.summarizer, "name", type(self.summarizer).__name__),
+            },
+            report_vectors=self._report_vectors, report_vectors_for=self._report_vectors_for,
+        )
+
+    def restore(self, state: GraphState) -> None:
+        """Take the saved contents of ``state`` (from :func:`~hybrid_memory.graph.store.load_state`): scope,
+        extractions, failures, communities, reports, merges, graph and the report-vector cache. The constructor's
+        parameters stay as constructed."""
+        self.scope = dict(state.scope)
+        self.extractions, self.failures = state.extractions, state.failures
+        self.communities, self.reports = state.communities, state.reports
+        self.merges, self.rejected_merges = state.merges, state.rejected_merges
+        self.graph = state.graph
+        self._report_vectors, self._report_vectors_for = state.report_vectors, state.report_vectors_for
+        self._ranker = None
+
     def save(self, path: str | Path | None = None) -> Path:
-        """Write the index to ``path`` (default ``self.path``) as JSON + GraphML (see ``store.save_index``).
+        """Write the index to ``path`` (default ``self.path``) as JSON + GraphML (see ``store.save_state``).
         Raises GraphStateError when there is no path."""
-        from .store import save_index
+        from .store import save_state
 
         target = Path(path) if path is not None else self.path
         if target is None:
             raise GraphStateError("no path to save to: pass save(path) or build from a persisted memory")
-        save_index(self, target)
+        save_state(self.to_state(), target)
         return target
 
     @classmethod
     def load(cls, path: str | Path, **kwargs: Any) -> GraphIndex:
         """Reopen an index written by ``save``. Keyword arguments as for the constructor (extractor, summarizer,
-        embedder); max_cluster_size and seed come from the manifest unless given. Raises GraphFormatError."""
-        from .store import load_index
+        embedder); max_cluster_size, seed, community backend and auto-merge threshold come from the manifest
+        unless given. Raises GraphFormatError for a missing manifest, another format version or a damaged file."""
+        from .store import load_state, read_manifest, saved_parameters
 
-        return load_index(cls, Path(path), **kwargs)
+        directory = Path(path)
+        manifest = read_manifest(directory)
+        for key, value in saved_parameters(manifest).items():
+            kwargs.setdefault(key, value)
+        kwargs.setdefault("path", directory)
+        if kwargs.get("extractor") is None and manifest.get("extractor") == "offline-rules-technical":
+            kwargs["extractor"] = OfflineExtractor(proper_nouns=False)
+        index = cls(**kwargs)
+        for role in ("extractor", "summarizer"):
+            current = getattr(getattr(index, role), "name", "")
+            if manifest.get(role) and manifest[role] != current:
+                logger.warning(
+                    "graph at %s was built with %s %r; refreshing it with %r mixes both", directory, role,
+                    manifest[role], current,
+                )
+        index.restore(load_state(directory, manifest, getattr(index.embedder, "name", None)))
+        return index
 
     def __repr__(self) -> str:
         return (

@@ -26,7 +26,8 @@ import os
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -38,16 +39,40 @@ from .errors import GraphFormatError
 from .models import ChunkExtraction, Community, CommunityReport, ExtractionFailure
 from .resolve import AUTO_MERGE_THRESHOLD, Merge
 from .tokens import tokenizer_name
-
-if TYPE_CHECKING:
-    from .index import GraphIndex
-
 logger = logging.getLogger(__name__)
 
-__all__ = ["FORMAT_VERSION", "read_graphml", "save_index", "load_index", "write_graphml"]
+__all__ = ["FORMAT_VERSION", "GraphState", "load_state", "read_graphml", "read_manifest", "save_state", "write_graphml"]
 
 FORMAT_VERSION = 1
 _LIST_ATTRIBUTES = ("aliases", "types", "chunk_ids")
+
+
+@dataclass
+class GraphState:
+    """Everything a saved graph holds: what :meth:`GraphIndex.to_state <hybrid_memory.graph.GraphIndex.to_state>`
+    hands this module and what :func:`load_state` hands back, so the store never reads the index's own fields.
+
+    Attributes:
+        scope: bound scope fields of the graph ({} for the whole memory).
+        extractions, failures, communities, reports: by chunk id / community id.
+        merges: entity merges in force by undo token; rejected_merges: (alias, canonical) pairs never merged again.
+        graph: the entity multigraph.
+        parameters: ``max_cluster_size``, ``seed``, ``community_backend``, ``auto_merge_threshold``, and the
+            ``extractor`` / ``summarizer`` names (written to the manifest).
+        report_vectors: report text -> float32 (dim,) embedding, for the embedder named ``report_vectors_for``.
+    """
+
+    scope: dict[str, str] = field(default_factory=dict)
+    extractions: dict[str, ChunkExtraction] = field(default_factory=dict)
+    failures: dict[str, ExtractionFailure] = field(default_factory=dict)
+    communities: dict[str, Community] = field(default_factory=dict)
+    reports: dict[str, CommunityReport] = field(default_factory=dict)
+    merges: dict[str, Merge] = field(default_factory=dict)
+    rejected_merges: set[tuple[str, str]] = field(default_factory=set)
+    graph: nx.MultiDiGraph = field(default_factory=nx.MultiDiGraph)
+    parameters: dict[str, Any] = field(default_factory=dict)
+    report_vectors: dict[str, Any] = field(default_factory=dict)
+    report_vectors_for: str | None = None
 
 
 def _versions(backend: str) -> dict[str, str]:
@@ -110,8 +135,8 @@ def read_graphml(path: Path) -> nx.MultiDiGraph:
     return graph
 
 
-def save_index(index: GraphIndex, directory: Path) -> None:
-    """Write ``index`` to ``directory`` all or nothing: every file goes to ``<directory>.tmp`` first, and the
+def save_state(state: GraphState, directory: Path) -> None:
+    """Write ``state`` to ``directory`` all or nothing: every file goes to ``<directory>.tmp`` first, and the
     folders are swapped only when all were written, so a failed save leaves the previous save intact."""
     directory = Path(directory)
     tmp, old = directory.with_name(directory.name + ".tmp"), directory.with_name(directory.name + ".old")
@@ -121,7 +146,7 @@ def save_index(index: GraphIndex, directory: Path) -> None:
     if directory.exists():  # keep files this module does not write (e.g. exports) across the swap
         shutil.copytree(directory, tmp)
     try:
-        _save_files(index, tmp)
+        _save_files(state, tmp)
     except Exception:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -131,43 +156,39 @@ def save_index(index: GraphIndex, directory: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _save_files(index: GraphIndex, directory: Path) -> None:
+def _save_files(state: GraphState, directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    communities = list(index.communities.values())
-    _write(directory / "extractions.json", _dump([index.extractions[c] for c in sorted(index.extractions)]))
-    _write(directory / "failures.json", _dump([index.failures[c] for c in sorted(index.failures)]))
+    communities = list(state.communities.values())
+    _write(directory / "extractions.json", _dump([state.extractions[c] for c in sorted(state.extractions)]))
+    _write(directory / "failures.json", _dump([state.failures[c] for c in sorted(state.failures)]))
     _write(directory / "communities.json", _dump(communities))
-    _write(directory / "reports.json", _dump([index.reports[c] for c in sorted(index.reports)]))
-    if index.merges or index.rejected_merges:
+    _write(directory / "reports.json", _dump([state.reports[c] for c in sorted(state.reports)]))
+    if state.merges or state.rejected_merges:
         _write(directory / "merges.json", json.dumps({
-            "merges": [index.merges[t].model_dump(mode="json") for t in sorted(index.merges)],
-            "rejected": [list(pair) for pair in sorted(index.rejected_merges)],
+            "merges": [state.merges[t].model_dump(mode="json") for t in sorted(state.merges)],
+            "rejected": [list(pair) for pair in sorted(state.rejected_merges)],
         }, ensure_ascii=False, indent=1))
     else:
         (directory / "merges.json").unlink(missing_ok=True)
     level0 = {n: {"community": c.community_id} for c in communities if c.level == 0 for n in c.entities}
-    write_graphml(index.graph, directory / "graph.graphml", level0)
+    write_graphml(state.graph, directory / "graph.graphml", level0)
     manifest = {
         "format_version": FORMAT_VERSION,
         "saved_at": time.time(),
-        "max_cluster_size": index.max_cluster_size,
-        "seed": index.seed,
-        "community_backend": index.community_backend,
-        "auto_merge_threshold": index.auto_merge_threshold,
-        "extractor": getattr(index.extractor, "name", type(index.extractor).__name__),
-        "summarizer": getattr(index.summarizer, "name", type(index.summarizer).__name__),
+        **{key: state.parameters[key] for key in ("max_cluster_size", "seed", "community_backend",
+                                                   "auto_merge_threshold", "extractor", "summarizer")},
         "tokenizer": tokenizer_name(),
-        "scope": index.scope,
-        "versions": _versions(index.community_backend),
+        "scope": state.scope,
+        "versions": _versions(state.parameters["community_backend"]),
         "counts": {
-            "chunks": len(index.extractions),
-            "entities": index.graph.number_of_nodes(),
-            "edges": index.graph.number_of_edges(),
+            "chunks": len(state.extractions),
+            "entities": state.graph.number_of_nodes(),
+            "edges": state.graph.number_of_edges(),
             "communities": len(communities),
-            "reports": len(index.reports),
+            "reports": len(state.reports),
         },
     }
-    _save_report_vectors(index, directory)
+    _save_report_vectors(state, directory)
     _write(directory / "manifest.json", json.dumps(manifest, indent=2))  # last: marks a complete save
 
 
@@ -175,11 +196,11 @@ def _text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _save_report_vectors(index: GraphIndex, directory: Path) -> None:
+def _save_report_vectors(state: GraphState, directory: Path) -> None:
     """Embeddings of the current reports (float32 (n, dim), rows in sorted community-id order), so reopening the
-    index does not re-embed every report. Written only for the reports already embedded."""
-    texts = [r.text() for _, r in sorted(index.reports.items())]
-    cached = [(t, index._report_vectors[t]) for t in texts if t in index._report_vectors]
+    state does not re-embed every report. Written only for the reports already embedded."""
+    texts = [r.text() for _, r in sorted(state.reports.items())]
+    cached = [(t, state.report_vectors[t]) for t in texts if t in state.report_vectors]
     vectors_path, keys_path = directory / "report_vectors.npy", directory / "report_vectors.json"
     if not cached:
         for path in (vectors_path, keys_path):
@@ -189,14 +210,15 @@ def _save_report_vectors(index: GraphIndex, directory: Path) -> None:
     tmp = directory / "report_vectors.tmp.npy"
     np.save(tmp, matrix, allow_pickle=False)
     os.replace(tmp, vectors_path)
-    _write(keys_path, json.dumps({"embedder": index._report_vectors_for, "dim": int(matrix.shape[1]),
+    _write(keys_path, json.dumps({"embedder": state.report_vectors_for, "dim": int(matrix.shape[1]),
                                   "keys": [_text_key(t) for t, _ in cached]}))
 
 
-def _load_report_vectors(index: GraphIndex, directory: Path) -> None:
-    """Refill the report-embedding cache when it was written by the same embedder (else leave it empty)."""
+def _load_report_vectors(state: GraphState, directory: Path, embedder_name: str | None) -> None:
+    """Refill the report-embedding cache when it was written by the embedder named ``embedder_name`` (else leave
+    it empty)."""
     keys_path, vectors_path = directory / "report_vectors.json", directory / "report_vectors.npy"
-    if not (keys_path.is_file() and vectors_path.is_file()) or index.embedder is None:
+    if not (keys_path.is_file() and vectors_path.is_file()) or embedder_name is None:
         return
     try:
         meta = json.loads(keys_path.read_text(encoding="utf-8"))
@@ -204,15 +226,15 @@ def _load_report_vectors(index: GraphIndex, directory: Path) -> None:
     except (OSError, ValueError) as exc:
         logger.warning("ignoring damaged report vectors in %s: %s", directory, exc)
         return
-    same_embedder = meta.get("embedder") == getattr(index.embedder, "name", None)
+    same_embedder = meta.get("embedder") == embedder_name
     if not same_embedder or matrix.shape != (len(meta["keys"]), meta["dim"]):
         return
     by_key = dict(zip(meta["keys"], matrix))
-    index._report_vectors_for = meta["embedder"]
-    for report in index.reports.values():
+    state.report_vectors_for = meta["embedder"]
+    for report in state.reports.values():
         text = report.text()
         if _text_key(text) in by_key:
-            index._report_vectors[text] = by_key[_text_key(text)]
+            state.report_vectors[text] = by_key[_text_key(text)]
 
 
 def _read_list(path: Path, model: type) -> list[Any]:
@@ -222,9 +244,9 @@ def _read_list(path: Path, model: type) -> list[Any]:
         raise GraphFormatError(f"cannot read {path}: {exc}") from exc
 
 
-def load_index(cls: type[GraphIndex], directory: Path, **kwargs: Any) -> GraphIndex:
-    """Reopen an index saved by ``save_index``. Raises GraphFormatError for a missing manifest, another format
-    version or a damaged JSON file. A missing or damaged GraphML is rebuilt from the extractions (logged)."""
+def read_manifest(directory: Path) -> dict[str, Any]:
+    """The manifest of a graph saved by :func:`save_state`. Raises GraphFormatError for a missing or unreadable
+    manifest or another format version."""
     manifest_path = directory / "manifest.json"
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
@@ -235,44 +257,45 @@ def load_index(cls: type[GraphIndex], directory: Path, **kwargs: Any) -> GraphIn
             f"graph at {directory} has format version {manifest.get('format_version')}, this hybrid-memory reads "
             f"version {FORMAT_VERSION}; rebuild it with `hybrid-memory graph build`"
         )
-    kwargs.setdefault("max_cluster_size", manifest["max_cluster_size"])
-    kwargs.setdefault("seed", manifest["seed"])
-    # graphs saved before the backend was recorded were clustered by cdlib; they keep it when it is installed
-    saved_backend = manifest.get("community_backend") or ("cdlib" if _has_cdlib() else "graspologic")
-    kwargs.setdefault("community_backend", saved_backend)
-    kwargs.setdefault("auto_merge_threshold", manifest.get("auto_merge_threshold", AUTO_MERGE_THRESHOLD))
-    kwargs.setdefault("path", directory)
-    if kwargs.get("extractor") is None and manifest.get("extractor") == "offline-rules-technical":
-        from .patterns import OfflineExtractor
+    return manifest
 
-        kwargs["extractor"] = OfflineExtractor(proper_nouns=False)
-    index = cls(**kwargs)
-    for role in ("extractor", "summarizer"):
-        current = getattr(getattr(index, role), "name", "")
-        if manifest.get(role) and manifest[role] != current:
-            logger.warning(
-                "graph at %s was built with %s %r; refreshing it with %r mixes both", directory, role,
-                manifest[role], current,
-            )
-    index.scope = dict(manifest.get("scope") or {})  # graphs saved before scopes existed are unscoped
-    index.extractions = {e.chunk_id: e for e in _read_list(directory / "extractions.json", ChunkExtraction)}
-    index.failures = {f.chunk_id: f for f in _read_list(directory / "failures.json", ExtractionFailure)}
-    index.communities = {c.community_id: c for c in _read_list(directory / "communities.json", Community)}
-    index.reports = {r.community_id: r for r in _read_list(directory / "reports.json", CommunityReport)}
+
+def saved_parameters(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The constructor parameters a saved graph was built with (graphs saved before the community backend was
+    recorded were clustered by cdlib; they keep it when it is installed)."""
+    saved_backend = manifest.get("community_backend") or ("cdlib" if _has_cdlib() else "graspologic")
+    return {
+        "max_cluster_size": manifest["max_cluster_size"],
+        "seed": manifest["seed"],
+        "community_backend": saved_backend,
+        "auto_merge_threshold": manifest.get("auto_merge_threshold", AUTO_MERGE_THRESHOLD),
+    }
+
+
+def load_state(directory: Path, manifest: dict[str, Any], embedder_name: str | None) -> GraphState:
+    """The state saved by :func:`save_state` (``manifest`` from :func:`read_manifest`); report vectors only when
+    written by the embedder named ``embedder_name``. Raises GraphFormatError for a damaged JSON file. A missing
+    or damaged GraphML is rebuilt from the extractions (logged)."""
+    state = GraphState()
+    state.scope = dict(manifest.get("scope") or {})  # graphs saved before scopes existed are unscoped
+    state.extractions = {e.chunk_id: e for e in _read_list(directory / "extractions.json", ChunkExtraction)}
+    state.failures = {f.chunk_id: f for f in _read_list(directory / "failures.json", ExtractionFailure)}
+    state.communities = {c.community_id: c for c in _read_list(directory / "communities.json", Community)}
+    state.reports = {r.community_id: r for r in _read_list(directory / "reports.json", CommunityReport)}
     merges_path = directory / "merges.json"
     if merges_path.is_file():
         try:
             saved = json.loads(merges_path.read_text(encoding="utf-8"))
-            index.merges = {m.token: m for m in TypeAdapter(list[Merge]).validate_python(saved.get("merges", []))}
-            index.rejected_merges = {(str(a), str(b)) for a, b in saved.get("rejected", [])}
+            state.merges = {m.token: m for m in TypeAdapter(list[Merge]).validate_python(saved.get("merges", []))}
+            state.rejected_merges = {(str(a), str(b)) for a, b in saved.get("rejected", [])}
         except (OSError, ValueError, TypeError) as exc:
             raise GraphFormatError(f"cannot read {merges_path}: {exc}") from exc
     try:
-        index.graph = read_graphml(directory / "graph.graphml")
-        for node in index.graph.nodes:
-            index.graph.nodes[node].pop("community", None)
+        state.graph = read_graphml(directory / "graph.graphml")
+        for node in state.graph.nodes:
+            state.graph.nodes[node].pop("community", None)
     except GraphFormatError as exc:
         logger.warning("%s; rebuilding the graph from the saved extractions", exc)
-        index.graph = build_graph(index.extractions, index.aliases)
-    _load_report_vectors(index, directory)
-    return index
+        state.graph = build_graph(state.extractions, {m.alias: m.canonical for m in state.merges.values()})
+    _load_report_vectors(state, directory, embedder_name)
+    return state

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from pyroaring import BitMap
 
 from hybrid_memory.changes import ChangeSet
-from hybrid_memory.search.engine import RowSet
-from hybrid_memory.backends.embedded.filter_index import FilterIndex, system_filter
+from hybrid_memory.engines.rowset import RowSet
+from hybrid_memory.backends.embedded.filter_index import FilterIndex
+from hybrid_memory.filters import system_filter
 from hybrid_memory.backends.embedded.store import NewRow, SQLiteStore
 
 KEYS = ["a", "b", "tags", "k\\q", "é"]

@@ -205,7 +205,7 @@ def test_index_key_takes_a_type(tmp_path, capsys):
     assert ("argument --index-key: takes KEY or KEY=TYPE with TYPE one of keyword, float, integer, bool (e.g. "
             "severity=float), got 'severity=decimal'") in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
-    from hybrid_memory.cli.app import index_key
+    from hybrid_memory.cli.common import index_key
 
     assert [index_key(t) for t in ("service", "severity=float", "n=integer", "ok=bool")] == [
         ("service", "keyword"), ("severity", "float"), ("n", "integer"), ("ok", "bool")]
@@ -219,7 +219,7 @@ def test_a_key_given_with_two_index_types_is_refused_before_anything_is_written(
     assert ("--index-key severity is given as float and as keyword; give each key once, with the type of its "
             "values") in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
-    from hybrid_memory.cli.app import indexed_keys
+    from hybrid_memory.cli.common import indexed_keys
 
     assert indexed_keys([("service", "keyword"), ("severity", "float"), ("service", "keyword")]) == {
         "service": "keyword", "severity": "float"}

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from hybrid_memory.engines.bm25 import index as sparse
-from hybrid_memory.search.engine import RowSet
+from hybrid_memory.engines.rowset import RowSet
 from hybrid_memory.engines.bm25.index import BM25Index
 
 WORDS = [f"w{i}" for i in range(60)]

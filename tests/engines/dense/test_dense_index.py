@@ -16,7 +16,7 @@ from hybrid_memory._exceptions import InvalidRequestError
 import hybrid_memory.engines.dense.index as dense_module
 from hybrid_memory.engines.dense.index import FaissIndex, _ivf_ids, default_nlist
 from hybrid_memory.embedders import HashingEmbedder
-from hybrid_memory.search.engine import RowSet
+from hybrid_memory.engines.rowset import RowSet
 
 DIM = 32
 N = 6000  # default_nlist(6000) = 128 lists: enough points (39 per list) for FAISS to train

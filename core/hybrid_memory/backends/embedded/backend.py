@@ -41,12 +41,14 @@ from ...dedup import covers
 from ...embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder
 from ...engines.bm25.index import BM25Index
 from ...engines.dense.index import FaissIndex
+from ...engines.rowset import RowSet
+from ...filters import system_filter
 from ...models import SCOPE_FIELDS, StoredChunk
 from ...paths import EDGE_CONFIG, INDEX_LOCK, STORE_FILE
-from ...search.engine import DenseEngine, Engine, Query, RowSet, SparseEngine
+from ...search.engine import DenseEngine, Engine, Query, SparseEngine
 from ...tokenizer import TechnicalTokenizer
 from ..base import NearSearch, P, StoredState, check_embedder
-from .filter_index import FilterIndex, system_filter
+from .filter_index import FilterIndex
 from .store import CommitResult, NewRow, SQLiteStore, WriteConflict
 
 __all__ = ["FORMAT_VERSION", "NEAR_POOL", "NEAR_POOL_MAX", "EmbeddedBackend", "Listing"]

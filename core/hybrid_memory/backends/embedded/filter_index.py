@@ -57,7 +57,7 @@ key of the same name. They are indexed from ``add(..., systems=[...])``, ``updat
 ``update_system``, the third element of each ``rebuild`` row, and from a ChangeSet's ``added_system`` (one
 mapping per added rowid) and ``system_updated`` (``(rowid, partial mapping)``). A None value is an absent field.
 A search filters them with ``resolve(metadata_filter, system_filter)``, the system filter in the same language
-(:func:`system_filter` builds it from a bound scope and ``as_of``, with the semantics of the store's
+(:func:`hybrid_memory.filters.system_filter` builds it from a bound scope and ``as_of``, with the semantics of the store's
 ``scope_sql``); the two filters are ANDed.
 
 Rowids must fit in 32 bits (Roaring bitmaps); larger ones are refused with InvalidRequestError. Thread-safe:
@@ -83,13 +83,13 @@ import numpy as np
 from pyroaring import BitMap
 
 from ..._exceptions import InvalidRequestError
-from ...search.engine import RowSet
+from ...engines.rowset import RowSet
 from ...filters import LIST, METADATA, NULL, NUMBER, OBJECT, SYSTEM, TEXT, Node, parse_filter, typed, untyped
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...changes import ChangeSet
 
-__all__ = ["INDEXED_SYSTEM_FIELDS", "FilterIndex", "system_filter"]
+__all__ = ["INDEXED_SYSTEM_FIELDS", "FilterIndex"]
 
 logger = logging.getLogger(__name__)
 
@@ -114,19 +114,6 @@ def _system_part(system: Mapping[str, Any] | None) -> dict[str, Any]:
     if not system:
         return {}
     return {name: system[name] for name in INDEXED_SYSTEM_FIELDS if system.get(name) is not None}
-
-
-def system_filter(scope: Mapping[str, str] | None, as_of: float | None) -> dict[str, Any] | None:
-    """The system-field filter of a search: each bound scope field equal, and the facts valid at ``as_of``
-    (Unix seconds): ``valid_from`` absent or ``<= as_of``, and ``valid_to`` absent or ``> as_of`` (the semantics
-    of the store's ``scope_sql``, the SQL reference). None when neither is given."""
-    parts: list[dict[str, Any]] = [{name: value} for name, value in (scope or {}).items()]
-    if as_of is not None:
-        parts.append({"$or": [{"valid_from": None}, {"valid_from": {"$lte": as_of}}]})
-        parts.append({"$or": [{"valid_to": None}, {"valid_to": {"$gt": as_of}}]})
-    if not parts:
-        return None
-    return parts[0] if len(parts) == 1 else {"$and": parts}
 
 
 def _as_bitmap(rows: np.ndarray) -> BitMap:

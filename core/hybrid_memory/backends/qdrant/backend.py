@@ -113,8 +113,7 @@ from ..._rwlock import ReadWriteLock
 from ...embedders import Embedder, SentenceTransformerEmbedder, l2_normalize
 from ...fusion import FUSION_METHODS
 from ...search.engine import Hit, Query
-from ..embedded.filter_index import system_filter
-from ...filters import METADATA, SYSTEM, parse_filter
+from ...filters import METADATA, SYSTEM, parse_filter, system_filter
 from ...models import SCOPE_FIELDS, TIME_FIELDS, StoredChunk
 from ...paths import check_local_mode_path
 from ...tokenizer import TechnicalTokenizer

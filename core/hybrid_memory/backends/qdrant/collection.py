@@ -26,14 +26,12 @@ from typing import Any, Protocol
 
 from ..._exceptions import BackendUnavailableError, InvalidRequestError, StoreBusyError, StoreFormatError, missing_dependency
 from ...paths import check_edge_path
+from .schema import DENSE, SPARSE
 from .filters import to_client_filter, to_edge_filter
 
 __all__ = ["PAYLOAD_CACHE", "ClientCollection", "Collection", "EdgeCollection", "Leg", "Point", "Record", "ScoredId"]
 
 logger = logging.getLogger(__name__)
-
-DENSE, SPARSE = "dense", "bm25"
-"""Names of the dense and the sparse vector in every collection this library writes."""
 
 TERMS = "terms"
 """Name of the presence sparse vector: value 1 at each distinct token index of the chunk (no modifier), so a

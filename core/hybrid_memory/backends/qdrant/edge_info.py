@@ -99,7 +99,7 @@ def shard_dim(folder: str | os.PathLike[str]) -> int | None:
     """The dense vectors' size in an Edge shard's ``edge_config.json`` (Qdrant Edge writes it); None when there is
     no shard or the file does not say (then opening the shard reports what is wrong)."""
     from ...paths import EDGE_CONFIG
-    from .collection import DENSE
+    from .schema import DENSE
 
     try:
         size = json.loads((Path(folder) / EDGE_CONFIG).read_text(encoding="utf-8"))["vectors"][DENSE]["size"]

@@ -39,7 +39,7 @@ from .. import calibration
 from .token_cache import TokenCache
 from ...tokenizer import TechnicalTokenizer
 
-from ...search.engine import RowSet, as_rowset, id_bounds
+from ..rowset import RowSet, as_rowset, id_bounds
 
 __all__ = ["ALLOWED_ROW_COST", "HOLDERS_MAX", "HOLDS_ALL_COUNT_MAX", "PREPARE_DF_MAX", "TIE_PREFIX", "UNION_ENTRY_COST", "BM25Index"]
 

@@ -59,7 +59,7 @@ import numpy as np
 
 from ..._exceptions import DimensionMismatchError, InvalidRequestError
 from ..calibration import MOMENTS_MAX_DIM, VectorMoments, gaussian_surprise
-from ...search.engine import RowSet, as_rowset, id_bounds
+from ..rowset import RowSet, as_rowset, id_bounds
 
 __all__ = ["ANN_MIN", "CODE_COST", "DELTA_FRACTION", "DENSE_KINDS", "EXACT_MIN", "IVF_REWRITE_FRACTION", "ROW_COST", "FaissIndex"]
 
