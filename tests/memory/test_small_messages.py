@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError
-from hybrid_memory.mcp_server import parse_scope
+from hybrid_memory.cli.common import parse_scope
 
 FIELDS = "the scope fields are tenant, user_id, agent_id, session_id (metadata keys are filtered with metadata_filter instead)"
 

@@ -1294,11 +1294,12 @@ class QdrantBackend:
             known[point_id(cid)] = cid
 
     def delete(self, chunk_ids: Sequence[str]) -> int:
-        """Delete chunks by id (unknown ids are no error). Returns how many were stored (one ``retrieve`` of
-        their ``chunk_id`` first)."""
-        ids = [self.pid(c) for c in chunk_ids]
-        held = {r.payload["chunk_id"] for start in range(0, len(ids), 1000)
-                for r in self.collection.retrieve(list(dict.fromkeys(ids[start:start + 1000])), payload=["chunk_id"])}
+        """Delete chunks by id (unknown ids are no error: left out). Returns how many were stored (one
+        ``retrieve`` of their ``chunk_id`` first)."""
+        asked = list(dict.fromkeys(self.pid(c) for c in chunk_ids))
+        held = {r.payload["chunk_id"] for start in range(0, len(asked), 1000)
+                for r in self.collection.retrieve(asked[start:start + 1000], payload=["chunk_id"])}
+        ids = [self.pid(c) for c in chunk_ids if c in held]
         stats = self.corpus
         for start in range(0, len(ids), 1000):
             if stats is None:
