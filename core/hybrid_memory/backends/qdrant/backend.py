@@ -83,6 +83,7 @@ until Qdrant's optimizer rebuilds the segment), and its N is not returned by any
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -94,7 +95,6 @@ import uuid
 import zlib
 from bisect import bisect_left
 from collections import Counter
-import contextlib
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
