@@ -243,7 +243,7 @@ class HybridMemoryRetriever(BaseRetriever):
         path: str | PathLike[str] | None = None,
         **kwargs: Any,
     ) -> HybridMemoryRetriever:
-        """Build a memory from LangChain ``Document``s, one chunk each, and return a retriever over it.
+        """Build a memory from LangChain ``Document`` objects, one chunk each, and return a retriever over it.
 
         Args:
             documents: the documents; each keeps its ``id`` as ``chunk_id`` when it has one.

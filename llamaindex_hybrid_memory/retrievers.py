@@ -201,10 +201,10 @@ class HybridMemoryRetriever(BaseRetriever):
         path: str | PathLike[str] | None = None,
         **kwargs: Any,
     ) -> HybridMemoryRetriever:
-        """Build a memory from LlamaIndex ``Document``s (one chunk each, ``chunk_id = doc.id_``).
+        """Build a memory from LlamaIndex ``Document`` objects (one chunk each, ``chunk_id = doc.id_``).
 
         Args:
-            documents: ``Document``s or any nodes; split them beforehand (for example with a node parser)
+            documents: ``Document`` objects or any nodes; split them beforehand (for example with a node parser)
                 when a document is longer than a chunk should be.
             embed_model: a LlamaIndex ``BaseEmbedding`` (bridged by
                 :class:`~llamaindex_hybrid_memory.embeddings.LlamaIndexEmbedder`), a core ``Embedder``,

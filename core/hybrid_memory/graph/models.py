@@ -103,7 +103,7 @@ class Community(_Record):
     n_edges: int = 0
     """Number of multigraph edges with both ends inside the community."""
     fingerprint: str = ""
-    """sha256 hex over members, internal edges and supporting (chunk_id, content_hash): changes iff content does."""
+    """sha256 hex over members, internal edges and supporting (chunk_id, content_hash); it changes iff content does."""
 
 
 class Finding(_Record):
