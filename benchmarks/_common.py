@@ -334,9 +334,33 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else ``platform.processor()``; "unknown" when neither says)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def machine_info() -> dict[str, Any]:
     """A few facts about the machine for the result JSON."""
-    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
+    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
+            "cpu": cpu_model()}
+
+
+def command_line() -> str:
+    """The command that is running, as one could retype it: ``python benchmarks/<script>.py <args>`` (the script's
+    path relative to the project when it lies inside it)."""
+    script = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
+    if script is not None and script.is_relative_to(PROJECT_ROOT):
+        shown = str(script.relative_to(PROJECT_ROOT))
+    else:
+        shown = sys.argv[0] if sys.argv else "?"
+    return " ".join(["python", shown, *sys.argv[1:]])
 
 
 def write_results(name: str, payload: dict[str, Any]) -> Path:
@@ -344,7 +368,7 @@ def write_results(name: str, payload: dict[str, Any]) -> Path:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{name}.json"
     payload = {"benchmark": name, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-               "machine": machine_info(), **payload}
+               "machine": machine_info(), "command": command_line(), **payload}
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
     os.replace(tmp, path)
