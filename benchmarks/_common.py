@@ -322,7 +322,7 @@ def format_table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     except ImportError:
         cells = [[str(h) for h in headers]] + [[_cell(c) for c in r] for r in rows]
         widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in cells]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
         lines.insert(1, "  ".join("-" * w for w in widths))
         return "\n".join(lines)
     return tabulate([[_cell(c) for c in r] for r in rows], headers=list(headers), tablefmt="github")

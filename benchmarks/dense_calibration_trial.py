@@ -77,7 +77,8 @@ import fusion_robustness as robust
 
 
 def chance_excess(q: np.ndarray, top: float, mu: np.ndarray, sigma: np.ndarray, n: int) -> float:
-    """``(top - q.mu) / sqrt(q' Sigma q) - sqrt(2 ln n)`` (module docstring); q float (dim,), mu (dim,), Sigma (dim, dim),
+    """``(top - q.mu) / sqrt(q' Sigma q) - sqrt(2 ln n)`` (module docstring); q float (dim,), mu (dim,), Sigma (dim,
+    dim),
     n >= 2. Returns +inf for a query with no spread over the corpus (every document scores alike)."""
     q = q.astype(np.float64)
     var = float(q @ sigma @ q)

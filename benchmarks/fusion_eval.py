@@ -245,7 +245,8 @@ def check_targets(name: str, metrics: dict[str, dict[str, float]], p50: dict[str
     if "ndcg@10:identifier" in default:
         for label, row in (("1/1", default), ("0.6/0.4", weighted)):
             judge(row["ndcg@10:identifier"] >= 0.98 * sparse["ndcg@10:identifier"],
-                  f"{name} identifier ({label}): {row['ndcg@10:identifier']:.4f} >= 0.98 x BM25 {sparse['ndcg@10:identifier']:.4f}")
+                  f"{name} identifier ({label}): {row['ndcg@10:identifier']:.4f} "
+                  f">= 0.98 x BM25 {sparse['ndcg@10:identifier']:.4f}")
     floor = {"scifact": 0.72, "hotpotqa100": 0.82, "locomo5": 0.45}.get(name)
     if floor is not None:
         judge(default["ndcg@10"] >= floor, f"{name}: default nDCG@10 {default['ndcg@10']:.4f} >= {floor}")

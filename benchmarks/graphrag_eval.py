@@ -100,7 +100,7 @@ class ReportVectorCache:
         self.vectors: dict[str, np.ndarray] = {}
         if self.path.is_file():
             with np.load(self.path, allow_pickle=False) as data:
-                self.vectors = dict(zip(data["keys"].tolist(), data["vectors"]))
+                self.vectors = dict(zip(data["keys"].tolist(), data["vectors"], strict=True))
 
     @staticmethod
     def key(text: str) -> str:

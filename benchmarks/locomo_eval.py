@@ -35,7 +35,7 @@ import argparse
 import json
 import logging
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -51,7 +51,7 @@ REFERENCE_NDCG = {"sparse": 0.443, "dense": 0.338, "rrf": 0.430}  # shared/data/
 def turn_time(date: str) -> float:
     """``"1:56 pm on 8 May, 2023"`` -> Unix seconds (UTC; LoCoMo gives no time zone)."""
     moment = datetime.strptime(date.strip(), "%I:%M %p on %d %B, %Y")
-    return moment.replace(tzinfo=timezone.utc).timestamp()
+    return moment.replace(tzinfo=UTC).timestamp()
 
 
 def read_queries(folder: Path, qrels: dict) -> list[dict]:

@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> dict:
         "writes_acknowledged", "upserts", "reupserts", "deletes", "reader_searches", "ids_checked", "missing",
         "resurrected", "reader_persists", "errors", "final_open_rebuilt", "final_count")]
     rows += [[f"reader search {k}", v] for k, v in summary["search_ms"].items()]
-    print(common.format_table(rows, ["1 writer + %d readers, %.0f s" % (args.readers, args.seconds), "value"]))
+    print(common.format_table(rows, [f"1 writer + {args.readers} readers, {args.seconds:.0f} s", "value"]))
     if summary["error_samples"]:
         print("errors:", *summary["error_samples"], sep="\n", file=sys.stderr)
     if args.json is not None:

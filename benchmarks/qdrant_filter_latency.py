@@ -12,7 +12,8 @@ point's payload to answer. The backend now indexes them as bool; this measures b
 
 How: two Qdrant Edge shards in temporary folders, each a ``HybridMemory.qdrant(edge_path=...)`` with
 ``indexed_keys={"team": "keyword"}``: one as this release opens it, one with the marker indexes deleted right
-after opening (the layout of earlier releases). Both get the same ``--n`` chunks (seeded: short texts of two words from ten, so that a word of the query is in a fifth of them; random
+after opening (the layout of earlier releases). Both get the same ``--n`` chunks (seeded: short texts of two words from
+ten, so that a word of the query is in a fifth of them; random
 unit vectors of dimension 384 given with the chunks, a ``team`` of 10 values on two thirds of them, a
 ``user_id`` on half, a validity span on a tenth), bulk-added in batches of 2,000, then 50 single-chunk adds
 each. Each search below runs ``--queries`` times per shard with a given query vector, the shards alternating

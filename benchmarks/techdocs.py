@@ -23,7 +23,8 @@ Queries (four classes, ``metadata["class"]``), drawn with ``random.Random(SEED)`
       camelCase) and is defined in exactly one chunk and named in at most :data:`MAX_ID_DF` chunks; half the
       queries are the name alone, half the name plus 2 words from its docstring's first line. Relevant: the
       defining chunk.
-    * ``paraphrase`` -- the chunk's docstring summary line (a whole sentence of at least 5 words), *held out*: that line is removed from the
+    * ``paraphrase`` -- the chunk's docstring summary line (a whole sentence of at least 5 words), *held out*: that line
+      is removed from the
       chunk's text (the chunk keeps the rest of its docstring and code), so the query is a description of
       the code in words the chunk no longer contains verbatim. Relevant: that chunk.
     * ``error`` -- an exception message the code can raise, quoted as it would appear in a log:

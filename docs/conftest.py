@@ -1,10 +1,10 @@
 """Every Python example of the docs runs in the test suite (sybil), so none can go stale.
 
 A line ``print(...)  # text`` states what it prints: a block with such lines must print exactly those texts, in
-order (so a stale output comment fails). Each page runs top to bottom in one namespace, in an empty temporary folder of its own (a page's ``./memory`` is
-that folder's). A block that needs a server or the network is preceded by ``<!-- skip: next -->``. Memories a page
-left open are closed when it ends. ``python -m pytest -q`` collects these from the repository root (pyproject's
-``testpaths``); ``python -m pytest -q docs`` runs only them.
+order (so a stale output comment fails). Each page runs top to bottom in one namespace, in an empty temporary
+folder of its own (a page's ``./memory`` is that folder's). A block that needs a server or the network is preceded by
+``<!-- skip: next -->``. Memories a page left open are closed when it ends. ``python -m pytest -q`` collects these
+from the repository root (pyproject's ``testpaths``); ``python -m pytest -q docs`` runs only them.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 try:
     import langchain_core  # noqa: F401
 except ImportError as exc:
-    from hybrid_memory._exceptions import missing_dependency
+    from hybrid_memory._adapter_support import missing_dependency
 
     raise missing_dependency("langchain-core", "langchain") from exc
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from langchain_core.embeddings import Embeddings
 
 from hybrid_memory._adapter_support import coerce_embedder
-from hybrid_memory._exceptions import InvalidEmbedderError
-from hybrid_memory.embedders import CallableEmbedder
+from hybrid_memory import InvalidEmbedderError
+from hybrid_memory.embedders import CallableEmbedder, Embedder
 
 __all__ = ["LangChainEmbedder", "as_core_embedder"]
 
@@ -55,7 +55,7 @@ class LangChainEmbedder(CallableEmbedder):
         )
 
 
-def as_core_embedder(embedding: object | None) -> object | None:
+def as_core_embedder(embedding: object | None) -> Embedder | None:
     """Return a core ``Embedder`` for ``embedding``.
 
     A LangChain ``Embeddings`` is wrapped in :class:`LangChainEmbedder`; None (the core's default

@@ -319,7 +319,7 @@ class HybridMemoryRetriever(BaseRetriever):
     def close(self) -> None:
         """Close the memory if this retriever opened it (``from_documents``, ``from_texts``, ``from_path``):
         its indexes are saved and the store released. A memory passed in is left to its owner. Idempotent."""
-        if self._owns_memory:
+        if self._owns_memory and isinstance(self.memory, HybridMemory):  # an owned memory is never a scoped view
             self.memory.close()
 
     def __enter__(self) -> HybridMemoryRetriever:

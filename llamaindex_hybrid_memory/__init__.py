@@ -9,7 +9,7 @@ from __future__ import annotations
 try:
     import llama_index.core  # noqa: F401
 except ImportError as exc:
-    from hybrid_memory._exceptions import missing_dependency
+    from hybrid_memory._adapter_support import missing_dependency
 
     raise missing_dependency("llama-index-core", "llamaindex") from exc
 

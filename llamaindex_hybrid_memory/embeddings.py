@@ -5,8 +5,8 @@ from __future__ import annotations
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
 from hybrid_memory._adapter_support import coerce_embedder
-from hybrid_memory._exceptions import InvalidEmbedderError
-from hybrid_memory.embedders import CallableEmbedder
+from hybrid_memory import InvalidEmbedderError
+from hybrid_memory.embedders import CallableEmbedder, Embedder
 
 __all__ = ["LlamaIndexEmbedder", "as_core_embedder"]
 
@@ -45,7 +45,7 @@ class LlamaIndexEmbedder(CallableEmbedder):
         )
 
 
-def as_core_embedder(embed_model: object | None) -> object | None:
+def as_core_embedder(embed_model: object | None) -> Embedder | None:
     """Return a core ``Embedder`` for ``embed_model``.
 
     A LlamaIndex ``BaseEmbedding`` is wrapped in :class:`LlamaIndexEmbedder`; None (the core's default

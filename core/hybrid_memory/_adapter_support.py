@@ -22,10 +22,15 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar, cast
+
+from ._exceptions import missing_dependency
+
+if TYPE_CHECKING:
+    from .embedders import Embedder
 
 __all__ = ["GRAPH_EXTRA_MODULES", "SHADOWED_METADATA_KEY", "build_owned", "check_search_settings", "check_top_k", "refuse_memory_argument", "coerce_embedder",
-           "extra_installed", "lazy_exports", "missing_modules", "result_metadata", "unwrap_validation_error",
+           "extra_installed", "lazy_exports", "missing_dependency", "missing_modules", "result_metadata", "unwrap_validation_error",
            "RETRIEVAL_SCORE_KEYS", "written_back_metadata"]
 
 #: the top-level modules the ``graph`` extra installs and ``hybrid_memory.graph`` needs
@@ -106,7 +111,7 @@ def extra_installed(modules: Iterable[str] = GRAPH_EXTRA_MODULES) -> bool:
     return not missing_modules(modules)
 
 
-def _follows_core_protocol(obj: object) -> bool:
+def _follows_core_protocol(obj: object) -> TypeGuard[Embedder]:
     return _follows_core_protocol_class(type(obj))
 
 
@@ -121,7 +126,7 @@ def coerce_embedder(
     wrapper: type,
     argument: str,
     framework: str,
-) -> object | None:
+) -> Embedder | None:
     """Return what :class:`~hybrid_memory.HybridMemory` takes as ``embedder``.
 
     Args:
@@ -140,9 +145,9 @@ def coerce_embedder(
             given instead of a model, or leave it unset for the default all-MiniLM-L6-v2).
     """
     if embedder is None or isinstance(embedder, wrapper):
-        return embedder
+        return cast("Embedder | None", embedder)  # a wrapper is an Embedder
     if isinstance(embedder, framework_type):
-        return wrapper(embedder)
+        return cast("Embedder", wrapper(embedder))
     if _follows_core_protocol(embedder):
         return embedder
     from hybrid_memory._exceptions import InvalidEmbedderError
@@ -265,7 +270,8 @@ def check_top_k(owner: str, field: str, value: Any) -> int:
 
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOP_K:
         raise InvalidRequestError(
-            f"{owner}: {field} must be an integer from 1 to {MAX_TOP_K} (the number of results), got {_SHORT.repr(value)}"
+            f"{owner}: {field} must be an integer from 1 to {MAX_TOP_K} (the number of results), "
+            f"got {_SHORT.repr(value)}"
         )
     return value
 

@@ -7,7 +7,7 @@ The whole tree::
     │   ├── InvalidFilterError             the metadata filter uses an unknown operator or a bad operand
     │   ├── DuplicateChunkError            add() got a chunk_id that is already stored (use upsert())
     │   ├── MemoryClosedError              the memory was closed (before the call, or while it ran)
-    │   ├── InvalidEmbedderError (TypeError) an adapter's embedder argument is neither the framework's model nor an Embedder
+    │   ├── InvalidEmbedderError (TypeError) an adapter's embedder is neither the framework's model nor an Embedder
     │   └── ScopeError                     a scoped view was asked to write or reach outside its scope
     ├── DimensionMismatchError (ValueError) a vector's dimension differs from the memory's
     ├── StoreFormatError                   a memory directory is missing, damaged, or from another version/embedder

@@ -26,7 +26,7 @@ class ChangeSet:
 
     removed: Sequence[int] = ()
     """Rowids that are no longer stored (deleted, or replaced by a new version)."""
-    added_rowids: Sequence[int] = ()
+    added_rowids: Sequence[int] | np.ndarray = ()
     """New rowids, int64 (n,)."""
     added_texts: Sequence[str] = ()
     """Their texts, one per new rowid."""

@@ -42,10 +42,11 @@ existing caller's ``add`` must keep storing what it is given. Agents' entry poin
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -58,6 +59,7 @@ __all__ = [
     "WriteDecision",
     "WriteResult",
     "as_policy",
+    "content_hash",
     "token_overlap",
 ]
 
@@ -67,6 +69,12 @@ DEFAULT_OVERLAP_THRESHOLD = 0.8
 """Jaccard >= 0.8 of token sets, the near-duplicate threshold of Lee et al. 2022 (after Broder 1997)."""
 
 Action = Literal["keep", "skip", "merge"]
+
+
+def content_hash(text: str) -> str:
+    """sha256 hex digest of the UTF-8 text: the key exact duplicates share (stored per chunk by every backend)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
 _ACTIONS = ("keep", "skip", "merge")
 
 
@@ -109,7 +117,7 @@ def as_policy(value: DedupPolicy | str | None, default: DedupPolicy) -> DedupPol
     if isinstance(value, DedupPolicy):
         return value
     if isinstance(value, str) and value in _ACTIONS:
-        return DedupPolicy(value, near=value != "keep")
+        return DedupPolicy(cast(Action, value), near=value != "keep")
     raise InvalidRequestError(f"dedup must be a DedupPolicy or one of {', '.join(_ACTIONS)}, got {value!r}")
 
 
@@ -293,8 +301,8 @@ def find_exact(
     for chunk_id, digest, scope, interval in rewritten:
         calls.setdefault((digest, scope), _Holders()).add(chunk_id, interval)
     for position, chunk_id, digest, scope, interval, span in new:
-        holders = stored.get((digest, scope))
-        held = holders.covering(span) if holders is not None else None
+        stored_holders = stored.get((digest, scope))
+        held = stored_holders.covering(span) if stored_holders is not None else None
         if held is not None:
             found[position] = Match(held, "exact", stored=True)
         elif in_call:

@@ -14,7 +14,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -115,7 +115,7 @@ def query_vector(vector: np.ndarray | Sequence[float], dim: int) -> np.ndarray:
 
     fix = f"pass {dim} finite floats (this memory's embedding size), or None to embed search_text"
     if callable(getattr(vector, "detach", None)) and callable(getattr(vector, "cpu", None)):
-        vector = vector.detach().cpu()  # a torch tensor, perhaps requiring grad or on a GPU: read its values only
+        vector = cast(Any, vector).detach().cpu()  # a torch tensor, perhaps requiring grad or on a GPU: read its values only
     try:
         given = np.asarray(vector)
     except (TypeError, ValueError) as exc:  # a ragged list
@@ -268,7 +268,7 @@ class SentenceTransformerEmbedder:
             dimension = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
             self.dim = int(dimension())
 
-    def _model(self):  # noqa: ANN202 - SentenceTransformer is imported lazily
+    def _model(self) -> Any:  # a SentenceTransformer, imported lazily
         if self._loaded is not None:
             return self._loaded
         with self._lock:
@@ -328,9 +328,9 @@ class HashingEmbedder:
                 f"{dim!r:.60}; pass an int such as HashingEmbedder(dim=64) (the default)"
             )
         dim = int(dim)
-        self.dim = dim
+        self.dim: int = dim
         self.name = f"hashing-{dim}"
-        self._tokenizer = TechnicalTokenizer()
+        self._tokenizer: TechnicalTokenizer = TechnicalTokenizer()
 
     def _vector(self, text: str) -> np.ndarray:
         vector = np.zeros(self.dim, dtype=np.float32)

@@ -43,7 +43,8 @@ Limits: filters nest at most :data:`MAX_DEPTH` levels of ``$and``/``$or``/``$not
 
 Every filter is parsed once by :func:`parse_filter` into a canonical, hashable tree (:data:`Node`), which both the
 SQL compiler here (:func:`compile_filter`, the reference, used by ``count`` and ``iter_chunks``) and the in-memory
-index (:mod:`hybrid_memory.backends.embedded.filter_index`, used by search) evaluate; equal filters give equal trees, so the tree
+index (:mod:`hybrid_memory.backends.embedded.filter_index`, used by search) evaluate; equal filters give equal trees, so
+the tree
 is also the cache key of resolved filters. In SQL, keys and values are always bound as parameters (a key is
 matched against ``json_each``'s ``key`` column, so any key the key rule allows works), and ``$in`` binds one JSON
 array per type however long the list.
@@ -260,7 +261,8 @@ _ALL: Node = ("all",)
 def _scalar(op: str, name: str, value: Any) -> tuple:
     if not (value is None or isinstance(value, (str, int, float, bool))):
         raise InvalidFilterError(
-            f"{op} on {_short(name)} takes a string, number, boolean or null, got {type(value).__name__}: {_short(value)}"
+            f"{op} on {_short(name)} takes a string, number, boolean or null, "
+            f"got {type(value).__name__}: {_short(value)}"
         )
     problem = _value_problem(value)
     if problem:
@@ -313,7 +315,7 @@ def _field(name: Any, condition: Any, namespace: str) -> Node:
                 problem = _value_problem(value)
                 if problem:
                     raise InvalidFilterError(f"{op} on {_short(name)}: {problem}")
-                node = ("eq", key, typed(value))
+                node: Node = ("eq", key, typed(value))
             else:
                 node = ("eq", key, _scalar(op, name, value))
             tests.append(node if op == "$eq" else _negate(node))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import inspect
 import logging
 import re
 import uuid
@@ -445,7 +446,7 @@ def _global_search_tool(view: HybridMemory | ScopedMemory, graph: Any) -> Callab
         return index.global_search(question, token_budget=token_budget, level=level)
 
     # the graph models are imported here, not at module level: give the SDK the class, not its name
-    global_search.__wrapped__.__annotations__["return"] = GlobalSearchResult
+    inspect.unwrap(global_search).__annotations__["return"] = GlobalSearchResult
     return global_search
 
 

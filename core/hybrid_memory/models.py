@@ -255,7 +255,8 @@ class HybridParams(BaseModel):
 
     With ``fusion="rrf"`` the weights are those of weighted Reciprocal Rank Fusion (Cormack et al. 2009)::
 
-        rrf_score(d) = sparse_weight / (rrf_k_constant + sparse_rank(d)) + dense_weight / (rrf_k_constant + dense_rank(d))
+        rrf_score(d) = sparse_weight / (rrf_k_constant + sparse_rank(d))
+                     + dense_weight / (rrf_k_constant + dense_rank(d))
 
     With the default ``fusion="adaptive"`` they are *priors*: an engine's weight for a query is its prior
     times its confidence on that query, so a larger weight still favours that engine, equal weights trust

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from ._exceptions import InvalidRequestError
@@ -31,7 +31,7 @@ def iso_utc(seconds: float) -> str:
     (microseconds shown when the instant has them); an instant beyond ``datetime``'s years 1-9999 is given as
     ``"<seconds> (Unix seconds)"``."""
     try:
-        return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+        return datetime.fromtimestamp(seconds, tz=UTC).isoformat().replace("+00:00", "Z")
     except (OverflowError, OSError, ValueError):
         return f"{seconds} (Unix seconds)"
 
@@ -69,7 +69,7 @@ def to_timestamp(value: Any, field: str = "time") -> float | None:
             ) from None
     if isinstance(value, datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
+            value = value.replace(tzinfo=UTC)
         return value.timestamp()
     raise ValueError(f"{field} must be Unix seconds, a datetime or an ISO 8601 string, got {type(value).__name__}")
 

@@ -48,7 +48,7 @@ def draw(ax, query: str, target: str, why: str, columns: list[list[str]], weight
     xs = [0.0, 1.0, 2.0]
     titles = ["BM25", f"default fusion\n(this query: BM25 {weights['sparse']:.2f}, dense {weights['dense']:.2f})",
               "dense (all-MiniLM-L6-v2)"]
-    for x, title, ids in zip(xs, titles, columns):
+    for x, title, ids in zip(xs, titles, columns, strict=True):
         ax.text(x, 0.35, title, ha="center", va="bottom", fontsize=9, weight="bold")
         if not ids:
             ax.text(x, 1, "(no chunk holds a query word)", ha="center", fontsize=8, color="grey")
@@ -76,7 +76,7 @@ def main() -> None:
     memory = HybridMemory()
     memory.upsert(list(read_beir_corpus(ROOT / "examples" / "incident_memory" / "notes.jsonl")))
     fig, axes = plt.subplots(len(QUERIES), 1, figsize=(11, 3.1 * len(QUERIES)))
-    for ax, (query, target, why) in zip(axes, QUERIES):
+    for ax, (query, target, why) in zip(axes, QUERIES, strict=True):
         sparse, dense, fused, weights = lists(memory, query)
         draw(ax, query, target, why, [sparse, fused, dense], weights)
     memory.close()

@@ -58,7 +58,7 @@ def test_rerunning_from_documents_does_not_double_the_memory(tmp_path):
         retriever.memory.close()
         assert len(ids) == 2 and all(i.startswith("doc-") for i in ids)
     llama_docs = [LlamaDocument(text="HTTP 504 on billing export"), LlamaDocument(text="kafka lag on invoices")]
-    for run in range(2):
+    for _run in range(2):
         fresh = [LlamaDocument(text=d.text) for d in llama_docs]  # new random ids every run, as LlamaIndex does
         retriever = LlamaRetriever.from_documents(fresh, HashingEmbedder(32), path=tmp_path / "li")
         assert retriever.memory.count() == 2

@@ -35,7 +35,7 @@ def _search_cli(path: Path, request_text: str, tmp_path: Path, capsys) -> tuple[
 
 @pytest.mark.parametrize("params", ["5", "[0.5, 0.5]", "true", "Infinity", '"fast"'])
 def test_cli_hybrid_params_of_the_wrong_type_is_a_one_line_error(cli_memory, tmp_path, capsys, params):
-    code, out, err = _search_cli(cli_memory, '{"search_text": "HTTP 504", "hybrid_params": %s}' % params, tmp_path, capsys)
+    code, out, err = _search_cli(cli_memory, f'{{"search_text": "HTTP 504", "hybrid_params": {params}}}', tmp_path, capsys)
     assert (code, out) == (2, "")
     assert err.startswith("hybrid-memory: error: hybrid_params must be a JSON object") and "Traceback" not in err
 

@@ -13,7 +13,6 @@ import threading
 import pytest
 
 from hybrid_memory import (
-    HashingEmbedder,
     HybridMemory,
     HybridMemoryError,
     InvalidFilterError,

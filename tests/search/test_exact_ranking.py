@@ -247,7 +247,7 @@ def test_holds_all_terms_is_the_set_containment_on_both_paths(monkeypatch, count
     index.remove([3, 50, 105])
     tokenize = TechnicalTokenizer().tokenize
     ids = np.array([*range(120), 500], dtype=np.int64)  # 500: never added
-    for q in range(40):
+    for _ in range(40):
         query = " ".join(rng.choice(words, size=rng.integers(1, 4), replace=False))
         wanted = set(tokenize(query))
         expected = [i < 120 and i not in (3, 50, 105) and wanted <= set(tokenize(texts[i])) for i in ids.tolist()]
@@ -274,7 +274,7 @@ def test_exact_matches_prepared_in_the_search_thread_equal_the_candidate_path(mo
     index.remove([4, 52])
     ids = np.array([*range(60), 999], dtype=np.int64)
     prepared_used = 0
-    for q in range(60):
+    for _ in range(60):
         query = " ".join(rng.choice(words, size=rng.integers(1, 5), replace=False))
         expected = index.exact_matches(query, ids, 4, min_share=0.25).tolist()
         cache: dict = {}

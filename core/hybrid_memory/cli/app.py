@@ -147,16 +147,16 @@ def _read_inputs(paths: Sequence[str], args: argparse.Namespace, extra: dict[str
         if path.is_dir():
             seen = [0]  # chunks, unreadable and empty files, folder links: a folder with none of them gets a word
 
-            def _skip(p: Path, reason: str) -> None:
+            def _skip(p: Path, reason: str, seen: list[int] = seen) -> None:
                 seen[0] += 1
                 skip(p, reason)
 
-            def _empty(p: Path) -> None:
+            def _empty(p: Path, seen: list[int] = seen) -> None:
                 seen[0] += 1
                 if empty is not None:
                     empty.append(str(p))
 
-            def _linked(p: Path) -> None:
+            def _linked(p: Path, seen: list[int] = seen) -> None:
                 seen[0] += 1
                 if linked is not None:
                     linked.append(str(p))
@@ -175,7 +175,8 @@ def _read_inputs(paths: Sequence[str], args: argparse.Namespace, extra: dict[str
 
 
 def _count(n: int, noun: str, *, was: bool = False) -> str:
-    """``"1 file"`` / ``"2 files"`` (``0 files``); with ``was``, the verb follows: ``"1 file was"`` / ``"2 files were"``."""
+    """``"1 file"`` / ``"2 files"`` (``0 files``); with ``was``, the verb follows: ``"1 file was"`` / ``"2 files
+    were"``."""
     words = f"{n} {noun}" + ("" if n == 1 else "s")
     return f"{words} {'was' if n == 1 else 'were'}" if was else words
 
@@ -287,7 +288,8 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 def _discard_new_folder(created: Path, memory: Path) -> str:
     """Remove ``created``, the folder this ingest created for ``memory`` and stored nothing in, when that loses
-    nothing (:func:`~hybrid_memory.backends.embedded.discard.remove_new_memory`: under the memory's locks, 0 chunks, no other
+    nothing (:func:`~hybrid_memory.backends.embedded.discard.remove_new_memory`: under the memory's locks, 0 chunks, no
+    other
     process has it open); the clause saying what happened, for the message."""
     from ..backends.embedded.discard import remove_new_memory
 
@@ -451,7 +453,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the ``hybrid-memory`` command."""
     parser = argparse.ArgumentParser(
         prog="hybrid-memory",
-        description="Long-term memory for agents: BM25 + dense vectors, fused query by query (adaptive by default, weighted RRF on request).",
+        description=(
+            "Long-term memory for agents: BM25 + dense vectors, fused query by query "
+            "(adaptive by default, weighted RRF on request)."
+        ),
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -462,7 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
             "memory directory (created if absent)" if creates else
             "an existing memory directory (never created: a missing one is an error, exit code 2; "
             "create it with `hybrid-memory ingest`)"
-        ), **({} if shard else {"required": True}))
+        ), required=not shard)
         if shard:
             where.add_argument("--edge-path", dest="shard", metavar="DIR", help=(
                 "a Qdrant Edge shard instead of --memory (written by `hybrid-memory export-qdrant --edge-path DIR`)"))

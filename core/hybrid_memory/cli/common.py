@@ -7,17 +7,20 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._exceptions import HybridMemoryError, InvalidRequestError
 from ..models import SCOPE_FIELDS
 from ..scopes import Scope, as_scope
 
+if TYPE_CHECKING:
+    from ..memory.hybrid import HybridMemory
+
 __all__ = ["INDEX_KINDS", "add_index_key_argument", "add_scope_field_arguments", "index_key", "indexed_keys",
            "open_memory", "parse_scope"]
 
 
-def open_memory(args: argparse.Namespace, *, must_exist: bool = True, show_progress: bool = True):  # noqa: ANN201
+def open_memory(args: argparse.Namespace, *, must_exist: bool = True, show_progress: bool = True) -> HybridMemory:
     """Open ``args.memory`` (with ``--hashing-dim`` when given) for a command, or the Qdrant Edge shard of
     ``--edge-path`` (``args.shard``, on ``search``, ``stats`` and ``mcp``) with its ``--index-key`` payload indexes;
     without ``--hashing-dim``, a shard whose export record names a hashing embedder is opened with it (as an
@@ -60,7 +63,8 @@ def open_memory(args: argparse.Namespace, *, must_exist: bool = True, show_progr
     folder = memory_path(args.memory, "--memory")  # a file, not a folder: refused with the fix
     if not (folder / STORE_FILE).is_file() and (folder / EDGE_CONFIG).is_file():
         fix = (f"give it as --edge-path {args.memory}" if hasattr(args, "shard") else
-               f"give the embedded memory as --memory; open the shard with HybridMemory.qdrant(edge_path={args.memory!r})")
+               f"give the embedded memory as --memory; open the shard with "
+               f"HybridMemory.qdrant(edge_path={args.memory!r})")
         raise HybridMemoryError(f"{args.memory} holds a Qdrant Edge shard ({EDGE_CONFIG}), not an embedded memory; {fix}")
     if must_exist and not (folder / STORE_FILE).is_file():
         raise HybridMemoryError(

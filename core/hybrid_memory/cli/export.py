@@ -3,8 +3,11 @@ vectors (the library side is :func:`hybrid_memory.memory.export.export_to_qdrant
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from ..memory.export import check_target, export_to_qdrant, open_target
 from .common import add_index_key_argument, indexed_keys, open_memory
@@ -12,7 +15,7 @@ from .common import add_index_key_argument, indexed_keys, open_memory
 __all__ = ["register"]
 
 
-def _cmd_export(args) -> int:  # noqa: ANN001
+def _cmd_export(args: argparse.Namespace) -> int:
     """``hybrid-memory export-qdrant``: copy the memory at ``--memory`` into the collection; prints a JSON line
     (``copied``, ``memory``, ``target``, ``avgdl``: the BM25 average length the copy was written with, the memory's
     own unless ``--avgdl`` is given; ``replaced``: points of an earlier copy cleared by ``--replace``). A target
@@ -23,7 +26,7 @@ def _cmd_export(args) -> int:  # noqa: ANN001
 
     from ..backends.qdrant.backend import QdrantBackend
 
-    options = {k: v for k, v in {
+    options: dict[str, Any] = {k: v for k, v in {
         "shard_number": args.shard_number, "replication_factor": args.replication_factor,
         "write_consistency_factor": args.write_consistency_factor, "write_ordering": args.write_ordering,
     }.items() if v is not None}
@@ -44,7 +47,7 @@ def _cmd_export(args) -> int:  # noqa: ANN001
         memory.flush()  # a merge still running would change avgdl when it ends: read the settled one
         params = memory.bm25_params
         avgdl = args.avgdl if args.avgdl is not None else params["avgdl"]
-        bm25 = {"k1": params["k1"], "b": params["b"]}  # the memory's own (check_bm25)
+        bm25: dict[str, Any] = {"k1": params["k1"], "b": params["b"]}  # the memory's own (check_bm25)
         if args.edge_path:
             from ..backends.qdrant.collection import EdgeCollection
 
@@ -85,7 +88,7 @@ def _cmd_export(args) -> int:  # noqa: ANN001
     return 0
 
 
-def register(sub, memory_args) -> None:  # noqa: ANN001
+def register(sub: Any, memory_args: Callable[..., None]) -> None:
     """Add ``export-qdrant`` to the ``hybrid-memory`` command's subparsers."""
     p = sub.add_parser("export-qdrant", help="copy a memory into a Qdrant collection with its stored vectors (no re-embedding)")
     memory_args(p)

@@ -195,7 +195,9 @@ class VectorMoments:
         import faiss
 
         products = np.empty(self.dim + 1, dtype=np.float32)
-        faiss.fvec_inner_products_ny(faiss.swig_ptr(products), faiss.swig_ptr(q), faiss.swig_ptr(rows), self.dim, self.dim + 1)
+        faiss.fvec_inner_products_ny(  # type: ignore[attr-defined]  # in faiss's SWIG module, not in its stubs
+            faiss.swig_ptr(products), faiss.swig_ptr(q), faiss.swig_ptr(rows), self.dim, self.dim + 1
+        )
         mu = float(products[0])
         expected_square = float(np.dot(products[1:], q))
         variance = expected_square - mu * mu

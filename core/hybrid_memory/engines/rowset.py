@@ -121,7 +121,7 @@ class RowSet:
             # IDSelectorBitmap reads bit (id & 7) of byte (id >> 3): little bit order
             packed = np.packbits(mask, bitorder="little") if len(mask) else np.zeros(1, dtype=np.uint8)
             selector = faiss.IDSelectorBitmap(len(packed), faiss.swig_ptr(packed))
-            selector.hm_bits = packed  # the selector owns its bits, even if another thread's build wins the race
+            selector.hm_bits = packed  # type: ignore[attr-defined]  # a SWIG object takes attributes; the selector owns its bits, even if another thread's build wins the race
             self._packed = packed
             self._selector = selector
         return self._selector

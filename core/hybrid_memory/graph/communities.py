@@ -111,7 +111,7 @@ def clustering_graph(graph: nx.MultiDiGraph) -> nx.Graph:
             continue
         pair = (u, v) if u < v else (v, u)
         weights[pair] = weights.get(pair, 0.0) + float(data.get("weight", 1.0))
-    simple = nx.Graph()
+    simple: nx.Graph[str] = nx.Graph()
     simple.add_nodes_from(sorted(graph.nodes))
     simple.add_weighted_edges_from((u, v, w) for (u, v), w in sorted(weights.items()))
     return simple
@@ -226,7 +226,7 @@ def hierarchical_leiden(
         ]
         communities.extend(current)
         next_trees: list[tuple[str | None, _Tree]] = []
-        for community, (_, tree) in zip(current, level_trees):
+        for community, (_, tree) in zip(current, level_trees, strict=True):
             for child in tree[1]:
                 community.children.append(f"L{level + 1}-C{len(next_trees)}")
                 next_trees.append((community.community_id, child))

@@ -22,9 +22,9 @@ from __future__ import annotations
 import logging
 import reprlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import networkx as nx
 from tqdm.auto import tqdm
@@ -75,7 +75,7 @@ __all__ = ["GraphIndex", "graph_path", "scope_of"]
 
 def scope_of(memory: Any) -> dict[str, str]:
     """Bound scope fields of a memory or scoped view ({} for an unscoped memory)."""
-    scope = getattr(memory, "scope", None)
+    scope: Any = getattr(memory, "scope", None)
     return dict(scope.bound()) if hasattr(scope, "bound") else {}
 
 
@@ -284,7 +284,9 @@ class GraphIndex:
             self.graph = build_graph(self.extractions, self.aliases)
         return merged
 
-    def _add_merge(self, alias: str, canonical: str, source: str, evidence: AliasCandidate | None) -> Merge:
+    def _add_merge(
+        self, alias: str, canonical: str, source: Literal["auto", "caller"], evidence: AliasCandidate | None
+    ) -> Merge:
         token = "m-" + hashlib.sha256(f"{alias}\x1f{canonical}".encode()).hexdigest()[:12]
         merge = Merge(token=token, alias=alias, canonical=canonical, source=source, evidence=evidence)
         self.merges[token] = merge
@@ -329,7 +331,7 @@ class GraphIndex:
         self.rebuild_graph()
         return merge
 
-    def _fetch(self, memory: Any, chunk_ids: list[str]):
+    def _fetch(self, memory: Any, chunk_ids: list[str]) -> Iterator[Any]:
         for i in range(0, len(chunk_ids), _FETCH_BATCH):
             yield from memory.get(chunk_ids[i : i + _FETCH_BATCH])
 
@@ -492,7 +494,8 @@ class GraphIndex:
     ) -> GlobalSearchResult:
         """Community reports for a question about the whole memory, best first, fitting ``token_budget`` tokens.
 
-        Reports are ranked by hybrid search (BM25 + dense, the core's default fusion) over their text; irrelevant ones (no question
+        Reports are ranked by hybrid search (BM25 + dense, the core's default fusion) over their text; irrelevant ones
+        (no question
         term and dense score < ``min_dense_score``) are dropped; with ``dedupe_hierarchy`` a report whose ancestor
         or descendant is already chosen is skipped. ``no_relevant_reports`` is true when none is left.
         ``focus`` (default 2): an extractive report is handed over as its title and the ``focus`` findings that
@@ -526,9 +529,9 @@ class GraphIndex:
         chunk_tokens = {cid: e.tokens for cid, e in self.extractions.items()}
         ranked = self._get_ranker().rank(question, level=level)
         parents = {cid: c.parent for cid, c in self.communities.items()} if dedupe_hierarchy else None
-        render = None
+        render: Callable[[CommunityReport], tuple[str, list[str]]] | None = None
         if focus is not None:
-            def render(report):
+            def render(report: CommunityReport) -> tuple[str, list[str]]:
                 return focus_report(report, question, max_findings=focus)
         share = evidence_share if evidence else 0.0
         hits = select_reports(

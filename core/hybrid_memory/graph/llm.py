@@ -182,7 +182,7 @@ def _parse_from(body: str) -> tuple[bool, int, Any]:
     else:  # cut short: try closing as is, then dropping the unfinished tail element by element
         candidates = [] if in_string else [body.rstrip() + _closers(stack)]
         candidates += [body[:pos] + _closers(st) for pos, st in reversed(commas[-50:])]
-        candidates.append(body[0] + _closers(body[0]))
+        candidates.append(body[0] + _closers([body[0]]))
     error: Exception | None = None
     for candidate in candidates:
         try:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from itertools import pairwise
 
 from .models import ExtractedEntity, ExtractedRelation
 from .normalize import normalize_name
@@ -54,7 +55,8 @@ STOP_ENTITIES: dict[str, str] = {
     **{w: "HTTP method" for w in "GET POST PUT PATCH DELETE HEAD OPTIONS CONNECT".split()},
     **{w: "protocol, format or generic acronym" for w in (
         "HTTP HTTPS TCP UDP IP IPV4 IPV6 DNS TLS SSL SSH SFTP FTP SMTP IMAP NTP LDAP SAML OAUTH JWT GRPC RPC REST "
-        "SOAP SQL NOSQL JSON YAML XML CSV HTML CSS API APIS URL URI CPU GPU RAM SSD HDD IO OOM GC JVM VM VMS OS ID IDS "
+        "SOAP SQL NOSQL JSON YAML XML CSV HTML CSS API APIS URL URI "
+        "CPU GPU RAM SSD HDD IO OOM GC JVM VM VMS OS ID IDS "
         "UUID CLI UI UX SDK SLA SLO SLI RPS QPS TPS P50 P90 P95 P99 ACL CIDR VPC VPN NAT LB CDN MB GB KB TB MS "
         "ASAP FYI TODO FAQ OK N/A NA RCA PR CI CD QA SRE WAF DBA MFA SSO IAM").split()},
 }
@@ -300,7 +302,7 @@ def _proper_nouns(sentence: str, masked: list[tuple[int, int]], context: _ChunkC
         group.clear()
         pending.clear()
 
-    for i, (token, start) in enumerate(tokens):
+    for token, start in tokens:
         if any(a <= start < b for a, b in masked):
             flush(token)
             continue
@@ -416,7 +418,7 @@ class OfflineExtractor:
                 groups.append([span])
         out: dict[tuple[str, str], tuple[str, str, str]] = {}
         if self.verb_relations:
-            for left, right in zip(groups, groups[1:]):
+            for left, right in pairwise(groups):
                 phrase = _verb_phrase(sentence[left[-1][1]:right[0][0]])
                 if not phrase:
                     continue

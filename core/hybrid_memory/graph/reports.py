@@ -235,7 +235,7 @@ class LLMSummarizer:
 
 
 def _pagerank(graph: nx.MultiDiGraph) -> dict[str, float]:
-    simple = nx.Graph()
+    simple: nx.Graph[str] = nx.Graph()
     simple.add_nodes_from(sorted(graph.nodes))
     for u, v, d in sorted(graph.edges(data=True), key=lambda e: (e[0], e[1])):
         if u != v:
@@ -375,7 +375,7 @@ class ExtractiveSummarizer:
         remaining = list(candidates)
         while remaining and budget > 0 and len(chosen) < self.max_sentences:
             best = None
-            for j, (cid, i, text, members, cost) in enumerate(remaining):
+            for j, (cid, i, _text, members, cost) in enumerate(remaining):
                 if cost > budget:
                     continue
                 gain = (cid not in covered_chunks) + sum(rank.get(m, 0.0) * n_members

@@ -83,7 +83,7 @@ class ReportRanker:
             missing = sorted({t for t in self._texts if t not in cache})
             if missing:
                 vectors = np.asarray(embedder.embed_documents(missing), dtype=np.float32)
-                cache.update(zip(missing, vectors))
+                cache.update(zip(missing, vectors, strict=True))
             dense.add(ids, l2_normalize(np.stack([cache[t] for t in self._texts]).astype(np.float32)))
         keys = self._keys
         self._searcher = HybridSearcher(

@@ -27,7 +27,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import networkx as nx
 import numpy as np
@@ -108,7 +108,7 @@ def write_graphml(
     graph: nx.MultiDiGraph, path: Path, extra_node_attributes: dict[str, dict[str, Any]] | None = None
 ) -> None:
     """GraphML of ``graph``: list attributes JSON-encoded; ``extra_node_attributes`` (node -> attrs) added."""
-    out = nx.MultiDiGraph()
+    out: nx.MultiDiGraph[str] = nx.MultiDiGraph()
     for node, data in graph.nodes(data=True):
         attrs = {k: json.dumps(v, ensure_ascii=False) if isinstance(v, list) else v for k, v in data.items()}
         attrs.update((extra_node_attributes or {}).get(node, {}))
@@ -124,10 +124,11 @@ def write_graphml(
 def read_graphml(path: Path) -> nx.MultiDiGraph:
     """Inverse of ``write_graphml`` for the graph's own attributes. Raises GraphFormatError when unreadable."""
     try:
-        raw = nx.read_graphml(path, force_multigraph=True)
+        # force_multigraph: a MultiGraph or MultiDiGraph; the file's edgedefault is directed (write_graphml's)
+        raw = cast("nx.MultiDiGraph[str]", nx.read_graphml(path, force_multigraph=True))
     except Exception as exc:  # ElementTree, networkx and value errors all mean a damaged file
         raise GraphFormatError(f"cannot read {path}: {exc}") from exc
-    graph = nx.MultiDiGraph()
+    graph: nx.MultiDiGraph[str] = nx.MultiDiGraph()
     for node, data in raw.nodes(data=True):
         graph.add_node(node, **{k: json.loads(v) if k in _LIST_ATTRIBUTES else v for k, v in data.items()})
     for u, v, k, data in raw.edges(keys=True, data=True):
@@ -229,7 +230,7 @@ def _load_report_vectors(state: GraphState, directory: Path, embedder_name: str 
     same_embedder = meta.get("embedder") == embedder_name
     if not same_embedder or matrix.shape != (len(meta["keys"]), meta["dim"]):
         return
-    by_key = dict(zip(meta["keys"], matrix))
+    by_key = dict(zip(meta["keys"], matrix, strict=True))
     state.report_vectors_for = meta["embedder"]
     for report in state.reports.values():
         text = report.text()
@@ -239,7 +240,7 @@ def _load_report_vectors(state: GraphState, directory: Path, embedder_name: str 
 
 def _read_list(path: Path, model: type) -> list[Any]:
     try:
-        return TypeAdapter(list[model]).validate_json(path.read_bytes())
+        return TypeAdapter(list[model]).validate_json(path.read_bytes())  # type: ignore[valid-type]  # built at run time
     except (OSError, ValidationError) as exc:
         raise GraphFormatError(f"cannot read {path}: {exc}") from exc
 

@@ -29,7 +29,9 @@ from ..backends.qdrant.edge_info import read_export_info, remove_export_info, sh
 
 if TYPE_CHECKING:  # pragma: no cover
     from .hybrid import HybridMemory
+    from ..backends.embedded.store import SQLiteStore
     from ..backends.qdrant.backend import QdrantBackend
+    from ..models import StoredChunk
 
 __all__ = ["check_bm25", "check_target", "export_to_qdrant", "open_target"]
 
@@ -369,14 +371,14 @@ def export_to_qdrant(
     return copied
 
 
-def _copy(store, backend, batch, dim: int, position: int) -> int:  # noqa: ANN001
+def _copy(store: SQLiteStore, backend: QdrantBackend, batch: list[StoredChunk], dim: int, position: int) -> int:
     rows = store.lookup([c.chunk_id for c in batch])
     found, _, vectors = store.index_rows([rows[c.chunk_id][0] for c in batch if c.chunk_id in rows], dim)
     vector_of = {int(r): vectors[j] for j, r in enumerate(found)}
     versions, seqs = [], {}
     for j, chunk in enumerate(batch):
         rowid = rows.get(chunk.chunk_id, (None,))[0]
-        vector = vector_of.get(rowid)
+        vector = vector_of.get(rowid) if rowid is not None else None
         if vector is None:  # deleted while the copy ran
             continue
         if vector.shape != (dim,) or not np.isfinite(vector).all():

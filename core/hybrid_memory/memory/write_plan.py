@@ -22,16 +22,15 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from .._exceptions import DimensionMismatchError, DuplicateChunkError, InvalidRequestError, ScopeError
-from ..dedup import DedupPolicy, Match, Span, WriteDecision, WriteResult, dedup_span, find_exact, find_near
+from ..dedup import DedupPolicy, Match, Span, WriteDecision, WriteResult, content_hash, dedup_span, find_exact, find_near
 from ..embedders import Embedder, holds_bool, l2_normalize
 from ..models import SCOPE_FIELDS, TIME_FIELDS, Chunk
 from ..scopes import Scope
-from ..backends.embedded.store import content_hash
 from ..temporal import iso_utc
 
 __all__ = [
@@ -130,7 +129,8 @@ def check_vectors(vectors: Any, n: int, dim: int, ids: Sequence[str] | None = No
             column, its type and value), or NaN or infinite values (after the cast to float32); the message names
             the first bad row, its chunk and how many rows are bad.
 
-    All-zero rows are accepted (a placeholder, see :mod:`hybrid_memory.engines.dense.index`: never returned by dense search)
+    All-zero rows are accepted (a placeholder, see :mod:`hybrid_memory.engines.dense.index`: never returned by dense
+    search)
     with a warning logged naming their chunks: they are found by BM25 only.
     """
     fix = ("nothing was stored: give real numbers, float32 rows of the memory's dimension, or leave vectors= out to "
@@ -184,7 +184,8 @@ def _element(where: tuple[int, ...], ids: Sequence[str] | None) -> str:
 
 def _warn_zero_rows(vectors: np.ndarray, ids: Sequence[str] | None) -> None:
     """Log a warning naming the chunks (the first five and the count) whose given vector is all zeros: such a
-    vector has no direction, so dense search never returns the chunk (see :mod:`hybrid_memory.engines.dense.index`) and only
+    vector has no direction, so dense search never returns the chunk (see :mod:`hybrid_memory.engines.dense.index`) and
+    only
     BM25 finds it. Accepted, not refused: callers send placeholders on purpose."""
     zero = np.flatnonzero(~vectors.any(axis=1))
     if not len(zero):
@@ -299,7 +300,8 @@ class WritePlan:
             if match is None:
                 decisions.append(WriteDecision(chunk.chunk_id, "written", chunk.chunk_id))
                 continue
-            action = {"keep": "kept", "skip": "skipped", "merge": "merged"}[self.policy.action]
+            kinds: dict[str, Literal["kept", "skipped", "merged"]] = {"keep": "kept", "skip": "skipped", "merge": "merged"}
+            action = kinds[self.policy.action]
             decisions.append(WriteDecision(
                 chunk.chunk_id, action, chunk.chunk_id if action == "kept" else match.duplicate_of,
                 duplicate_of=match.duplicate_of, kind=match.kind, cosine=match.cosine, overlap=match.overlap,

@@ -98,9 +98,10 @@ class HandoffPolicy:
         then finishes while the caller is still busy, so the wake-up is hidden behind the slower engine
         instead of added to it."""
         times = [statistics.median(self._engine[n]) if self._engine.get(n) else None for n in names]
-        if any(t is None for t in times):
+        known = [t for t in times if t is not None]
+        if len(known) < len(times):
             return list(names)
-        order = sorted(range(len(names)), key=lambda i: -times[i])  # stable: ties keep the given order
+        order = sorted(range(len(names)), key=lambda i: -known[i])  # stable: ties keep the given order
         return [names[i] for i in order]
 
     def concurrent(self, names: Sequence[str], size: object = None) -> bool:
@@ -465,7 +466,7 @@ class HybridSearcher:
         for name, engine_hits in hits.items():
             scores = {keys[i]: float(s) for i, s in engine_hits if i in keys}
             # equal raw scores rank by key, so the order never depends on insertion history
-            ordered = sorted(scores, key=lambda key, s=scores: (-s[key], key))[:depth]
+            ordered = [key for key, _ in sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:depth]]
             runs[name] = EngineRun(ordered, {key: scores[key] for key in ordered})
         union = sorted({key for run in runs.values() for key in run.keys})
         n = len(union)
@@ -475,7 +476,7 @@ class HybridSearcher:
         if (method.cross_scores or method.identifiers) and n:
             union_ids = np.array([id_of[k] for k in union], dtype=np.int64)
         columns: dict[str, list[float]] = {}
-        if method.cross_scores and len(found) > 1:
+        if method.cross_scores and len(found) > 1 and union_ids is not None:  # found holds keys: n > 0
             # the aligned columns the score-based methods compute on (FusionInput.columns): the engine's own score
             # where it returned the candidate, else its exact score (nan: an id the engine does not hold). One
             # score() call over the whole union and one pass to align, instead of picking out the missing

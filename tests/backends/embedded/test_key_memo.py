@@ -19,8 +19,8 @@ def test_memo_answers_like_the_store_including_rows_deleted_or_replaced(tmp_path
     memory = _memory(tmp_path)
     store = memory.backend.store
     rowids = store.rowids().tolist()
-    assert store.chunk_ids_by_rowid(rowids) == dict(zip(rowids, ["a", "b"]))
-    assert store._key_memo == dict(zip(rowids, ["a", "b"]))
+    assert store.chunk_ids_by_rowid(rowids) == dict(zip(rowids, ["a", "b"], strict=True))
+    assert store._key_memo == dict(zip(rowids, ["a", "b"], strict=True))
     memory.upsert([{"chunk_id": "a", "text": "alpha v2"}])  # a new rowid for a; the old one is removed
     memory.delete(["b"])
     new = store.rowids().tolist()
@@ -60,7 +60,7 @@ def test_opening_a_saved_memory_memoizes_every_key(tmp_path, monkeypatch):
     memory.close()
     reopened = HybridMemory.open(tmp_path / "m", embedder=HashingEmbedder(dim=64))
     store = reopened.backend.store
-    assert store._key_memo == dict(zip(store.rowids().tolist(), ["a", "b", "c\x1fd"]))
+    assert store._key_memo == dict(zip(store.rowids().tolist(), ["a", "b", "c\x1fd"], strict=True))
 
     def no_sql(rowids):  # a search must not read keys from SQLite now
         raise AssertionError(f"read {rowids} from the store")

@@ -15,8 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory
 from hybrid_memory.changes import ChangeSet
 

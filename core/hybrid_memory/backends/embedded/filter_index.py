@@ -57,7 +57,8 @@ key of the same name. They are indexed from ``add(..., systems=[...])``, ``updat
 ``update_system``, the third element of each ``rebuild`` row, and from a ChangeSet's ``added_system`` (one
 mapping per added rowid) and ``system_updated`` (``(rowid, partial mapping)``). A None value is an absent field.
 A search filters them with ``resolve(metadata_filter, system_filter)``, the system filter in the same language
-(:func:`hybrid_memory.filters.system_filter` builds it from a bound scope and ``as_of``, with the semantics of the store's
+(:func:`hybrid_memory.filters.system_filter` builds it from a bound scope and ``as_of``, with the semantics of the
+store's
 ``scope_sql``); the two filters are ANDed.
 
 Rowids must fit in 32 bits (Roaring bitmaps); larger ones are refused with InvalidRequestError. Thread-safe:
@@ -76,8 +77,9 @@ import zipfile
 import zlib
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import pairwise
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pyroaring import BitMap
@@ -168,7 +170,7 @@ class _Numbers:
             starts = np.flatnonzero(np.diff(self.values)) + 1
             if len(starts) + 1 <= _BY_VALUE_MAX and n >= 8 * (len(starts) + 1):
                 bounds = [0, *starts.tolist(), n]
-                self.by_value = {float(self.values[a]): _as_bitmap(self.rows[a:b]) for a, b in zip(bounds, bounds[1:])}
+                self.by_value = {float(self.values[a]): _as_bitmap(self.rows[a:b]) for a, b in pairwise(bounds)}
         self.stale = BitMap()
         """Rows whose entries in the sorted array or side list no longer hold (their value was replaced)."""
         self.delta: dict[int, tuple] = {}
@@ -218,6 +220,7 @@ class _Numbers:
         """First index whose value is > x (``after``) or >= x, exactly, although x may be an int that float64
         rounds: one exact comparison of the rounded ``fx`` with ``x`` picks searchsorted's side."""
         fx = float(x)
+        side: Literal["left", "right"]
         if fx == x:
             side = "right" if after else "left"
         else:
@@ -273,7 +276,7 @@ class _Numbers:
                 positions = np.arange(total, dtype=np.int64) - np.repeat(starts - lo, lengths)
                 out = _as_bitmap(self.rows[positions])
         else:
-            out = BitMap.union(*(self._range(int(a), int(b)) for a, b in zip(lo, hi)))
+            out = BitMap.union(*(self._range(int(a), int(b)) for a, b in zip(lo, hi, strict=True)))
         wanted = set(xs)
         return self._finish(out, lambda v: v in wanted)
 
@@ -428,8 +431,8 @@ class FilterIndex:
             by_key: dict[tuple, list[BitMap]] = {}
             for tid, (key, _) in enumerate(self._terms_by_id):
                 by_key.setdefault(key, []).append(self._bitmaps[tid])
-            for key, column in self._numbers.items():
-                by_key.setdefault(key, []).extend([*column.blocks, BitMap(r for _, r in column.big)])
+            for key, numbers_column in self._numbers.items():
+                by_key.setdefault(key, []).extend([*numbers_column.blocks, BitMap(r for _, r in numbers_column.big)])
             for key, rowids in objects.items():
                 by_key.setdefault(key, []).append(BitMap(rowids))
             self._exists = {key: BitMap.union(*parts) if len(parts) > 1 else BitMap(parts[0]) for key, parts in by_key.items()}
@@ -480,7 +483,7 @@ class FilterIndex:
                 "number_keys": [list(k) for k in number_keys],
                 "big": [[[v, r] for v, r in c.big] for c in columns],
             }
-            arrays = {
+            arrays: dict[str, Any] = {  # np.savez types its **kwds against allow_pickle: bool too
                 "term_blobs": np.frombuffer(b"".join(blobs), dtype=np.uint8),
                 "term_offsets": np.cumsum([0, *map(len, blobs)], dtype=np.int64),
                 "exists_blobs": np.frombuffer(b"".join(exists_blobs), dtype=np.uint8),
@@ -568,7 +571,7 @@ class FilterIndex:
 
     def add(
         self,
-        rowids: Sequence[int],
+        rowids: Sequence[int] | np.ndarray,
         metadatas: Sequence[Mapping[str, Any]],
         systems: Sequence[Mapping[str, Any] | None] | None = None,
     ) -> None:
@@ -838,7 +841,7 @@ class FilterIndex:
 def _crc32(array: np.ndarray) -> int:
     """CRC-32 (``zlib.crc32``) of an array's bytes in C order: a damaged or stale array, of any shape, reads
     otherwise."""
-    return zlib.crc32(np.ascontiguousarray(array).view(np.uint8).reshape(-1))
+    return zlib.crc32(np.ascontiguousarray(array).view(np.uint8).reshape(-1))  # type: ignore[arg-type]  # numpy declares __buffer__ for Python >= 3.12 only
 
 
 def _check_saved(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:

@@ -18,7 +18,6 @@ last transactions on power loss or an OS crash (SQLite docs, "PRAGMA synchronous
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import sqlite3
@@ -27,12 +26,13 @@ import time
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from ..._exceptions import MemoryClosedError, StoreBusyError
 from ...changes import ChangeSet
+from ...dedup import content_hash  # re-exported: the store's column; defined on the ground floor
 from ...filters import compile_filter, register_sql_functions
 from ...models import StoredChunk
 
@@ -129,11 +129,6 @@ _FILTERED_SYSTEM = ("tenant", "user_id", "agent_id", "session_id", "valid_from",
 """System columns the filter index keeps (hybrid_memory.backends.embedded.filter_index.INDEXED_SYSTEM_FIELDS)."""
 
 
-def content_hash(text: str) -> str:
-    """sha256 hex digest of the UTF-8 text."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 @dataclass(frozen=True)
 class CommitResult:
     """What :meth:`SQLiteStore.write` committed, and what other processes had committed before it."""
@@ -157,6 +152,12 @@ class _Transaction:
     rowids: list[int] = field(default_factory=list)
     log: list[tuple[int, int, str]] = field(default_factory=list)
     result: CommitResult | None = None
+
+    def committed(self) -> CommitResult:
+        """The result, set when the transaction committed. Raises RuntimeError before that."""
+        if self.result is None:
+            raise RuntimeError("the write transaction has not committed")
+        return self.result
 
 
 @dataclass(frozen=True)
@@ -403,7 +404,7 @@ class SQLiteStore:
                         *system,
                     ),
                 )
-                rowid = int(cursor.lastrowid)
+                rowid = int(cast(int, cursor.lastrowid))  # set by every INSERT (None only before one)
                 if ord_ is None:  # a new chunk: its place is its first rowid (unique, never reused)
                     self._conn.execute("UPDATE chunks SET ord = rowid WHERE rowid = ?", (rowid,))
                 txn.rowids.append(rowid)
@@ -414,15 +415,15 @@ class SQLiteStore:
                     (source, json.dumps(metadata, ensure_ascii=False), now, rowid),
                 )
                 txn.log.append((int(rowid), METADATA, ""))
-            for rowid, system in system_updates:
-                names = [n for n in system if n in _SYSTEM_VALUES]
+            for rowid, fields in system_updates:
+                names = [n for n in fields if n in _SYSTEM_VALUES]
                 if names:
                     self._conn.execute(
                         f"UPDATE chunks SET {', '.join(n + ' = ?' for n in names)} WHERE rowid = ?",
-                        (*_system_values(system, names), rowid),
+                        (*_system_values(fields, names), rowid),
                     )
                     txn.log.append((int(rowid), METADATA, ""))
-        return txn.result
+        return txn.committed()
 
     def delete(self, chunk_ids: Sequence[str], *, since_seq: int | None = None) -> CommitResult:
         """Delete chunks by id (unknown ids are ignored), looked up inside the transaction.
@@ -438,7 +439,7 @@ class SQLiteStore:
                 self._conn.execute(f"DELETE FROM chunks WHERE rowid IN ({','.join('?' * len(batch))})", batch)
             txn.rowids.extend(rowids)
             txn.log.extend((rowid, REMOVED, chunk_id) for chunk_id, (rowid, _) in found.items())
-        return txn.result
+        return txn.committed()
 
     @contextlib.contextmanager
     def _write_transaction(self, since_seq: int | None) -> Iterator[_Transaction]:
@@ -522,8 +523,8 @@ class SQLiteStore:
             added_metadata=[json.loads(rows[r][3]) for r in added],
             metadata_updated=[(r, json.loads(rows[r][3])) for r in updated if r in rows],
             # scope and validity columns, for the filter index (a METADATA entry may be a system update)
-            added_system=[dict(zip(_FILTERED_SYSTEM, rows[r][4:])) for r in added],
-            system_updated=[(r, dict(zip(_FILTERED_SYSTEM, rows[r][4:]))) for r in updated if r in rows],
+            added_system=[dict(zip(_FILTERED_SYSTEM, rows[r][4:], strict=True)) for r in added],
+            system_updated=[(r, dict(zip(_FILTERED_SYSTEM, rows[r][4:], strict=True))) for r in updated if r in rows],
         )
 
     # -- reads --------------------------------------------------------------------------------------
@@ -595,7 +596,7 @@ class SQLiteStore:
             rows = self._conn.execute(f"SELECT rowid FROM chunks WHERE {sql} ORDER BY rowid", params).fetchall()
         return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
 
-    def index_rows(self, rowids: Sequence[int], dim: int) -> tuple[np.ndarray, list[str], np.ndarray]:
+    def index_rows(self, rowids: Sequence[int] | np.ndarray, dim: int) -> tuple[np.ndarray, list[str], np.ndarray]:
         """``(found, texts, vectors)`` of the given rowids that are still stored, read in one snapshot:
         int64 (m,) ascending, m texts, float32 (m, dim). Rows deleted meanwhile (by another process) are
         left out: the change log removes them anyway. ``dim`` 0 reads no vectors."""
@@ -614,11 +615,12 @@ class SQLiteStore:
         return np.asarray(kept, dtype=np.int64), [found[r][1] for r in kept], vectors
 
     def filter_rows(
-        self, batch_size: int = 50_000, rowids: Sequence[int] | None = None
+        self, batch_size: int = 50_000, rowids: Sequence[int] | np.ndarray | None = None
     ) -> Iterator[tuple[int, str, dict[str, Any]]]:
         """``(rowid, metadata JSON text, system fields)`` of every chunk (or of the given ``rowids`` that are
         stored), ascending rowid, read in batches: what :meth:`FilterIndex.rebuild
-        <hybrid_memory.backends.embedded.filter_index.FilterIndex.rebuild>` takes. The system fields are the scope and validity
+        <hybrid_memory.backends.embedded.filter_index.FilterIndex.rebuild>` takes. The system fields are the scope and
+        validity
         columns that are not NULL."""
         names = _FILTERED_SYSTEM
         select = f"SELECT rowid, metadata, {', '.join(names)} FROM chunks"
@@ -631,7 +633,7 @@ class SQLiteStore:
                         f"{select} WHERE rowid IN ({','.join('?' * len(batch))}) ORDER BY rowid", batch
                     ).fetchall()
                 for rowid, metadata, *system in rows:
-                    yield rowid, metadata, {n: v for n, v in zip(names, system) if v is not None}
+                    yield rowid, metadata, {n: v for n, v in zip(names, system, strict=True) if v is not None}
             return
         last = -1
         while True:
@@ -640,7 +642,7 @@ class SQLiteStore:
             if not rows:
                 return
             for rowid, metadata, *system in rows:
-                yield rowid, metadata, {n: v for n, v in zip(names, system) if v is not None}
+                yield rowid, metadata, {n: v for n, v in zip(names, system, strict=True) if v is not None}
             last = rows[-1][0]
 
     def texts(self, rowids: Sequence[int]) -> list[str]:
@@ -670,9 +672,9 @@ class SQLiteStore:
         rowids = list(map(int, rowids))
         keys = list(map(memo.get, rowids))  # C-level loops: a search's 40-60 candidates in a few microseconds
         if None not in keys:
-            return dict(zip(rowids, keys))
-        found = {rowid: key for rowid, key in zip(rowids, keys) if key is not None}
-        missing = [rowid for rowid, key in zip(rowids, keys) if key is None]
+            return dict(zip(rowids, cast(list[str], keys), strict=True))
+        found = {rowid: key for rowid, key in zip(rowids, keys, strict=True) if key is not None}
+        missing = [rowid for rowid, key in zip(rowids, keys, strict=True) if key is None]
         if missing:
             fetched = self._chunk_ids_from_store(missing)
             if len(memo) + len(fetched) > KEY_MEMO_MAX:
@@ -890,7 +892,7 @@ def _system_values(system: Mapping[str, Any], names: Sequence[str] = _SYSTEM_VAL
 
 def _stored(row: Sequence[Any]) -> StoredChunk:
     chunk_id, text, source, metadata, digest, created_at, updated_at, *system = row
-    extra = dict(zip(_SYSTEM_VALUES, system)) if system else {}
+    extra = dict(zip(_SYSTEM_VALUES, system, strict=True)) if system else {}
     merged = json.loads(extra.pop("merged", None) or "[]")
     return StoredChunk.model_construct(
         chunk_id=chunk_id,

@@ -95,7 +95,8 @@ import uuid
 import zlib
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+import collections.abc
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -595,7 +596,8 @@ class QdrantSparseEngine:
 
             S = -(ln n + sum_t ln(df_t / N))
 
-        over the distinct sparse indices of the query the top hit holds (its ``bm25`` indices: :meth:`_Legs.top_indices`); ``df_t`` the points holding index ``t`` and
+        over the distinct sparse indices of the query the top hit holds (its ``bm25`` indices:
+        :meth:`_Legs.top_indices`); ``df_t`` the points holding index ``t`` and
         ``N`` the points of the collection (exact live counts, :class:`~hybrid_memory.backends.qdrant.calibration.
         CorpusStats`; tokens colliding on one crc32 index count as one, sharing its df); ``n`` the points the filter
         allows (a ``count``, kept per filter), ``N`` without one.
@@ -642,7 +644,8 @@ class QdrantDenseEngine:
 
     def surprise(self, query: Query, hits: Sequence[Hit], allowed: QdrantFilter | None) -> float | None:
         """The surprise of the top hit in nats, as ``FaissIndex.surprise``
-        (:func:`~hybrid_memory.engines.calibration.gaussian_surprise`): the chance cosines are normal with mean ``q . mu``
+        (:func:`~hybrid_memory.engines.calibration.gaussian_surprise`): the chance cosines are normal with mean ``q .
+        mu``
         and variance ``q' Sigma q``, the exact moments of the collection's dense vectors
         (:class:`~hybrid_memory.engines.calibration.VectorMoments`, kept client-side by
         :class:`~hybrid_memory.backends.qdrant.calibration.CorpusStats`: the same sums as the embedded backend's
@@ -789,13 +792,14 @@ class QdrantBackend:
         partial = partial_export(collection.path, info)
         if partial:
             logger.warning("%s", partial)
-        for name in ("avgdl", "k1", "b") if info else ():
+        written = info or {}  # the export record's BM25 parameters: none without a record
+        for name in ("avgdl", "k1", "b") if written else ():
             if name not in kwargs:
-                kwargs[name] = info[name]
-            elif _real(kwargs[name]) and float(kwargs[name]) != info[name]:  # not a number: refused just below
+                kwargs[name] = written[name]
+            elif _real(kwargs[name]) and float(kwargs[name]) != written[name]:  # not a number: refused just below
                 logger.warning("Qdrant Edge shard %s was written with %s=%s (its export record); opened with %s=%s, "
                                "so new writes are normalised differently from the copied points", collection.path,
-                               name, info[name], name, kwargs[name])
+                               name, written[name], name, kwargs[name])
         return cls(collection, **kwargs)
 
     @property
@@ -1037,10 +1041,10 @@ class QdrantBackend:
             full = np.fromiter((d in whole for d in docs), dtype=bool, count=len(docs))
             if 0 < int(full.sum()) <= max_df:
                 # and in the query's order, gaps allowed (BM25Index.holds_in_order), read from the stored texts
-                held = [d for d, f in zip(docs, full.tolist(), strict=True) if f]
+                held_docs = [d for d, f in zip(docs, full.tolist(), strict=True) if f]
                 texts = {engine_id(r.id): r.payload.get("text", "")
-                         for r in self.collection.retrieve(self.point_ids(held), payload=["text"])}
-                in_order = {d: _in_order(tokenizer.tokenize(texts.get(d, "")), order) for d in held}
+                         for r in self.collection.retrieve(self.point_ids(held_docs), payload=["text"])}
+                in_order = {d: _in_order(tokenizer.tokenize(texts.get(d, "")), order) for d in held_docs}
                 full = np.fromiter((f and in_order.get(d, False) for d, f in zip(docs, full.tolist(), strict=True)),
                                    dtype=bool, count=len(docs))
                 out = out + full.astype(np.int64) * (1 + len(identifiers))
@@ -1091,7 +1095,10 @@ class QdrantBackend:
                                "exactly): %s", key, cost)
                 continue
             if kind == "any":
-                declare = f"indexed_keys={{{key!r}: <the kind of its values>}} (any kind also indexes its present / null markers)"
+                declare = (
+                    f"indexed_keys={{{key!r}: <the kind of its values>}} "
+                    "(any kind also indexes its present / null markers)"
+                )
             elif kind == "integer":  # a float index answers integral equality too (qdrant_filters._integers)
                 declare = (f"indexed_keys={{{key!r}: 'float'}}, which answers its equality and order tests alike (or "
                            f"export-qdrant --index-key {key}=float)")
@@ -1153,7 +1160,7 @@ class QdrantBackend:
         return out
 
     def find_hashes(
-        self, digests: Sequence[str], scope_values: Mapping[str, str | None], exclude: Collection[str] = ()
+        self, digests: Sequence[str], scope_values: Mapping[str, str | None], exclude: collections.abc.Collection[str] = ()
     ) -> dict[str, list[tuple[str, float | None, float | None]]]:
         """content_hash -> ``[(chunk_id, valid_from, valid_to), ...]``, oldest (lowest ``seq``) first, of the
         stored chunks with that hash and exactly these scope values (a None field matches chunks without it),
@@ -1195,7 +1202,9 @@ class QdrantBackend:
             must.append({"is_empty": {"key": f"{path}.e"}} if value is None else {"key": f"{path}.s", "match": {"value": value}})
         if span is not None:  # the validity covers the span: the system filter of hybrid_memory.dedup
             node = parse_filter(covering_filter(span), SYSTEM)
-            must.append(translate(node, self.exact_ranges))
+            covering = translate(node, self.exact_ranges)
+            if covering is not None:  # translate gives None for no restriction; a covering filter always has one
+                must.append(covering)
         return must
 
     def count(self, resolved: QdrantFilter | None) -> int:
@@ -1322,7 +1331,8 @@ class QdrantBackend:
         """Backend name, collection, points, BM25 configuration (the ``avgdl`` writes use, tokens), indexed keys
         (declared on this open), ``range_filter_keys`` (the metadata keys order filters may use: a float payload index
         declared or already held by the collection; None in qdrant-client's local mode, where every key may);
-        for an Edge shard also ``export``: its export record (:func:`~hybrid_memory.backends.qdrant.edge_info.read_export_info`:
+        for an Edge shard also ``export``: its export record
+        (:func:`~hybrid_memory.backends.qdrant.edge_info.read_export_info`:
         source memory, chunks copied, whether the copy completed, avgdl; None when ``export-qdrant`` did not
         write the shard) and ``export_warning``: for an interrupted copy (``complete: false``) the warning that it
         lacks chunks and how to write it again (:func:`~hybrid_memory.backends.qdrant.edge_info.partial_export`), else
@@ -1337,8 +1347,9 @@ class QdrantBackend:
         if self.path is not None:
             from .edge_info import partial_export, read_export_info
 
-            out["export"] = read_export_info(self.path)
-            out["export_warning"] = partial_export(self.path, out["export"])
+            export = read_export_info(self.path)
+            out["export"] = export
+            out["export_warning"] = partial_export(self.path, export)
         return out
 
     def close(self) -> None:

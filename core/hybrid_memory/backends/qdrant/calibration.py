@@ -1,9 +1,11 @@
 """Exact corpus statistics of a Qdrant collection, kept client-side for the default fusion's calibration.
 
 The default fusion (``hybrid_memory.fusion.methods.fuse_adaptive``) weighs each engine per query by the surprise
-of its top hit (:mod:`hybrid_memory.engines.calibration`): BM25 needs the document frequency ``df_t`` of the query tokens
+of its top hit (:mod:`hybrid_memory.engines.calibration`): BM25 needs the document frequency ``df_t`` of the query
+tokens
 the top holds and the document count ``N``; the dense engine needs the exact mean and covariance of the stored
-vectors (:class:`~hybrid_memory.engines.calibration.VectorMoments`); both need ``n``, the documents the query may return.
+vectors (:class:`~hybrid_memory.engines.calibration.VectorMoments`); both need ``n``, the documents the query may
+return.
 Qdrant exposes none of them as such, so :class:`CorpusStats` reads them from the stored points and keeps them in
 step with this backend's writes:
 
@@ -14,7 +16,8 @@ step with this backend's writes:
   (nothing to scroll) and kept in step from its first write, so its first default search pays no scroll
   (20,000 points: 17-47 ms against 1.06 s; bulk load 8 % slower, a single add 0.24 ms slower). Measured on
   SciFact (5,183 points, 384-d, about 100 tokens a point) on Qdrant Edge: 0.6 s (0.36 s the scroll, 0.1 s the
-  arrays, 0.13 s the sums), about 0.11 ms a point: some 2 minutes at a million points, once per process. Memory: the (dim + 1, dim) float64 sums (1.2 MB at 384) and a dict token index -> df (about 100 bytes
+  arrays, 0.13 s the sums), about 0.11 ms a point: some 2 minutes at a million points, once per process. Memory: the
+  (dim + 1, dim) float64 sums (1.2 MB at 384) and a dict token index -> df (about 100 bytes
   an entry: 3 MB for SciFact's 30,000 indices, ~100 MB for a vocabulary of a million).
 * **Kept in step** with this backend's own writes: an upsert first reads the vectors the points held (one
   ``retrieve`` of the batch with vectors), then counts those out and the new ones in; a delete counts out what it
@@ -184,7 +187,7 @@ class CorpusStats:
             moments = self.moments
             keys = np.fromiter(self._df, dtype=np.int64, count=len(self._df))
             counts = np.fromiter(self._df.values(), dtype=np.int64, count=len(self._df))
-            arrays = {
+            arrays: dict[str, Any] = {  # np.savez types its **kwds against allow_pickle: bool too
                 "header": np.array([_SAVED_FORMAT, self.dim, self.points, -1 if moments is None else moments.count],
                                    dtype=np.int64),
                 "df_index": keys,

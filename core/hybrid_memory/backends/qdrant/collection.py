@@ -49,13 +49,14 @@ a UUID string (format 1, still read and written; see :mod:`hybrid_memory.backend
 @dataclass(frozen=True)
 class Point:
     """A point to write: its id (:data:`PointId`), float32 unit vector (dim,) as a list (None: the point has no dense
-    vector, for an all-zero one: no direction, no dense evidence, see :mod:`hybrid_memory.engines.dense.index`; the dense leg
+    vector, for an all-zero one: no direction, no dense evidence, see :mod:`hybrid_memory.engines.dense.index`; the
+    dense leg
     never returns it and its dense cross-score is nan), sparse BM25 vector as (indices uint32, values float),
     and the payload."""
 
     id: PointId
     dense: list[float] | None
-    sparse: tuple[list[int], list[float]] | None
+    sparse: tuple[list[int], list[float]]
     payload: dict[str, Any]
 
 
@@ -119,6 +120,7 @@ int; a format-1 point's UUID: a :class:`uuid.UUID` from Qdrant Edge, a string fr
 class Collection(Protocol):
     """What :class:`~hybrid_memory.backends.qdrant.backend.QdrantBackend` needs from a collection."""
 
+    name: str
     terms: bool
     def ensure(self, dim: int, indexes: Mapping[str, str]) -> None: ...
     def holds_uuid_ids(self) -> bool: ...
@@ -214,7 +216,7 @@ def _refusal(exc: BaseException) -> str | None:
     except ImportError:  # pragma: no cover
         return None
     if isinstance(exc, UnexpectedResponse):
-        return {400: "invalid", 422: "invalid", 401: "auth", 403: "auth"}.get(exc.status_code, "other")
+        return {400: "invalid", 422: "invalid", 401: "auth", 403: "auth"}.get(exc.status_code or 0, "other")
     try:
         import grpc
     except ImportError:  # pragma: no cover
@@ -239,7 +241,7 @@ def _cause(exc: BaseException) -> str:
             detail = json.loads(exc.content)["status"]["error"]
         except Exception:  # noqa: BLE001 - a proxy's page, not Qdrant's JSON
             detail = exc.content[:200].decode("utf-8", "replace")
-        return f"HTTP {status} {exc.reason_phrase}: {' '.join(str(detail).split())}".rstrip(": ")
+        return f"HTTP {status} {getattr(exc, 'reason_phrase', '')}: {' '.join(str(detail).split())}".rstrip(": ")
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text[:200]}"
 
@@ -495,7 +497,7 @@ def _target(client: Any) -> str:
     inner = getattr(client, "_client", None)
     uri = getattr(inner, "rest_uri", None)
     if uri:
-        return f"{uri} (gRPC port {inner._grpc_port})" if getattr(inner, "_prefer_grpc", False) else str(uri)
+        return f"{uri} (gRPC port {getattr(inner, '_grpc_port', None)})" if getattr(inner, "_prefer_grpc", False) else str(uri)
     location = getattr(inner, "location", None)
     if type(inner).__name__ == "QdrantLocal":
         return f"local mode {location}"

@@ -321,5 +321,5 @@ def to_edge_filter(flt: Mapping[str, Any] | None) -> Any:
         return None
     import qdrant_edge as qe
 
-    parts = {name: [_edge_condition(c) for c in flt[name]] for name in ("must", "should", "must_not") if name in flt}
+    parts: dict[str, Any] = {name: [_edge_condition(c) for c in flt[name]] for name in ("must", "should", "must_not") if name in flt}
     return qe.Filter(**parts)

@@ -31,7 +31,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -134,11 +134,11 @@ class BM25Index:
     # -- state --------------------------------------------------------------------------------------
     def _reset_main(self) -> None:
         self._generation += 1
-        self._main = None  # bm25s.BM25 | None
+        self._main: Any = None  # bm25s.BM25 | None (bm25s ships no types)
         self._main_token: str | None = None  # names the saved bm25s files that hold exactly this main segment
         self._main_ids = np.zeros(0, dtype=np.int64)
         self._main_alive = np.zeros(0, dtype=np.float32)
-        self._main_df = np.zeros(0, dtype=np.int64)
+        self._main_df: np.ndarray = np.zeros(0, dtype=np.int64)
         self._main_total_len = 0.0
         self._main_dead = 0
         self._main_pos_of: np.ndarray | None = None
@@ -197,7 +197,7 @@ class BM25Index:
         return len(self._delta_tf)
 
     # -- writes -------------------------------------------------------------------------------------
-    def build(self, ids: Sequence[int], texts: Sequence[str], *, show_progress: bool = False) -> None:
+    def build(self, ids: Sequence[int] | np.ndarray, texts: Sequence[str], *, show_progress: bool = False) -> None:
         """Replace everything by a main segment over ``texts`` (ids int64, one per text). Synchronous."""
         ids = np.asarray(ids, dtype=np.int64)
         if len(ids) != len(texts):
@@ -215,7 +215,7 @@ class BM25Index:
             segment = self._make_segment(corpus, dict(self._vocab), show_progress)
             self._install(snapshot, corpus, segment)
 
-    def _make_segment(self, corpus: list[np.ndarray], vocab: dict[str, int], show_progress: bool):  # noqa: ANN202
+    def _make_segment(self, corpus: list[np.ndarray], vocab: dict[str, int], show_progress: bool) -> Any:
         """A bm25s index over int32 token-id arrays; pure (touches no state), so it can run without the lock.
 
         Built by :func:`~hybrid_memory.engines.bm25.build.build_bm25s`: the matrix ``bm25s.BM25.index`` would build,
@@ -230,7 +230,7 @@ class BM25Index:
         # vocab is a copy: later adds grow self._vocab, and bm25s's vocabulary must match its matrix
         return build_bm25s(corpus, vocab, k1=self.k1, b=self.b)
 
-    def _install(self, snapshot: np.ndarray, corpus: list[np.ndarray], segment) -> None:  # noqa: ANN001
+    def _install(self, snapshot: np.ndarray, corpus: list[np.ndarray], segment: Any) -> None:
         """Swap in a main segment built over ``snapshot`` (sorted ids); caller holds the lock.
 
         Documents removed since the snapshot are masked; documents added since stay in the delta; delta
@@ -253,7 +253,7 @@ class BM25Index:
         self._main_total_len = float(sum(len(doc) for doc in corpus))
         logger.debug("installed BM25 main segment over %d documents", len(snapshot))
 
-    def add(self, ids: Sequence[int], texts: Sequence[str]) -> None:
+    def add(self, ids: Sequence[int] | np.ndarray, texts: Sequence[str]) -> None:
         """Add documents to the delta segment (ids must be new)."""
         tokens = self.tokenizer.tokenize_many(texts)
         with self._lock:
@@ -271,7 +271,7 @@ class BM25Index:
         for token, count in tf.items():
             self._postings.setdefault(token, {})[doc_id] = count
 
-    def remove(self, ids: Sequence[int]) -> None:
+    def remove(self, ids: Sequence[int] | np.ndarray) -> None:
         """Remove documents (unknown ids are ignored)."""
         with self._lock:
             self._generation += 1
@@ -413,7 +413,7 @@ class BM25Index:
             held = (main, {})
             if cache is not None:
                 cache["bm25_spans"] = held
-        spans = held[1]
+        spans: dict[str, tuple[int, int]] = held[1]
         missing = [t for t in tokens if t not in spans]
         if missing:
             indptr, vocab = main.scores["indptr"], main.vocab_dict
@@ -428,7 +428,7 @@ class BM25Index:
         pos, held = _find(self._main_ids, ids)
         return pos, held & (self._main_alive.take(pos, mode="clip") > 0)
 
-    def _state(self, tokens: list[str], cache: dict | None) -> tuple[np.ndarray | None, dict[int, float]]:
+    def _state(self, tokens: list[str], cache: dict | None) -> tuple[np.ndarray | _MainHits | None, dict[int, float]]:
         """Scores of every document for ``tokens`` at the global statistics; caller holds the lock.
 
         Returns (main, delta): the main segment's scores (see :meth:`_score_main`), or None when no token is in
@@ -669,7 +669,7 @@ class BM25Index:
                 main, delta = self._state(tokens, cache)
                 ids, scores = (None, None) if main is None else self._main_candidates(main, allowed, cache)
             parts_ids, parts_scores = [], []
-            if ids is not None:
+            if ids is not None and scores is not None:  # both or neither
                 if len(ids) > k:
                     top = self._top(ids, scores, k, cache)
                     ids, scores = ids[top], scores[top]
@@ -941,7 +941,8 @@ class BM25Index:
                 at_main = found.nonzero()[0]
                 rows = pos[at_main]
             delta = [j for j, i in enumerate(ids.tolist()) if i in self._delta_tf] if self._delta_tf else []
-            indices = main.scores["indices"] if main is not None else None
+            # bm25s's CSC row indices (bm25s ships no types); None without a main segment, when rows is empty
+            indices: Any = main.scores["indices"] if main is not None else None
             if len(rows) and sum(end - begin for begin, end in columns) + len(main_ids) <= HOLDS_ALL_COUNT_MAX:
                 # a small segment: count the query's distinct tokens each main document holds in one pass over
                 # their columns (each lists a document once) instead of a binary search per term, whose numpy
@@ -1206,14 +1207,14 @@ class BM25Index:
                 # tokens where building one from a list takes 2 s), plus the tokens the delta brought
                 n_main = len(main.vocab_dict) if main is not None else 0
                 self._vocab = dict(main.vocab_dict) if main is not None else {}
-                self._vocab.update(zip(vocab[n_main:], range(n_main, len(vocab))))
+                self._vocab.update(zip(vocab[n_main:], range(n_main, len(vocab)), strict=True))
                 self._tokens = tokens
                 for doc_id in delta_ids.tolist():
                     self._add_to_delta(doc_id, [vocab[t] for t in tokens[doc_id].tolist()])
         return True
 
     @staticmethod
-    def _read_cache(directory: Path, manifest: dict, main) -> tuple[list[str], TokenCache, np.ndarray]:  # noqa: ANN001
+    def _read_cache(directory: Path, manifest: dict, main: Any) -> tuple[list[str], TokenCache, np.ndarray]:
         """The saved vocabulary, token cache and delta ids, checked against the manifest and the main segment;
         gives the main segment (loaded without its vocabulary) the vocabulary's first ids as its own."""
         vocab = json.loads((directory / "vocab.json").read_text())
@@ -1235,7 +1236,7 @@ class BM25Index:
             n_main = len(main.scores["indptr"]) - 1
             if n_main > len(vocab):
                 raise ValueError("vocabulary disagrees with the bm25s index")
-            main.vocab_dict = dict(zip(vocab[:n_main], range(n_main)))
+            main.vocab_dict = dict(zip(vocab[:n_main], range(n_main), strict=True))
             main.unique_token_ids_set = range(n_main)  # what bm25s's load sets, as a set of its ids: a range holds them
         tokens = TokenCache(doc_ids, lengths, data)  # one array, no Python object per document
         if not all(d in tokens for d in delta_ids.tolist()):

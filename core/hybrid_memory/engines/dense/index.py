@@ -306,10 +306,11 @@ class FaissIndex:
         return self._alive_selector
 
     # -- writes -------------------------------------------------------------------------------------
-    def add(self, ids: Sequence[int], vectors: np.ndarray) -> None:
+    def add(self, ids: Sequence[int] | np.ndarray, vectors: np.ndarray) -> None:
         """Add float32 (n, dim) vectors (L2-normalised by the caller) under new int64 ids (n,), >= 0.
 
-        Searchable on return; an all-zero vector is held but never returned nor scored (module docstring). Cost: a copy into the matrix plus, with an IVF, one quantizer search per vector.
+        Searchable on return; an all-zero vector is held but never returned nor scored (module docstring). Cost: a copy
+        into the matrix plus, with an IVF, one quantizer search per vector.
 
         Raises:
             DimensionMismatchError: the vectors' dimension is not ``dim``.
@@ -354,7 +355,7 @@ class FaissIndex:
             if self._building:
                 self._added_during_build.extend(ids.tolist())
 
-    def remove(self, ids: Sequence[int]) -> None:
+    def remove(self, ids: Sequence[int] | np.ndarray) -> None:
         """Remove ids (unknown ids are ignored): a tombstone, O(1) each, no scan of the index."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if not len(ids):
@@ -609,7 +610,8 @@ class FaissIndex:
                 selector = self._selector_alive()
             else:
                 selector = None
-            params = faiss.SearchParametersIVF(sel=selector, nprobe=nprobe)
+            # SWIG's constructor takes the fields as keywords (faiss's class_wrappers); its stubs do not say so
+            params = faiss.SearchParametersIVF(sel=selector, nprobe=nprobe)  # type: ignore[call-arg]
             # all-zero rows the IVF may propose are dropped at the re-rank: probe as many more (at most rerank × k)
             depth = min(self.rerank * k + min(self._n_zero, self.rerank * k), self._n_alive)
             _, labels = self._ivf.search(query, depth, params=params)
@@ -752,7 +754,8 @@ class FaissIndex:
         base (overwritten slots and appended ones); ``slot_ids.npy`` int64 (n_slots,), the id of every slot
         (-1 free); ``moments.npy`` float64 (dim + 1, dim), the exact corpus moments of the live vectors (dim at
         most :data:`~hybrid_memory.engines.calibration.MOMENTS_MAX_DIM`)
-        (:class:`~hybrid_memory.engines.calibration.VectorMoments`, their count in the manifest); ``ivf.<token>.faiss`` (``faiss.write_index``) when an IVF is in service; ``manifest.json``.
+        (:class:`~hybrid_memory.engines.calibration.VectorMoments`, their count in the manifest); ``ivf.<token>.faiss``
+        (``faiss.write_index``) when an IVF is in service; ``manifest.json``.
 
         Files named with a token never change once written (a log-structured layout, as Lucene's segments).
         When ``previous`` (the folder the last save went to) still holds this index's base and IVF files, they
@@ -1101,7 +1104,8 @@ class _Rows:
             np.lib.format.write_array_header_1_0(fh, {"descr": "<f4", "fortran_order": False, "shape": (n, self.dim)})
             for part in (self.head[: min(n, self.split)], self.tail[: max(0, n - self.split)]):
                 for start in range(0, len(part), 65_536):
-                    fh.write(memoryview(np.ascontiguousarray(part[start : start + 65_536])).cast("B"))
+                    chunk = np.ascontiguousarray(part[start : start + 65_536])
+                    fh.write(memoryview(chunk).cast("B"))  # type: ignore[arg-type]  # numpy declares __buffer__ for Python >= 3.12 only
 
 
 _omp = threading.local()
@@ -1126,7 +1130,9 @@ def _dot_rows(out: np.ndarray, query: np.ndarray, rows: np.ndarray) -> None:
     import faiss
 
     if len(out):
-        faiss.fvec_inner_products_ny(faiss.swig_ptr(out), faiss.swig_ptr(query), faiss.swig_ptr(rows), rows.shape[1], len(out))
+        faiss.fvec_inner_products_ny(  # type: ignore[attr-defined]  # in faiss's SWIG module, not in its stubs
+            faiss.swig_ptr(out), faiss.swig_ptr(query), faiss.swig_ptr(rows), rows.shape[1], len(out)
+        )
 
 
 def _dot_by_index(out: np.ndarray, query: np.ndarray, rows: np.ndarray, index: np.ndarray) -> None:
@@ -1135,7 +1141,7 @@ def _dot_by_index(out: np.ndarray, query: np.ndarray, rows: np.ndarray, index: n
 
     index = np.ascontiguousarray(index, dtype=np.int64)  # bound here: the pointer below must not outlive it
     if len(index):
-        faiss.fvec_inner_products_by_idx(
+        faiss.fvec_inner_products_by_idx(  # type: ignore[attr-defined]  # in faiss's SWIG module, not in its stubs
             faiss.swig_ptr(out), faiss.swig_ptr(query), faiss.swig_ptr(rows), faiss.swig_ptr(index),
             rows.shape[1], 1, len(index),
         )
