@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError
 from hybrid_memory.backends.base import Backend
 from hybrid_memory.backends.embedded.backend import EmbeddedBackend

@@ -48,7 +48,16 @@ from ..embedders import Embedder
 from ..embedders import query_vector as checked_query_vector
 from ..engines.dense.index import DENSE_KINDS
 from ..filters import check_metadata, validate_filter
-from ..models import _SHORT, SCOPE_FIELDS, Chunk, SearchRequest, SearchResponse, StoredChunk, build_response, validation_message
+from ..models import (
+    _SHORT,
+    SCOPE_FIELDS,
+    Chunk,
+    SearchRequest,
+    SearchResponse,
+    StoredChunk,
+    build_response,
+    validation_message,
+)
 from ..paths import EDGE_CONFIG, STORE_FILE, memory_path
 from ..scopes import Scope, as_scope, check_scope_keys, check_scope_values
 from ..search.engine import Query

@@ -706,7 +706,8 @@ class EmbeddedBackend:
             return {}
         seq = state.get("seq") if isinstance(state, dict) else None
         if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq <= self.store.last_seq():
-            logger.warning("ignoring damaged %s (seq %r); the index files will be saved again", self.path / "indexes.json", seq)
+            logger.warning("ignoring damaged %s (seq %r); the index files will be saved again",
+                           self.path / "indexes.json", seq)
             return {}
         return state
 
