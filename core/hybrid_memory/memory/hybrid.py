@@ -23,12 +23,13 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from pydantic import ValidationError
@@ -187,7 +188,7 @@ class HybridMemory:
 
     def __init__(
         self,
-        path: str | Path | None = None,
+        path: str | os.PathLike[str] | None = None,
         *,
         backend: Backend | None = None,
         embedder: Embedder | None = None,
@@ -267,7 +268,7 @@ class HybridMemory:
         return getattr(self._backend, "last_sync", {})
 
     @classmethod
-    def open(cls, path: str | Path, *, create: bool = False, **kwargs: Any) -> HybridMemory:
+    def open(cls, path: str | os.PathLike[str], *, create: bool = False, **kwargs: Any) -> HybridMemory:
         """Open the memory directory at ``path``; keyword arguments as for the constructor.
 
         Raises:
@@ -426,7 +427,7 @@ class HybridMemory:
         self._check_open()
         scope = as_scope(scope)
         policy = as_policy(dedup, self.dedup)
-        items = list(chunks) if checked else self._validate_chunks(chunks)
+        items = cast(list[Chunk], list(chunks)) if checked else self._validate_chunks(chunks)
         if scope is not None:
             items = [scope.stamp(c) for c in items]
         if vectors is not None:
@@ -678,6 +679,7 @@ class HybridMemory:
                 given (in ``request`` and as ``search_text=``), or ``request`` is None without ``search_text=``.
             InvalidFilterError: the metadata filter is malformed.
         """
+        data: dict[str, Any]
         if isinstance(request, SearchRequest):
             data = request.model_dump()
         elif isinstance(request, str):

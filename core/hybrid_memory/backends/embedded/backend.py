@@ -300,7 +300,7 @@ class EmbeddedBackend:
         store_ids, self.seq = self.store.snapshot()
         if self.path is not None:
             self.store.memoize_keys()  # searches then read candidate ids from memory, not cold pages
-        loaded = {"bm25": False, "dense": False}
+        loaded: dict[str, Any] = {"bm25": False, "dense": False}
         if self.path is not None:
             with self._index_files():
                 loaded["bm25"] = self.sparse.load(self.path / "bm25")
@@ -326,7 +326,7 @@ class EmbeddedBackend:
         snapshot. Rebuilt from the store in one pass when nothing was loaded or the log no longer reaches back
         (or the store is behind the files, e.g. restored from a backup). Returns True when rebuilt."""
         changes, last = (None, -1) if saved_seq is None else self.store.changes_since(saved_seq)
-        if changes is None or saved_seq > last:
+        if changes is None or saved_seq is None or saved_seq > last:
             self.filters.rebuild(self.store.filter_rows())
             return bool(len(store_ids))
         self.filters.apply(changes)
@@ -681,8 +681,19 @@ class EmbeddedBackend:
         self.dense.wait()
         self._save_indexes()
 
+    def _folder(self) -> Path:
+        """The memory folder the index files are saved in (persist returns before any save in RAM).
+
+        Raises:
+            InvalidRequestError: an in-RAM memory (no folder).
+        """
+        if self.path is None:
+            raise InvalidRequestError("an in-RAM memory has no folder to save index files in")
+        return self.path
+
     def _save_indexes(self) -> None:
         """Write bm25/, dense/ and filters/ under the file lock; readers (other threads) may search meanwhile."""
+        home = self._folder()
         with self.index_lock.read(), self._index_files():
             self._remove_stale_temporaries()
             saved = self._saved_state()
@@ -690,38 +701,41 @@ class EmbeddedBackend:
                 logger.debug("index files on disk are newer (seq %s > %s); not overwritten", saved["seq"], self.seq)
             else:
                 # unchanged big files (BM25 main segment, dense base) are hard-linked from the current folders
-                self._save_dir_atomically("bm25", lambda folder: self.sparse.save(folder, previous=self.path / "bm25"))
-                self._save_dir_atomically("dense", lambda folder: self.dense.save(folder, previous=self.path / "dense"))
+                self._save_dir_atomically("bm25", lambda folder: self.sparse.save(folder, previous=home / "bm25"))
+                self._save_dir_atomically("dense", lambda folder: self.dense.save(folder, previous=home / "dense"))
                 self._save_dir_atomically("filters", lambda folder: self.filters.save(folder, self.seq))
-                (self.path / "dense.faiss").unlink(missing_ok=True)  # the flat index of earlier versions
+                (home / "dense.faiss").unlink(missing_ok=True)  # the flat index of earlier versions
                 self._write_saved_state({"seq": self.seq, "saved_at": time.time(), "pid": os.getpid()})
             self._dirty = False
 
     def _saved_state(self) -> dict[str, Any]:
         """indexes.json, or {} when it is missing or damaged: a ``seq`` that is not a whole number, or one
         beyond the store's change log (no save can be newer than the store), is treated as no state at all."""
+        folder = self._folder()
         try:
-            state = json.loads((self.path / "indexes.json").read_text())
+            state = json.loads((folder / "indexes.json").read_text())
         except (OSError, ValueError):
             return {}
         seq = state.get("seq") if isinstance(state, dict) else None
         if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq <= self.store.last_seq():
             logger.warning("ignoring damaged %s (seq %r); the index files will be saved again",
-                           self.path / "indexes.json", seq)
+                           folder / "indexes.json", seq)
             return {}
         return state
 
     def _write_saved_state(self, state: Mapping[str, Any]) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=".indexes-", suffix=".tmp", dir=self.path)
+        folder = self._folder()
+        fd, tmp = tempfile.mkstemp(prefix=".indexes-", suffix=".tmp", dir=folder)
         with os.fdopen(fd, "w") as fh:
             json.dump(state, fh)
-        os.replace(tmp, self.path / "indexes.json")
+        os.replace(tmp, folder / "indexes.json")
 
     def _remove_stale_temporaries(self) -> None:
         """Leftovers of a save that was killed (caller holds the file lock, so no save is running)."""
-        for stale in [*self.path.glob(".bm25-*"), *self.path.glob(".dense-*"), *self.path.glob(".filters-*"),
-                      *self.path.glob(".indexes-*"),
-                      *(self.path / f"{name}.{kind}" for name in ("bm25", "dense") for kind in ("tmp", "old"))]:
+        folder = self._folder()
+        for stale in [*folder.glob(".bm25-*"), *folder.glob(".dense-*"), *folder.glob(".filters-*"),
+                      *folder.glob(".indexes-*"),
+                      *(folder / f"{name}.{kind}" for name in ("bm25", "dense") for kind in ("tmp", "old"))]:
             if stale.is_dir():
                 shutil.rmtree(stale, ignore_errors=True)
             elif stale.exists():
@@ -731,8 +745,9 @@ class EmbeddedBackend:
         """``save(directory)`` into a uniquely named folder, then swap it in for ``name`` (caller holds the
         file lock, so no other process loads between the two renames; a crash between them only means a
         rebuild, and the leftovers are removed by the next save)."""
-        final = self.path / name
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", suffix=".tmp", dir=self.path))
+        folder = self._folder()
+        final = folder / name
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", suffix=".tmp", dir=folder))
         old = tmp.with_suffix(".old")
         try:
             save(tmp)
