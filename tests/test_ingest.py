@@ -360,21 +360,32 @@ def test_a_symlinked_sub_folder_is_named_in_a_warning_and_reported(tmp_path, cap
     (outside / "deep" / "d.md").write_text("delta")
     (docs / "linked").symlink_to(outside, target_is_directory=True)
     (docs / "sub" / "loop").symlink_to(docs, target_is_directory=True)  # a loop: never entered
-    (docs / "c.md").symlink_to(outside / "c.md")  # a link to a file is read, as before
+    (docs / "c.md").symlink_to(outside / "c.md")  # a link to a file out of the folder: not read unless asked
     reported: list[Path] = []
+    left: list[Path] = []
     with caplog.at_level("WARNING", logger="hybrid_memory.ingest"):
-        chunks = list(read_text_folder(docs, id_prefix="", on_symlinked_folder=reported.append))
-    assert [c.chunk_id for c in chunks] == ["a.md#0", "c.md#0", "sub/b.md#0"]
+        chunks = list(read_text_folder(docs, id_prefix="", on_symlinked_folder=reported.append,
+                                       on_outside_link=left.append))
+    assert [c.chunk_id for c in chunks] == ["a.md#0", "sub/b.md#0"]
     assert reported == [docs / "linked", docs / "sub" / "loop"]
+    assert left == [docs / "c.md"]
     assert [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.ingest"] == [
         f"skipped {docs / 'linked'}: a symbolic link to the folder {outside}, and links to folders are not followed "
         "(one may loop, or lead out of the folder being read); to read that folder, ingest it as a path of its own",
         f"skipped {docs / 'sub' / 'loop'}: a symbolic link to the folder {docs}, and links to folders are not "
         "followed (one may loop, or lead out of the folder being read); to read that folder, ingest it as a path of "
-        "its own"]
+        "its own",
+        f"skipped {docs / 'c.md'}: a symbolic link to {outside / 'c.md'}, outside the folder being read ({docs}); "
+        "links that leave the folder are not followed by default: pass follow_symlinks=True (the CLI's "
+        "--follow-symlinks) to read it"]
     caplog.clear()
-    assert [c.chunk_id for c in read_text_folder(docs, id_prefix="", glob="*.md")] == ["a.md#0", "c.md#0"]
+    assert [c.chunk_id for c in read_text_folder(docs, id_prefix="", glob="*.md", follow_symlinks=True)] == [
+        "a.md#0", "c.md#0"]
     assert caplog.records == []  # a pattern that does not recurse would not enter a folder anyway: no word
+    # a pattern naming the linked folder would enter it: the files it reaches lie outside, so they are not read
+    assert [c.chunk_id for c in read_text_folder(docs, id_prefix="", glob="linked/**/*.md")] == []
+    assert [c.chunk_id for c in read_text_folder(docs, id_prefix="", glob="linked/**/*.md", follow_symlinks=True)] == [
+        "linked/c.md#0", "linked/deep/d.md#0"]
 
 
 def test_a_scope_value_no_view_could_bind_is_refused_naming_the_file_and_line(tmp_path):
@@ -392,3 +403,23 @@ def test_a_scope_value_no_view_could_bind_is_refused_naming_the_file_and_line(tm
         f"{corpus}, line 3: invalid document 'e2': user_id holds the invisible format character '\\u200b' (ZERO WIDTH "
         "SPACE) at position 1; a scope value is an id, and one that prints like another would bind a scope no chunk "
         "is in: remove it, or leave user_id out (None) for no user_id (got 'u\\u200b1')")
+
+
+@pytest.mark.parametrize("reader", [read_beir_corpus, read_queries])
+def test_a_jsonl_line_that_is_not_utf8_is_named_by_file_and_line(tmp_path, reader):
+    """Issue 35, class 10: a Latin-1 byte gave "'utf-8' codec can't decode byte 0xff" with no file or line."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_bytes(b'\xef\xbb\xbf{"_id": "a", "text": "fine"}\n\n{"_id": "b", "text": "caf\xe9 \xff"}\n')
+    with pytest.raises(InvalidRequestError) as info:
+        list(reader(corpus)) if reader is read_beir_corpus else reader(corpus)
+    assert str(info.value) == (
+        f"{corpus}, line 3: not valid UTF-8 (invalid continuation byte: byte 0xe9 at column 26); JSONL files are "
+        "UTF-8: convert the file (iconv -f LATIN1 -t UTF-8, or your editor's 'save as UTF-8')")
+
+
+def test_a_qrels_line_that_is_not_utf8_is_named_by_file_and_line(tmp_path):
+    qrels = tmp_path / "test.tsv"
+    qrels.write_bytes(b"query-id\tcorpus-id\tscore\nq1\td\xff\t1\n")
+    with pytest.raises(InvalidRequestError, match=rf"^{qrels}, line 2: not valid UTF-8 \(invalid start byte: byte "
+                                                  r"0xff at column 5\)"):
+        read_qrels(qrels)

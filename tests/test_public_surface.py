@@ -13,10 +13,10 @@ import types
 import pytest
 
 CORE = [
-    "CallableEmbedder", "Chunk", "DedupPolicy", "DimensionMismatchError", "DuplicateChunkError", "Embedder",
+    "CallableEmbedder", "Chunk", "DedupPolicy", "DimensionMismatchError", "DiskFullError", "DuplicateChunkError", "Embedder",
     "FusedHit", "HashingEmbedder", "HybridMemory", "HybridMemoryError", "HybridParams", "InvalidEmbedderError", "InvalidFilterError",
     "InvalidRequestError", "MAX_SEARCH_TEXT_CHARS", "MAX_TOP_K", "MAX_WEIGHT", "MemoryClosedError", "MemoryNotFoundError", "BackendUnavailableError", "MissingDependencyError",
-    "RecencyPrior", "Scope", "ScopeError", "ScopedMemory", "SearchRequest", "SearchResponse", "SearchResult",
+    "OnnxEmbedder", "RecencyPrior", "Scope", "ScopeError", "ScopedMemory", "SearchRequest", "SearchResponse", "SearchResult",
     "SentenceTransformerEmbedder", "StoreBusyError", "StoreFormatError", "StoredChunk", "WriteDecision",
     "WriteResult", "export_to_qdrant", "reciprocal_rank_fusion",
 ]

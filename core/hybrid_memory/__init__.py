@@ -15,6 +15,7 @@ only when asked for. :func:`export_to_qdrant` (from :mod:`hybrid_memory.memory.e
 
 from ._exceptions import (
     DimensionMismatchError,
+    DiskFullError,
     DuplicateChunkError,
     HybridMemoryError,
     InvalidEmbedderError,
@@ -32,7 +33,8 @@ from .memory.export import export_to_qdrant
 from .dedup import DedupPolicy, WriteDecision, WriteResult
 from .embedders import CallableEmbedder, Embedder, HashingEmbedder, SentenceTransformerEmbedder
 from .fusion import FusedHit, reciprocal_rank_fusion
-from .memory.hybrid import HybridMemory
+from .memory import HybridMemory
+from .onnx_embedder import OnnxEmbedder
 from .models import MAX_SEARCH_TEXT_CHARS, MAX_TOP_K, MAX_WEIGHT, Chunk, HybridParams, SearchRequest, SearchResponse, SearchResult, StoredChunk
 from .memory.scoped import ScopedMemory
 from .scopes import Scope
@@ -48,6 +50,7 @@ __all__ = [
     "Chunk",
     "DedupPolicy",
     "DimensionMismatchError",
+    "DiskFullError",
     "DuplicateChunkError",
     "Embedder",
     "FusedHit",
@@ -62,6 +65,7 @@ __all__ = [
     "MemoryNotFoundError",
     "BackendUnavailableError",
     "MissingDependencyError",
+    "OnnxEmbedder",
     "RecencyPrior",
     "Scope",
     "ScopeError",

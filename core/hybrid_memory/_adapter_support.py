@@ -10,6 +10,8 @@
 - :func:`result_metadata` / :data:`SHADOWED_METADATA_KEY`: a returned document's or node's metadata, the
   chunk's own metadata plus the retrieval keys, keeping the chunk's own values of those keys visible;
   :func:`written_back_metadata` its inverse, for a returned document or node added back to a memory.
+- :func:`absolute_score`: the score both adapters give a result (``NodeWithScore.score``, LangChain's
+  ``metadata["score"]``), one whose meaning does not depend on the other results of the same query.
 - :func:`check_search_settings` / :func:`unwrap_validation_error`: a retriever's search settings refused
   with an :class:`~hybrid_memory.InvalidRequestError` naming the retriever's own field (``k``,
   ``similarity_top_k``, ``rrf_k``) and its accepted range, never a pydantic ``ValidationError``.
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GRAPH_EXTRA_MODULES", "SHADOWED_METADATA_KEY", "build_owned", "check_search_settings", "check_top_k", "refuse_memory_argument", "coerce_embedder",
            "extra_installed", "lazy_exports", "missing_dependency", "missing_modules", "result_metadata", "unwrap_validation_error",
-           "RETRIEVAL_SCORE_KEYS", "written_back_metadata"]
+           "RETRIEVAL_SCORE_KEYS", "written_back_metadata", "absolute_score", "FUSED_SCORE_KEY"]
 
 #: the top-level modules the ``graph`` extra installs and ``hybrid_memory.graph`` needs
 GRAPH_EXTRA_MODULES: tuple[str, ...] = ("networkx", "graspologic_native", "json_repair")
@@ -46,8 +48,8 @@ the added values; absent when nothing is shadowed."""
 
 def result_metadata(own: Mapping[str, Any], added: Mapping[str, Any]) -> dict[str, Any]:
     """The metadata of a returned LangChain ``Document`` / LlamaIndex node: the chunk's ``own`` metadata, then
-    the retrieval keys ``added`` by the adapter (the score, ranks, ``source``), which always hold the
-    retrieval values, so ``metadata["score"]`` is the score the results are ordered by, as LangChain's
+    the retrieval keys ``added`` by the adapter (the scores, ranks, ``source``), which always hold the
+    retrieval values, so ``metadata["score"]`` is the result's :func:`absolute_score`, as LangChain's
     retrievers put it.
 
     A chunk's own key of the same name is not lost: when its value differs from the added one it is kept under
@@ -65,6 +67,34 @@ def result_metadata(own: Mapping[str, Any], added: Mapping[str, Any]) -> dict[st
     if shadowed:
         metadata[SHADOWED_METADATA_KEY] = shadowed
     return metadata
+
+
+FUSED_SCORE_KEY = "fused_score"
+"""Metadata key of a returned document or node holding the score the core ordered the results by
+(``SearchResult.score``, or ``rrf_score`` for RRF): comparable within one response only."""
+
+
+def absolute_score(result: Any) -> float:
+    """The score the adapters give a :class:`~hybrid_memory.SearchResult`: the cosine similarity of the query's and
+    the chunk's embeddings (``result.dense_score``, an inner product of L2-normalised vectors), clipped to
+    ``[0, 1]``; 0.0 when the dense engine did not score the chunk (not among its candidates in an RRF search,
+    or a search with ``dense_weight=0``): no cosine evidence for it, so any cut-off drops it.
+
+    Why not the fused score: the default fusion normalises each engine's scores to the query's own top
+    (theoretical min-max, Bruch et al. 2023), so the first result of every query scores about 1.0, however weak:
+    a query matching one word of one chunk got ``NodeWithScore.score == 1.0`` (issue 35), and a
+    ``SimilarityPostprocessor(similarity_cutoff=...)`` or a LangChain score threshold let it through. The cosine
+    depends only on the query, the chunk and the embedder: not on what else the memory holds or the query
+    returns, so one cut-off means the same for every query. It is the score LlamaIndex's and LangChain's vector
+    stores report for cosine indexes, which their cut-offs are written for. The cost: exact-match evidence
+    (an error code BM25 finds and the embedder does not) is not in it; the order still holds it, since the
+    adapters return the results in the core's order (so the scores are not always descending), and the fused
+    score stays under ``metadata["fused_score"]``.
+    """
+    dense = getattr(result, "dense_score", None)
+    if dense is None or dense != dense:
+        return 0.0
+    return min(1.0, max(0.0, float(dense)))
 
 
 RETRIEVAL_SCORE_KEYS = ("score", "rrf_score", "sparse_rank", "sparse_score", "dense_rank", "dense_score")
@@ -85,7 +115,7 @@ def written_back_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
     """
     if not all(key in metadata for key in RETRIEVAL_SCORE_KEYS):
         return dict(metadata)
-    added = {*RETRIEVAL_SCORE_KEYS, "source", SHADOWED_METADATA_KEY}
+    added = {*RETRIEVAL_SCORE_KEYS, FUSED_SCORE_KEY, "source", SHADOWED_METADATA_KEY}
     own = {key: value for key, value in metadata.items() if key not in added}
     shadowed = metadata.get(SHADOWED_METADATA_KEY)
     if isinstance(shadowed, Mapping):

@@ -22,6 +22,7 @@ from __future__ import annotations
 __all__ = [
     "BackendUnavailableError",
     "DimensionMismatchError",
+    "DiskFullError",
     "DuplicateChunkError",
     "HybridMemoryError",
     "InvalidEmbedderError",
@@ -85,6 +86,24 @@ class MemoryNotFoundError(StoreFormatError, FileNotFoundError):
 
 class StoreBusyError(HybridMemoryError):
     """Another process kept the memory's SQLite write lock longer than the busy timeout; nothing was written."""
+
+
+class DiskFullError(HybridMemoryError, OSError):
+    """The disk (or quota) holding the memory is full. A write is rolled back whole (none of its chunks stored,
+    every earlier acknowledged write kept); ``close()`` still releases the store (the indexes, derived data, are
+    rebuilt from it at the next open); an open whose index files cannot be saved serves from memory. The message
+    names the folder, the cause and what is stored."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the disk or the quota is full: an OSError with errno ENOSPC or EDQUOT, or SQLite's
+    SQLITE_FULL ("database or disk is full")."""
+    import errno
+    import sqlite3
+
+    if isinstance(exc, sqlite3.OperationalError):
+        return "database or disk is full" in str(exc)
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 
 
 class BackendUnavailableError(HybridMemoryError, ConnectionError):

@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from . import limits
 from ._exceptions import InvalidRequestError
 from .filters import check_metadata
 from .models import SCOPE_FIELDS, TIME_FIELDS, Chunk
@@ -155,6 +156,8 @@ def read_text_folder(
     on_unreadable: Callable[[Path, str], None] | None = None,
     on_empty: Callable[[Path], None] | None = None,
     on_symlinked_folder: Callable[[Path], None] | None = None,
+    follow_symlinks: bool = False,
+    on_outside_link: Callable[[Path], None] | None = None,
 ) -> Iterator[Chunk]:
     """Yield chunks of the ``.md`` and ``.txt`` files under ``folder``, files in sorted relative-path order.
 
@@ -202,6 +205,13 @@ def read_text_folder(
             when a pattern is recursive (``**``). ``pathlib``'s ``**`` does not follow such links (one may loop,
             or lead out of the folder being read), so nothing under them is read; each is logged as a WARNING
             naming it and its target, with or without this callback. The CLI counts them (``symlinked_folders``).
+        follow_symlinks: read a matched file whose real path (symbolic links resolved, ``Path.resolve``) lies
+            outside ``folder``. Default False: such a file (``docs/passwd.md -> /etc/passwd``, or a file reached
+            through a linked folder a non-recursive pattern names) is not read, and is logged as a WARNING naming it
+            and its target, so a link cannot make a file anywhere on the machine searchable. Links that stay inside
+            ``folder`` are always read. The CLI's ``--follow-symlinks`` sets it.
+        on_outside_link: called with the path of each such file skipped (not called with ``follow_symlinks``).
+            The CLI counts them (``outside_links``).
 
     Yields:
         Chunk, file by file, chunks in document order.
@@ -214,7 +224,7 @@ def read_text_folder(
     """
     root, chunk_size, chunk_overlap = _checked_folder_args(folder, chunk_size, chunk_overlap)
     return _text_folder_chunks(root, chunk_size, chunk_overlap, metadata, glob, id_prefix, on_unreadable, on_empty,
-                               on_symlinked_folder)
+                               on_symlinked_folder, follow_symlinks, on_outside_link)
 
 
 def _checked_folder_args(folder: StrPath, chunk_size: Any, chunk_overlap: Any) -> tuple[Path, int, int]:
@@ -230,6 +240,10 @@ def _checked_folder_args(folder: StrPath, chunk_size: Any, chunk_overlap: Any) -
             )
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise InvalidRequestError(f"chunk_size must be an integer >= 1 (characters), got {chunk_size!r}")
+    if chunk_size > limits.MAX_CHUNK_TEXT_CHARS:
+        raise InvalidRequestError(
+            f"chunk_size {chunk_size:,} is more than MAX_CHUNK_TEXT_CHARS ({limits.MAX_CHUNK_TEXT_CHARS:,}, "
+            "hybrid_memory.limits), the longest text a chunk may hold; give a smaller chunk_size (default 1,000)")
     if isinstance(chunk_overlap, bool) or not isinstance(chunk_overlap, int) or not 0 <= chunk_overlap < chunk_size:
         raise InvalidRequestError(
             f"chunk_overlap must be an integer with 0 <= chunk_overlap < chunk_size ({chunk_size}), got {chunk_overlap!r}"
@@ -241,6 +255,7 @@ def _text_folder_chunks(
     root: Path, chunk_size: int, chunk_overlap: int, metadata: Mapping[str, Any] | None, glob: str | Sequence[str],
     id_prefix: str | None, on_unreadable: Callable[[Path, str], None] | None,
     on_empty: Callable[[Path], None] | None = None, on_symlinked_folder: Callable[[Path], None] | None = None,
+    follow_symlinks: bool = False, on_outside_link: Callable[[Path], None] | None = None,
 ) -> Iterator[Chunk]:
     patterns = [glob] if isinstance(glob, str) else list(glob)
     base_metadata = dict(metadata or {})
@@ -268,7 +283,15 @@ def _text_folder_chunks(
     for folder in sorted(memories):
         logger.info("read_text_folder: skipped %s: a memory's own folder (it holds %s)", folder, _memory_file(folder))
     logger.debug("read_text_folder: %d files under %s", len(files), root)
+    real_root = root.resolve()
     for rel, file_path in files:
+        if not follow_symlinks and not _dangling_link(file_path) and not file_path.resolve().is_relative_to(real_root):
+            logger.warning("skipped %s: a symbolic link to %s, outside the folder being read (%s); links that leave "
+                           "the folder are not followed by default: pass follow_symlinks=True (the CLI's "
+                           "--follow-symlinks) to read it", file_path, file_path.resolve(), real_root)
+            if on_outside_link is not None:
+                on_outside_link(file_path)
+            continue
         content, reason = _read_text_file(file_path)
         if reason is not None:
             if on_unreadable is None:
@@ -401,9 +424,10 @@ def read_qrels(path: StrPath) -> dict[str, dict[str, int]]:
     path_str = os.fspath(path)
     qrels: dict[str, dict[str, int]] = {}
     first_row = True
-    with open(path_str, encoding="utf-8-sig") as fh:  # a leading UTF-8 BOM is skipped
-        for line_no, line in enumerate(fh, start=1):
-            line = line.rstrip("\r\n")
+    with open(path_str, "rb") as fh:  # bytes: a line that is not UTF-8 is named by its number
+        for line_no, raw in enumerate(fh, start=1):
+            raw = raw[3:] if line_no == 1 and raw.startswith(b"\xef\xbb\xbf") else raw  # a leading UTF-8 BOM
+            line = _utf8_line(raw, f"{path_str}, line {line_no}").rstrip("\r\n")
             if not line.strip():
                 continue
             is_first, first_row = first_row, False
@@ -427,11 +451,24 @@ def read_qrels(path: StrPath) -> dict[str, dict[str, int]]:
 def _jsonl_objects(path: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """(``"<path>, line <n>"``, object) for each non-blank line of a JSONL file (UTF-8, a leading byte order
     mark skipped, as Windows editors write one). Raises InvalidRequestError."""
-    with open(path, encoding="utf-8-sig") as fh:
-        for line_no, line in enumerate(fh, start=1):
+    with open(path, "rb") as fh:  # bytes: a line that is not UTF-8 is named by its number, not by a codec error
+        for line_no, raw in enumerate(fh, start=1):
+            where = f"{path}, line {line_no}"
+            line = _utf8_line(raw[3:] if line_no == 1 and raw.startswith(b"\xef\xbb\xbf") else raw, where)
             if line.strip():
-                where = f"{path}, line {line_no}"
                 yield where, _json_object(line, where)
+
+
+def _utf8_line(raw: bytes, where: str) -> str:
+    """``raw`` decoded as UTF-8, or InvalidRequestError naming ``where`` (file and line), the byte's column and how
+    to fix it."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequestError(
+            f"{where}: not valid UTF-8 ({exc.reason}: byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); JSONL "
+            "files are UTF-8: convert the file (iconv -f LATIN1 -t UTF-8, or your editor's 'save as UTF-8')"
+        ) from None
 
 
 def _json_object(line: str, where: str) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ._exceptions import DuplicateChunkError, HybridMemoryError, InvalidRequestError, missing_dependency
 from .dedup import DedupPolicy
+from .limits import MAX_PAGE_POSITION, MAX_SEARCH_TEXT_CHARS, check_question
 from .models import SearchRequest, SearchResponse, StoredChunk
 from .memory.scoped import ScopedMemory
 from .scopes import SCOPE_FIELDS, Scope, as_scope
@@ -342,11 +343,16 @@ def build_server(
     ) -> MemoryPage:
         """Memories in insertion order, page by page (metadata_filter restricts them). The cursor marks a place
         in that order: memories added or deleted between pages never make a page skip or repeat another."""
+        if isinstance(view, ScopedMemory):  # an opaque cursor bound to the scope (hybrid_memory.isolation)
+            page, token = view.page_chunks(metadata_filter, after=cursor, limit=page_size)
+            return MemoryPage(memories=page, next_cursor=token)
         after = None
         if cursor is not None:
             if not (cursor.startswith("k") and cursor[1:].isascii() and cursor[1:].isdigit() and len(cursor) < 25):
                 raise InvalidRequestError(f"cursor {cursor[:40]!r} is not one this server gave; start without a cursor")
             after = int(cursor[1:])
+            if after > MAX_PAGE_POSITION:  # a position SQLite cannot hold: no page ever gave it
+                raise InvalidRequestError(f"cursor {cursor[:40]!r} is not one this server gave; start without a cursor")
         page, last = view.page_chunks(metadata_filter, after=after, limit=page_size)
         return MemoryPage(memories=page, next_cursor=None if last is None else f"k{last}")
 
@@ -432,10 +438,14 @@ def _global_search_tool(view: HybridMemory | ScopedMemory, graph: Any) -> Callab
 
     @_guard
     def global_search(
-        question: str, token_budget: Annotated[int, Field(ge=1)] = 2000, level: int | None = None
+        question: Annotated[str, Field(min_length=1, max_length=MAX_SEARCH_TEXT_CHARS)],
+        token_budget: Annotated[int, Field(ge=1, strict=True)] = 2000,
+        level: Annotated[int | None, Field(ge=0, strict=True)] = None,
     ) -> GlobalSearchResult:
         """Community reports (GraphRAG) that answer a question about the whole memory of this scope, best first,
-        within token_budget tokens."""
+        within token_budget tokens. The question follows search_memory's rules for search_text (not blank, at
+        most 10,000 characters, no NUL character); level, when given, is one of the graph's community levels."""
+        check_question(question)  # before the graph is opened: the same rules as search_memory's search_text
         index = graph if graph != "auto" else GraphIndex.open(view)
         if not index.reports:
             raise InvalidRequestError(
@@ -443,7 +453,8 @@ def _global_search_tool(view: HybridMemory | ScopedMemory, graph: Any) -> Callab
                 + "".join(f" --scope {k}={v}" for k, v in getattr(getattr(view, "scope", None), "bound", dict)().items())
                 + "`"
             )
-        return index.global_search(question, token_budget=token_budget, level=level)
+        # checked against the view: a report written from a since deleted or replaced memory is not served
+        return index.global_search(question, token_budget=token_budget, level=level, memory=view)
 
     # the graph models are imported here, not at module level: give the SDK the class, not its name
     inspect.unwrap(global_search).__annotations__["return"] = GlobalSearchResult

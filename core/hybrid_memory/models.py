@@ -25,8 +25,10 @@ from collections.abc import Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from . import limits
 from ._exceptions import InvalidRequestError
 from .fusion import DEFAULT_FUSION, DEFAULT_RRF_K, FUSION_METHODS
+from .limits import MAX_SEARCH_TEXT_CHARS, MAX_TOP_K  # re-exported: they were first defined here
 from .temporal import iso_utc, to_timestamp
 
 __all__ = [
@@ -93,14 +95,6 @@ def make_chunk(data: Chunk | Mapping[str, Any], what: str = "chunk") -> Chunk:
     except ValidationError as exc:
         raise InvalidRequestError(validation_message(exc, what)) from exc
 
-
-MAX_TOP_K = 1000
-"""Largest ``top_k`` a request may ask for. Deeper lists belong to offline evaluation, not to agents."""
-
-MAX_SEARCH_TEXT_CHARS = 10_000
-"""Longest ``search_text``, in characters (Unicode code points). all-MiniLM-L6-v2 reads only the first 256
-word pieces (about 1,000 characters of English), so a longer query changes only BM25, whose cost grows with
-the query's terms: a 50,000-word query took 100x a normal one. Cut long contexts to what the agent asks."""
 
 MAX_WEIGHT = 1e6
 """Largest ``dense_weight`` / ``sparse_weight``. Only the ratio of the two weights matters to the ranking;
@@ -170,7 +164,8 @@ class Chunk(BaseModel):
     chunk_id: str = Field(min_length=1)
     """Unique id chosen by the caller; identity everywhere (fusion, upsert, delete). Not blank, no NUL."""
     text: str
-    """The text both engines index; must contain something other than white space; no NUL character."""
+    """The text both engines index; must contain something other than white space; no NUL character; at most
+    :data:`~hybrid_memory.limits.MAX_CHUNK_TEXT_CHARS` (1,000,000) characters."""
     source: str = ""
     """Where the text came from (file path, URL, conversation id); no NUL character."""
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -225,6 +220,11 @@ class Chunk(BaseModel):
     def _text_not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("text must not be empty or white space only")
+        if len(value) > limits.MAX_CHUNK_TEXT_CHARS:
+            raise ValueError(
+                f"text has {len(value):,} characters, more than MAX_CHUNK_TEXT_CHARS ({limits.MAX_CHUNK_TEXT_CHARS:,}, "
+                "hybrid_memory.limits); split it into chunks (ingest's folders are cut into --chunk-size characters), "
+                "or raise hybrid_memory.limits.MAX_CHUNK_TEXT_CHARS")
         return _encodable(value, "text")
 
     @field_validator("source")

@@ -11,12 +11,13 @@ and every write is stamped with it. A scope is not a filter a caller can forget 
 
 * writes get the bound fields stamped; a chunk that brings a different value for a bound field is refused
   (:class:`ScopeError`), nothing is written;
-* ids held by other scopes are invisible: ``get`` skips them, ``delete`` ignores them, ``supersede`` refuses
-  them as unknown, and ``upsert``/``add`` of such an id are refused with a :class:`ScopeError` that does not
-  show the other chunk (ids are unique across the whole memory: give ids per scope, e.g. uuid4);
+* ids are namespaced per scope (:mod:`hybrid_memory.isolation`): a view writes the caller's id under its own
+  namespace and shows it back as given, so an id another scope holds is a fresh id here (written, never refused),
+  and nothing a view returns depends on what other scopes hold; paging cursors are opaque and bound to the scope;
 * ``view.scoped(...)`` can only narrow (bind more fields), never change a bound one.
 
-The unscoped :class:`HybridMemory` itself is the administrator's view: it reads every scope.
+The unscoped :class:`HybridMemory` itself is the administrator's view: it reads every scope, by stored ids
+(``"<scope key>:<id>"`` for chunks a view wrote; see :mod:`hybrid_memory.isolation`).
 """
 
 from __future__ import annotations

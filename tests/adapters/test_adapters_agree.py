@@ -3,6 +3,7 @@ and a memory folder built through one framework opens in the other."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 pytest.importorskip("langchain_core")
@@ -14,6 +15,7 @@ from llama_index.core import Document as LIDocument  # noqa: E402
 from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters  # noqa: E402
 
 import langchain_hybrid_memory as lc  # noqa: E402
+from tests.adapters.conftest import INCIDENTS  # noqa: E402
 import llamaindex_hybrid_memory as li  # noqa: E402
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError, StoreFormatError  # noqa: E402
 
@@ -85,7 +87,8 @@ def _core(memory, query, core_filter, params, top_k):
         rrf_k_constant=params.get("rrf_k", 60),
         **({"fusion": params["fusion"]} if "fusion" in params else {}),
     )
-    return [(r.chunk_id, r.rrf_score, r.score if r.score is not None else r.rrf_score) for r in response.results]
+    return [(r.chunk_id, r.rrf_score, r.score if r.score is not None else r.rrf_score,
+             0.0 if r.dense_score is None else min(1.0, max(0.0, r.dense_score))) for r in response.results]
 
 
 @pytest.mark.parametrize("top_k", [1, 4, 10])
@@ -104,9 +107,10 @@ async def test_core_langchain_llamaindex_agree(memory, query, core_filter, li_fi
     li_anodes = await li_retriever.aretrieve(query)
 
     for docs in (lc_docs, lc_adocs, lc_override):
-        assert [(d.id, d.metadata["rrf_score"], d.metadata["score"]) for d in docs] == expected
+        assert [(d.id, d.metadata["rrf_score"], d.metadata["fused_score"], d.metadata["score"]) for d in docs] == expected
     for nodes in (li_nodes, li_anodes):
-        assert [(n.node.node_id, n.node.metadata["rrf_score"], n.score) for n in nodes] == expected
+        assert [(n.node.node_id, n.node.metadata["rrf_score"], n.node.metadata["fused_score"], n.score)
+                for n in nodes] == expected
 
 
 def test_equal_texts_keep_their_own_ids(memory):
@@ -166,8 +170,35 @@ def test_the_adapters_pass_the_fusion_method_and_refuse_an_unknown_one(memory):
     assert [d.id for d in docs] == [r.chunk_id for r in rrf.results]
     nodes = li.HybridMemoryRetriever(memory, similarity_top_k=5, fusion="rrf", dense_weight=0.6,
                                      sparse_weight=0.4).retrieve("HTTP 504 billing")
-    assert [n.score for n in nodes] == scores
+    assert [n.node.metadata["fused_score"] for n in nodes] == scores
     with pytest.raises(ValueError, match="unknown fusion method 'borda'"):  # pydantic wraps the core's error
         lc.HybridMemoryRetriever(memory=memory, fusion="borda")
     with pytest.raises(InvalidRequestError, match="unknown fusion method 'borda'"):
         li.HybridMemoryRetriever(memory, fusion="borda")
+
+
+def test_a_weak_hit_does_not_score_like_a_perfect_one_and_its_score_ignores_the_other_results():
+    """Issue 35, class 9: a query matching one word of one chunk got ``NodeWithScore.score == 1.0`` (the fused score
+    is normalised to the query's top), so every cut-off let it through. The adapters' score is now the query-chunk
+    cosine: the same whatever else the memory holds, below any sensible cut-off for a one-word-in-four match."""
+    from llama_index.core.postprocessor import SimilarityPostprocessor
+
+    embedder = HashingEmbedder(dim=256)
+    query = "quantum zebra invoice xylophone"
+    text = "Kafka consumer lag on billing events topic delays invoice by an hour"
+    query_vec, text_vec = embedder.embed_query(query), embedder.embed_documents([text])[0]
+    cosine = float(np.dot(query_vec, text_vec))
+    assert cosine == pytest.approx(1 / 6)  # 1 shared token of the query's 4 and the text's 9 (stop words dropped)
+    scores = []
+    for extra in ([], INCIDENTS):  # alone, then among other chunks that the query does not match
+        with HybridMemory(embedder=embedder) as mem:
+            mem.add([{"chunk_id": "weak", "text": text}, *[c for c in extra if c["chunk_id"] != "inc-6"]])
+            top = mem.search(query, top_k=1).results[0]
+            assert top.chunk_id == "weak" and top.score == 1.0  # the fused score of a lone weak hit: "perfect"
+            (node,) = li.HybridMemoryRetriever(mem, similarity_top_k=1).retrieve(query)
+            (doc,) = lc.HybridMemoryRetriever(memory=mem, k=1).invoke(query)
+            assert node.score == doc.metadata["score"] == pytest.approx(cosine, abs=1e-6)
+            assert node.node.metadata["fused_score"] == doc.metadata["fused_score"] == 1.0
+            assert SimilarityPostprocessor(similarity_cutoff=0.5).postprocess_nodes([node]) == []
+            scores.append(node.score)
+    assert scores[0] == scores[1]  # a function of the query and the chunk only

@@ -178,8 +178,8 @@ def test_a_folder_ingest_that_stores_nothing_leaves_no_memory_folder_it_created(
     with caplog.at_level("WARNING", logger="hybrid_memory.cli.app"):
         assert main(["ingest", str(docs), "--memory", str(tmp_path / "new" / "mem"), "--hashing-dim", "8", "-q"]) == 0
     assert json.loads(capsys.readouterr().out) == {
-        "ingested": 0, "repeated_ids": 0, "skipped_files": 0, "empty_files": 2, "symlinked_folders": 0, "chunks": 0,
-        "memory": str(tmp_path / "new" / "mem")}
+        "ingested": 0, "repeated_ids": 0, "skipped_files": 0, "empty_files": 2, "symlinked_folders": 0,
+        "outside_links": 0, "chunks": 0, "memory": str(tmp_path / "new" / "mem")}
     assert [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.cli.app"] == [
         f"2 files held no text (empty or white space only) and gave no chunk: {docs / 'a.md'}, {docs / 'b.txt'}",
         f"nothing was stored, so the folder this run created for the memory, {tmp_path / 'new'}, was removed"]

@@ -41,7 +41,8 @@ def test_cli_hybrid_params_of_the_wrong_type_is_a_one_line_error(cli_memory, tmp
 
 
 def test_cli_deeply_nested_json_is_a_one_line_error(cli_memory, tmp_path, capsys):
-    deep = '{"search_text": "x", "metadata_filter": ' + '{"$and": [' * 100_000 + "{}" + "]}" * 100_000 + "}"
+    # 50,000 levels: 0.6 MB, under MAX_REQUEST_BYTES (1 MiB), far over what the JSON parser nests
+    deep = '{"search_text": "x", "metadata_filter": ' + '{"$and": [' * 50_000 + "{}" + "]}" * 50_000 + "}"
     code, out, err = _search_cli(cli_memory, deep, tmp_path, capsys)
     assert (code, out) == (2, "")
     assert "nested too deeply" in err and err.count("\n") == 1

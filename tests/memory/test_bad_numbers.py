@@ -248,7 +248,7 @@ def test_an_embedder_that_is_not_one_is_refused_before_the_folder_is_created(tmp
         HybridMemory(tmp_path / "mem", embedder=embedder)
     assert str(raised.value) == (
         f"embedder {given} lacks 'name'; it must follow the Embedder protocol (name, dim, embed_documents, "
-        "embed_query): pass an instance such as SentenceTransformerEmbedder() (the packaged all-MiniLM-L6-v2) or "
+        "embed_query): pass an instance such as OnnxEmbedder() (the packaged all-MiniLM-L6-v2) or "
         "HashingEmbedder(384), or leave embedder out for the default")
     assert list(tmp_path.iterdir()) == []  # nothing created
 

@@ -498,14 +498,16 @@ def test_an_unreadable_request_file_is_exit_2_naming_the_file(tmp_path, capsys, 
     from hybrid_memory.cli.app import main
 
     path = _request_file(tmp_path, "locked.json", '{"search_text": "alpha"}')
-    real_read_text = Path.read_text
+    import builtins
 
-    def read_text(self, *args, **kwargs):  # root ignores chmod, so the permission error is simulated
-        if self.name == "locked.json":
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_read_text(self, *args, **kwargs)
+    real_open = builtins.open
 
-    monkeypatch.setattr(Path, "read_text", read_text)
+    def fake_open(file, *args, **kwargs):  # root ignores chmod, so the permission error is simulated
+        if Path(str(file)).name == "locked.json":
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", fake_open)
     assert main(["search", "--memory", cli_memory, "--hashing-dim", "8", "--request", str(path)]) == 2
     assert f"--request {path}: cannot be read (Permission denied); check its permissions" in capsys.readouterr().err
 

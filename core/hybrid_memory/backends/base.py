@@ -113,7 +113,7 @@ def check_embedder(embedder: Any) -> None:
                      else f"{type(embedder).__name__} {embedder!r}"[:120])
             raise InvalidRequestError(
                 f"embedder {given} lacks {attribute!r}; it must follow the Embedder protocol (name, dim, "
-                "embed_documents, embed_query): pass an instance such as SentenceTransformerEmbedder() (the packaged "
+                "embed_documents, embed_query): pass an instance such as OnnxEmbedder() (the packaged "
                 "all-MiniLM-L6-v2) or HashingEmbedder(384), or leave embedder out for the default"
             )
 

@@ -129,12 +129,15 @@ def _check_ingest_args(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
 
 
 def _read_inputs(paths: Sequence[str], args: argparse.Namespace, extra: dict[str, Any],
-                 skipped: list[str], empty: list[str] | None = None, linked: list[str] | None = None) -> Iterator[Chunk]:
+                 skipped: list[str], empty: list[str] | None = None, linked: list[str] | None = None,
+                 outside: list[str] | None = None) -> Iterator[Chunk]:
     """Chunks of every path, in order. A folder's file that cannot be read as text (not UTF-8, binary, no
     permission) is skipped with a warning and its path appended to ``skipped``; a file with no text (empty,
     white space only) gives no chunk and its path is appended to ``empty``; a symbolic link to a folder is not
     followed (:func:`~hybrid_memory.ingest.read_text_folder` warns, naming it) and its path is appended to
-    ``linked``; a bad .jsonl line stops the ingest (the message names the line)."""
+    ``linked``; a file whose link leads out of the folder is not read unless ``--follow-symlinks`` is given (a
+    warning names it) and its path is appended to ``outside``; a bad .jsonl line stops the ingest (the message
+    names the line)."""
     from ..ingest import read_beir_corpus, read_text_folder
 
     def skip(path: Path, reason: str) -> None:
@@ -161,9 +164,16 @@ def _read_inputs(paths: Sequence[str], args: argparse.Namespace, extra: dict[str
                 if linked is not None:
                     linked.append(str(p))
 
+            def _outside(p: Path) -> None:
+                seen[0] += 1
+                if outside is not None:
+                    outside.append(str(p))
+
             for chunk in read_text_folder(path, chunk_size=args.chunk_size, chunk_overlap=chunk_overlap, metadata=extra,
                                           id_prefix=args.id_prefix, on_unreadable=_skip, on_empty=_empty,
-                                          on_symlinked_folder=_linked):
+                                          on_symlinked_folder=_linked,
+                                          follow_symlinks=getattr(args, "follow_symlinks", False),
+                                          on_outside_link=_outside):
                 seen[0] += 1
                 yield chunk
             if not seen[0]:
@@ -309,12 +319,13 @@ def _run_ingest(args: argparse.Namespace, extra: dict[str, Any], scope: Any, cre
     skipped: list[str] = []
     empty: list[str] = []
     linked: list[str] = []
+    outside: list[str] = []
     with open_memory(args, must_exist=False) as memory:
         before = memory.count()
         discard[0] = created is not None and before == 0
         target = memory.scoped(scope) if scope else memory
         try:
-            count, repeated = _ingest(memory, _read_inputs(args.paths, args, extra, skipped, empty, linked),
+            count, repeated = _ingest(memory, _read_inputs(args.paths, args, extra, skipped, empty, linked, outside),
                                       progress=not args.quiet, target=target)
         except BaseException as exc:
             new_folder, discard[0] = discard[0], False  # kept if the count below fails: nothing is known then
@@ -332,13 +343,17 @@ def _run_ingest(args: argparse.Namespace, extra: dict[str, Any], scope: Any, cre
         if skipped:
             logger.warning("%s skipped (listed above); fix %s and run the same command again",
                            _count(len(skipped), "unreadable file", was=True), "it" if len(skipped) == 1 else "them")
+        if outside:
+            logger.warning("%s not read (listed above): a symbolic link that leads out of the folder being read; pass "
+                           "--follow-symlinks to read such files", _count(len(outside), "linked file", was=True))
         if empty:
             shown = ", ".join(empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
             logger.warning("%s held no text (empty or white space only) and gave no chunk: %s", _count(len(empty), "file"),
                            shown)
         total = memory.count()
         summary = {"ingested": count, "repeated_ids": repeated, "skipped_files": len(skipped), "empty_files": len(empty),
-                   "symlinked_folders": len(linked), "chunks": total, "memory": str(memory.path)}
+                   "symlinked_folders": len(linked), "outside_links": len(outside), "chunks": total,
+                   "memory": str(memory.path)}
         if scope:
             summary["scope"] = scope.bound()
     if created is not None and before == total == 0 and created.exists():  # no text was read: an empty memory
@@ -388,10 +403,19 @@ def _request_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _read_request_file(path: str) -> str:
-    """The text of the ``--request`` file. Raises HybridMemoryError naming the file (missing, a folder,
-    unreadable, not UTF-8)."""
+    """The text of the ``--request`` file, at most :data:`~hybrid_memory.limits.MAX_REQUEST_BYTES` (1 MiB) read.
+    Raises HybridMemoryError naming the file (missing, a folder, unreadable, not UTF-8, larger than the limit)."""
+    from .. import limits
+
     try:
-        return Path(path).read_text(encoding="utf-8-sig")  # a leading BOM is skipped
+        with open(path, "rb") as fh:  # at most one byte past the limit: --request /dev/zero must not read forever
+            data = fh.read(limits.MAX_REQUEST_BYTES + 1)
+        if len(data) > limits.MAX_REQUEST_BYTES:
+            raise HybridMemoryError(
+                f"--request {path} holds more than MAX_REQUEST_BYTES ({limits.MAX_REQUEST_BYTES:,} bytes, "
+                "hybrid_memory.limits); a request is one JSON object with a query of at most "
+                f"{limits.MAX_SEARCH_TEXT_CHARS:,} characters and a filter: give the request's file, not a data file")
+        return data.decode("utf-8-sig")  # a leading BOM is skipped
     except FileNotFoundError:
         raise HybridMemoryError(f"--request {path}: no such file (give the path of a JSON file holding the request, "
                                 "e.g. examples/incident_memory/request.json)") from None
@@ -449,8 +473,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of the ``hybrid-memory`` command."""
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The argparse parser of the ``hybrid-memory`` command.
+
+    ``argv``, the command line about to be parsed: when it names neither ``graph`` nor ``-h``/``--help``, the
+    ``graph`` command is a stub that is never chosen, and the graph extra (networkx and the GraphRAG layer, about
+    0.4 s) is not imported: a cold ``hybrid-memory search`` pays only for what it runs. None: the full parser.
+    """
     parser = argparse.ArgumentParser(
         prog="hybrid-memory",
         description=(
@@ -497,6 +526,10 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--scope", action="append", default=[], metavar="FIELD=VALUE",
                         help="stamp this scope on every chunk (tenant, user_id, agent_id, session_id); repeatable, as "
                              "for search, mcp and graph build; the same as the field options above")
+    ingest.add_argument("--follow-symlinks", action="store_true",
+                        help="read files in a folder whose symbolic link leads out of that folder (default: skipped "
+                             "with a warning and counted as outside_links, so a link cannot make any file on the "
+                             "machine searchable)")
     ingest.add_argument("-q", "--quiet", action="store_true",
                         help="no progress bar (none is drawn when stderr is not a terminal)")
     ingest.set_defaults(func=_cmd_ingest)
@@ -527,14 +560,11 @@ def build_parser() -> argparse.ArgumentParser:
     memory_args(stats, shard=True)
     stats.set_defaults(func=_cmd_stats)
 
-    try:
-        from .graph import register
-    except ImportError as exc:  # the graph extra is not installed
-        reason = f"the graph commands need the graph extra: pip install 'hybrid-memory[graph]' ({exc})"
-        graph = sub.add_parser("graph", help="GraphRAG commands (needs: pip install 'hybrid-memory[graph]')")
-        graph.set_defaults(func=lambda _args: _fail(reason))
+    wanted = None if argv is None else set(argv)
+    if wanted is not None and not wanted & {"graph", "-h", "--help"}:
+        sub.add_parser("graph", help="GraphRAG commands")  # never chosen: "graph" is not on this command line
     else:
-        register(sub)
+        _register_graph(sub)
 
     # `mcp`: the server lives in mcp_server.py and imports the SDK only when run
     from .mcp import register as register_mcp
@@ -548,6 +578,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _register_graph(sub: Any) -> None:
+    """Add the ``graph`` command: the GraphRAG layer's parser, or one that names the extra it needs."""
+    try:
+        from .graph import register
+    except ImportError as exc:  # the graph extra is not installed
+        reason = f"the graph commands need the graph extra: pip install 'hybrid-memory[graph]' ({exc})"
+        graph = sub.add_parser("graph", help="GraphRAG commands (needs: pip install 'hybrid-memory[graph]')")
+        graph.set_defaults(func=lambda _args: _fail(reason))
+    else:
+        register(sub)
+
+
 def _fail(message: str) -> int:
     print(f"hybrid-memory: error: {message}", file=sys.stderr)
     return 2
@@ -555,7 +597,7 @@ def _fail(message: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 success, 2 bad input)."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose:

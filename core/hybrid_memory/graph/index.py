@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import networkx as nx
 from tqdm.auto import tqdm
 
-from .._exceptions import InvalidRequestError
+from .._exceptions import InvalidRequestError, MemoryClosedError
+from ..limits import check_graph_level, check_question
 import hashlib
 
 from .build import build_graph, update_graph
@@ -152,6 +153,7 @@ class GraphIndex:
         self._report_vectors_for: str | None = None  # name of that embedder
         self.scope: dict[str, str] = {}
         """Bound fields of the scope this graph was built for ({} for the whole memory)."""
+        self._source: Any = None  # the memory (or view) opened, built or synced with: global_search checks it
 
     # -- construction ---------------------------------------------------------------------------------
     @classmethod
@@ -174,9 +176,11 @@ class GraphIndex:
         if path is not None and (path / "manifest.json").is_file():
             index = cls.load(path, **kwargs)
             index.check_scope(memory)
+            index._source = memory
             return index
         index = cls(path=path, **kwargs)
         index.scope = scope_of(memory)
+        index._source = memory
         return index
 
     def check_scope(self, memory: Any) -> None:
@@ -207,6 +211,7 @@ class GraphIndex:
         if not self.extractions and not self.failures and not self.scope:
             self.scope = scope_of(memory)  # a fresh index takes the scope of the memory it first syncs with
         self.check_scope(memory)
+        self._source = memory
         if getattr(memory, "embedder", None) is not None and self.embedder is None:
             self.embedder = memory.embedder
         current: Mapping[str, str] = memory.chunk_hashes()
@@ -491,6 +496,7 @@ class GraphIndex:
         evidence: bool = True,
         focus: int | None = 2,
         evidence_share: float = 0.2,
+        memory: Any = None,
     ) -> GlobalSearchResult:
         """Community reports for a question about the whole memory, best first, fitting ``token_budget`` tokens.
 
@@ -503,18 +509,23 @@ class GraphIndex:
         (default), reports get ``1 - evidence_share`` (0.8) of ``token_budget``, then the chosen reports' source
         sentences that best match the question are appended to their hits (``search.add_evidence``), and the
         budget still left takes more reports; ``token_budget`` covers everything handed over.
-        Raises InvalidRequestError (a ValueError) for a blank question, token_budget < 1, a non-int level or
-        max_reports < 1; the message names the fix.
+
+        Deleted and replaced chunks are forgotten at once: the reports are checked against ``memory`` (default:
+        the memory or view this index was opened, built or last refreshed with), and a report written from a
+        chunk that is no longer stored with the text it was extracted from (deleted, or upserted with a new
+        text) is not served, nor its source sentences, until :meth:`refresh` rewrites its community without
+        that chunk (which also removes the old text from the saved files: ``reports.json``, the extractions).
+        The check reads the scope's chunk hashes (``memory.chunk_hashes()``, one indexed SQL read). An index
+        with no memory (``GraphIndex.load(path)`` alone, or a memory since closed) serves its reports as saved.
+        Raises InvalidRequestError (a ValueError) for a question ``search_text`` would refuse
+        (:func:`hybrid_memory.limits.check_question`: blank, longer than ``MAX_SEARCH_TEXT_CHARS``, a NUL
+        character), token_budget < 1, a level that is not an int or not one of the graph's
+        (:func:`~hybrid_memory.limits.check_graph_level`) or max_reports < 1; the message names the fix.
         """
-        if not isinstance(question, str) or not question.strip():
-            raise InvalidRequestError(
-                f"question must be a non-empty string, got {_SHORT.repr(question)}: ask about the memory, e.g. "
-                "'how do services handle database timeouts?'"
-            )
+        check_question(question)  # the rules of search_text: every path refuses what search_memory refuses
         if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 1:
             raise InvalidRequestError(f"token_budget must be an int >= 1 (tokens), got {_SHORT.repr(token_budget)}")
-        if level is not None and (isinstance(level, bool) or not isinstance(level, int)):
-            raise InvalidRequestError(f"level must be an int or None, got {_SHORT.repr(level)}")
+        check_graph_level(level, (c.level for c in self.communities.values()))
         if max_reports is not None and (isinstance(max_reports, bool) or not isinstance(max_reports, int)
                                         or max_reports < 1):
             raise InvalidRequestError(f"max_reports must be an int >= 1 or None, got {_SHORT.repr(max_reports)}")
@@ -527,7 +538,8 @@ class GraphIndex:
         ):
             raise InvalidRequestError(f"evidence_share must be a number in [0, 1), got {_SHORT.repr(evidence_share)}")
         chunk_tokens = {cid: e.tokens for cid, e in self.extractions.items()}
-        ranked = self._get_ranker().rank(question, level=level)
+        reports = self._current_reports(memory if memory is not None else self._source)
+        ranked = [r for r in self._get_ranker().rank(question, level=level) if r.chunk_id in reports]
         parents = {cid: c.parent for cid, c in self.communities.items()} if dedupe_hierarchy else None
         render: Callable[[CommunityReport], tuple[str, list[str]]] | None = None
         if focus is not None:
@@ -535,21 +547,21 @@ class GraphIndex:
                 return focus_report(report, question, max_findings=focus)
         share = evidence_share if evidence else 0.0
         hits = select_reports(
-            ranked, self.reports, token_budget=max(1, int(token_budget * (1.0 - share))), parents=parents,
+            ranked, reports, token_budget=max(1, int(token_budget * (1.0 - share))), parents=parents,
             min_dense_score=min_dense_score, max_reports=max_reports, render=render,
         )
         if evidence and hits:  # the budget the reports left: their best source sentences for this question
-            hits = add_evidence(question, hits, self.reports, token_budget=token_budget)
+            hits = add_evidence(question, hits, reports, token_budget=token_budget)
         left = token_budget - sum(h.tokens for h in hits)
         if share and left > 0 and (max_reports is None or len(hits) < max_reports):  # unused share: more reports
             more = select_reports(
-                ranked, self.reports, token_budget=left, parents=parents, min_dense_score=min_dense_score,
+                ranked, reports, token_budget=left, parents=parents, min_dense_score=min_dense_score,
                 max_reports=None if max_reports is None else max_reports - len(hits), chosen=hits, render=render,
             )
             hits = hits + [h.model_copy(update={"rank": len(hits) + i + 1}) for i, h in enumerate(more)]
         smallest = None
         if not hits:  # nothing fits: is nothing relevant, or is the budget too small?
-            unbounded = select_reports(ranked, self.reports, token_budget=10**12, parents=None,
+            unbounded = select_reports(ranked, reports, token_budget=10**12, parents=None,
                                        min_dense_score=min_dense_score, max_reports=None, render=render)
             smallest = min((h.tokens for h in unbounded), default=None)
         return GlobalSearchResult(
@@ -560,6 +572,25 @@ class GraphIndex:
             token_budget=token_budget,
             tokens=account_tokens(hits, chunk_tokens),
         )
+
+    def _current_reports(self, memory: Any) -> Mapping[str, Any]:
+        """The reports every chunk of which is still stored with the text it was extracted from in ``memory``
+        (all of them when ``memory`` is None): the ones ``global_search`` may serve."""
+        if memory is None:
+            return self.reports
+        try:
+            current: Mapping[str, str] = memory.chunk_hashes()
+        except MemoryClosedError:  # the memory it was built with is closed: the index answers as saved
+            return self.reports
+        gone = {cid for cid, e in self.extractions.items() if current.get(cid) != e.content_hash}
+        gone |= {cid for cid, f in self.failures.items() if cid not in current}
+        if not gone:
+            return self.reports
+        kept = {cid: r for cid, r in self.reports.items() if gone.isdisjoint(r.chunk_ids)
+                and gone.isdisjoint(r.quoted_chunk_ids)}
+        logger.info("global_search: %d reports cite %d deleted or replaced chunks and are not served; refresh the "
+                    "graph to rewrite them", len(self.reports) - len(kept), len(gone))
+        return kept
 
     def ask(
         self,

@@ -49,6 +49,7 @@ from ..embedders import Embedder
 from ..embedders import query_vector as checked_query_vector
 from ..engines.dense.index import DENSE_KINDS
 from ..filters import check_metadata, validate_filter
+from ..limits import check_page
 from ..models import (
     _SHORT,
     SCOPE_FIELDS,
@@ -97,7 +98,7 @@ class HybridMemory:
             :class:`~hybrid_memory.backends.embedded.backend.EmbeddedBackend` over ``path``.
         embedder: any :class:`~hybrid_memory.embedders.Embedder`. None: the embedder the directory was built
             with when it is a :class:`HashingEmbedder`, else the offline all-MiniLM-L6-v2
-            (:class:`SentenceTransformerEmbedder`, 384 dimensions).
+            (:class:`OnnxEmbedder`, 384 dimensions, the vectors and name of :class:`SentenceTransformerEmbedder`).
         k1, b: BM25 parameters (bm25s, Lucene variant); defaults 1.5 and 0.75.
         candidate_multiplier: each engine retrieves ``candidate_multiplier × max(top_k, RANK_FLOOR)`` candidates before
             fusion (default 2, as in the reference design); >= 1.
@@ -994,13 +995,8 @@ class HybridMemory:
 
 
 def _page_after(after: int | None, limit: int) -> int:
-    """The keyset position a page starts after (-1: the first page), with ``after`` and ``limit`` checked.
-    Raises InvalidRequestError naming the argument."""
-    if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < -1):
-        raise InvalidRequestError(f"after must be a position a previous page returned, or None, got {after!r}")
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
-        raise InvalidRequestError(f"limit must be an int in 1..10000, got {limit!r}")
-    return -1 if after is None else after
+    """The keyset position a page starts after (-1: the first page): :func:`hybrid_memory.limits.check_page`."""
+    return check_page(after, limit)
 
 
 def _checked_filter(metadata_filter: Mapping[str, Any] | None) -> Mapping[str, Any] | None:

@@ -35,7 +35,8 @@ def test_documents_carry_chunk_id_text_and_metadata(memory):
         assert doc.metadata == {
             **result.metadata,
             "source": result.source,
-            "score": result.score,
+            "score": min(1.0, max(0.0, result.dense_score)),  # the cosine: absolute, not normalised to the top
+            "fused_score": result.score,
             "rrf_score": result.rrf_score,
             "sparse_rank": result.sparse_rank,
             "sparse_score": result.sparse_score,
@@ -347,8 +348,8 @@ def test_a_chunks_own_retrieval_named_keys_stay_visible_under_chunk_metadata():
     doc = HybridMemoryRetriever(memory=memory, k=2).invoke("kafka lag")
     assert [d.id for d in doc] == ["c1", "c2"]
     assert doc[0].metadata == {
-        "team": "sre", "source": "jira", "score": result.score, "rrf_score": result.rrf_score,
-        "sparse_rank": 1, "sparse_score": result.sparse_score, "dense_rank": result.dense_rank,
+        "team": "sre", "source": "jira", "score": result.dense_score, "fused_score": result.score,
+        "rrf_score": result.rrf_score, "sparse_rank": 1, "sparse_score": result.sparse_score, "dense_rank": result.dense_rank,
         "dense_score": result.dense_score,
         "chunk_metadata": {"score": 99, "source": "mine", "rrf_score": "x", "dense_rank": "keep", "chunk_metadata": [1]},
     }

@@ -44,12 +44,13 @@ def test_nodes_carry_chunk_id_text_metadata_and_rrf_score(memory):
     for item, result in zip(nodes, response.results, strict=True):
         assert isinstance(item, NodeWithScore) and isinstance(item.node, TextNode)
         assert result.score is not None  # the default fusion orders by its own score, not rrf_score
-        assert item.score == result.score
+        assert item.score == min(1.0, max(0.0, result.dense_score))  # the cosine, not the fused score
         assert item.node.text == result.text
         assert item.node.metadata == {
             **result.metadata,
             "source": result.source,
-            "score": result.score,
+            "score": item.score,
+            "fused_score": result.score,
             "rrf_score": result.rrf_score,
             "sparse_rank": result.sparse_rank,
             "sparse_score": result.sparse_score,
@@ -317,9 +318,10 @@ def test_a_chunks_own_retrieval_named_keys_stay_visible_under_chunk_metadata():
     memory.add([{"chunk_id": "c1", "text": "kafka consumer lag on orders topic", "source": "jira", "metadata": own}])
     result = memory.search("kafka lag", top_k=1).results[0]
     (item,) = HybridMemoryRetriever(memory, similarity_top_k=1).retrieve("kafka lag")
-    assert item.node.node_id == "c1" and item.score == result.score
+    assert item.node.node_id == "c1" and item.score == result.dense_score
     assert item.node.metadata == {
-        "team": "sre", "source": "jira", "score": result.score, "rrf_score": result.rrf_score,
+        "team": "sre", "source": "jira", "score": result.dense_score, "fused_score": result.score,
+        "rrf_score": result.rrf_score,
         "sparse_rank": 1, "sparse_score": result.sparse_score, "dense_rank": 1, "dense_score": result.dense_score,
         "chunk_metadata": {"score": 99, "source": "mine", "rrf_score": "x", "dense_rank": "keep"},
     }

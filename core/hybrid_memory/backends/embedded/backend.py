@@ -34,16 +34,17 @@ from typing import Any
 import numpy as np
 from filelock import FileLock, Timeout
 
-from ..._exceptions import InvalidRequestError, StoreBusyError, StoreFormatError
+from ..._exceptions import DiskFullError, InvalidRequestError, StoreBusyError, StoreFormatError, is_disk_full
 from ..._rwlock import ReadWriteLock
 from ...changes import ChangeSet
 from ...dedup import covers
-from ...embedders import Embedder, HashingEmbedder, SentenceTransformerEmbedder
+from ...embedders import Embedder, HashingEmbedder
 from ...engines.bm25.index import BM25Index
 from ...engines.dense.index import FaissIndex
 from ...engines.rowset import RowSet
 from ...filters import system_filter
 from ...models import SCOPE_FIELDS, StoredChunk
+from ...onnx_embedder import OnnxEmbedder
 from ...paths import EDGE_CONFIG, INDEX_LOCK, STORE_FILE
 from ...search.engine import DenseEngine, Engine, Query, SparseEngine
 from ...tokenizer import TechnicalTokenizer
@@ -221,7 +222,7 @@ class EmbeddedBackend:
             if saved_name.startswith("hashing-"):
                 embedder = HashingEmbedder(int(saved["embedder"]["dim"]))
             else:
-                embedder = SentenceTransformerEmbedder()
+                embedder = OnnxEmbedder()
         check_embedder(embedder)
         info = {"name": str(embedder.name), "dim": int(embedder.dim)}
         if saved is None:
@@ -234,7 +235,9 @@ class EmbeddedBackend:
             raise StoreFormatError(
                 f"memory at {self.path} was built with embedder {saved['embedder']['name']!r} "
                 f"(dim {saved['embedder']['dim']}), not {info['name']!r} (dim {info['dim']}); open it with the "
-                "same embedder, or ingest into a new directory to switch models"
+                f"same embedder (embedder=<the {saved['embedder']['name']!r} model>, for instance "
+                "SentenceTransformerEmbedder(model_path=DIR) from the [torch] extra), or ingest into a new "
+                "directory to switch models"
             )
         self.embedder = embedder
         return embedder
@@ -310,7 +313,11 @@ class EmbeddedBackend:
         rebuilt = any(report["rebuilt"] for report in self.last_sync.values()) or self._filters_rebuilt
         self._dirty = any(report["rebuilt"] or report["added"] or report["removed"] for report in self.last_sync.values())
         if rebuilt and self.path is not None and len(store_ids):
-            self._save_indexes()
+            try:
+                self._save_indexes()
+            except DiskFullError as exc:  # open anyway: the rebuilt indexes serve from memory (issue 35)
+                logger.warning("%s; the memory is open and answers searches, its rebuilt indexes kept in memory "
+                               "only; writes fail until disk space is freed", exc)
 
     def _reconcile(self, store_ids: np.ndarray, loaded: Mapping[str, bool]) -> dict[str, dict[str, Any]]:
         """Bring every derived index to exactly ``store_ids`` (int64, ascending). One call per index."""
@@ -603,7 +610,13 @@ class EmbeddedBackend:
         Raises:
             InvalidFilterError: the metadata filter is malformed.
         """
-        return self.filters.resolve(metadata_filter, system_filter(scope, as_of))
+        allowed = self.filters.resolve(metadata_filter, system_filter(scope, as_of))
+        if scope and allowed is not None:  # a scoped search scores with its scope's statistics (issue 35)
+            population = allowed if metadata_filter is None and as_of is None else \
+                self.filters.resolve(None, system_filter(scope, None))
+            if population is not None:
+                allowed.population = population
+        return allowed
 
     def holds_metadata_key(self, name: str, scope: Mapping[str, str] | None, catch_up: bool = False) -> bool:
         """Whether some chunk in ``scope`` has ``name`` as a metadata key (the filter index's key bitmaps);
@@ -692,7 +705,20 @@ class EmbeddedBackend:
         return self.path
 
     def _save_indexes(self) -> None:
-        """Write bm25/, dense/ and filters/ under the file lock; readers (other threads) may search meanwhile."""
+        """Write bm25/, dense/ and filters/ under the file lock; readers (other threads) may search meanwhile.
+        Raises DiskFullError when the disk is full (the half-written folders are removed; the old ones stay)."""
+        try:
+            self._save_indexes_unchecked()
+        except OSError as exc:
+            if not is_disk_full(exc) or isinstance(exc, DiskFullError):
+                raise
+            raise DiskFullError(
+                f"saving the indexes: the disk holding the memory at {self.path} is full ({exc.strerror or exc}); "
+                f"every acknowledged write is in the store ({self.store.count()} chunks), and the indexes, derived "
+                "from it, are rebuilt at the next open; free disk space (searches still work)"
+            ) from exc
+
+    def _save_indexes_unchecked(self) -> None:
         home = self._folder()
         with self.index_lock.read(), self._index_files():
             self._remove_stale_temporaries()

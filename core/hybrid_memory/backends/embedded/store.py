@@ -30,7 +30,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from ..._exceptions import MemoryClosedError, StoreBusyError
+from ..._exceptions import DiskFullError, MemoryClosedError, StoreBusyError, is_disk_full
 from ...changes import ChangeSet
 from ...dedup import content_hash  # re-exported: the store's column; defined on the ground floor
 from ...filters import compile_filter, register_sql_functions
@@ -214,6 +214,9 @@ class SQLiteStore:
         if path is not None:
             self._enable_wal(busy_timeout)
         self._conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        # a deleted chunk's text is overwritten with zeros, not left in a free page (issue 35); many builds,
+        # Debian's among them, default to it, others do not (SQLite docs, "PRAGMA secure_delete")
+        self._conn.execute("PRAGMA secure_delete=ON")
         with self._lock, self._busy("open"):
             self._conn.executescript(_SCHEMA)
             register_sql_functions(self._conn)  # hm_canonical_json, for list equality in filter SQL
@@ -300,6 +303,12 @@ class SQLiteStore:
                 raise StoreBusyError(
                     f"{what}: the memory at {self.path} stayed locked by another process's write for longer than "
                     f"the busy timeout ({exc}); retry, or open it with a longer busy_timeout"
+                ) from exc
+            if is_disk_full(exc):
+                raise DiskFullError(
+                    f"{what}: the disk holding the memory at {self.path} is full (SQLite: {exc}); this {what} was "
+                    "rolled back whole, so none of it was stored, and every write acknowledged before it is kept; "
+                    "free disk space and repeat it (searches still work)"
                 ) from exc
             raise
 

@@ -111,7 +111,8 @@ from ..._exceptions import (
 from ...engines.calibration import gaussian_surprise, term_surprise
 from ...dedup import covering_filter
 from ..._rwlock import ReadWriteLock
-from ...embedders import Embedder, SentenceTransformerEmbedder, l2_normalize
+from ...embedders import Embedder, l2_normalize
+from ...onnx_embedder import OnnxEmbedder
 from ...fusion import FUSION_METHODS
 from ...search.engine import Hit, Query
 from ...filters import METADATA, SYSTEM, parse_filter, system_filter
@@ -1047,7 +1048,8 @@ class QdrantBackend:
                 in_order = {d: _in_order(tokenizer.tokenize(texts.get(d, "")), order) for d in held_docs}
                 full = np.fromiter((f and in_order.get(d, False) for d, f in zip(docs, full.tolist(), strict=True)),
                                    dtype=bool, count=len(docs))
-                out = out + full.astype(np.int64) * (1 + len(identifiers))
+                if identifiers or int(full.sum()) == 1:  # as BM25Index.exact_matches: plain words, one holder
+                    out = out + full.astype(np.int64) * (1 + len(identifiers))
         return out
 
     # -- filters ------------------------------------------------------------------------------------
@@ -1374,7 +1376,7 @@ class QdrantBackend:
             InvalidRequestError: ``embedder`` does not follow the Embedder protocol.
         """
         if embedder is None:
-            return SentenceTransformerEmbedder()
+            return OnnxEmbedder()
         check_embedder(embedder)
         return embedder
 

@@ -37,6 +37,7 @@ import numpy as np
 
 from .. import calibration
 from .token_cache import TokenCache
+from ..._checksums import file_checksums, verify_files
 from ...tokenizer import TechnicalTokenizer
 
 from ..rowset import RowSet, as_rowset, id_bounds
@@ -136,6 +137,7 @@ class BM25Index:
         self._generation += 1
         self._main: Any = None  # bm25s.BM25 | None (bm25s ships no types)
         self._main_token: str | None = None  # names the saved bm25s files that hold exactly this main segment
+        self._main_crcs: tuple[str | None, dict[str, list[int]]] = (None, {})  # (token, its bm25s/ files' CRC-32s)
         self._main_ids = np.zeros(0, dtype=np.int64)
         self._main_alive = np.zeros(0, dtype=np.float32)
         self._main_df: np.ndarray = np.zeros(0, dtype=np.int64)
@@ -980,7 +982,12 @@ class BM25Index:
         * the whole query: a candidate holding every distinct token of a query of at least ``min_terms``
           tokens (:meth:`holds_all_terms`, a quoted error message, a name with its words), when at most
           ``max_df`` of the candidates do, and holding them in the query's order (:meth:`holds_in_order`):
-          ranked above any identifier count, +(1 + identifiers of the query).
+          ranked above any identifier count, +(1 + identifiers of the query). For a query that names nothing
+          (:meth:`TechnicalTokenizer.names` empty: plain words, a heading or a description rather than a quoted
+          message with its exception name or code), only when exactly one candidate holds it in order: a
+          sentence that several chunks share is a common phrase of the corpus, and the guard would put those
+          chunks above the one the query describes (measured in ``benchmarks/fusion_eval.py``: APIDocs'
+          paraphrases +0.010 nDCG@10, nothing lost elsewhere; issue 36).
 
         ``cache``: a per-query dict (``Query.cache``), so the query is analysed once per search.
         """
@@ -1018,9 +1025,12 @@ class BM25Index:
             if full_at and len(full_at) <= max_df:
                 in_order = self.holds_in_order(query, ids[full_at], cache=cache).tolist()
                 bonus = 1 + len(terms.identifiers)
-                for j, ok in zip(full_at, in_order, strict=True):
-                    if ok:
-                        counts[j] += bonus
+                # a query naming nothing (plain words: a heading, a description) counts as quoted only where one
+                # candidate alone holds it in order; a sentence several chunks share is a common phrase there
+                if terms.identifiers or sum(in_order) == 1:
+                    for j, ok in zip(full_at, in_order, strict=True):
+                        if ok:
+                            counts[j] += bonus
         return np.array(counts, dtype=np.int64)
 
     def holds_in_order(self, query: str, ids: np.ndarray, *, cache: dict | None = None) -> np.ndarray:
@@ -1097,7 +1107,9 @@ class BM25Index:
         Files (``numpy.save`` / JSON, no pickle): ``bm25s/`` (bm25s's own save), ``ids.npy`` int64 and
         ``alive.npy`` float32 (main segment), ``delta_ids.npy`` int64, ``tokens.npy`` int32 (every cached
         document's token ids, one after another), ``token_doc_ids.npy`` int64 and ``token_lengths.npy`` int64
-        (which document, how many tokens), ``vocab.json`` (tokens in id order) and ``manifest.json``.
+        (which document, how many tokens), ``vocab.json`` (tokens in id order) and ``manifest.json``, which
+        records every other file's CRC-32 per 64 MiB block (:mod:`hybrid_memory._checksums`), checked by
+        :meth:`load`: a damaged file of any shape is rebuilt from the store instead of changing rankings.
 
         The main segment changes only at a merge (removals are the separate ``alive.npy``), so when
         ``previous`` (the folder of the last save) holds this very segment (its manifest's ``main_token``),
@@ -1117,11 +1129,12 @@ class BM25Index:
             np.save(directory / "token_doc_ids.npy", doc_ids, allow_pickle=False)
             np.save(directory / "token_lengths.npy", lengths, allow_pickle=False)
             np.save(directory / "tokens.npy", data, allow_pickle=False)
-            del data
             vocab = list(self._vocab)  # tokens in id order: ids are handed out as len(vocab), so insertion order
             in_order = np.fromiter(self._vocab.values(), dtype=np.int64, count=len(vocab))
             if not np.array_equal(in_order, np.arange(len(vocab))):
                 vocab = sorted(self._vocab, key=self._vocab.__getitem__)
+            forgotten = _forget_unheld(vocab, data, len(doc_ids) == len(self.ids()))
+            del data
             manifest = {
                 "format_version": _FORMAT_VERSION,
                 "config": self.config(),
@@ -1136,14 +1149,25 @@ class BM25Index:
                 "vocab_size": len(vocab),
                 "main_token": self._main_token if self._main is not None else None,
             }
+            main_token, (token, known) = manifest["main_token"], self._main_crcs
         (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+        if main_token is not None and forgotten:
+            _rewrite_main_vocab(directory / "bm25s" / _BM25S_VOCAB, vocab)
+        # the main segment's files never change under one token: a linked segment keeps its recorded CRC-32s
+        main_files = [f"bm25s/{f.name}" for f in (directory / "bm25s").iterdir()] if main_token is not None else []
+        if forgotten:  # its vocabulary file was just rewritten
+            known = {k: v for k, v in known.items() if k != f"bm25s/{_BM25S_VOCAB}"}
+        crcs = file_checksums(directory, [*main_files, *_CACHE_FILES],
+                              known if token is not None and token == main_token else None)
+        self._main_crcs = (main_token, {name: crcs[name] for name in main_files})
+        manifest["crc32"] = crcs  # per file, per 64 MiB block: checked on load (_checksums.verify_files)
         (directory / "manifest.json").write_text(json.dumps(manifest, indent=2))
 
     def load(self, directory: Path) -> bool:
         """Load a saved index (main segment, delta and token cache) without re-tokenizing anything.
 
-        Returns False (and keeps an empty index) if it is missing, damaged or was built with other
-        parameters; the caller then rebuilds it from the store. An index saved before the delta and token
+        Returns False (and keeps an empty index) if it is missing, damaged (a file that does not match the CRC-32
+        its manifest records: a WARNING names it) or was built with other parameters; the caller then rebuilds it from the store. An index saved before the delta and token
         cache were written (format 1) loads its main segment only: the caller re-adds the delta's documents
         and the next merge re-tokenizes the main segment's texts.
         """
@@ -1160,6 +1184,7 @@ class BM25Index:
             ):
                 logger.info("saved BM25 index has other parameters; it will be rebuilt")
                 return False
+            verify_files(directory, manifest.get("crc32"))  # damage that keeps the shapes: a rebuild, not a ranking
             ids = np.load(directory / "ids.npy", allow_pickle=False)
             alive = np.load(directory / "alive.npy", allow_pickle=False)
             if len(ids) != manifest["n_docs"] or int(ids.sum()) != manifest["ids_sum"]:
@@ -1192,6 +1217,8 @@ class BM25Index:
             if main is not None:
                 self._main = main
                 self._main_token = manifest.get("main_token")
+                recorded = manifest.get("crc32") or {}
+                self._main_crcs = (self._main_token, {n: list(v) for n, v in recorded.items() if n.startswith("bm25s/")})
                 self._main_ids = ids.astype(np.int64)
                 self._main_alive = alive.astype(np.float32)
                 self._main_df = np.diff(np.asarray(main.scores["indptr"], dtype=np.int64))
@@ -1336,6 +1363,46 @@ def _holds_id(ids: np.ndarray, doc_id: int) -> bool:
 def _float32(scores: np.ndarray) -> np.ndarray:
     """float64 scores rounded to float32 precision (the precision of bm25s's stored scores), as float64."""
     return scores.astype(np.float32).astype(np.float64)
+
+
+_BM25S_VOCAB = "vocab.index.json"
+"""bm25s's own copy of the main segment's vocabulary, inside ``bm25s/`` (not read back since format 2)."""
+
+
+def _forget_unheld(vocab: list[str], data: np.ndarray, complete: bool) -> int:
+    """Replace in ``vocab`` (tokens by id, changed in place) every token no live document holds by
+    ``"\\x00<id>"``, so that a saved vocabulary never keeps the words of a deleted text (issue 35). ``data`` is
+    the token ids of every live document (the token cache); ``complete`` says it covers every live document
+    (an index loaded from a format 1 save does not cache the main segment's documents: nothing is replaced).
+    Id 0 (the empty token bm25s reserves) is kept. A NUL cannot occur in a token (chunk texts and queries hold
+    none), so the placeholders match no query, as the lost tokens matched only dead documents. Returns how many
+    tokens were replaced."""
+    if not complete or not vocab:
+        return 0
+    held = np.zeros(len(vocab), dtype=bool)
+    held[np.asarray(data, dtype=np.int64)] = True
+    held[0] = True
+    gone = np.flatnonzero(~held).tolist()
+    for i in gone:
+        if not vocab[i].startswith("\x00"):
+            vocab[i] = f"\x00{i}"
+    return len(gone)
+
+
+def _rewrite_main_vocab(path: Path, vocab: list[str]) -> None:
+    """Rewrite bm25s's vocabulary file of the main segment with ``vocab``'s first ids (as many as it holds), as a
+    new file (the old one may be a hard link shared with the previous save)."""
+    if not path.is_file():
+        return
+    n_main = len(json.loads(path.read_text()))
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(dict(zip(vocab[:n_main], range(n_main), strict=True)), ensure_ascii=False))
+    os.replace(tmp, path)
+
+
+_CACHE_FILES = ("ids.npy", "alive.npy", "delta_ids.npy", "token_doc_ids.npy", "token_lengths.npy", "tokens.npy",
+                "vocab.json")
+"""The files :meth:`BM25Index.save` writes anew every time (besides ``bm25s/`` and ``manifest.json``)."""
 
 
 def _link_main(previous: Path | None, directory: Path, token: str | None) -> bool:

@@ -57,6 +57,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._checksums import file_checksums, verify_files
 from ..._exceptions import DimensionMismatchError, InvalidRequestError
 from ..calibration import MOMENTS_MAX_DIM, VectorMoments, gaussian_surprise
 from ..rowset import RowSet, as_rowset, id_bounds
@@ -223,6 +224,7 @@ class FaissIndex:
         self._n_zero = 0
         self._ivf_file: str | None = None
         self._ivf_changes = 0
+        self._file_crcs: dict[str, list[int]] = {}  # CRC-32s of the immutable base and IVF files (_checksums)
         # exact corpus moments of the live vectors, for the surprise (none above MOMENTS_MAX_DIM)
         self._moments = VectorMoments(self.dim) if self.dim <= MOMENTS_MAX_DIM else None
 
@@ -755,7 +757,8 @@ class FaissIndex:
         (-1 free); ``moments.npy`` float64 (dim + 1, dim), the exact corpus moments of the live vectors (dim at
         most :data:`~hybrid_memory.engines.calibration.MOMENTS_MAX_DIM`)
         (:class:`~hybrid_memory.engines.calibration.VectorMoments`, their count in the manifest); ``ivf.<token>.faiss``
-        (``faiss.write_index``) when an IVF is in service; ``manifest.json``.
+        (``faiss.write_index``) when an IVF is in service; ``manifest.json``, which records every other file's
+        CRC-32 per 64 MiB block (:mod:`hybrid_memory._checksums`), checked by :meth:`load`.
 
         Files named with a token never change once written (a log-structured layout, as Lucene's segments).
         When ``previous`` (the folder the last save went to) still holds this index's base and IVF files, they
@@ -807,6 +810,12 @@ class FaissIndex:
                     faiss.write_index(self._ivf, str(directory / ivf_file))
                     self._ivf_changes = 0
             live = self._slot_ids[:n][self._slot_ids[:n] >= 0]
+            written = [base_name, "delta_slots.npy", "delta_vectors.npy", "slot_ids.npy",
+                       *(["moments.npy"] if self._moments is not None else []), *([ivf_file] if ivf_file else [])]
+            # token-named files never change: a linked one keeps the checksum it had when written or verified
+            crcs = file_checksums(directory, written, {name: v for name, v in self._file_crcs.items()
+                                                       if name in (base_name, ivf_file)})
+            self._file_crcs = {name: crcs[name] for name in (base_name, ivf_file) if name}
             manifest = {
                 "format_version": _FORMAT_VERSION,
                 "config": self.config(),
@@ -821,6 +830,7 @@ class FaissIndex:
                 "trained_n": self._trained_n,
                 "zero_ids": np.flatnonzero(self._zero).tolist(),  # live ids whose vector is all zeros
                 "moments_count": None if self._moments is None else self._moments.count,
+                "crc32": crcs,  # per file, per 64 MiB block: checked on load (_checksums.verify_files)
             }
             (directory / "manifest.json").write_text(json.dumps(manifest, indent=2))
             if not linked:
@@ -837,9 +847,13 @@ class FaissIndex:
         live are removed, live ids it lacks are added from the matrix (rowids are never reused, see
         ``store.py``, so an id's vector never changes while it lives).
 
+        Every file is first checked against the CRC-32s its manifest records (saves written before checksums
+        have none and are read unchecked): a file damaged in a way that keeps its shape is caught here.
+
         Returns:
-            False (index left empty) if it is missing, unreadable, of another dimension or inconsistent; the
-            caller then rebuilds it from the stored vectors.
+            False (index left empty, a WARNING names the damaged file) if it is missing, unreadable, of another
+            dimension, inconsistent or does not match its checksums; the caller then rebuilds it from the
+            stored vectors.
         """
         import faiss
 
@@ -852,6 +866,8 @@ class FaissIndex:
             version = manifest.get("format_version")
             if version not in (1, _FORMAT_VERSION) or manifest.get("config") != self.config():
                 raise ValueError("saved with another format or configuration")
+            recorded = manifest.get("crc32")  # damage that keeps the shapes: a rebuild, not a ranking
+            verify_files(directory, None if recorded is None else {k: v for k, v in recorded.items() if k != MOMENTS})
             n_slots = int(manifest["n_slots"])
             slot_ids = np.load(directory / "slot_ids.npy", allow_pickle=False).astype(np.int64)
             if slot_ids.shape != (n_slots,):
@@ -914,7 +930,13 @@ class FaissIndex:
                 self._dirty[delta[delta < base_rows]] = True
                 self._ivf_file = ivf_file
                 self._ivf_changes = replayed
+                recorded = manifest.get("crc32") or {}
+                self._file_crcs = {name: list(recorded[name]) for name in (base_name, ivf_file) if name in recorded}
         return True
+
+
+MOMENTS = "moments.npy"
+"""The file of the saved corpus moments: a damaged one is counted afresh from the vectors, not a rebuild."""
 
 
 def _load_moments(
@@ -927,9 +949,12 @@ def _load_moments(
     if dim > MOMENTS_MAX_DIM:
         return None
     moments = VectorMoments(dim)
-    path = directory / "moments.npy"
+    path = directory / MOMENTS
     if path.exists() and manifest.get("moments_count") == directed:
         try:
+            recorded = (manifest.get("crc32") or {}).get(MOMENTS)
+            if recorded is not None and file_checksums(directory, [MOMENTS])[MOMENTS] != recorded:
+                raise ValueError("it does not match its CRC-32")
             moments.load_array(np.load(path, allow_pickle=False), directed)
             return moments
         except (OSError, ValueError) as exc:  # damaged: the vectors still give them exactly

