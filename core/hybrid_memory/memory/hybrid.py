@@ -27,6 +27,7 @@ import os
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -405,8 +406,8 @@ class HybridMemory:
                     f"numbers: {exc}"
                 ) from exc
             valid.append(item)
-        seen: set[str] = set()
-        repeated = sorted({c.chunk_id for c in valid if c.chunk_id in seen or seen.add(c.chunk_id)})
+        counts = Counter(c.chunk_id for c in valid)
+        repeated = sorted(chunk_id for chunk_id, n in counts.items() if n > 1)
         if repeated:
             raise DuplicateChunkError(f"chunk ids repeated in one call: {repeated[:5]}; give each id once")
         return valid
@@ -894,7 +895,11 @@ class HybridMemory:
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:
-            task.add_done_callback(lambda t: t.cancelled() or t.exception() or lock.release_read())
+            def release_when_acquired(t: asyncio.Future[None]) -> None:
+                if not t.cancelled() and t.exception() is None:
+                    lock.release_read()
+
+            task.add_done_callback(release_when_acquired)
             raise
 
 

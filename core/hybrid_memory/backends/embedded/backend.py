@@ -217,14 +217,15 @@ class EmbeddedBackend:
                 f"memory at {self.path} has format version {saved.get('format_version')}, this hybrid-memory "
                 f"reads version {FORMAT_VERSION}; re-ingest it with this version"
             )
-        if embedder is None:
-            saved_name = (saved or {}).get("embedder", {}).get("name", "")
-            if saved_name.startswith("hashing-"):
-                embedder = HashingEmbedder(int(saved["embedder"]["dim"]))
-            else:
-                embedder = OnnxEmbedder()
-        check_embedder(embedder)
-        info = {"name": str(embedder.name), "dim": int(embedder.dim)}
+        chosen: Embedder
+        if embedder is not None:
+            chosen = embedder
+        elif (saved or {}).get("embedder", {}).get("name", "").startswith("hashing-"):
+            chosen = HashingEmbedder(int(saved["embedder"]["dim"]))
+        else:
+            chosen = OnnxEmbedder()
+        check_embedder(chosen)
+        info = {"name": str(chosen.name), "dim": int(chosen.dim)}
         if saved is None:
             manifest = {"format_version": FORMAT_VERSION, "embedder": info, "created_at": time.time()}
             self.store.set_meta("manifest", manifest)
@@ -239,8 +240,8 @@ class EmbeddedBackend:
                 "SentenceTransformerEmbedder(model_path=DIR) from the [torch] extra), or ingest into a new "
                 "directory to switch models"
             )
-        self.embedder = embedder
-        return embedder
+        self.embedder = chosen
+        return chosen
 
     def _write_manifest_file(self, manifest: Mapping[str, Any]) -> None:
         if self.path is not None:
@@ -546,6 +547,7 @@ class EmbeddedBackend:
         self.sparse.remove(changes.removed)
         self.dense.remove(changes.removed)
         if len(changes.added_rowids):
+            assert changes.added_vectors is not None  # ChangeSet.__post_init__ checks: one vector per added row
             self.dense.add(changes.added_rowids, changes.added_vectors)
             self.sparse.add(changes.added_rowids, changes.added_texts)
         self._maybe_compact()
