@@ -343,8 +343,14 @@ def test_exact_match_guard_counts_equal_the_embedded_backend(engine, weights, tm
     chunks = [*_note_chunks(),
               {"chunk_id": "pool-a", "text": "PostgreSQL connection pool exhausted again on db-prod-3"},
               {"chunk_id": "pool-b", "text": "connection pool PostgreSQL exhausted, order differs"},
-              {"chunk_id": "ids", "text": "getUserById and ERR_CONN_RESET seen together on v2.3.1"}]
+              {"chunk_id": "ids", "text": "getUserById and ERR_CONN_RESET seen together on v2.3.1"},
+              {"chunk_id": "quote-a", "text": "quarterly invoice reconciliation finished late"},
+              {"chunk_id": "quote-b", "text": "quarterly invoice reconciliation is manual"}]
     cases = {  # query -> counts worked out by hand (top_k=2: rare means held by at most 2 chunks)
+        # plain words (the query names nothing) held in order by both quote chunks: a shared phrase, no guard
+        # (issue 36); held by one of them alone: a quote, +1
+        "quarterly invoice reconciliation": {},
+        "invoice reconciliation finished": {"quote-a": 1},
         # the identifier is in 2 chunks (+1 each), both hold getuserbyid/get/user/id in order (+(1 + 1))
         "getUserById": {"auth-user": 3, "ids": 3},
         # err_conn_reset in 2 chunks (+1 each); only "reset" also holds elasticsearch (+2)
