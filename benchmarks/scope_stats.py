@@ -78,8 +78,9 @@ def open_memory(backend: str, embedder, folder: str | None, texts=None, keys=Non
         raise SystemExit(f"the Edge shard's folder must be a new temporary one, got {folder}")
     tokenizer = TechnicalTokenizer()
     avgdl = sum(len(tokenizer.tokenize(t)) for t in texts) / max(len(texts), 1) if texts else 256.0
-    return HybridMemory.qdrant(edge_path=Path(folder) / "shard", embedder=embedder, avgdl=avgdl,
-                               indexed_keys=keys or {}, **options)
+    return HybridMemory.qdrant(
+        edge_path=Path(folder) / "shard", embedder=embedder, avgdl=avgdl, indexed_keys=keys or {}, **options
+    )
 
 
 def locomo(embedder_kind: str, backend: str = "embedded", shard_folder: str | None = None) -> dict:
@@ -88,8 +89,12 @@ def locomo(embedder_kind: str, backend: str = "embedded", shard_folder: str | No
 
     folder = common.require_dataset("locomo5")
     chunks = list(read_beir_corpus(folder / "corpus.jsonl", source="locomo5"))
-    chunks = [c.model_copy(update={"valid_from": turn_time(c.metadata["date"]),
-                                   "user_id": "conv-" + c.metadata["conversation"]}) for c in chunks]
+    chunks = [
+        c.model_copy(
+            update={"valid_from": turn_time(c.metadata["date"]), "user_id": "conv-" + c.metadata["conversation"]}
+        )
+        for c in chunks
+    ]
     qrels = read_qrels(folder / "qrels" / "test.tsv")
     queries = read_queries(folder, qrels)
     qrels = {q["_id"]: qrels[q["_id"]] for q in queries}
@@ -99,27 +104,37 @@ def locomo(embedder_kind: str, backend: str = "embedded", shard_folder: str | No
         last_turn[conv] = max(last_turn.get(conv, c.valid_from), c.valid_from)
     embedder = common.make_embedder(embedder_kind)
     doc_vectors = common.document_vectors("locomo5", embedder, [c.text for c in chunks])
-    query_vectors = common.load_or_embed("locomo5-queries", embedder.name, embedder.dim, [q["text"] for q in queries],
-                                         embedder.embed_documents)
-    memory = open_memory(backend, embedder, shard_folder, [c.text for c in chunks], {"conversation": "keyword"},
-                         candidate_multiplier=2)
+    query_vectors = common.load_or_embed(
+        "locomo5-queries", embedder.name, embedder.dim, [q["text"] for q in queries], embedder.embed_documents
+    )
+    memory = open_memory(
+        backend, embedder, shard_folder, [c.text for c in chunks], {"conversation": "keyword"}, candidate_multiplier=2
+    )
     memory.add(chunks, vectors=doc_vectors)
     memory.flush()
-    systems = {"sparse": {"hybrid_params": {"dense_weight": 0.0, "sparse_weight": 1.0}},
-               "dense": {"hybrid_params": {"dense_weight": 1.0, "sparse_weight": 0.0}},
-               "default": {}}
+    systems = {
+        "sparse": {"hybrid_params": {"dense_weight": 0.0, "sparse_weight": 1.0}},
+        "dense": {"hybrid_params": {"dense_weight": 1.0, "sparse_weight": 0.0}},
+        "default": {},
+    }
     table: dict[str, dict] = {}
     for name, extra in systems.items():
         for way in WAYS[backend]:
             run, took = {}, []
             for q, vector in zip(queries, query_vectors, strict=True):
                 conv = q["metadata_filter"]["conversation"]
-                request = {"query_id": q["_id"], "search_text": q["text"], "top_k": TOP_K, "as_of": last_turn[conv],
-                           **extra}
+                request = {
+                    "query_id": q["_id"],
+                    "search_text": q["text"],
+                    "top_k": TOP_K,
+                    "as_of": last_turn[conv],
+                    **extra,
+                }
                 start = time.perf_counter()
                 if way == "before":
-                    response = memory.search({**request, "metadata_filter": {"conversation": conv}},
-                                             query_vector=vector)
+                    response = memory.search(
+                        {**request, "metadata_filter": {"conversation": conv}}, query_vector=vector
+                    )
                 else:
                     with collection_wide(memory, way == "scoped_wide"):
                         response = memory.search(request, query_vector=vector, scope={"user_id": "conv-" + conv})
@@ -128,15 +143,38 @@ def locomo(embedder_kind: str, backend: str = "embedded", shard_folder: str | No
             scores = common.evaluate(qrels, run, ("ndcg@10", "recall@10"))
             table.setdefault(name, {})[way] = {**scores, "p50_ms": common.percentile_ms(took, 50)}
     memory.close()
-    rows = [[name, t["before"]["ndcg@10"], t["after"]["ndcg@10"], t["after"]["ndcg@10"] - t["before"]["ndcg@10"],
-             t["before"]["p50_ms"], t["after"]["p50_ms"]] for name, t in table.items()]
-    print(f"\nLoCoMo-5 on {backend}, each conversation a scope ({len(queries)} questions, top {TOP_K}, depth 20, "
-          f"{embedder.name})")
+    rows = [
+        [
+            name,
+            t["before"]["ndcg@10"],
+            t["after"]["ndcg@10"],
+            t["after"]["ndcg@10"] - t["before"]["ndcg@10"],
+            t["before"]["p50_ms"],
+            t["after"]["p50_ms"],
+        ]
+        for name, t in table.items()
+    ]
+    print(
+        f"\nLoCoMo-5 on {backend}, each conversation a scope ({len(queries)} questions, top {TOP_K}, depth 20, "
+        f"{embedder.name})"
+    )
     extra_rows = [] if backend == "embedded" else ["p50 ms scoped, collection-wide"]
     if extra_rows:
         rows = [[*row, table[row[0]]["scoped_wide"]["p50_ms"]] for row in rows]
-    print(common.format_table(rows, ["system", "nDCG@10 memory-wide", "nDCG@10 scope-local", "delta",
-                                     "p50 ms before", "p50 ms after", *extra_rows]))
+    print(
+        common.format_table(
+            rows,
+            [
+                "system",
+                "nDCG@10 memory-wide",
+                "nDCG@10 scope-local",
+                "delta",
+                "p50 ms before",
+                "p50 ms after",
+                *extra_rows,
+            ],
+        )
+    )
     return {"queries": len(queries), "embedder": embedder.name, "backend": backend, "results": table}
 
 
@@ -180,21 +218,48 @@ def scale(n: int, n_queries: int, backend: str = "embedded", folder: str | None 
             memory.search(text, top_k=10, scope={"tenant": "t7"}, query_vector=vector)
             cold.append(time.perf_counter() - t0)
         out["hybrid"]["first_search_of_a_scope"] = common.latency_summary(cold)
-        print(f"first scoped search of the scope (statistics built by a scroll): p50 "
-              f"{out['hybrid']['first_search_of_a_scope']['p50_ms']} ms")
+        print(
+            f"first scoped search of the scope (statistics built by a scroll): p50 "
+            f"{out['hybrid']['first_search_of_a_scope']['p50_ms']} ms"
+        )
     tenant_size = memory.count(scope={"tenant": "t7"})
     memory.close()
-    rows = [[name, t["before"]["p50_ms"], t["after"]["p50_ms"], t["after"]["p50_ms"] / t["before"]["p50_ms"],
-             t["before"]["p95_ms"], t["after"]["p95_ms"]] for name, t in out.items()]
+    rows = [
+        [
+            name,
+            t["before"]["p50_ms"],
+            t["after"]["p50_ms"],
+            t["after"]["p50_ms"] / t["before"]["p50_ms"],
+            t["before"]["p95_ms"],
+            t["after"]["p95_ms"],
+        ]
+        for name, t in out.items()
+    ]
     if backend == "edge":
-        rows = [[name, t["scoped_wide"]["p50_ms"], t["after"]["p50_ms"],
-                 t["after"]["p50_ms"] / t["scoped_wide"]["p50_ms"], t["scoped_wide"]["p95_ms"], t["after"]["p95_ms"],
-                 t["before"]["p50_ms"]] for name, t in out.items()]
-    print(f"\n{backend}: {n:,} chunks, tenant t7 = {tenant_size:,} chunks ({tenant_size / n:.1%}), {n_queries} "
-          "queries, "
-          f"top 10 (built in {build_s:.0f} s)")
-    print(common.format_table(rows, ["search", "p50 ms memory-wide", "p50 ms scope-local", "ratio", "p95 before",
-                                     "p95 after"] + (["p50 ms metadata filter"] if backend == "edge" else [])))
+        rows = [
+            [
+                name,
+                t["scoped_wide"]["p50_ms"],
+                t["after"]["p50_ms"],
+                t["after"]["p50_ms"] / t["scoped_wide"]["p50_ms"],
+                t["scoped_wide"]["p95_ms"],
+                t["after"]["p95_ms"],
+                t["before"]["p50_ms"],
+            ]
+            for name, t in out.items()
+        ]
+    print(
+        f"\n{backend}: {n:,} chunks, tenant t7 = {tenant_size:,} chunks ({tenant_size / n:.1%}), {n_queries} "
+        "queries, "
+        f"top 10 (built in {build_s:.0f} s)"
+    )
+    print(
+        common.format_table(
+            rows,
+            ["search", "p50 ms memory-wide", "p50 ms scope-local", "ratio", "p95 before", "p95 after"]
+            + (["p50 ms metadata filter"] if backend == "edge" else []),
+        )
+    )
     del np
     return {"chunks": n, "tenant_chunks": tenant_size, "queries": n_queries, "backend": backend, "results": out}
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from langchain_core.embeddings import Embeddings
-
-from hybrid_memory._adapter_support import coerce_embedder
 from hybrid_memory import InvalidEmbedderError
+from hybrid_memory._adapter_support import coerce_embedder
 from hybrid_memory.embedders import CallableEmbedder, Embedder
+from langchain_core.embeddings import Embeddings
 
 __all__ = ["LangChainEmbedder", "as_core_embedder"]
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from llama_index.core.base.embeddings.base import BaseEmbedding
-
-from hybrid_memory._adapter_support import coerce_embedder
 from hybrid_memory import InvalidEmbedderError
+from hybrid_memory._adapter_support import coerce_embedder
 from hybrid_memory.embedders import CallableEmbedder, Embedder
+from llama_index.core.base.embeddings.base import BaseEmbedding
 
 __all__ = ["LlamaIndexEmbedder", "as_core_embedder"]
 

@@ -25,7 +25,8 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
         raise InvalidRequestError(
             "--edge-path with the write tools needs --avgdl TOKENS, the BM25 average length the shard was written "
             "with (export-qdrant printed it; a shard it writes now records it), so added memories score like the "
-            "stored ones; or give --read-only")
+            "stored ones; or give --read-only"
+        )
     with open_memory(args, show_progress=False) as memory:
         server = build_server(memory, scope=scope, read_only=args.read_only)
         settle(memory)
@@ -65,7 +66,8 @@ def _check_port_free(port: int, host: str = "127.0.0.1") -> None:
             if exc.errno == errno.EADDRINUSE:
                 raise InvalidRequestError(f"port {port} is in use; choose another --port") from None
             raise InvalidRequestError(
-                f"cannot listen on {host}:{port} ({exc.strerror or exc}); choose another --port") from None
+                f"cannot listen on {host}:{port} ({exc.strerror or exc}); choose another --port"
+            ) from None
 
 
 def _port(text: str) -> int:
@@ -83,11 +85,23 @@ def register(sub: Any, memory_args: Callable[..., None]) -> None:
     """Add the ``mcp`` subcommand to the ``hybrid-memory`` parser."""
     mcp = sub.add_parser("mcp", help="serve the memory to agents over MCP (stdio, or --http on 127.0.0.1)")
     memory_args(mcp, shard=True)
-    mcp.add_argument("--avgdl", type=float, default=None, metavar="TOKENS", help=(
-        "with --edge-path and the write tools: the BM25 average document length the shard was written with (the "
-        "avgdl export-qdrant printed), so added memories are scored like the copied ones"))
-    mcp.add_argument("--scope", action="append", default=[], metavar="FIELD=VALUE",
-                     help="bind every tool to this scope (tenant, user_id, agent_id, session_id); repeatable")
+    mcp.add_argument(
+        "--avgdl",
+        type=float,
+        default=None,
+        metavar="TOKENS",
+        help=(
+            "with --edge-path and the write tools: the BM25 average document length the shard was written with (the "
+            "avgdl export-qdrant printed), so added memories are scored like the copied ones"
+        ),
+    )
+    mcp.add_argument(
+        "--scope",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="bind every tool to this scope (tenant, user_id, agent_id, session_id); repeatable",
+    )
     mcp.add_argument("--read-only", action="store_true", help="serve only the read tools")
     mcp.add_argument("--http", action="store_true", help="Streamable HTTP on 127.0.0.1 instead of stdio")
     mcp.add_argument("--port", type=_port, default=8765, help="TCP port of --http, 1-65535 (default 8765)")

@@ -176,11 +176,17 @@ class HybridMemory:
         """
         from ..backends.qdrant.backend import QdrantBackend
 
-        memory_options = {k: options.pop(k) for k in ("candidate_multiplier", "dedup", "recency_prior", "show_progress")
-                          if k in options}
+        memory_options = {
+            k: options.pop(k)
+            for k in ("candidate_multiplier", "dedup", "recency_prior", "show_progress")
+            if k in options
+        }
         if edge_path is not None:
-            cluster = [k for k in ("shard_number", "replication_factor", "write_consistency_factor", "write_ordering")
-                       if k in options]
+            cluster = [
+                k
+                for k in ("shard_number", "replication_factor", "write_consistency_factor", "write_ordering")
+                if k in options
+            ]
             if cluster:
                 raise InvalidRequestError(f"{cluster} configure a Qdrant cluster; an Edge shard takes none of them")
             backend = QdrantBackend.edge(edge_path, **options)
@@ -208,18 +214,28 @@ class HybridMemory:
         synchronous: str = "full",
         busy_timeout: float = 30.0,
     ) -> None:
-        embedded = {"k1": (k1, 1.5), "b": (b, 0.75), "compact_min": (compact_min, 500),
-                    "compact_ratio": (compact_ratio, 0.1), "faiss_threads": (faiss_threads, 1),
-                    "dense_index": (dense_index, "auto"), "background_compaction": (background_compaction, True),
-                    "synchronous": (synchronous, "full"), "busy_timeout": (busy_timeout, 30.0)}
+        embedded = {
+            "k1": (k1, 1.5),
+            "b": (b, 0.75),
+            "compact_min": (compact_min, 500),
+            "compact_ratio": (compact_ratio, 0.1),
+            "faiss_threads": (faiss_threads, 1),
+            "dense_index": (dense_index, "auto"),
+            "background_compaction": (background_compaction, True),
+            "synchronous": (synchronous, "full"),
+            "busy_timeout": (busy_timeout, 30.0),
+        }
         if backend is not None:
             if path is not None:
                 raise InvalidRequestError(
                     f"a memory on a backend keeps no directory (got path {path!r}); pass backend=... alone, or a "
                     "path alone for the embedded memory"
                 )
-            given = [name for name, (value, default) in embedded.items()
-                     if type(value) is not type(default) or value != default]
+            given = [
+                name
+                for name, (value, default) in embedded.items()
+                if type(value) is not type(default) or value != default
+            ]
             if given:
                 raise InvalidRequestError(
                     f"{', '.join(given)} configure the embedded memory's own indexes; a memory on a backend takes "
@@ -230,9 +246,17 @@ class HybridMemory:
         else:
             if dense_index not in DENSE_KINDS:
                 raise InvalidRequestError(f"dense_index must be one of {DENSE_KINDS}, got {dense_index!r}")
-            check_memory_options(k1=k1, b=b, candidate_multiplier=candidate_multiplier, compact_min=compact_min,
-                                 compact_ratio=compact_ratio, faiss_threads=faiss_threads, busy_timeout=busy_timeout,
-                                 show_progress=show_progress, background_compaction=background_compaction)
+            check_memory_options(
+                k1=k1,
+                b=b,
+                candidate_multiplier=candidate_multiplier,
+                compact_min=compact_min,
+                compact_ratio=compact_ratio,
+                faiss_threads=faiss_threads,
+                busy_timeout=busy_timeout,
+                show_progress=show_progress,
+                background_compaction=background_compaction,
+            )
             if synchronous not in ("full", "normal"):
                 raise InvalidRequestError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
         self.path = memory_path(path) if path is not None else None
@@ -246,9 +270,17 @@ class HybridMemory:
             check_embedder(embedder)  # before any folder exists: a refused call leaves nothing behind
         if backend is None:
             backend = EmbeddedBackend(
-                self.path, k1=k1, b=b, compact_min=compact_min, compact_ratio=compact_ratio,
-                faiss_threads=faiss_threads, dense_index=dense_index, background_compaction=background_compaction,
-                show_progress=show_progress, synchronous=synchronous, busy_timeout=busy_timeout,
+                self.path,
+                k1=k1,
+                b=b,
+                compact_min=compact_min,
+                compact_ratio=compact_ratio,
+                faiss_threads=faiss_threads,
+                dense_index=dense_index,
+                background_compaction=background_compaction,
+                show_progress=show_progress,
+                synchronous=synchronous,
+                busy_timeout=busy_timeout,
             )
         self._backend: Backend = backend
         self.embedder = backend.embedder_for(embedder)
@@ -282,8 +314,12 @@ class HybridMemory:
                 (the message says to open it with ``HybridMemory.qdrant(edge_path=...)``).
         """
         folder = memory_path(path)
-        if (not create and not (folder / STORE_FILE).exists() and not (folder / "manifest.json").exists()
-                and not (folder / EDGE_CONFIG).exists()):  # a shard: the constructor names HybridMemory.qdrant
+        if (
+            not create
+            and not (folder / STORE_FILE).exists()
+            and not (folder / "manifest.json").exists()
+            and not (folder / EDGE_CONFIG).exists()
+        ):  # a shard: the constructor names HybridMemory.qdrant
             raise MemoryNotFoundError(
                 f"no memory at {folder}; create one with HybridMemory({str(folder)!r}) or "
                 f"HybridMemory.open(..., create=True)"
@@ -451,8 +487,9 @@ class HybridMemory:
         backend stores now, then applied by it (:meth:`Backend.apply_write
         <hybrid_memory.backends.base.Backend.apply_write>`); ``closes``: system-field updates by chunk id (a
         supersede's closed facts), in the same batch."""
-        scope, policy, items, vectors = self._prepare_write(chunks, vectors, dedup, scope, int(self.embedder.dim),
-                                                            checked)
+        scope, policy, items, vectors = self._prepare_write(
+            chunks, vectors, dedup, scope, int(self.embedder.dim), checked
+        )
         if not items:
             return WriteResult([])
         backend = self._backend
@@ -460,9 +497,16 @@ class HybridMemory:
 
         def plan(stored: Mapping[str, tuple[str, Mapping[str, Any]]]) -> WritePlan:
             return plan_write(
-                items, stored, vectors=vectors, replace=replace, policy=policy, scope=scope,
-                embed=self._embed, find_hashes=backend.find_hashes,
-                near_search=lambda: backend.near_search(tokenize, policy.cosine_threshold), tokenize=tokenize,
+                items,
+                stored,
+                vectors=vectors,
+                replace=replace,
+                policy=policy,
+                scope=scope,
+                embed=self._embed,
+                find_hashes=backend.find_hashes,
+                near_search=lambda: backend.near_search(tokenize, policy.cosine_threshold),
+                tokenize=tokenize,
             )
 
         with self._write_lock:
@@ -513,7 +557,9 @@ class HybridMemory:
             return self._backend.delete(ids)
 
     # -- reads --------------------------------------------------------------------------------------
-    def get(self, chunk_ids: Iterable[str] | str, *, scope: Scope | Mapping[str, Any] | None = None) -> list[StoredChunk]:
+    def get(
+        self, chunk_ids: Iterable[str] | str, *, scope: Scope | Mapping[str, Any] | None = None
+    ) -> list[StoredChunk]:
         """Stored chunks in the order of ``chunk_ids`` (a list of ids; a lone str is one id); unknown ids (and ids
         outside ``scope``) are skipped. Raises InvalidRequestError as :meth:`delete` does."""
         self._check_open()
@@ -553,7 +599,10 @@ class HybridMemory:
         return ids
 
     def count(
-        self, metadata_filter: Mapping[str, Any] | None = None, *, scope: Scope | Mapping[str, Any] | None = None,
+        self,
+        metadata_filter: Mapping[str, Any] | None = None,
+        *,
+        scope: Scope | Mapping[str, Any] | None = None,
         as_of: Any = None,
     ) -> int:
         """Number of stored chunks matching the filter (all when None), in ``scope``, valid at ``as_of`` (Unix
@@ -571,7 +620,10 @@ class HybridMemory:
         return self.count()
 
     def iter_chunks(
-        self, metadata_filter: Mapping[str, Any] | None = None, *, scope: Scope | Mapping[str, Any] | None = None,
+        self,
+        metadata_filter: Mapping[str, Any] | None = None,
+        *,
+        scope: Scope | Mapping[str, Any] | None = None,
         as_of: Any = None,
     ) -> Iterator[StoredChunk]:
         """Stored chunks matching the filter, in ``scope``, valid at ``as_of``, in order of first insertion,
@@ -588,8 +640,13 @@ class HybridMemory:
         return self._backend.iter_chunks(self._backend.listing(metadata_filter, bound, _instant(as_of)))
 
     def page_chunks(
-        self, metadata_filter: Mapping[str, Any] | None = None, *, after: int | None = None, limit: int = 100,
-        scope: Scope | Mapping[str, Any] | None = None, as_of: Any = None,
+        self,
+        metadata_filter: Mapping[str, Any] | None = None,
+        *,
+        after: int | None = None,
+        limit: int = 100,
+        scope: Scope | Mapping[str, Any] | None = None,
+        as_of: Any = None,
     ) -> tuple[list[StoredChunk], int | None]:
         """One page of :meth:`iter_chunks` (same order, filter, scope and ``as_of``), by keyset: the chunks after
         position ``after`` (None: the first page), at most ``limit`` (1..10,000), and the position to pass as
@@ -620,7 +677,8 @@ class HybridMemory:
         base = dict(scope) if isinstance(scope, Mapping) else (scope.bound() if isinstance(scope, Scope) else {})
         if scope is not None and not isinstance(scope, (Mapping, Scope)):
             raise InvalidRequestError(
-                f"scope must be a Scope or a mapping of {', '.join(SCOPE_FIELDS)}, got {type(scope).__name__}")
+                f"scope must be a Scope or a mapping of {', '.join(SCOPE_FIELDS)}, got {type(scope).__name__}"
+            )
         bound = as_scope({**base, **fields})
         return ScopedMemory(self, bound or Scope())
 
@@ -691,7 +749,7 @@ class HybridMemory:
         elif request is None:
             if "search_text" not in fields:  # search(None): "got {}" named nothing the caller passed
                 raise InvalidRequestError(
-                    'invalid search request: got None (and no search_text=); pass a request dict or SearchRequest, '
+                    "invalid search request: got None (and no search_text=); pass a request dict or SearchRequest, "
                     'e.g. {"search_text": "..."}, or the search text itself'
                 )
             data = {}
@@ -737,7 +795,9 @@ class HybridMemory:
         return req, self._resolve_filter(req.metadata_filter, _bound(scope), req.as_of)
 
     def _resolve_filter(
-        self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None = None,
+        self,
+        metadata_filter: Mapping[str, Any] | None,
+        scope: Mapping[str, str] | None = None,
         as_of: float | None = None,
     ) -> Any:
         """The ``allowed`` set of a search (:meth:`Backend.resolve <hybrid_memory.backends.base.Backend.resolve>`):
@@ -753,8 +813,9 @@ class HybridMemory:
         self._check_scope_keys(metadata_filter, scope)
         return allowed
 
-    def _check_scope_keys(self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None,
-                          catch_up: bool = False) -> None:
+    def _check_scope_keys(
+        self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None, catch_up: bool = False
+    ) -> None:
         """:func:`~hybrid_memory.scopes.check_scope_keys` against the backend (the filter index's key bitmaps, a
         count on Qdrant); ``catch_up``: apply other processes' commits first (a search has), only when the filter
         names a scope field."""
@@ -895,13 +956,13 @@ class HybridMemory:
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:
+
             def release_when_acquired(t: asyncio.Future[None]) -> None:
                 if not t.cancelled() and t.exception() is None:
                     lock.release_read()
 
             task.add_done_callback(release_when_acquired)
             raise
-
 
     def _query(self, req: SearchRequest, query_vector: np.ndarray | Sequence[float] | None) -> Query:
         if query_vector is None:
@@ -937,9 +998,13 @@ class HybridMemory:
         ``candidate_multiplier``."""
         self._check_open()
         folder = self._backend.path
-        return {"path": None if folder is None else str(folder), "chunks": self.count(), **self._backend.stats(),
-                "embedder": {"name": self.embedder.name, "dim": int(self.embedder.dim)},
-                "candidate_multiplier": self.candidate_multiplier}
+        return {
+            "path": None if folder is None else str(folder),
+            "chunks": self.count(),
+            **self._backend.stats(),
+            "embedder": {"name": self.embedder.name, "dim": int(self.embedder.dim)},
+            "candidate_multiplier": self.candidate_multiplier,
+        }
 
     @property
     def bm25_params(self) -> dict[str, float]:
@@ -1010,9 +1075,7 @@ def _checked_filter(metadata_filter: Mapping[str, Any] | None) -> Mapping[str, A
     try:
         validate_filter(metadata_filter)
     except RecursionError as exc:
-        raise InvalidFilterError(
-            "metadata filter nests too deeply (thousands of levels); flatten its values"
-        ) from exc
+        raise InvalidFilterError("metadata filter nests too deeply (thousands of levels); flatten its values") from exc
     return metadata_filter
 
 

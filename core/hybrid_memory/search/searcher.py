@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .engine import EXACT_MATCH_ARGS, Engine, Hit, Query, RowSet
 from ..fusion import DEFAULT_FUSION, DEFAULT_RRF_K, FUSION_METHODS, FusionInput, FusionMethod, rank_by_score, rrf_table
+from .engine import EXACT_MATCH_ARGS, Engine, Hit, Query, RowSet
 
 #: at most this many hits are read from one engine to break a tie at its candidate cut (see ``_run``)
 TIE_DEPTH_LIMIT = 512
@@ -36,7 +36,18 @@ SURPRISE = "surprise"
 method reads them (:attr:`~hybrid_memory.fusion.FusionMethod.surprise`): each engine's is computed in the thread
 that ran it, right after its search."""
 
-__all__ = ["SURPRISE", "TIE_DEPTH_LIMIT", "AlignedScores", "Candidates", "EngineRun", "HandoffPolicy", "HybridHit", "HybridResult", "HybridSearcher", "size_class"]
+__all__ = [
+    "SURPRISE",
+    "TIE_DEPTH_LIMIT",
+    "AlignedScores",
+    "Candidates",
+    "EngineRun",
+    "HandoffPolicy",
+    "HybridHit",
+    "HybridResult",
+    "HybridSearcher",
+    "size_class",
+]
 
 
 class HandoffPolicy:
@@ -203,7 +214,9 @@ class AlignedScores(Mapping[str, Mapping[str, float]]):
 
     __slots__ = ("_built", "_columns", "_keys", "_own")
 
-    def __init__(self, keys: Sequence[str], columns: Mapping[str, Sequence[float]], own: Mapping[str, Mapping[str, float]]) -> None:
+    def __init__(
+        self, keys: Sequence[str], columns: Mapping[str, Sequence[float]], own: Mapping[str, Mapping[str, float]]
+    ) -> None:
         self._keys = keys
         self._columns = columns
         self._own = own
@@ -226,7 +239,7 @@ class AlignedScores(Mapping[str, Mapping[str, float]]):
         return len(self._own)
 
     def __repr__(self) -> str:
-        return f"AlignedScores({ {name: dict(self[name]) for name in self._own} !r})"
+        return f"AlignedScores({ {name: dict(self[name]) for name in self._own}!r})"
 
 
 class HybridSearcher:
@@ -408,9 +421,7 @@ class HybridSearcher:
                 *(asyncio.to_thread(self._run_named, name, query, depth, allowed) for name in active)
             )
             hits = dict(zip(active, results, strict=True))
-        candidates = await asyncio.to_thread(
-            self._candidates, query, hits, depth, weights, rrf_k, method.name, max_df
-        )
+        candidates = await asyncio.to_thread(self._candidates, query, hits, depth, weights, rrf_k, method.name, max_df)
         return self.fuse(candidates, method.name, top_k)
 
     def candidates(
@@ -494,7 +505,9 @@ class HybridSearcher:
                 finder = getattr(self.engines[name], "exact_matches", None)
                 if finder is not None:
                     counts = finder(query, union_ids, max_df, self.identifier_min_share).tolist()
-                    strength = counts if strength is None else [max(a, b) for a, b in zip(strength, counts, strict=True)]
+                    strength = (
+                        counts if strength is None else [max(a, b) for a, b in zip(strength, counts, strict=True)]
+                    )
             if strength is not None:
                 matches = {union[j]: int(c) for j, c in enumerate(strength) if c}
         priors = {name: float(weights.get(name, 1.0)) for name in self.engines}

@@ -31,9 +31,13 @@ def test_scoped_bm25_score_is_the_scopes_idf_times_the_stored_value(engine, tmp_
     with _open(engine, tmp_path) as mem:
         mem.scoped(BOB).add([{"chunk_id": f"b{i}", "text": f"zebra herd {i}"} for i in range(9)])
         ann = mem.scoped(ANN)
-        ann.add([{"chunk_id": "a1", "text": "zebra crossing near the office"},
-                 {"chunk_id": "a2", "text": "the on-call rota"},
-                 {"chunk_id": "probe", "text": "zebra"}])
+        ann.add(
+            [
+                {"chunk_id": "a1", "text": "zebra crossing near the office"},
+                {"chunk_id": "a2", "text": "the on-call rota"},
+                {"chunk_id": "probe", "text": "zebra"},
+            ]
+        )
         k1, b, avgdl = 1.5, 0.75, 256.0
         value = 1 / (1 + k1 * (1 - b + b * 1 / avgdl))
         if engine == "qdrant-edge":  # Edge stores float32 values; qdrant-client's local mode keeps Python floats
@@ -64,15 +68,20 @@ def test_kept_scope_statistics_follow_writes_as_a_rebuild_counts_them(engine, tm
         ann.search("kafka lag", top_k=3)  # the scope is kept from here on
         stats = _kept(mem)
         assert stats.points == 6
-        ann.upsert([{"chunk_id": "a0", "text": "postgres pool exhausted"}, {"chunk_id": "a1",
-                                                                         "text": "kafka lag on db-prod-1 billing"}])
+        ann.upsert(
+            [
+                {"chunk_id": "a0", "text": "postgres pool exhausted"},
+                {"chunk_id": "a1", "text": "kafka lag on db-prod-1 billing"},
+            ]
+        )
         ann.delete(["a2"])
         ann.add([{"chunk_id": "a9", "text": "zebra kafka"}])
         bob.add([{"chunk_id": "b9", "text": "kafka kafka lag"}])
         bob.delete(["b0"])
         stored = [c.chunk_id for c in mem.iter_chunks() if c.chunk_id.endswith(":a3")]
-        mem.upsert([{"chunk_id": stored[0], "text": "kafka lag on db-prod-3 billing", "user_id": "carol",
-                     "tenant": "acme"}])  # the same text: a payload-only write, out of ann's scope
+        mem.upsert(
+            [{"chunk_id": stored[0], "text": "kafka lag on db-prod-3 billing", "user_id": "carol", "tenant": "acme"}]
+        )  # the same text: a payload-only write, out of ann's scope
         ann.search("kafka lag", top_k=3)
         kept = _kept(mem)
         fresh = mem.backend.scopes._build(kept.scope, kept.filter)
@@ -89,9 +98,13 @@ def test_a_shard_written_before_the_plain_vector_opens_without_it(tmp_path):
     searches run with the collection-wide idf (the bm25 leg)."""
     import qdrant_edge as qe
 
-    config = qe.EdgeConfig(vectors={"dense": qe.EdgeVectorParams(size=64, distance=qe.Distance.Cosine)},
-                           sparse_vectors={"bm25": qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf),
-                                           "terms": qe.EdgeSparseVectorParams()})
+    config = qe.EdgeConfig(
+        vectors={"dense": qe.EdgeVectorParams(size=64, distance=qe.Distance.Cosine)},
+        sparse_vectors={
+            "bm25": qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf),
+            "terms": qe.EdgeSparseVectorParams(),
+        },
+    )
     qe.EdgeShard.create(str(tmp_path / "shard"), config).close()
     with _open("qdrant-edge", tmp_path) as mem:
         assert mem.backend.collection.terms is True and mem.backend.collection.tf is False

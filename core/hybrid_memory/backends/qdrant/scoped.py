@@ -143,7 +143,7 @@ class ScopeStats:
             (self.moments.add if sign > 0 else self.moments.remove)(block)
         df = self.df
         for r in records:
-            for key in (r.sparse[0] if r.sparse else ()):
+            for key in r.sparse[0] if r.sparse else ():
                 value = df.get(key, 0) + sign
                 if value > 0:
                     df[key] = value
@@ -201,8 +201,9 @@ class ScopeRegistry:
             self._kept.move_to_end(key)
             return held
 
-    def snapshot(self, scope: Mapping[str, str], flt: Mapping[str, Any],
-                 indices: Sequence[int]) -> tuple[int, dict[int, int], VectorMoments | None]:
+    def snapshot(
+        self, scope: Mapping[str, str], flt: Mapping[str, Any], indices: Sequence[int]
+    ) -> tuple[int, dict[int, int], VectorMoments | None]:
         """One consistent reading of a scope for a query: ``(N_s, {sparse index: df_s} of ``indices``, the scope's
         moments)`` (:meth:`get`; the moments object is the kept one, read under its own lock)."""
         with self._lock:
@@ -219,8 +220,9 @@ class ScopeRegistry:
             stats.count(records, 1)
             if offset is None:
                 break
-        logger.debug("scope statistics of %s: %d points in %.1f ms", scope, stats.points,
-                     1e3 * (time.perf_counter() - started))
+        logger.debug(
+            "scope statistics of %s: %d points in %.1f ms", scope, stats.points, 1e3 * (time.perf_counter() - started)
+        )
         return stats
 
     def upsert(self, points: Sequence[Point], write: Callable[[Sequence[Point]], None]) -> None:
@@ -234,8 +236,11 @@ class ScopeRegistry:
             last = list({p.id: p for p in points}.values())
             kept = list(self._kept.values())
             held = [p.id for p in last if any(p.id in s.members for s in kept)]
-            old = {r.id: r for r in self.collection.retrieve(held, vectors=self._vectors(), payload=False)} if held \
+            old = (
+                {r.id: r for r in self.collection.retrieve(held, vectors=self._vectors(), payload=False)}
+                if held
                 else {}
+            )
             try:
                 write(points)
             except BaseException:
@@ -258,8 +263,11 @@ class ScopeRegistry:
             kept = list(self._kept.values())
             unique = list(dict.fromkeys(ids))
             held = [i for i in unique if any(i in s.members for s in kept)]
-            old = {r.id: r for r in self.collection.retrieve(held, vectors=self._vectors(), payload=False)} if held \
+            old = (
+                {r.id: r for r in self.collection.retrieve(held, vectors=self._vectors(), payload=False)}
+                if held
                 else {}
+            )
             try:
                 delete(ids)
             except BaseException:

@@ -28,9 +28,7 @@ import numpy as np
 __all__ = ["build_bm25s", "lucene_scores"]
 
 
-def lucene_scores(
-    tokens: np.ndarray, lengths: np.ndarray, n_vocab: int, k1: float, b: float
-) -> dict[str, Any]:
+def lucene_scores(tokens: np.ndarray, lengths: np.ndarray, n_vocab: int, k1: float, b: float) -> dict[str, Any]:
     """The CSC score matrix of bm25s (``BM25.scores``) for documents given as one token array.
 
     Args:
@@ -82,9 +80,7 @@ def lucene_scores(
     return {"data": data, "indices": doc_of.astype(index_dtype), "indptr": indptr, "num_docs": n_docs}
 
 
-def build_bm25s(
-    documents: Sequence[np.ndarray], vocab: Mapping[str, int], *, k1: float, b: float
-) -> Any:
+def build_bm25s(documents: Sequence[np.ndarray], vocab: Mapping[str, int], *, k1: float, b: float) -> Any:
     """A ``bm25s.BM25`` (``method="lucene"``) over int32 token-id arrays, one per document, with ``vocab``.
 
     Args:
