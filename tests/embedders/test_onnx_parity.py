@@ -224,7 +224,7 @@ def test_a_memory_written_by_sentence_transformers_opens_with_the_default_unchan
         assert memory.count() == 40
         got = [memory.search(query, top_k=10).results for query in queries]
     assert embedded == []  # nothing was embedded again
-    for want, have in zip(expected, got):
+    for want, have in zip(expected, got, strict=True):
         assert [hit.chunk_id for hit in have] == [hit.chunk_id for hit in want]
         np.testing.assert_allclose([hit.rrf_score for hit in have], [hit.rrf_score for hit in want], rtol=1e-4)
     # and the other way: the memory written by the ONNX default opens with sentence-transformers

@@ -181,7 +181,7 @@ def _read_inputs(
                 if linked is not None:
                     linked.append(str(p))
 
-            def _outside(p: Path) -> None:
+            def _outside(p: Path, seen: list[int] = seen) -> None:
                 seen[0] += 1
                 if outside is not None:
                     outside.append(str(p))

@@ -282,7 +282,8 @@ def fuse_adaptive_v1(inp: FusionInput) -> FusionOutcome:
        in nats, that the engine's top is not a chance hit. A measure within the list (``top_outlier``) is
        scale-free and cannot see an engine that is weak on the whole corpus (a list of compressed, noisy cosines
        looks as peaked as a good one); the surprise is in one unit for both engines and near 0 for an engine at
-       chance level. It runs only when every engine can be judged; when one cannot (an engine without a ``surprise`` method,
+       chance level. It runs only when every engine can be judged; when one cannot (an engine without a ``surprise``
+       method,
        no corpus moments above :data:`~hybrid_memory.engines.calibration.MOMENTS_MAX_DIM` dimensions, or no spread,
        as in a memory of identical chunks) the weights are those of :func:`fuse_adaptive_uncalibrated`,
        ``prior_e x (1 + top_outlier(list_e))`` (:func:`confidence_weights`), since nats and plain confidence do
@@ -366,14 +367,16 @@ FUSION_METHODS: dict[str, FusionMethod] = {
             fuse_adaptive_uncalibrated,
             True,
             True,
-            "z-score fusion of log-scaled BM25 and cosines with per-query confidence weights, plus the exact-match guard",
+            "z-score fusion of log-scaled BM25 and cosines with per-query confidence weights, "
+            "plus the exact-match guard",
         ),
         FusionMethod(
             "adaptive_v1",
             fuse_adaptive_v1,
             True,
             True,
-            "z-score fusion of log-scaled BM25 and cosines weighted by each engine's top-hit evidence against chance, plus the exact-match guard",
+            "z-score fusion of log-scaled BM25 and cosines weighted by each engine's top-hit evidence against chance, "
+            "plus the exact-match guard",
             surprise=True,
         ),
         FusionMethod(

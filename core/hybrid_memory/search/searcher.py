@@ -7,7 +7,8 @@ the graph layer). Composition as in pyserini's ``HybridSearcher(dense, sparse)``
 
 A search is two steps, both public so an evaluation can apply every fusion method to the same candidates
 exactly as the library does: :meth:`HybridSearcher.candidates` (run the engines, cut each list at the
-depth with ties broken by key, add exact cross-scores and exact matches (rare identifiers, whole query) when the method needs
+depth with ties broken by key, add exact cross-scores and exact matches (rare identifiers, whole query) when the method
+needs
 them) and :meth:`HybridSearcher.fuse` (apply a method of :data:`~hybrid_memory.fusion.FUSION_METHODS`, order
 by score then key, cut to ``top_k``).
 """
@@ -250,7 +251,8 @@ class HybridSearcher:
         keys: maps engine ids to string keys; ids it leaves out are dropped (deleted meanwhile).
         executor: runs the engines of :meth:`search` in parallel: the calling thread runs the engine with
             the largest measured time (the first in ``engines`` order until both are measured) while the
-            executor runs the others, when the ``policy`` finds that this pays (None: always one after the other in the caller's thread). :meth:`asearch` uses
+            executor runs the others, when the ``policy`` finds that this pays (None: always one after the other in the
+            caller's thread). :meth:`asearch` uses
             ``asyncio.to_thread`` instead.
         identifier_max_df: an identifier of the query is *rare* when at most this many documents hold it,
             and a whole-query (conjunctive) match counts when at most this many candidates hold every query
