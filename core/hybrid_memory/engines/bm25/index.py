@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..._bm25s import import_bm25s
 from ..._checksums import file_checksums, verify_files
 from ...tokenizer import TechnicalTokenizer
 from .. import calibration
@@ -1195,7 +1196,7 @@ class BM25Index:
         cache were written (format 1) loads its main segment only: the caller re-adds the delta's documents
         and the next merge re-tokenizes the main segment's texts.
         """
-        import bm25s
+        bm25s = import_bm25s()
 
         directory = Path(directory)
         self.wait()
