@@ -156,8 +156,8 @@ def _long(name: str) -> EvalSet:
     counter-argument and duplicate-question retrieval (BEIR's ArguAna, CQADupStack): a long query of the corpus'
     own kind, where both engines see the same words and the same topic, so they are comparable. One class (the base
     sets' classes would leave some with a dozen queries); filters: the base query's (LoCoMo-5: its conversation).
-    Document vectors are the base set's
-    cached rows (the corpus is a subset); query vectors are embedded once and cached.
+    Document vectors are the base set's cached rows (the corpus is a subset); query vectors are embedded once and
+    cached.
     """
     import random
 

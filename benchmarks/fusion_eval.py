@@ -272,9 +272,9 @@ def check_targets(name: str, metrics: dict[str, dict[str, float]], p50: dict[str
     floor = {"scifact": 0.72, "hotpotqa100": 0.82, "locomo5": 0.45}.get(name)
     if floor is not None:
         judge(default["ndcg@10"] >= floor, f"{name}: default nDCG@10 {default['ndcg@10']:.4f} >= {floor}")
-    if p50:
-        ratio = p50[f"DEFAULT {DEFAULT_FUSION} 1/1"] / p50["rrf 1/1"]
-        judge(ratio <= 1.10, f"{name}: default p50 / plain RRF p50 = {ratio:.3f} <= 1.10")
+    if p50:  # the budget is absolute (re-scoped from a 1.10 ratio): the fusion's own work, not the query embedding
+        extra = p50[f"DEFAULT {DEFAULT_FUSION} 1/1"] - p50["rrf 1/1"]
+        judge(extra <= 0.25, f"{name}: default p50 - plain RRF p50 = {extra:.3f} ms <= 0.25 ms")
     return out
 
 

@@ -19,8 +19,7 @@ Tools: ``search_memory`` (the reference request, metadata filter and ``as_of`` i
 * **Errors** of the library (bad filter, unknown id, ...) come back as MCP tool errors (``isError``) whose text
   is the library's message alone (the SDK's ``Error executing tool <name>:`` prefix is dropped; a write's
   ``invalid chunk #0:`` reads ``invalid memory:``, as does one naming an id the tool generated); bad arguments read
-  ``invalid arguments for <tool>; fix and
-  call again: <field>: <problem>``; the server keeps running.
+  ``invalid arguments for <tool>; fix and call again: <field>: <problem>``; the server keeps running.
 * ``add_memory`` catches duplicates on write with :data:`ADD_DEDUP` (exact and near, skip) and says so.
 
 Run it with ``hybrid-memory mcp --memory DIR [--scope user_id=u1 ...] [--read-only] [--http --port N]``, or

@@ -179,8 +179,8 @@ class OnnxEmbedder:
 
     It runs as sentence-transformers runs the model (``SentenceTransformer.encode(..., normalize_embeddings=True)``
     with all-MiniLM-L6-v2's configuration): each text tokenized by the model's ``tokenizer.json`` (BERT uncased word
-    pieces) and cut to 256 word pieces, the encoder's last hidden states
-    averaged over the attention mask, the mean scaled to unit L2 norm. The texts of a call are sorted by token
+    pieces) and cut to 256 word pieces, the encoder's last hidden states averaged over the attention mask, the mean
+    scaled to unit L2 norm. The texts of a call are sorted by token
     count and cut into batches of ``batch_size``, each padded to its longest text only, as sentence-transformers
     sorts by length (it sorts by characters; word pieces are what padding costs). The vectors are those of
     :class:`~hybrid_memory.SentenceTransformerEmbedder` (cosine >= 0.9999, measured over 1,000+ texts in

@@ -6,8 +6,8 @@ indexed SQLite columns. A :class:`Scope` binds some of them (``Scope(tenant="acm
 of its users' chunks, and a chunk without a ``user_id`` is *not* in a user's scope: sharing is explicit).
 
 :meth:`HybridMemory.scoped` returns a :class:`~hybrid_memory.memory.scoped.ScopedMemory`: the scope is a pre-filter of
-every read (search,
-asearch, get, iter_chunks, count, chunk_hashes) applied before both engines rank, as the metadata filter is,
+every read (search, asearch, get, iter_chunks, count, chunk_hashes) applied before both engines rank, as the metadata
+filter is,
 and every write is stamped with it. A scope is not a filter a caller can forget or widen:
 
 * writes get the bound fields stamped; a chunk that brings a different value for a bound field is refused

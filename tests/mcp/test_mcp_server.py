@@ -602,3 +602,14 @@ def test_settle_loads_the_model_once_and_freezes_the_start_up_heap():
         finally:
             gc.unfreeze()
     assert gc.get_freeze_count() == 0
+
+
+def test_port_without_http_is_refused_not_ignored(tmp_path, capsys):
+    from hybrid_memory.cli.app import main
+
+    HybridMemory(tmp_path / "m", embedder=HashingEmbedder(8)).close()
+    assert main(["mcp", "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "--port", "8000"]) == 2
+    assert capsys.readouterr().err == (
+        "hybrid-memory: error: --port 8000 is for --http; add --http to serve on 127.0.0.1:8000, "
+        "or leave --port out for stdio\n"
+    )

@@ -333,22 +333,28 @@ def test_all_zero_rows_are_stored_with_a_warning_naming_their_chunks(mem, caplog
 
 
 @pytest.mark.parametrize(
-    ("embedder", "given"),
+    ("embedder", "message"),
     [
-        ("all-MiniLM-L6-v2", "str 'all-MiniLM-L6-v2'"),
-        (object, "the class object"),
+        (
+            "BAAI/bge-small-en-v1.5",  # a model name, as other libraries take it (a fresh user's finding)
+            "embedder must be an Embedder object, not a model name ('BAAI/bge-small-en-v1.5'); leave it out for the "
+            "packaged all-MiniLM-L6-v2 (OnnxEmbedder()), or pass SentenceTransformerEmbedder(model_path=...) from the "
+            "[torch] extra for another sentence-transformers model",
+        ),
+        (
+            object,
+            "embedder the class object lacks 'name'; it must follow the Embedder protocol (name, dim, embed_documents, "
+            "embed_query): pass an instance such as OnnxEmbedder() (the packaged all-MiniLM-L6-v2) or "
+            "HashingEmbedder(384), or leave embedder out for the default",
+        ),
     ],
 )
-def test_an_embedder_that_is_not_one_is_refused_before_the_folder_is_created(tmp_path, embedder, given):
+def test_an_embedder_that_is_not_one_is_refused_before_the_folder_is_created(tmp_path, embedder, message):
     from hybrid_memory import HybridMemory, InvalidRequestError
 
     with pytest.raises(InvalidRequestError) as raised:
         HybridMemory(tmp_path / "mem", embedder=embedder)
-    assert str(raised.value) == (
-        f"embedder {given} lacks 'name'; it must follow the Embedder protocol (name, dim, embed_documents, "
-        "embed_query): pass an instance such as OnnxEmbedder() (the packaged all-MiniLM-L6-v2) or "
-        "HashingEmbedder(384), or leave embedder out for the default"
-    )
+    assert str(raised.value) == message
     assert list(tmp_path.iterdir()) == []  # nothing created
 
 

@@ -107,6 +107,12 @@ def check_embedder(embedder: Any) -> None:
     Raises:
         InvalidRequestError: an attribute of the protocol is missing.
     """
+    if isinstance(embedder, str):  # a model name, as other libraries take it
+        raise InvalidRequestError(
+            f"embedder must be an Embedder object, not a model name ({embedder!r:.80}); leave it out for the packaged "
+            "all-MiniLM-L6-v2 (OnnxEmbedder()), or pass SentenceTransformerEmbedder(model_path=...) from the "
+            "[torch] extra for another sentence-transformers model"
+        )
     for attribute in ("name", "dim", "embed_documents", "embed_query"):
         if not hasattr(embedder, attribute):
             given = (

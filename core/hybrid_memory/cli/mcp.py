@@ -14,11 +14,21 @@ from .common import open_memory, parse_scope
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_PORT = 8765
+"""TCP port of ``hybrid-memory mcp --http`` when ``--port`` is not given."""
+
 __all__ = ["register"]
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:
     scope = parse_scope(args.scope)
+    if args.port is not None and not args.http:  # stdio has no port: a --port alone would be silently ignored
+        raise InvalidRequestError(
+            f"--port {args.port} is for --http; add --http to serve on 127.0.0.1:{args.port}, "
+            "or leave --port out for stdio"
+        )
+    if args.port is None:
+        args.port = DEFAULT_PORT
     if args.http:
         _check_port_free(args.port)  # before the memory opens: uvicorn's bind error is a raw traceback, exit 3
     if args.shard is not None and args.avgdl is None and not args.read_only and not _has_export_record(args.shard):
@@ -104,5 +114,5 @@ def register(sub: Any, memory_args: Callable[..., None]) -> None:
     )
     mcp.add_argument("--read-only", action="store_true", help="serve only the read tools")
     mcp.add_argument("--http", action="store_true", help="Streamable HTTP on 127.0.0.1 instead of stdio")
-    mcp.add_argument("--port", type=_port, default=8765, help="TCP port of --http, 1-65535 (default 8765)")
+    mcp.add_argument("--port", type=_port, default=None, help=f"TCP port of --http, 1-65535 (default {DEFAULT_PORT})")
     mcp.set_defaults(func=_cmd_mcp)

@@ -283,8 +283,8 @@ def fuse_adaptive_v1(inp: FusionInput) -> FusionOutcome:
        scale-free and cannot see an engine that is weak on the whole corpus (a list of compressed, noisy cosines
        looks as peaked as a good one); the surprise is in one unit for both engines and near 0 for an engine at
        chance level. It runs only when every engine can be judged; when one cannot (an engine without a ``surprise``
-       method,
-       no corpus moments above :data:`~hybrid_memory.engines.calibration.MOMENTS_MAX_DIM` dimensions, or no spread,
+       method, no corpus moments above :data:`~hybrid_memory.engines.calibration.MOMENTS_MAX_DIM` dimensions, or no
+       spread,
        as in a memory of identical chunks) the weights are those of :func:`fuse_adaptive_uncalibrated`,
        ``prior_e x (1 + top_outlier(list_e))`` (:func:`confidence_weights`), since nats and plain confidence do
        not compare. Until stop 23 the calibrated weights were ``prior_e x (1 + top_outlier) x sqrt(softplus(S_e))``,

@@ -109,8 +109,7 @@ class HybridMemory:
         faiss_threads: OpenMP threads for FAISS, set in every thread that searches (1 is fastest for single
             queries on 2 cores, measured by ``benchmarks/scale.py``).
         dense_index: ``"auto"`` (default: an exact scan below :data:`~hybrid_memory.engines.dense.index.ANN_MIN`
-        vectors,
-            a FAISS IVF index with 8-bit codes and exact re-ranking above), ``"flat"`` (always exact) or
+            vectors, a FAISS IVF index with 8-bit codes and exact re-ranking above), ``"flat"`` (always exact) or
             ``"ivf"`` (always approximate once there are enough vectors to train on); see
             :class:`~hybrid_memory.engines.dense.index.FaissIndex`.
         background_compaction: merge the BM25 delta in a background thread, so an add never waits for
@@ -132,8 +131,8 @@ class HybridMemory:
         InvalidRequestError: a numeric option of the wrong type or out of its range (``k1="x"``, ``b=2``,
             ``compact_min=-1``, ``compact_ratio=5``, ``faiss_threads=0``, ``busy_timeout="x"``, a bool for an int,
             ``show_progress="yes"``), before the folder is created; ``path`` is a file, cannot be created
-            (``/proc/nope``, a path below a file), is
-            a folder this process cannot write, holds a Qdrant Edge shard, or is not a str / os.PathLike
+            (``/proc/nope``, a path below a file), is a folder this process cannot write, holds a Qdrant Edge shard, or
+            is not a str / os.PathLike
             (``HybridMemory(5)``) or is empty; the message names the path and the fix.
             With ``backend``: a ``path`` too, or an option of the embedded indexes.
 
@@ -900,8 +899,8 @@ class HybridMemory:
                 not overridden: given in ``request`` too, it must be the same text (else InvalidRequestError).
 
         Each engine returns ``candidate_multiplier × max(top_k, RANK_FLOOR)`` candidates (:data:`RANK_FLOOR`: the
-        results of any top_k up to 10 are the first top_k of the same list); an engine whose weight is 0 is not
-        run. Results are ordered by score descending, ties by chunk_id.
+        results of any top_k up to 10 are the first top_k of the same list); an engine whose weight is 0 is not run.
+        Results are ordered by score descending, ties by chunk_id.
 
         Consistency: every write that returned before this call began, in this process or any other, is
         searched (other processes' commits are applied first, from the store's change log). Within this

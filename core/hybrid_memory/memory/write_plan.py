@@ -12,8 +12,8 @@ depend on where chunks are stored:
   text keeps its stored vector and is not re-embedded (a metadata-only change).
 
 :func:`plan_supersede` checks and plans the closing of facts that a new one replaces.
-:class:`~hybrid_memory.HybridMemory`
-runs the rules above its backend: every :class:`~hybrid_memory.backends.base.Backend` (embedded, Qdrant) applies the
+:class:`~hybrid_memory.HybridMemory` runs the rules above its backend: every
+:class:`~hybrid_memory.backends.base.Backend` (embedded, Qdrant) applies the
 plans to its storage (``Backend.apply_write``); none restates a rule.
 """
 

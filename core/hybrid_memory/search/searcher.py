@@ -8,8 +8,7 @@ the graph layer). Composition as in pyserini's ``HybridSearcher(dense, sparse)``
 A search is two steps, both public so an evaluation can apply every fusion method to the same candidates
 exactly as the library does: :meth:`HybridSearcher.candidates` (run the engines, cut each list at the
 depth with ties broken by key, add exact cross-scores and exact matches (rare identifiers, whole query) when the method
-needs
-them) and :meth:`HybridSearcher.fuse` (apply a method of :data:`~hybrid_memory.fusion.FUSION_METHODS`, order
+needs them) and :meth:`HybridSearcher.fuse` (apply a method of :data:`~hybrid_memory.fusion.FUSION_METHODS`, order
 by score then key, cut to ``top_k``).
 """
 
@@ -252,8 +251,7 @@ class HybridSearcher:
         executor: runs the engines of :meth:`search` in parallel: the calling thread runs the engine with
             the largest measured time (the first in ``engines`` order until both are measured) while the
             executor runs the others, when the ``policy`` finds that this pays (None: always one after the other in the
-            caller's thread). :meth:`asearch` uses
-            ``asyncio.to_thread`` instead.
+            caller's thread). :meth:`asearch` uses ``asyncio.to_thread`` instead.
         identifier_max_df: an identifier of the query is *rare* when at most this many documents hold it,
             and a whole-query (conjunctive) match counts when at most this many candidates hold every query
             token (None: ``top_k`` of the search, so every chunk naming it fits in the answer). Read by the

@@ -3,8 +3,8 @@
 The folder holds ``manifest.json`` (format version and embedder, also kept in the store), the SQLite store
 (:class:`~hybrid_memory.backends.embedded.store.SQLiteStore`, the source of truth, with its change log), and the
 derived index files: the Roaring-bitmap filter index
-(:class:`~hybrid_memory.backends.embedded.filter_index.FilterIndex`,
-``filters/``), BM25 (:class:`~hybrid_memory.engines.bm25.index.BM25Index`, ``bm25/``) and FAISS
+(:class:`~hybrid_memory.backends.embedded.filter_index.FilterIndex`, ``filters/``), BM25
+(:class:`~hybrid_memory.engines.bm25.index.BM25Index`, ``bm25/``) and FAISS
 (:class:`~hybrid_memory.engines.dense.index.FaissIndex`, ``dense/``), with ``indexes.json`` saying at which change-log
 position they were saved. The indexes are rebuilt from the store when missing, stale or damaged (reconcile on
 open), follow other processes' commits from the change log (:meth:`EmbeddedBackend.catch_up`), and follow this

@@ -365,8 +365,7 @@ class _Legs:
     """Runs the active legs of one query in one batched request, memoised on the :class:`Query` (both
     engines of one search read the same response). ``query.cache["qdrant_legs"]`` names the active legs
     (:meth:`QdrantBackend.prepare_query` sets it from the weights; default both); ``query.cache["qdrant_guard"]`` says
-    whether the
-    fusion reads the exact-match guard (set from the method there; default True).
+    whether the fusion reads the exact-match guard (set from the method there; default True).
 
     The legs return ids and scores only (no payload, no vectors): chunk ids come from the backend's id map
     (:meth:`QdrantBackend.keys`). Per query, ``query.cache`` keeps the query's tokens and sparse vector

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from ..._bm25s import import_bm25s
+
 __all__ = ["build_bm25s", "lucene_scores"]
 
 
@@ -91,7 +93,7 @@ def build_bm25s(documents: Sequence[np.ndarray], vocab: Mapping[str, int], *, k1
     Returns:
         A ``bm25s.BM25`` equal to ``BM25(k1=k1, b=b, method="lucene").index((documents as lists, vocab))``.
     """
-    import bm25s
+    bm25s = import_bm25s()
 
     lengths = np.fromiter((len(d) for d in documents), dtype=np.int64, count=len(documents))
     tokens = np.concatenate(documents).astype(np.int32, copy=False) if len(documents) else np.zeros(0, np.int32)

@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..._bm25s import import_bm25s
 from ..._checksums import file_checksums, verify_files
 from ...tokenizer import TechnicalTokenizer
 from .. import calibration
@@ -84,16 +85,15 @@ TIE_PREFIX = 32
 """When BM25's candidate cut falls inside a tie, :meth:`BM25Index.search` orders this many times ``k`` documents at
 once and keeps them for the query: the searcher asks again at 2, 4, ... x the depth up to its tie limit of 512 hits
 (``hybrid_memory.search.searcher.TIE_DEPTH_LIMIT``, 5 more rounds from a depth of 21), which then read that prefix
-instead
-of partitioning every candidate again (at 1M chunks each round was 10-15 ms for a term every chunk holds)."""
+instead of partitioning every candidate again (at 1M chunks each round was 10-15 ms for a term every chunk holds)."""
 
 ALLOWED_ROW_COST = 6
 """A filtered search scores only the allowed documents (:meth:`BM25Index._allowed_state`: a binary search of each
 query term's column per allowed main document) when ``|allowed| x terms x ALLOWED_ROW_COST`` is at most the cost
 of the cheaper pass over the query (every main document plus the terms' column entries, or the entries times
 :data:`UNION_ENTRY_COST`); else that pass scores and the allowed ones are kept. Measured at 100k chunks (3-token
-queries): the full pass 0.24-0.34 ms at any
-filter, scoring the allowed ones 0.08 ms at 11 of them, 0.16 ms at 1,000, 0.29 at 3,000 and 0.69 at 10,000, about
+queries): the full pass 0.24-0.34 ms at any filter, scoring the allowed ones 0.08 ms at 11 of them, 0.16 ms at 1,000,
+0.29 at 3,000 and 0.69 at 10,000, about
 13 ns per (document, term) against 2.4 ns per main document for the full pass: a ratio of 5.4, rounded up."""
 
 
@@ -158,8 +158,8 @@ class BM25Index:
         """Build the lookup id -> position of that live document in the main segment, an int64 array over the
         id range and one entry past it; an id that is not a live main document points one past the segment,
         at the entry the score arrays of :meth:`_score_main` hold ``nan`` in, when the ids are dense enough for it (the
-        store's rowids are: at most 4 ids
-        per main document); else None, and lookups binary-search the sorted ids. Caller holds the lock, after
+        store's rowids are: at most 4 ids per main document); else None, and lookups binary-search the sorted ids.
+        Caller holds the lock, after
         setting ``_main_ids`` and ``_main_alive``."""
         ids = self._main_ids
         self._main_pos_of = None
@@ -445,8 +445,8 @@ class BM25Index:
 
         Returns (main, delta): the main segment's scores (see :meth:`_score_main`), or None when no token is in
         the main segment, and {delta doc id: score > 0}. Kept in ``cache`` (a
-        :class:`~hybrid_memory.search.engine.Query`'s cache), so
-        :meth:`score` right after :meth:`search` costs a gather, as long as no write came in between.
+        :class:`~hybrid_memory.search.engine.Query`'s cache), so :meth:`score` right after :meth:`search` costs a
+        gather, as long as no write came in between.
         """
         key = (self._generation, tuple(tokens))
         if cache is not None:
@@ -874,8 +874,7 @@ class BM25Index:
     def surprise(self, query: str, doc_id: int, n: int | None = None, *, cache: dict | None = None) -> float | None:
         """The surprise of document ``doc_id`` as the query's top BM25 hit, in nats
         (:func:`~hybrid_memory.engines.calibration.term_surprise`): ``-(ln n + sum_t ln(df_t / N))`` over the distinct
-        query
-        tokens ``t`` the document holds, with the document frequencies and the document count BM25 scores with
+        query tokens ``t`` the document holds, with the document frequencies and the document count BM25 scores with
         (main + delta, :meth:`_columns`).
 
         Args:
@@ -1191,11 +1190,11 @@ class BM25Index:
 
         Returns False (and keeps an empty index) if it is missing, damaged (a file that does not match the CRC-32
         its manifest records: a WARNING names it) or was built with other parameters; the caller then rebuilds it from
-        the store. An index saved before the delta and token
-        cache were written (format 1) loads its main segment only: the caller re-adds the delta's documents
+        the store. An index saved before the delta and token cache were written (format 1) loads its main segment only:
+        the caller re-adds the delta's documents
         and the next merge re-tokenizes the main segment's texts.
         """
-        import bm25s
+        bm25s = import_bm25s()
 
         directory = Path(directory)
         self.wait()
