@@ -5,6 +5,11 @@ Usage::
     python benchmarks/scope_stats.py                       # LoCoMo-5 with MiniLM (cached vectors) + 100k scale
     python benchmarks/scope_stats.py --embedder hashing    # no model
     python benchmarks/scope_stats.py --skip-scale          # LoCoMo-5 only
+    python benchmarks/scope_stats.py --backend edge --n 20000   # the same on a Qdrant Edge shard
+
+``--backend edge`` runs both parts on a Qdrant Edge shard in a temporary folder (BM25 ``avgdl`` set to the corpus's
+mean length in tokens, as ``qdrant_eval.py`` does; the metadata keys the "before" filters read are indexed): "before"
+is then the collection-wide idf and calibration, "after" the scope's (:mod:`hybrid_memory.backends.qdrant.scoped`).
 
 Both figures come from one memory per part and one run, comparing the same allowed set searched two ways:
 
@@ -25,6 +30,7 @@ asked: queries pass their vectors), tenant ``t7`` (1 %) made a scope; p50 / p95 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 import time
@@ -37,8 +43,47 @@ import _common as common  # noqa: E402
 TOP_K = 10
 
 
-def locomo(embedder_kind: str) -> dict:
+WAYS = {"embedded": ("before", "after"), "edge": ("before", "scoped_wide", "after")}
+"""How each backend searches the scope: ``before`` the unscoped memory with a metadata filter selecting the scope's
+chunks, ``after`` the scoped search; on Edge also ``scoped_wide``, the scoped search with the collection-wide
+statistics (what a scoped search ran before ``backends/qdrant/scoped.py``: the ``bm25`` leg with Qdrant's IDF
+modifier, the collection's calibration), the fair baseline of its cost (the same filter, indexed alike)."""
+
+
+@contextlib.contextmanager
+def collection_wide(memory, on: bool):
+    """On a Qdrant memory, a scoped search with the collection-wide statistics while ``on`` (the plain BM25 vector
+    hidden: the backend then runs the scope as any filter)."""
+    collection = getattr(getattr(memory, "backend", None), "collection", None)
+    if not on or collection is None:
+        yield
+        return
+    collection.tf = False
+    try:
+        yield
+    finally:
+        collection.tf = True
+
+
+def open_memory(backend: str, embedder, folder: str | None, texts=None, keys=None, **options):
+    """An embedded memory, or one over a new Qdrant Edge shard in ``folder`` (a temporary folder: never a dataset's;
+    refused when it exists) with ``avgdl`` the texts' mean length."""
     from hybrid_memory import HybridMemory
+
+    if backend == "embedded":
+        return HybridMemory(None, embedder=embedder, **options)
+    from hybrid_memory.tokenizer import TechnicalTokenizer
+
+    if folder is None or Path(folder).exists():
+        raise SystemExit(f"the Edge shard's folder must be a new temporary one, got {folder}")
+    tokenizer = TechnicalTokenizer()
+    avgdl = sum(len(tokenizer.tokenize(t)) for t in texts) / max(len(texts), 1) if texts else 256.0
+    return HybridMemory.qdrant(
+        edge_path=Path(folder) / "shard", embedder=embedder, avgdl=avgdl, indexed_keys=keys or {}, **options
+    )
+
+
+def locomo(embedder_kind: str, backend: str = "embedded", shard_folder: str | None = None) -> dict:
     from hybrid_memory.ingest import read_beir_corpus, read_qrels
     from locomo_eval import read_queries, turn_time
 
@@ -62,7 +107,9 @@ def locomo(embedder_kind: str) -> dict:
     query_vectors = common.load_or_embed(
         "locomo5-queries", embedder.name, embedder.dim, [q["text"] for q in queries], embedder.embed_documents
     )
-    memory = HybridMemory(None, embedder=embedder, candidate_multiplier=2)
+    memory = open_memory(
+        backend, embedder, shard_folder, [c.text for c in chunks], {"conversation": "keyword"}, candidate_multiplier=2
+    )
     memory.add(chunks, vectors=doc_vectors)
     memory.flush()
     systems = {
@@ -72,7 +119,7 @@ def locomo(embedder_kind: str) -> dict:
     }
     table: dict[str, dict] = {}
     for name, extra in systems.items():
-        for way in ("before", "after"):
+        for way in WAYS[backend]:
             run, took = {}, []
             for q, vector in zip(queries, query_vectors, strict=True):
                 conv = q["metadata_filter"]["conversation"]
@@ -89,7 +136,8 @@ def locomo(embedder_kind: str) -> dict:
                         {**request, "metadata_filter": {"conversation": conv}}, query_vector=vector
                     )
                 else:
-                    response = memory.search(request, query_vector=vector, scope={"user_id": "conv-" + conv})
+                    with collection_wide(memory, way == "scoped_wide"):
+                        response = memory.search(request, query_vector=vector, scope={"user_id": "conv-" + conv})
                 took.append(time.perf_counter() - start)
                 run[q["_id"]] = common.run_from_results(response.results)
             scores = common.evaluate(qrels, run, ("ndcg@10", "recall@10"))
@@ -106,22 +154,37 @@ def locomo(embedder_kind: str) -> dict:
         ]
         for name, t in table.items()
     ]
-    print(f"\nLoCoMo-5, each conversation a scope ({len(queries)} questions, top {TOP_K}, depth 20, {embedder.name})")
+    print(
+        f"\nLoCoMo-5 on {backend}, each conversation a scope ({len(queries)} questions, top {TOP_K}, depth 20, "
+        f"{embedder.name})"
+    )
+    extra_rows = [] if backend == "embedded" else ["p50 ms scoped, collection-wide"]
+    if extra_rows:
+        rows = [[*row, table[row[0]]["scoped_wide"]["p50_ms"]] for row in rows]
     print(
         common.format_table(
-            rows, ["system", "nDCG@10 memory-wide", "nDCG@10 scope-local", "delta", "p50 ms before", "p50 ms after"]
+            rows,
+            [
+                "system",
+                "nDCG@10 memory-wide",
+                "nDCG@10 scope-local",
+                "delta",
+                "p50 ms before",
+                "p50 ms after",
+                *extra_rows,
+            ],
         )
     )
-    return {"queries": len(queries), "embedder": embedder.name, "results": table}
+    return {"queries": len(queries), "embedder": embedder.name, "backend": backend, "results": table}
 
 
-def scale(n: int, n_queries: int) -> dict:
+def scale(n: int, n_queries: int, backend: str = "embedded", folder: str | None = None) -> dict:
     import numpy as np
-    from hybrid_memory import HashingEmbedder, HybridMemory
+    from hybrid_memory import HashingEmbedder
     from scale import BATCH, Corpus
 
     corpus = Corpus()
-    memory = HybridMemory(None, embedder=HashingEmbedder(384))
+    memory = open_memory(backend, HashingEmbedder(384), folder, None, {"tenant": "keyword"})
     start = time.perf_counter()
     with memory.bulk():
         for b in range((n + BATCH - 1) // BATCH):
@@ -134,7 +197,7 @@ def scale(n: int, n_queries: int) -> dict:
     texts, vectors = corpus.queries(n_queries)
     out: dict[str, dict] = {}
     for name, extra in (("hybrid", {}), ("bm25", {"hybrid_params": {"dense_weight": 0.0, "sparse_weight": 1.0}})):
-        for way in ("before", "after"):
+        for way in WAYS[backend]:
             took = []
             for _ in range(2):  # the first pass warms the caches; the second is timed
                 took = []
@@ -143,9 +206,22 @@ def scale(n: int, n_queries: int) -> dict:
                     if way == "before":
                         memory.search(text, top_k=10, metadata_filter={"tenant": "t7"}, query_vector=vector, **extra)
                     else:
-                        memory.search(text, top_k=10, scope={"tenant": "t7"}, query_vector=vector, **extra)
+                        with collection_wide(memory, way == "scoped_wide"):
+                            memory.search(text, top_k=10, scope={"tenant": "t7"}, query_vector=vector, **extra)
                     took.append(time.perf_counter() - t0)
             out.setdefault(name, {})[way] = common.latency_summary(took)
+    if backend == "edge":  # the first scoped search of a scope not kept: one scroll of its points (cold)
+        cold = []
+        for text, vector in list(zip(texts, vectors, strict=True))[:20]:
+            memory.backend.scopes.clear()
+            t0 = time.perf_counter()
+            memory.search(text, top_k=10, scope={"tenant": "t7"}, query_vector=vector)
+            cold.append(time.perf_counter() - t0)
+        out["hybrid"]["first_search_of_a_scope"] = common.latency_summary(cold)
+        print(
+            f"first scoped search of the scope (statistics built by a scroll): p50 "
+            f"{out['hybrid']['first_search_of_a_scope']['p50_ms']} ms"
+        )
     tenant_size = memory.count(scope={"tenant": "t7"})
     memory.close()
     rows = [
@@ -159,17 +235,33 @@ def scale(n: int, n_queries: int) -> dict:
         ]
         for name, t in out.items()
     ]
+    if backend == "edge":
+        rows = [
+            [
+                name,
+                t["scoped_wide"]["p50_ms"],
+                t["after"]["p50_ms"],
+                t["after"]["p50_ms"] / t["scoped_wide"]["p50_ms"],
+                t["scoped_wide"]["p95_ms"],
+                t["after"]["p95_ms"],
+                t["before"]["p50_ms"],
+            ]
+            for name, t in out.items()
+        ]
     print(
-        f"\n{n:,} chunks, tenant t7 = {tenant_size:,} chunks ({tenant_size / n:.1%}), {n_queries} queries, "
+        f"\n{backend}: {n:,} chunks, tenant t7 = {tenant_size:,} chunks ({tenant_size / n:.1%}), {n_queries} "
+        "queries, "
         f"top 10 (built in {build_s:.0f} s)"
     )
     print(
         common.format_table(
-            rows, ["search", "p50 ms memory-wide", "p50 ms scope-local", "ratio", "p95 before", "p95 after"]
+            rows,
+            ["search", "p50 ms memory-wide", "p50 ms scope-local", "ratio", "p95 before", "p95 after"]
+            + (["p50 ms metadata filter"] if backend == "edge" else []),
         )
     )
     del np
-    return {"chunks": n, "tenant_chunks": tenant_size, "queries": n_queries, "results": out}
+    return {"chunks": n, "tenant_chunks": tenant_size, "queries": n_queries, "backend": backend, "results": out}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -179,15 +271,20 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--skip-scale", action="store_true")
     parser.add_argument("--skip-locomo", action="store_true")
+    parser.add_argument("--backend", default="embedded", choices=("embedded", "edge"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     common.ensure_core_importable()
     payload: dict = {"machine": common.machine_info()}
-    if not args.skip_locomo:
-        payload["locomo5"] = locomo(args.embedder)
-    if not args.skip_scale:
-        payload["scale"] = scale(args.n, args.queries)
-    path = common.write_results("scope_stats" + ("" if args.embedder == "minilm" else f"_{args.embedder}"), payload)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        if not args.skip_locomo:
+            payload["locomo5"] = locomo(args.embedder, args.backend, str(Path(folder) / "locomo"))
+        if not args.skip_scale:
+            payload["scale"] = scale(args.n, args.queries, args.backend, str(Path(folder) / "scale"))
+    name = "scope_stats" + ("" if args.backend == "embedded" else f"_{args.backend}")
+    path = common.write_results(name + ("" if args.embedder == "minilm" else f"_{args.embedder}"), payload)
     print(f"wrote {path}")
     return payload
 

@@ -240,22 +240,11 @@ def _searches(memory):
     return out
 
 
-QDRANT_STATISTICS = pytest.mark.xfail(
-    strict=True, reason="issue 35 class 2 is done on the embedded backend only: Qdrant's IDF stays collection-wide"
-)
-
-
-def _engine_marks(engine):
-    return engine != "embedded"
-
-
 def test_search_scores_and_weights_are_the_scopes_own(pair, request):
     """Class 2: every result, rank, score, effective weight and calibration flag of a scoped search is the same
     with and without the victim's chunks. Fails without the scope-local statistics: sparse_score, effective_weights
     and the dense surprise counted the victim's chunks."""
     engine, alone, shared = pair
-    if _engine_marks(engine):
-        request.applymarker(QDRANT_STATISTICS)
     assert _searches(alone) == _searches(shared)
 
 
@@ -263,8 +252,6 @@ def test_a_one_word_probe_reads_no_df(pair, request):
     """The issue's probe: a one-word chunk of the attacker's scope and its sparse_score for that word. With
     scope-local statistics it is BM25 over the attacker's chunks only: N = 7, df = 2 (the probe and note 3)."""
     engine, alone, shared = pair
-    if _engine_marks(engine):
-        request.applymarker(QDRANT_STATISTICS)
     scores = []
     for memory in (alone, shared):
         view = memory.scoped(ATTACKER)
@@ -364,8 +351,6 @@ def _adapters(memory):
 
 def test_adapters_learn_nothing(pair, request):
     engine, alone, shared = pair
-    if _engine_marks(engine):
-        request.applymarker(QDRANT_STATISTICS)
     assert _adapters(alone) == _adapters(shared)
 
 
@@ -403,6 +388,4 @@ async def _mcp(memory):
 
 def test_mcp_tools_learn_nothing(pair, request):
     engine, alone, shared = pair
-    if _engine_marks(engine):
-        request.applymarker(QDRANT_STATISTICS)
     assert asyncio.run(_mcp(alone)) == asyncio.run(_mcp(shared))

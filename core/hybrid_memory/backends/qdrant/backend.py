@@ -39,6 +39,11 @@ of 3 points scores ln(1 + 2.5 / 1.5)), and the query vector holds each query tok
 * N and df are counted per shard, over the points that have a non-empty sparse vector (a chunk without a
   single token does not count in N), where the embedded index counts every chunk of the memory.
 
+A **scoped** search (issue 35) does not use the modifier: its legs query the plain vector ``bm25_tf`` (the same
+values, no modifier) with weights ``count(t) * idf_scope(t)``, the scope's own N and df kept client-side, and its
+BM25 scores are recomputed here from the stored values; its surprises and the exact-match guard's document
+frequencies are the scope's too (:mod:`hybrid_memory.backends.qdrant.scoped`).
+
 **Search.** Both legs go in one ``query_batch`` request (one round trip; a ``prefetch`` request would return
 only Qdrant's own fusion of the legs, whose weighted RRF differs from this library's, so the legs are
 fetched as they are and fused client-side by the core's :class:`~hybrid_memory.search.searcher.HybridSearcher`,
@@ -128,6 +133,7 @@ from .collection import (
     SEARCH_THREADS,
     SPARSE,
     TERMS,
+    TF,
     ClientCollection,
     Collection,
     EdgeCollection,
@@ -135,6 +141,7 @@ from .collection import (
     Point,
 )
 from .filters import FIELDS, field_key, field_name, filterable_fields, marker_paths, translate
+from .scoped import ScopeRegistry, canonical_unit, scope_idf
 
 __all__ = [
     "MIN_TERMS",
@@ -244,12 +251,12 @@ def _presence_leg(wanted: Sequence[int], flt: Mapping[str, Any] | None, limit: i
     return Leg(TERMS, (list(wanted), [1.0] * len(wanted)), flt, limit, (), threshold=len(wanted) - 0.5)
 
 
-def _df_leg(token: str, limit: int, terms: bool = False) -> Leg:
+def _df_leg(token: str, limit: int, terms: bool = False, flt: Mapping[str, Any] | None = None) -> Leg:
     """A one-term query over the whole collection: its first ``limit`` holders (a document frequency, cut). On
     the presence vector (``terms``: every holder scores 1, so Qdrant's sparse search stops once it holds
     ``limit`` of them; SciFact's query identifiers, p50 19 against 25 us, max 84 against 304 us a query), else
-    on ``bm25``."""
-    return Leg(TERMS if terms else SPARSE, ([token_index(token)], [1.0]), None, limit, ())
+    on ``bm25``. ``flt``: a scoped search's population filter (the scope's own holders), else None."""
+    return Leg(TERMS if terms else SPARSE, ([token_index(token)], [1.0]), flt, limit, ())
 
 
 def _real(value: Any) -> bool:
@@ -330,15 +337,18 @@ class QdrantFilter:
 
     Attributes:
         filter: Qdrant REST JSON, never None (None means "no restriction" and is passed as None instead).
+        population: for a scoped filter, ``(scope fields, the scope's REST filter)``: the points whose statistics a
+            scoped search scores with (:mod:`hybrid_memory.backends.qdrant.scoped`); None: the collection's.
 
     ``len()`` is not a count (Qdrant counts on the server): 0 when the filter matches nothing by
     construction (the searcher then skips the engines), else 1.
     """
 
-    __slots__ = ("filter",)
+    __slots__ = ("filter", "population")
 
-    def __init__(self, flt: Mapping[str, Any]) -> None:
+    def __init__(self, flt: Mapping[str, Any], population: tuple[dict[str, str], dict[str, Any]] | None = None) -> None:
         self.filter = dict(flt)
+        self.population = population
 
     def __len__(self) -> int:
         return 0 if self.filter == {"must": [{"is_empty": {"key": "chunk_id"}}]} else 1
@@ -399,14 +409,87 @@ class _Legs:
         return found
 
     def sparse(self, query: Query) -> tuple[list[int], list[float]]:
-        """The sparse query vector (:meth:`SparseEncoder.query`), once per query."""
+        """The sparse query vector, once per query: the token counts (:meth:`SparseEncoder.query`) for the ``bm25``
+        vector (Qdrant's IDF modifier weighs them), or in a scoped search each count times the scope's idf, for the
+        plain vector :data:`~hybrid_memory.backends.qdrant.collection.TF` (tokens the scope does not hold left out;
+        :mod:`hybrid_memory.backends.qdrant.scoped`)."""
         vector = query.cache.get("qdrant_sparse")
         if vector is None:
-            vector = query.cache["qdrant_sparse"] = self.backend.encoder.query(query.text, self.tokens(query))
+            vector = self.backend.encoder.query(query.text, self.tokens(query))
+            scope = query.cache.get("qdrant_scope")
+            if scope is not None:
+                n, dfs = scope[0], scope[1]
+                kept = [(i, c * scope_idf(n, dfs[i])) for i, c in zip(*vector, strict=True) if dfs.get(i, 0) > 0]
+                vector = ([i for i, _ in kept], [w for _, w in kept])
+            query.cache["qdrant_sparse"] = vector
         return vector
+
+    @property
+    def local_dense(self) -> bool:
+        """Whether a scoped search recomputes its dense scores (:meth:`exact_scores`): in qdrant-client's local mode,
+        which renormalises its stored vectors in place on every dense search, so a scope's cosines moved by a float32
+        ulp with the number of dense searches other scopes' writes ran
+        (:func:`~hybrid_memory.backends.qdrant.scoped.canonical_unit`); Qdrant Edge and a server keep the vectors as
+        written."""
+        return bool(getattr(self.backend.collection, "local", False))
+
+    def exact_scores(self, query: Query, scored: Sequence[Any], name: str = "sparse") -> list[Any]:
+        """A scoped search's hits (``ScoredId`` tuples) with their scores computed here from the points' stored
+        vectors. BM25 (``name`` ``"sparse"``): ``fsum_t q_t * value(t, d)`` (float64, correctly rounded, so
+        independent of the order of the terms). Qdrant sums the float32 products in an order of its own choosing,
+        which follows the collection's posting lists: measured on Qdrant Edge, a scope's score moved by one float32
+        ulp when another scope's chunks were added. Dense (local mode only, :attr:`local_dense`): the correctly
+        rounded inner product of the stored vector's :func:`~hybrid_memory.backends.qdrant.scoped.canonical_unit` row
+        with the query's, rounded to float32. One ``retrieve`` of the hits'
+        vectors (in process on Edge; one more round trip on a server). A point gone meanwhile keeps Qdrant's
+        score."""
+        if not scored:
+            return list(scored)
+        exact = {}
+        pids = [pid for pid, _, _, _ in scored]
+        if name == "sparse":
+            weights = dict(zip(*self.sparse(query), strict=True))
+            for record in self.backend.collection.retrieve(pids, vectors=[SPARSE], payload=False):
+                if record.sparse:
+                    exact[record.id] = math.fsum(
+                        weights[i] * v for i, v in zip(*record.sparse, strict=True) if i in weights
+                    )
+        else:
+            q = canonical_unit(np.asarray(self.dense_list(query), dtype=np.float32))[0].astype(np.float64)
+            records = [
+                r for r in self.backend.collection.retrieve(pids, vectors=[DENSE], payload=False) if r.dense is not None
+            ]
+            if records:
+                rows = canonical_unit(np.asarray([r.dense for r in records], dtype=np.float32)).astype(np.float64)
+                for record, row in zip(records, rows, strict=True):  # fsum: no BLAS blocking in the last bits
+                    exact[record.id] = float(np.float32(math.fsum((row * q).tolist())))
+        key = (lambda pid: pid) if not self.backend.uuid_ids else str
+        return [(pid, exact.get(key(pid), score), payload, indices) for pid, score, payload, indices in scored]
+
+    def using(self, query: Query) -> str:
+        """The sparse vector the query's BM25 legs search: :data:`~hybrid_memory.backends.qdrant.collection.TF` in a
+        scoped search (its own idf in the weights), else ``bm25``."""
+        return TF if query.cache.get("qdrant_scope") is not None else SPARSE
+
+    def scope(self, query: Query, allowed: QdrantFilter | None) -> tuple[int, dict[int, int], Any] | None:
+        """A scoped search's statistics, read once per query from the backend's kept scope (built on first use):
+        ``(N_s, {query sparse index: df_s}, the scope's VectorMoments or None)``; None for an unscoped search, or
+        a collection without the plain BM25 vector (written before it: collection-wide statistics)."""
+        if "qdrant_scope" in query.cache:
+            return query.cache["qdrant_scope"]
+        population = None if allowed is None else allowed.population
+        backend = self.backend
+        found = None
+        if population is not None and backend.collection.tf and backend.scopes is not None:
+            indices = backend.encoder.query(query.text, self.tokens(query))[0]
+            found = backend.scopes.snapshot(population[0], population[1], indices)
+            query.cache["qdrant_population"] = population[1]
+        query.cache["qdrant_scope"] = found
+        return found
 
     def hits(self, name: str, query: Query, k: int, allowed: QdrantFilter | None) -> list[Hit]:
         flt = _flt(allowed)
+        scoped = self.scope(query, allowed) is not None
         key = repr(flt)
         cache = query.cache.setdefault("qdrant_hits", {})
         got = cache.get(name)
@@ -431,7 +514,7 @@ class _Legs:
                 if not vector[0]:
                     cache[n] = (key, k, [])
                     continue
-                legs.append(Leg(SPARSE, vector, flt, k, (), tokens=with_tokens))
+                legs.append(Leg(self.using(query), vector, flt, k, (), tokens=with_tokens))
             else:
                 dense = self.vector(query)
                 if not np.any(dense):  # no direction: nothing, as DenseEngine
@@ -446,7 +529,8 @@ class _Legs:
             # and so do the chunks holding every distinct query token, when the collection has the presence
             # vector: one query with the legs' filter, cut at their depth
             backend = self.backend
-            extra = [_df_leg(t, k, backend.collection.terms) for t in identifiers]
+            population = query.cache.get("qdrant_population") if scoped else None
+            extra = [_df_leg(t, k, backend.collection.terms, population) for t in identifiers]
             if presence and "sparse" in names:
                 extra.append(_presence_leg(_terms(self.tokens(query)), flt, k))
             found = backend.collection.query_batch(legs + extra)
@@ -460,6 +544,8 @@ class _Legs:
             found = found[: len(legs)]
             backend.learn(found)
             for n, scored in zip(names, found, strict=True):
+                if scoped and (n == "sparse" or self.local_dense):
+                    scored = self.exact_scores(query, scored, n)
                 if backend.uuid_ids:
                     hits = [(engine_id(pid), score) for pid, score, _, _ in scored]
                 else:  # format 2: the point id is the engine id
@@ -509,7 +595,7 @@ class _Legs:
 
     def _top_leg(self, query: Query, pids: list[int | str]) -> Leg:
         """The sparse query restricted to the given point, returning its sparse indices (it holds a query token)."""
-        return Leg(SPARSE, self.sparse(query), {"must": [{"has_id": pids}]}, 1, (), tokens=True)
+        return Leg(self.using(query), self.sparse(query), {"must": [{"has_id": pids}]}, 1, (), tokens=True)
 
     def _score_union(self, name: str, query: Query, wanted: set[int], cache: dict, top: int | None = None) -> None:
         hits = query.cache.get("qdrant_hits", {})
@@ -528,7 +614,7 @@ class _Legs:
                 continue
             restrict = {"must": [{"has_id": targets}]}
             legs.append(
-                Leg(SPARSE, sparse, restrict, len(targets), (), tokens=with_tokens)
+                Leg(self.using(query), sparse, restrict, len(targets), (), tokens=with_tokens)
                 if n == "sparse"
                 else Leg(DENSE, self.dense_list(query), restrict, len(targets), ())
             )
@@ -545,6 +631,8 @@ class _Legs:
         for n in names:
             scores = own[n]
             got = by_name.get(n, [])
+            if got and query.cache.get("qdrant_scope") is not None and (n == "sparse" or self.local_dense):
+                got = self.exact_scores(query, got, n)
             scores.update(((pid if to_engine is None else to_engine(pid)), score) for pid, score, _, _ in got)
             if n == "sparse" and with_tokens:
                 self._keep_vectors(query, by_name.get(n, []))
@@ -606,7 +694,8 @@ class QdrantSparseEngine:
 
     def score(self, query: Query, ids: np.ndarray) -> np.ndarray:
         """Exact BM25 scores of the int64 ``ids``, float64; 0 for a known id without a query term, nan for an
-        unknown one. Restricted to the candidates (``has_id``); idf stays collection-wide (see ``_Legs.cross``)."""
+        unknown one. Restricted to the candidates (``has_id``); the collection's idf, or in a scoped search the
+        scope's (see ``_Legs.cross`` and :mod:`hybrid_memory.backends.qdrant.scoped`)."""
         return self.legs.cross("sparse", query, ids)
 
     def exact_matches(
@@ -626,6 +715,7 @@ class QdrantSparseEngine:
             scored = query.cache.get("qdrant_cross", {}).get("sparse", (set(),))[0]
             if set(ids.tolist()) <= whole[1] | scored:
                 held = whole[0]  # a candidate the sparse queries scored but did not return holds no query token
+        population = query.cache.get("qdrant_population")
         return self.backend.exact_matches(
             query.text,
             ids,
@@ -636,6 +726,7 @@ class QdrantSparseEngine:
             held,
             query_tokens=self.legs.tokens(query),
             identifiers=self.legs.identifiers(query),
+            population=population,
         )
 
     def surprise(self, query: Query, hits: Sequence[Hit], allowed: QdrantFilter | None) -> float | None:
@@ -659,14 +750,17 @@ class QdrantSparseEngine:
         """
         if not hits or not self.legs.other_found(query, "dense", allowed):
             return None
-        stats = self.backend.calibration()
         indices = self.legs.top_indices(query, int(hits[0][0]))
         if not indices:
             return None
         # the query's distinct sparse indices the top holds (its indices ascending: a binary search each)
         count = len(indices)
         held = [w for w in self.legs.sparse(query)[0] if (j := bisect_left(indices, w)) < count and indices[j] == w]
-        dfs, total = stats.dfs(held)
+        scope = query.cache.get("qdrant_scope")
+        if scope is None:
+            dfs, total = self.backend.calibration().dfs(held)
+        else:  # a scoped search: the scope's own counts (hybrid_memory.backends.qdrant.scoped)
+            dfs, total = [scope[1].get(i, 0) for i in held], scope[0]
         n = total if allowed is None else self.legs.allowed_count(query, allowed)
         # the top holds each of its indices: df >= 1 (0 only if another writer changed it since the last check)
         return term_surprise([max(d, 1) for d in dfs], total, n)
@@ -710,7 +804,9 @@ class QdrantDenseEngine:
         """
         if not hits or query.vector is None or not self.legs.other_found(query, "sparse", allowed):
             return None
-        moments = self.backend.calibration().moments
+        scope = query.cache.get("qdrant_scope")
+        # a scoped search: the moments of the scope's own vectors (hybrid_memory.backends.qdrant.scoped)
+        moments = self.backend.calibration().moments if scope is None else scope[2]
         if moments is None:
             return None
         chance = moments.chance(query.vector)
@@ -801,6 +897,9 @@ class QdrantBackend:
         self.uuid_ids = False
         """Whether the collection holds format-1 points (UUID ids), found by :meth:`open`."""
         self.corpus: CorpusStats | None = None
+        self.scopes: ScopeRegistry | None = None
+        """The kept scopes' statistics for scoped searches (:mod:`hybrid_memory.backends.qdrant.scoped`), made by
+        :meth:`open`."""
         """The collection's corpus statistics for the default fusion's calibration (:meth:`open` makes it, the
         first search that reads it builds it: :mod:`hybrid_memory.backends.qdrant.calibration`)."""
         self.closed = False
@@ -1007,6 +1106,13 @@ class QdrantBackend:
         self.exact_ranges = None if getattr(self.collection, "local", False) else exact
         self.dim = int(dim)
         self.corpus = CorpusStats(self.collection, self.dim, shared=not isinstance(self.collection, EdgeCollection))
+        self.scopes = ScopeRegistry(self.collection, self.dim, shared=not isinstance(self.collection, EdgeCollection))
+        if not self.collection.tf and not self.uuid_ids:
+            logger.info(
+                "Qdrant collection %r has no plain BM25 vector (written before it): its scoped searches use "
+                "the collection-wide idf",
+                self.collection.name,
+            )
         if self.path is not None and getattr(self.collection, "created", False):
             # a shard this open created holds no point: its statistics start exact at once (nothing to scroll) and
             # follow every write, so no later default search pays a scroll of every point (qdrant_calibration)
@@ -1080,6 +1186,7 @@ class QdrantBackend:
         *,
         query_tokens: Sequence[str] | None = None,
         identifiers: Sequence[str] | None = None,
+        population: Mapping[str, Any] | None = None,
     ) -> np.ndarray:
         """See :meth:`QdrantSparseEngine.exact_matches`.
 
@@ -1087,7 +1194,8 @@ class QdrantBackend:
         fetched with the legs; ``whole``: the engine ids among ``ids`` holding every distinct query token, read
         from the sparse vectors the sparse queries returned. None fetches what is missing here, in one batched
         request and one ``retrieve`` of the candidates' sparse vectors. ``query_tokens`` and ``identifiers``:
-        the text's tokens and identifiers when already computed.
+        the text's tokens and identifiers when already computed. ``population``: a scoped search's scope filter
+        (the identifiers' document frequencies are the scope's), else None (the collection's).
         """
         tokenizer = self.encoder.tokenizer
         out = np.zeros(len(ids), dtype=np.int64)
@@ -1100,7 +1208,7 @@ class QdrantBackend:
         if identifiers:
             if holders is None or holders[0] <= max_df or len(holders[1]) != len(identifiers):
                 found = self.collection.query_batch(
-                    [_df_leg(t, max_df + 1, self.collection.terms) for t in identifiers]
+                    [_df_leg(t, max_df + 1, self.collection.terms, population) for t in identifiers]
                 )
                 holders = (max_df + 1, [self.engine_ids(f) for f in found])
             rare = 0
@@ -1162,7 +1270,18 @@ class QdrantBackend:
         flt = translate(parts[0] if len(parts) == 1 else ("and", tuple(parts)), self.exact_ranges)
         if flt is not None and node != ("all",):
             self._warn_unindexed(flt)
-        return None if flt is None else QdrantFilter(flt)
+        if flt is None:
+            return None
+        population = None
+        if scope:  # a scoped search scores with its scope's statistics (issue 35): the scope's points, all of them
+            own = (
+                flt
+                if node == ("all",) and as_of is None
+                else translate(parse_filter(system_filter(scope, None), SYSTEM), self.exact_ranges)
+            )
+            if own is not None:
+                population = (dict(scope), dict(own))
+        return QdrantFilter(flt, population)
 
     def _warn_unindexed(self, flt: Mapping[str, Any]) -> None:
         """Log a warning, once per payload path (a key and a kind of test) and process, for each metadata test of
@@ -1434,7 +1553,12 @@ class QdrantBackend:
             pid = self.pid(chunk.chunk_id)
             if version.vector is None:
                 try:
-                    self.collection.set_payload(pid, payload)
+                    if self.scopes is None:
+                        self.collection.set_payload(pid, payload)
+                    else:  # a kept scope the point enters or leaves is counted anew
+                        self.scopes.set_payload(
+                            pid, payload, functools.partial(self.collection.set_payload, pid, payload)
+                        )
                 finally:  # even when it raised: it may have been applied (a server that timed out after it)
                     if self.corpus is not None:
                         self.corpus.touch()
@@ -1444,12 +1568,15 @@ class QdrantBackend:
                 points.append(
                     Point(pid, dense.tolist() if np.any(dense) else None, self.encoder.document(chunk.text), payload)
                 )
-        stats = self.corpus
+        stats, scopes = self.corpus, self.scopes
+        upsert = (
+            self.collection.upsert if scopes is None else functools.partial(scopes.upsert, write=self.collection.upsert)
+        )
         for start in range(0, len(points), 256):
             if stats is None:
-                self.collection.upsert(points[start : start + 256])
-            else:  # the calibration statistics count the old vectors out and the new in
-                stats.upsert(points[start : start + 256], self.collection.upsert)
+                upsert(points[start : start + 256])
+            else:  # the calibration statistics (and the kept scopes') count the old vectors out and the new in
+                stats.upsert(points[start : start + 256], upsert)
         known = self._ids
         for version in versions:  # the id map learns every point written (searches then read no payload)
             cid = version.chunk.chunk_id
@@ -1465,12 +1592,17 @@ class QdrantBackend:
             for r in self.collection.retrieve(asked[start : start + 1000], payload=["chunk_id"])
         }
         ids = [self.pid(c) for c in chunk_ids if c in held]
-        stats = self.corpus
+        stats, scopes = self.corpus, self.scopes
+        delete = (
+            self.collection.delete
+            if scopes is None
+            else functools.partial(scopes.delete, delete=self.collection.delete)
+        )
         for start in range(0, len(ids), 1000):
             if stats is None:
-                self.collection.delete(ids[start : start + 1000])
+                delete(ids[start : start + 1000])
             else:
-                stats.delete(ids[start : start + 1000], self.collection.delete)
+                stats.delete(ids[start : start + 1000], delete)
         for c in chunk_ids:
             self._ids.pop(point_id(c), None)
         return len(held)

@@ -35,7 +35,17 @@ from ...paths import check_edge_path
 from .filters import to_client_filter, to_edge_filter
 from .schema import DENSE, SPARSE
 
-__all__ = ["PAYLOAD_CACHE", "ClientCollection", "Collection", "EdgeCollection", "Leg", "Point", "Record", "ScoredId"]
+__all__ = [
+    "PAYLOAD_CACHE",
+    "TF",
+    "ClientCollection",
+    "Collection",
+    "EdgeCollection",
+    "Leg",
+    "Point",
+    "Record",
+    "ScoredId",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +55,15 @@ query with value 1 at each distinct query token scores the number of them a chun
 every one score exactly that count (float32 sums of small integers are exact). The exact-match guard's
 whole-query test reads it (:mod:`hybrid_memory.backends.qdrant.backend`). Collections written before it (no such
 vector) are opened without it."""
+
+
+TF = "bm25_tf"
+"""Name of the plain BM25 sparse vector: the ``bm25`` vector's values (each token's Lucene term-frequency part) with
+no modifier, so a query scores ``sum_t q_t * value(t, d)`` with the weights ``q_t`` the client sends. A scoped search
+sends ``q_t = count(t) * idf_scope(t)``, the idf of the scope's own document frequencies
+(:mod:`hybrid_memory.backends.qdrant.scoped`, issue 35): Qdrant's IDF modifier counts the whole collection, every
+scope's points, and no request lets a query leave it out. Collections written before it (no such vector) are opened
+without it, and their scoped searches keep the collection-wide idf (logged once)."""
 
 
 PointId = int | str
@@ -127,6 +146,7 @@ class Collection(Protocol):
 
     name: str
     terms: bool
+    tf: bool
 
     def ensure(self, dim: int, indexes: Mapping[str, str]) -> None: ...
     def holds_uuid_ids(self) -> bool: ...
@@ -318,6 +338,8 @@ class ClientCollection:
         self.target = _target(client)
         self.created = False
         self.terms = False
+        self.tf = False
+        """Whether the collection holds the plain BM25 vector :data:`TF` (scoped searches' own idf)."""
         self.float_indexed: set[str] = set()
         """Payload keys with a float index, read by :meth:`ensure` (held before, or declared)."""
         self.indexed: set[str] = set()
@@ -389,6 +411,7 @@ class ClientCollection:
                 sparse_vectors_config={
                     SPARSE: m.SparseVectorParams(modifier=m.Modifier.IDF),
                     TERMS: m.SparseVectorParams(),
+                    TF: m.SparseVectorParams(),
                 },
                 **{k: v for k, v in self._cluster.items() if v is not None},
             )
@@ -408,6 +431,8 @@ class ClientCollection:
             )
         terms = (params.sparse_vectors or {}).get(TERMS)
         self.terms = terms is not None and terms.modifier in (None, m.Modifier.NONE)
+        tf = (params.sparse_vectors or {}).get(TF)
+        self.tf = tf is not None and tf.modifier in (None, m.Modifier.NONE)
         schema = self.client.get_collection(self.name).payload_schema or {}
         self.float_indexed = _float_indexed(schema, indexes)
         self.indexed = set(schema or {}) | set(indexes)
@@ -438,6 +463,8 @@ class ClientCollection:
         if self.terms:
             presence = _terms_vector(point)
             vectors[TERMS] = self._m.SparseVector(indices=presence[0], values=presence[1])
+        if self.tf:
+            vectors[TF] = self._m.SparseVector(indices=indices, values=values)
         if point.dense is not None:
             vectors[DENSE] = point.dense
         return vectors
@@ -638,6 +665,8 @@ class EdgeCollection:
         self.shard: Any = None
         self.created = False
         self.terms = False
+        self.tf = False
+        """Whether the collection holds the plain BM25 vector :data:`TF` (scoped searches' own idf)."""
         self.float_indexed: set[str] = set()
         """Payload keys with a float index, read by :meth:`ensure` (held before, or declared)."""
         self.indexed: set[str] = set()
@@ -668,10 +697,12 @@ class EdgeCollection:
         payload indexes. Raises StoreFormatError when the stored shard's vectors differ."""
         qe = self._qe
 
-        def config(terms: bool) -> Any:
+        def config(terms: bool, tf: bool = False) -> Any:
             sparse = {SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
             if terms:
                 sparse[TERMS] = qe.EdgeSparseVectorParams()
+            if tf:
+                sparse[TF] = qe.EdgeSparseVectorParams()
             return qe.EdgeConfig(
                 vectors={DENSE: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)},
                 sparse_vectors=sparse,
@@ -685,14 +716,19 @@ class EdgeCollection:
         self.created = not exists
         try:
             if not exists:
-                self.shard, self.terms = qe.EdgeShard.create(str(self.path), config(True)), True
-            else:
-                try:
-                    self.shard, self.terms = qe.EdgeShard.load(str(self.path), config(True)), True
-                except Exception as exc:  # a shard written before the presence vector: opened without it
-                    if "incompatible" not in str(exc) or TERMS not in str(exc):
-                        raise
-                    self.shard, self.terms = qe.EdgeShard.load(str(self.path), config(False)), False
+                self.shard, self.terms, self.tf = qe.EdgeShard.create(str(self.path), config(True, True)), True, True
+            else:  # a shard written before the plain BM25 vector (TF), or also before the presence vector: without
+                for terms, tf in ((True, True), (True, False), (False, False)):
+                    try:
+                        self.shard, self.terms, self.tf = (
+                            qe.EdgeShard.load(str(self.path), config(terms, tf)),
+                            terms,
+                            tf,
+                        )
+                        break
+                    except Exception as exc:
+                        if "incompatible" not in str(exc) or not (TF in str(exc) or TERMS in str(exc)) or not terms:
+                            raise
         except Exception as exc:  # the binding raises plain Exception with the engine's message
             if "WouldBlock" in str(exc):  # the shard's write-ahead log is locked by another open of it
                 raise StoreBusyError(
@@ -742,6 +778,8 @@ class EdgeCollection:
                 vectors = {SPARSE: qe.SparseVector(*p.sparse)}
                 if self.terms:
                     vectors[TERMS] = qe.SparseVector(*_terms_vector(p))
+                if self.tf:
+                    vectors[TF] = qe.SparseVector(*p.sparse)
                 if p.dense is not None:
                     vectors[DENSE] = p.dense
                 out.append(qe.Point(p.id, vectors, p.payload))
