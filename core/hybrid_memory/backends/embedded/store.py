@@ -256,9 +256,11 @@ class SQLiteStore:
         (the ``-shm`` index is 32 KiB); on a full disk that fails ("disk I/O error"). Read-only, SQLite reads a
         WAL database through existing ``-wal`` / ``-shm`` files (``mode=ro``), or, when the ``-wal`` file is
         absent or empty (a memory closed cleanly: every commit is in the database file), straight from the
-        database file (``immutable=1``: no ``-shm`` needed; safe because this process writes nothing and the
-        memory's other processes cannot write either while the disk is full). SQLite's documentation: "WAL-mode
-        read-only databases" and the ``immutable`` URI parameter.
+        database file (``immutable=1``: no ``-shm`` needed). SQLite's documentation: "WAL-mode read-only
+        databases" and the ``immutable`` URI parameter. This process writes nothing, and no other can while the
+        disk stays full; once space is freed, another process's writes are not seen through an immutable
+        connection (SQLite may then report a damaged page to a read: a read error, never a change to the file),
+        so the memory is to be opened again then, as the warning says.
 
         Raises:
             DiskFullError: neither works (``-wal`` holds commits not yet in the database file, and no ``-shm``
