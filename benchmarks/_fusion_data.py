@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as common  # noqa: E402
 
-DATASETS = ("scifact", "hotpotqa100", "locomo5", "techdocs")
+DATASETS = ("scifact", "hotpotqa100", "locomo5", "techdocs", "apidocs", "hotpotqa100-long", "locomo5-long")
 
 
 @dataclass
@@ -107,18 +107,73 @@ def load(name: str, *, vectors: bool = True, class_key: str | None = None) -> Ev
     common.ensure_core_importable()
     if name in _CLASS_KEYS:
         data = _beir(common.require_dataset(name), name, _CLASS_KEYS[name])
-    elif name == "techdocs":
+    elif name in ("techdocs", "apidocs"):
+        import apidocs
         import techdocs
 
-        built = techdocs.build()
-        data = EvalSet("techdocs", built.chunks, built.queries, built.qrels, built.query_class, built.query_filter,
-                       fingerprint=techdocs.fingerprint(built))
+        module = techdocs if name == "techdocs" else apidocs
+        built = module.build()
+        data = EvalSet(name, built.chunks, built.queries, built.qrels, built.query_class, built.query_filter,
+                       fingerprint=module.fingerprint(built))
+    elif name in LONG:
+        return _long(name)
     elif (folder := common.dataset_dir(name)) is not None:
         data = _beir(folder, label(name), class_key)
     else:
         _unknown(name)
     if vectors:
         attach_vectors(data)
+    return data
+
+
+LONG = {"hotpotqa100-long": "hotpotqa100", "locomo5-long": "locomo5"}
+"""Long-query variants (:func:`_long`): set name -> the set whose corpus and qrels they are drawn from."""
+LONG_SEED = 20261206
+
+
+def _long(name: str) -> EvalSet:
+    """A long-query variant of a shared set: a whole document as the query, its companions as the qrels.
+
+    For every query of the base set with at least two relevant documents, one of them (drawn with
+    ``random.Random(LONG_SEED)``) becomes the query -- its whole text, a paragraph (HotpotQA-100: one of the two
+    supporting paragraphs of a multi-hop question) or a chat message (LoCoMo-5: one evidence turn of a question
+    with several) -- and the others are its relevant documents: the paragraph the question bridges to, the other
+    turns the answer needs. Every document drawn as a query is removed from the corpus (it would find itself),
+    and from the qrels of the others; a query left without qrels is dropped. This is the shape of
+    counter-argument and duplicate-question retrieval (BEIR's ArguAna, CQADupStack): a long query of the corpus'
+    own kind, where both engines see the same words and the same topic, so they are comparable. One class (the base
+    sets' classes would leave some with a dozen queries); filters: the base query's (LoCoMo-5: its conversation). Document vectors are the base set's
+    cached rows (the corpus is a subset); query vectors are embedded once and cached.
+    """
+    import random
+
+    base = load(LONG[name])
+    rng = random.Random(f"{LONG_SEED}:{name}")
+    drawn: dict[str, tuple[str, list[str]]] = {}
+    for qid in sorted(base.qrels):
+        relevant = sorted(d for d, grade in base.qrels[qid].items() if grade > 0)
+        if len(relevant) >= 2:
+            pick = rng.choice(relevant)
+            drawn[qid] = (pick, [d for d in relevant if d != pick])
+    removed = {pick for pick, _ in drawn.values()}
+    text = {c["chunk_id"]: c["text"] for c in base.chunks}
+    keep = [i for i, c in enumerate(base.chunks) if c["chunk_id"] not in removed]
+    data = EvalSet(name, [base.chunks[i] for i in keep], {}, {}, {}, {})
+    for qid, (pick, others) in drawn.items():
+        others = [d for d in others if d not in removed]
+        if others:
+            data.queries[qid] = text[pick]
+            data.qrels[qid] = dict.fromkeys(others, 1)
+            data.query_class[qid] = "all"
+            if qid in base.query_filter:
+                data.query_filter[qid] = base.query_filter[qid]
+    assert base.doc_vectors is not None
+    data.doc_vectors = base.doc_vectors[keep]
+    embedder = common.make_embedder("minilm")
+    qids = list(data.queries)
+    qvec = common.load_or_embed(f"{name}-queries", embedder.name, embedder.dim, [data.queries[q] for q in qids],
+                                lambda t: np.stack([embedder.embed_query(x) for x in t]))
+    data.query_vectors = dict(zip(qids, qvec, strict=True))
     return data
 
 
@@ -151,7 +206,7 @@ def check_datasets(names: list[str]) -> None:
     """Exit with a message naming the problem before any set runs: a name that is neither a built-in set nor a BEIR
     folder (as :func:`load` would), or two sets that would share a label (results keyed by it would overwrite)."""
     for name in names:
-        if name not in DATASETS and common.dataset_dir(name) is None:
+        if name not in DATASETS and common.dataset_dir(name) is None:  # (LONG's names are in DATASETS)
             _unknown(name)
     labels = [label(name) for name in names]
     twice = sorted({x for x in labels if labels.count(x) > 1})

@@ -13,7 +13,8 @@ query vector given.
 
 Rows: ``sparse alone`` (dense_weight 0), ``dense alone`` (sparse_weight 0), ``rrf``, ``zscore`` (exact
 cross-scores), ``zscore_guard`` (plus the exact-match guard), ``adaptive_uncalibrated`` (plus log-BM25 and
-per-query confidence weights) and the default ``adaptive`` (plus each engine's surprise against chance), each at
+per-query confidence weights), ``adaptive_v1`` (plus each engine's surprise against chance) and the default
+``adaptive`` (plus the agreement of the tops and the holders' order with the request's weights), each at
 weights 1/1. Each query runs every row ``--repeats`` times (3 by default) in an order shuffled with a fixed seed,
 and the fastest repetition counts, its stages with it (as ``fusion_eval.py`` times whole searches).
 
@@ -67,6 +68,7 @@ ROWS: list[tuple[str, dict[str, Any]]] = [
     ("zscore", {"fusion": "zscore"}),
     ("zscore_guard", {"fusion": "zscore_guard"}),
     ("adaptive_uncalibrated", {"fusion": "adaptive_uncalibrated"}),
+    ("adaptive_v1", {"fusion": "adaptive_v1"}),
     ("adaptive (default)", {"fusion": "adaptive"}),
 ]
 DEFAULT_ROW, RRF_ROW = "adaptive (default)", "rrf"

@@ -127,7 +127,7 @@ def _message(node: ast.Raise) -> tuple[str, str] | None:
     return name, text
 
 
-def _definitions(module: str, source: str) -> list[_Def]:
+def _definitions(module: str, source: str, max_chars: int = MAX_CHARS) -> list[_Def]:
     tree = ast.parse(source)
     lines = source.splitlines()
     out: list[_Def] = []
@@ -158,7 +158,7 @@ def _definitions(module: str, source: str) -> list[_Def]:
                         name=child.name,
                         module=module,
                         kind="class" if is_class else "method" if in_class else "function",
-                        text=text[:MAX_CHARS],
+                        text=text[:max_chars],
                         summary=doc.strip().splitlines()[0].strip(),
                         messages=messages,
                         lines=(child.end_lineno or child.lineno) - child.lineno + 1,

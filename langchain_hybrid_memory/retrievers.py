@@ -79,7 +79,11 @@ _RUNNABLE_KWARGS = frozenset({"verbose"})
 def content_chunk_id(text: str, source: str, scope: Scope | None = None) -> str:
     """Deterministic id of an id-less document: ``"doc-"`` + the first 32 hex digits of the sha256 of the scope
     key, the source and the text (NUL-separated). The same document added twice gets the same id, so re-running
-    ``from_documents`` replaces instead of doubling; the scope is part of it so two scopes never collide."""
+    ``from_documents`` replaces instead of doubling. Anyone can compute it, and that reveals nothing: a scoped
+    retriever writes through a scoped view, which stores every id under its own scope's namespace
+    (:mod:`hybrid_memory.isolation`), so writing another scope's derived id writes a chunk of one's own and
+    answers exactly as for any fresh id (issue 35). The scope stays part of the hash so ids of memories written
+    before are unchanged."""
     key = (scope.key() if scope else "all") + "\x00" + source + "\x00" + text
     return "doc-" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 

@@ -342,6 +342,9 @@ def build_server(
     ) -> MemoryPage:
         """Memories in insertion order, page by page (metadata_filter restricts them). The cursor marks a place
         in that order: memories added or deleted between pages never make a page skip or repeat another."""
+        if isinstance(view, ScopedMemory):  # an opaque cursor bound to the scope (hybrid_memory.isolation)
+            page, token = view.page_chunks(metadata_filter, after=cursor, limit=page_size)
+            return MemoryPage(memories=page, next_cursor=token)
         after = None
         if cursor is not None:
             if not (cursor.startswith("k") and cursor[1:].isascii() and cursor[1:].isdigit() and len(cursor) < 25):

@@ -23,12 +23,14 @@ SETS = {"scifact": "SciFact", "hotpotqa100": "HotpotQA-100", "locomo5": "LoCoMo-
 CLASS_NAMES = {"error": "quoted error message", "identifier": "exact identifier"}
 
 README_ROWS = {
-    "BM25 alone": "sparse alone",
-    "dense alone (all-MiniLM-L6-v2)": "dense alone",
-    "reciprocal rank fusion (k = 60)": "rrf 1/1",
-    "**hybrid-memory default**": "DEFAULT",
+    "BM25 alone": "hybrid-memory BM25",
+    "dense alone (all-MiniLM-L6-v2)": "hybrid-memory dense",
+    "reciprocal rank fusion (k = 60)": "hybrid-memory RRF",
+    "**hybrid-memory default**": "hybrid-memory default",
+    "LangChain `EnsembleRetriever` (BM25 + FAISS, 0.5 / 0.5)": "LangChain EnsembleRetriever",
+    "LlamaIndex `QueryFusionRetriever` (BM25 + vector, reciprocal rerank)": "LlamaIndex QueryFusionRetriever",
 }
-"""README row label -> fusion_eval method key (``DEFAULT`` is whatever key the run gave the default, 1/1)."""
+"""README row label -> system of ``peers.json`` (every row measured in one run, on the same queries)."""
 
 
 def load(name: str) -> dict:
@@ -51,15 +53,25 @@ def provenance(data: dict, command: str) -> str:
 
 
 def readme_rows() -> list[str]:
-    """The README's results rows: nDCG@10 on the four sets to 3 decimals, the default in bold."""
-    data = load("fusion_eval.json")["datasets"]
+    """The README's results rows: nDCG@10 on the four sets to 3 decimals from ``peers.json`` (this library's rows and
+    the peers', one run, the same queries and vectors), the default in bold."""
+    data = load("peers.json")["datasets"]
     rows = []
-    for label, key in README_ROWS.items():
-        cells = [f"{_method(data[s]['metrics'], key)['ndcg@10']:.3f}" for s in SETS]
-        if key == "DEFAULT":
-            cells = [f"**{c}**" for c in cells]
+    for label, system in README_ROWS.items():
+        cells = []
+        for s in SETS:
+            cell = f"{data[s]['metrics'][system]['ndcg@10']:.3f}"
+            cells.append(f"**{cell}**" if system == "hybrid-memory default" else cell)
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
     return rows
+
+
+def readme_note() -> str:
+    """The README table's footnote: which sets were subsampled, and how."""
+    data = load("peers.json")["datasets"]
+    parts = [f"{SETS[s]} {data[s]['queries']} of {data[s]['queries_in_set']} queries" for s in SETS
+             if data[s]["queries"] < data[s]["queries_in_set"]]
+    return "† seeded subsample: " + ", ".join(parts) if parts else ""
 
 
 def quality() -> str:

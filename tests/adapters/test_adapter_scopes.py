@@ -10,7 +10,7 @@ pytest.importorskip("llama_index.core")
 from langchain_core.documents import Document  # noqa: E402
 from llama_index.core import Document as LlamaDocument  # noqa: E402
 
-from hybrid_memory import HashingEmbedder, HybridMemory, ScopeError  # noqa: E402
+from hybrid_memory import HashingEmbedder, HybridMemory  # noqa: E402
 from langchain_hybrid_memory import HybridMemoryRetriever as LangChainRetriever  # noqa: E402
 from langchain_hybrid_memory.retrievers import content_chunk_id  # noqa: E402
 from llamaindex_hybrid_memory import HybridMemoryRetriever as LlamaRetriever  # noqa: E402
@@ -29,10 +29,12 @@ def test_langchain_scope_binds_search_and_writes(memory):
     retriever = LangChainRetriever(memory=memory, k=5, scope={"user_id": "u2"})
     assert [d.id for d in retriever.invoke("billing database password")] == ["u2-note"]
     (new_id,) = retriever.add_documents([Document(page_content="u2 prefers postgres")])
-    assert memory.get([new_id])[0].user_id == "u2"
+    assert memory.scoped(user_id="u2").get([new_id])[0].user_id == "u2"
     assert new_id == content_chunk_id("u2 prefers postgres", "", memory.scoped(user_id="u2").scope)
-    with pytest.raises(ScopeError):
-        retriever.add_documents([Document(page_content="x", metadata={})], ids=["u1-note"])
+    # an id u1 holds is a fresh id in u2's scope (issue 35: no existence oracle); u1's chunk is untouched
+    assert retriever.add_documents([Document(page_content="x", metadata={})], ids=["u1-note"]) == ["u1-note"]
+    assert [c.text for c in memory.scoped(user_id="u1").get(["u1-note"])] == ["the billing database password rotates monthly"]
+    assert [c.text for c in memory.scoped(user_id="u2").get(["u1-note"])] == ["x"]
     with pytest.raises(ValueError, match="re-bound"):  # pydantic wraps the core's ScopeError
         LangChainRetriever(memory=memory.scoped(user_id="u1"), scope={"user_id": "u2"})
 
@@ -46,7 +48,7 @@ def test_llamaindex_scope_binds_search_and_writes(memory):
     retriever = LlamaRetriever(memory, similarity_top_k=5, scope={"user_id": "u1"})
     assert [n.node.node_id for n in retriever.retrieve("billing database password")] == ["u1-note"]
     retriever.insert_nodes([LlamaDocument(text="u1 prefers sqlite", id_="u1-pref")])
-    assert memory.get(["u1-pref"])[0].user_id == "u1"
+    assert memory.scoped(user_id="u1").get(["u1-pref"])[0].user_id == "u1"
 
 
 def test_rerunning_from_documents_does_not_double_the_memory(tmp_path):

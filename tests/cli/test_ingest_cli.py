@@ -6,6 +6,7 @@ import json
 
 from hybrid_memory import HashingEmbedder, HybridMemory
 from hybrid_memory.cli.app import main
+from hybrid_memory.scopes import Scope
 
 
 def test_a_symlinked_sub_folder_is_counted_in_the_summary_and_named(tmp_path, capsys, caplog):
@@ -67,10 +68,16 @@ def test_ingest_takes_scope_pairs_as_search_does(tmp_path, capsys):
                  "--scope", "user_id=alice", "--scope", "tenant=acme", "--agent-id", "ops"]) == 0
     assert json.loads(capsys.readouterr().out)["scope"] == {"tenant": "acme", "user_id": "alice", "agent_id": "ops"}
     with HybridMemory.open(memory, embedder=HashingEmbedder(8)) as mem:
-        assert [(c.chunk_id, c.tenant, c.user_id, c.agent_id, c.session_id) for c in mem.iter_chunks()] == [
+        assert [(c.chunk_id, c.tenant, c.user_id, c.agent_id, c.session_id)
+                for c in mem.scoped(tenant="acme", user_id="alice", agent_id="ops").iter_chunks()] == [
             ("j1", "acme", "alice", "ops", None)]
-    assert main(["search", "ERR_J1", "--memory", str(memory), "--hashing-dim", "8", "--scope", "user_id=alice"]) == 0
+    assert main(["search", "ERR_J1", "--memory", str(memory), "--hashing-dim", "8", "--scope", "user_id=alice",
+                 "--scope", "tenant=acme", "--scope", "agent_id=ops"]) == 0
     assert [r["chunk_id"] for r in json.loads(capsys.readouterr().out)["results"]] == ["j1"]
+    # a wider scope shows it by its stored id, the ingest scope's namespace and the id (hybrid_memory.isolation)
+    assert main(["search", "ERR_J1", "--memory", str(memory), "--hashing-dim", "8", "--scope", "user_id=alice"]) == 0
+    key = Scope(tenant="acme", user_id="alice", agent_id="ops").key()
+    assert [r["chunk_id"] for r in json.loads(capsys.readouterr().out)["results"]] == [f"{key}:j1"]
 
 
 def test_ingest_scope_conflicts_are_refused_before_the_memory_is_created(tmp_path, capsys):

@@ -62,12 +62,13 @@ def test_python_blocks_run_top_to_bottom_in_a_fresh_process(tmp_path):
     assert (tmp_path / "memory" / "store.sqlite3").is_file()  # the quickstart's folder, in the empty folder
 
 
-def test_results_table_is_the_latest_fusion_eval_run():
+def test_results_table_is_the_latest_peers_run():
     spec = importlib.util.spec_from_file_location("results_tables", ROOT / "docs" / "_scripts" / "results_tables.py")
     tables = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tables)
     rows = tables.readme_rows()
-    assert len(rows) == 4
+    assert len(rows) == 6
     lines = README.read_text(encoding="utf-8").splitlines()
     for row in rows:  # regenerate with: python docs/_scripts/results_tables.py readme
         assert row in lines, row
+    assert tables.readme_note() + "." in lines

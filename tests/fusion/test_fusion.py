@@ -268,19 +268,21 @@ def test_log_evidence_and_the_adaptive_default_by_hand():
     # the dense tail 0.3, 0.1 has mean 0.2, std 0.1: top_outlier 3, weight 4. alphas: s = (2e + 2) / (2e + 6),
     # d = 4 / (2e + 6). f: a = d k, b = -s k, c = (s - d) k; rescaled over [b, a] (span (s + d) k = k):
     # a 1, b 0, c = 2s - d = 4e / (2e + 6) = 2e / (e + 3).
+    # (the values of adaptive_v1, the default until issue 36: the default now mixes these weights toward the
+    # priors when the tops agree, tests/core/test_fusion_agreement.py)
     inp = FusionInput(
         runs={"sparse": ["c", "a"], "dense": ["a", "b", "c"]},
         scores={"sparse": {"c": e**2 - 1, "a": e - 1, "b": 0.0}, "dense": {"a": 0.5, "b": 0.3, "c": 0.1}},
         priors={"sparse": 1.0, "dense": 1.0},
         lower_bounds={"sparse": 0.0, "dense": -1.0},
     )
-    out = fuse("adaptive", inp)
+    out = fuse("adaptive_v1", inp)
     s, d = (2 * e + 2) / (2 * e + 6), 4 / (2 * e + 6)
     assert out.weights == pytest.approx({"sparse": s, "dense": d})
     assert out.scores == pytest.approx({"a": 1.0, "b": 0.0, "c": 2 * e / (e + 3)})
     # the guard puts the exact-match holder c first (1 + (s - d + s) / 2), a and b keep their order:
     # a = (d + s) / 2 = 1/2, b = 0; rescaled over [0, 1 + e / (e + 3)]: a = (e + 3) / (2 (2e + 3)), b = 0
-    guarded = fuse("adaptive", dataclasses.replace(inp, identifier_matches={"c": 1}))
+    guarded = fuse("adaptive_v1", dataclasses.replace(inp, identifier_matches={"c": 1}))
     assert rank_by_score(guarded.scores) == [("c", 1.0), ("a", pytest.approx((e + 3) / (2 * (2 * e + 3)))), ("b", 0.0)]
 
 
@@ -324,6 +326,7 @@ def test_the_default_calibrates_each_weight_by_its_surprise():
     # the input of test_log_evidence_and_the_adaptive_default_by_hand (confidence weights sparse 2e + 2, dense 4,
     # which the calibrated weights replace). Surprises: sparse S = 3, dense S = -1 (its top is what chance gives
     # among the documents): weights prior x ln(1 + e^3) and prior x ln(1 + e^-1), then made convex.
+    # adaptive_v1 (the default until issue 36), whose calibrated weights the default starts from
     e = math.e
     inp = FusionInput(
         runs={"sparse": ["c", "a"], "dense": ["a", "b", "c"]},
@@ -334,7 +337,7 @@ def test_the_default_calibrates_each_weight_by_its_surprise():
     )
     ws = 1.0 * math.log(1 + math.exp(3.0))
     wd = 1.0 * math.log(1 + math.exp(-1.0))
-    out = fuse("adaptive", inp)
+    out = fuse("adaptive_v1", inp)
     s, d = ws / (ws + wd), wd / (ws + wd)
     assert out.weights == pytest.approx({"sparse": s, "dense": d})
     # z-scores as in that test, (a, b, c): sparse (0, -k, +k), dense (+k, 0, -k); f = (d k, -s k, (s - d) k);
@@ -342,14 +345,14 @@ def test_the_default_calibrates_each_weight_by_its_surprise():
     assert out.scores == pytest.approx({"a": (d + s) / (2 * s - d), "b": 0.0, "c": 1.0})
     assert [k for k, _ in rank_by_score(out.scores)] == ["c", "a", "b"]
     # the request weights are priors: 0.4 / 0.6 multiply the evidence before the weights are made convex
-    weighted = fuse("adaptive", dataclasses.replace(inp, priors={"sparse": 0.4, "dense": 0.6}))
+    weighted = fuse("adaptive_v1", dataclasses.replace(inp, priors={"sparse": 0.4, "dense": 0.6}))
     assert weighted.weights == pytest.approx({"sparse": 0.4 * ws / (0.4 * ws + 0.6 * wd), "dense": 0.6 * wd / (0.4 * ws + 0.6 * wd)})
     # without surprises (an engine that cannot tell, e.g. on Qdrant) the default is adaptive_uncalibrated exactly
     plain = dataclasses.replace(inp, surprise={})
-    assert dataclasses.replace(fuse("adaptive", plain), calibrated=None) == fuse("adaptive_uncalibrated", plain) == fuse("adaptive_uncalibrated", inp)
-    assert fuse("adaptive", plain).calibrated is False and fuse("adaptive", inp).calibrated is True
-    assert fuse("adaptive", plain).weights == pytest.approx({"sparse": (2 * e + 2) / (2 * e + 6), "dense": 4 / (2 * e + 6)})
+    assert dataclasses.replace(fuse("adaptive_v1", plain), calibrated=None) == fuse("adaptive_uncalibrated", plain) == fuse("adaptive_uncalibrated", inp)
+    assert fuse("adaptive_v1", plain).calibrated is False and fuse("adaptive_v1", inp).calibrated is True
+    assert fuse("adaptive_v1", plain).weights == pytest.approx({"sparse": (2 * e + 2) / (2 * e + 6), "dense": 4 / (2 * e + 6)})
     # one engine judged and the other not (a flat dense list, no corpus moments): no engine is calibrated
     half = dataclasses.replace(inp, surprise={"sparse": 3.0})
-    assert dataclasses.replace(fuse("adaptive", half), calibrated=None) == fuse("adaptive_uncalibrated", inp)
-    assert fuse("adaptive", half).calibrated is False
+    assert dataclasses.replace(fuse("adaptive_v1", half), calibrated=None) == fuse("adaptive_uncalibrated", inp)
+    assert fuse("adaptive_v1", half).calibrated is False

@@ -145,10 +145,14 @@ async def test_a_scoped_server_cannot_see_other_scopes(memory):
         listed = (await call(c, "list_memories", {})).structured_content["memories"]
         assert [m["chunk_id"] for m in listed] == ["u1-a"]
         assert (await call(c, "delete_memory", {"chunk_ids": ["u2-a"]})).structured_content == {"deleted": 0}
+        # an id another scope holds is a fresh id in this one (issue 35: no existence oracle): written, in u1's
+        # namespace, and u2's chunk is untouched
         clash = await call(c, "add_memory", {"memory": {"chunk_id": "u2-a", "text": "overwrite"}})
-        assert clash.is_error and "not available in this scope" in clash.content[0].text
-        assert "zebra" not in clash.content[0].text
-    assert memory.count() == 2
+        assert not clash.is_error and clash.structured_content["chunk_id"] == "u2-a"
+        assert [m["text"] for m in (await call(c, "get_memory", {"chunk_ids": ["u2-a"]})).structured_content["result"]] \
+            == ["overwrite"]
+    assert memory.count() == 3
+    assert "zebra" in memory.get(["u2-a"])[0].text
 
 
 async def test_global_search_serves_the_graph_of_the_scope(tmp_path):
@@ -358,7 +362,7 @@ async def test_a_scope_argument_is_refused_at_the_top_level_and_inside(memory):
         assert filtered.content[0].text.startswith(
             "metadata_filter key 'user_id' is a scope field, not metadata: no chunk in this scope has 'user_id' in its "
             "metadata")
-    assert (memory.get(["n1"])[0].user_id, memory.count(scope={"user_id": "u2"})) == ("u1", 1)
+    assert (memory.scoped(user_id="u1").get(["n1"])[0].user_id, memory.count(scope={"user_id": "u2"})) == ("u1", 1)
 
 
 async def test_get_memory_of_unknown_ids_is_a_tool_error_naming_them_and_where_ids_come_from(memory):

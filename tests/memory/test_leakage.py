@@ -82,7 +82,10 @@ async def test_asearch(world, scope):
 def test_a_tenant_sees_only_its_users(world):
     memory, _ = world
     ids = [r.chunk_id for r in memory.scoped(tenant="acme").search("vault passphrase", top_k=50).results]
-    assert len(ids) == 10 and all(i.startswith("acme-") for i in ids)
+    # a wider view shows the chunks of a narrower view by their stored ids: that view's namespace and its id
+    keys = {memory.scoped(tenant="acme", user_id=u).scope.key(): u for u in ("u1", "u2")}
+    assert len(ids) == 10 and all(i.split(":", 1)[0] in keys and i.split(":", 1)[1].startswith(
+        f"acme-{keys[i.split(':', 1)[0]]}:") for i in ids)
     # the same user id in another tenant is another scope
     assert memory.scoped(tenant="globex", user_id="u1").count() == 5
     assert memory.scoped(user_id="u1").count() == 10

@@ -81,7 +81,7 @@ def test_search_help_lists_the_default_fusion_first(capsys):
     with pytest.raises(SystemExit):
         main(["search", "--help"])
     out = capsys.readouterr().out
-    assert "[--fusion {adaptive,rrf,rrf_guard,dbsf,tm2c2,zscore,confidence,zscore_guard,adaptive_uncalibrated}]" in out
+    assert "[--fusion {adaptive,rrf,rrf_guard,dbsf,tm2c2,zscore,confidence,zscore_guard,adaptive_uncalibrated,adaptive_v1}]" in out
 
 
 @pytest.mark.parametrize("vector, got", [("abc", "got str 'abc'"), ([1.0, "x"], "got list [1.0, 'x']"),

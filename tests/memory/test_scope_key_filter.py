@@ -26,10 +26,12 @@ def _message(name: str, value: str | None, where: str = "this memory", shell: st
 def memory(request, tmp_path):
     """The same memory on every backend (each test id names the engine it ran on)."""
     mem = open_memory(request.param, tmp_path, embedder=HashingEmbedder(16))
-    mem.scoped(tenant="small").add([{"chunk_id": "s1", "text": "kafka consumer lag"},
-                                    {"chunk_id": "s2", "text": "kafka broker disk"}])
-    mem.scoped(tenant="big", user_id="alice").add([{"chunk_id": "b1", "text": "kafka topic retention",
-                                                    "metadata": {"team": "sre"}}])
+    # written unscoped with their scope fields, so the administrator's view lists them by these ids (a view
+    # would store them under its namespace, hybrid_memory.isolation)
+    mem.add([{"chunk_id": "s1", "text": "kafka consumer lag", "tenant": "small"},
+             {"chunk_id": "s2", "text": "kafka broker disk", "tenant": "small"}])
+    mem.add([{"chunk_id": "b1", "text": "kafka topic retention", "metadata": {"team": "sre"}, "tenant": "big",
+              "user_id": "alice"}])
     yield mem
     mem.close()
 
@@ -74,7 +76,7 @@ def test_when_some_chunk_has_the_key_as_metadata_the_filter_runs_unchanged(memor
 
 
 def test_in_a_scoped_view_the_view_is_what_is_searched(memory):
-    memory.scoped(tenant="big").add([{"chunk_id": "b2", "text": "kafka quota", "metadata": {"tenant": "legacy"}}])
+    memory.add([{"chunk_id": "b2", "text": "kafka quota", "metadata": {"tenant": "legacy"}, "tenant": "big"}])
     # the unscoped memory and tenant big's view hold a metadata tenant: the filter runs
     assert [r.chunk_id for r in memory.search("kafka", metadata_filter={"tenant": "legacy"}).results] == ["b2"]
     assert [r.chunk_id for r in memory.scoped(tenant="big").search("kafka", metadata_filter={"tenant": "legacy"}).results] == ["b2"]

@@ -172,7 +172,7 @@ def test_a_superseded_fact_is_not_superseded_again_and_history_stays(memory):
 
 
 def test_the_superseding_fact_inherits_the_owner_of_the_facts_it_replaces(memory):
-    memory.scoped(user_id="alice").add([{"chunk_id": "a2", "text": "alice lives in Lyon", "valid_from": JAN}])
+    memory.add([{"chunk_id": "a2", "text": "alice lives in Lyon", "valid_from": JAN, "user_id": "alice"}])
     memory.supersede(["a2"], {"chunk_id": "a3", "text": "alice moved to Porto", "valid_from": JUN})
     assert [c.user_id for c in memory.get(["a3"])] == ["alice"]
     now = memory.scoped(user_id="alice").search("alice moved", top_k=1, as_of=JUN + DAY)

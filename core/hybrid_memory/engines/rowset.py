@@ -36,7 +36,7 @@ class RowSet:
     threads may race on them safely.
     """
 
-    __slots__ = ("_bitmap", "_contains", "_ids", "_len", "_mask", "_packed", "_selector")
+    __slots__ = ("_bitmap", "_contains", "_ids", "_len", "_mask", "_packed", "_selector", "population")
 
     def __init__(self, ids: np.ndarray | Sequence[int], *, sorted_unique: bool = False) -> None:
         array = np.asarray(ids, dtype=np.int64)
@@ -48,6 +48,9 @@ class RowSet:
         self._packed: np.ndarray | None = None
         self._selector: Any = None
         self._contains: tuple[np.ndarray, np.ndarray] | None = None
+        self.population: RowSet | None = None
+        """The scope's rows, whose statistics a scoped search scores with (:mod:`hybrid_memory.engines.bm25.local`);
+        None: the memory-wide statistics."""
 
     @classmethod
     def from_bitmap(cls, bitmap: Any) -> RowSet:
@@ -57,6 +60,7 @@ class RowSet:
         self._len = len(bitmap)
         self._bitmap = bitmap
         self._mask = self._packed = self._selector = self._contains = None
+        self.population = None
         return self
 
     def __len__(self) -> int:

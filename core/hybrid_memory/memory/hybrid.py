@@ -1130,6 +1130,11 @@ class HybridMemory:
         """
         allowed = self._filters.resolve(metadata_filter, system_filter(scope, as_of))
         self._check_scope_keys(metadata_filter, scope)
+        if scope and allowed is not None:  # a scoped search scores with its scope's statistics (issue 35)
+            population = allowed if metadata_filter is None and as_of is None else \
+                self._filters.resolve(None, system_filter(scope, None))
+            if population is not None:
+                allowed.population = population
         return allowed
 
     def _check_scope_keys(self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None,

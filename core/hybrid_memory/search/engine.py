@@ -31,6 +31,25 @@ __all__ = ["EXACT_MATCH_ARGS", "DenseEngine", "Engine", "Hit", "Query", "RowSet"
 Hit = tuple[int, float]
 """``(document id, raw engine score)``; higher scores are better."""
 
+POPULATION = "population"
+"""``Query.cache`` key of the scope's rows a scoped search scores with (:attr:`RowSet.population`), set by the
+engines' searches, read by their scores, surprises and exact-match guard (:mod:`hybrid_memory.engines.bm25.local`)."""
+
+
+def _population(query: Query, allowed: RowSet | None) -> RowSet | None:
+    """The population of a scoped search (kept in the query's cache for the engines' later calls), else None."""
+    population = None if allowed is None else allowed.population
+    if population is not None:
+        query.cache[POPULATION] = population
+    return population
+
+
+def local_bm25(index: Any, text: str, population: RowSet, cache: dict) -> Any:
+    """:func:`hybrid_memory.engines.bm25.local.local_bm25` (imported on first use)."""
+    from ..engines.bm25.local import local_bm25 as make
+
+    return make(index, text, population, cache)
+
 
 class Query:
     """One query as every engine sees it.
@@ -112,6 +131,9 @@ class SparseEngine:
         """See :meth:`Engine.search`; scores are bm25s Lucene BM25 scores. When the searcher will ask
         :meth:`exact_matches` (``query.cache["exact_match_args"]`` = ``(max_df, min_share)``), what that needs is
         worked out here too, in the engine's own thread (``BM25Index.prepare_exact_matches``)."""
+        population = _population(query, allowed)
+        if population is not None:  # a scoped search: the scope's own statistics (engines.bm25.local)
+            return local_bm25(self.index, query.text, population, query.cache).search(k, allowed)
         hits = self.index.search(query.text, k, allowed, cache=query.cache)
         args = query.cache.get(EXACT_MATCH_ARGS)
         if args is not None:
@@ -120,6 +142,9 @@ class SparseEngine:
 
     def score(self, query: Query, ids: np.ndarray) -> np.ndarray:
         """See :meth:`Engine.score`."""
+        population = query.cache.get(POPULATION)
+        if population is not None:
+            return local_bm25(self.index, query.text, population, query.cache).score(ids)
         return self.index.score(query.text, ids, cache=query.cache)
 
     def surprise(self, query: Query, hits: Sequence[Hit], allowed: RowSet | None) -> float | None:
@@ -127,11 +152,19 @@ class SparseEngine:
         it holds), among the allowed documents; None without hits. Read by the default fusion's weights."""
         if not hits:
             return None
+        population = query.cache.get(POPULATION)
+        if population is not None:
+            local = local_bm25(self.index, query.text, population, query.cache)
+            return local.surprise(hits[0][0], None if allowed is None else len(allowed))
         return self.index.surprise(query.text, hits[0][0], None if allowed is None else len(allowed), cache=query.cache)
 
     def exact_matches(self, query: Query, ids: np.ndarray, max_df: int, min_share: float = 0.25) -> np.ndarray:
         """int64 (len(ids),): exact-match strength of each id (rare identifiers, whole-query conjunctive
         matches; see ``BM25Index.exact_matches``), read by the exact-match guard of the default fusion."""
+        population = query.cache.get(POPULATION)
+        if population is not None:
+            local = local_bm25(self.index, query.text, population, query.cache)
+            return local.exact_matches(ids, max_df, min_share, cache=query.cache)
         return self.index.exact_matches(query.text, ids, max_df, min_share=min_share, cache=query.cache)
 
 
@@ -166,6 +199,7 @@ class DenseEngine:
         vector is never returned (see :mod:`hybrid_memory.engines.dense.index`).
         """
         vector = self.query_vector(query)
+        _population(query, allowed)
         if not np.any(vector):
             return []
         return self.index.search(vector, k, allowed, cache=query.cache)
@@ -175,7 +209,16 @@ class DenseEngine:
         among the allowed documents; None without hits. Read by the default fusion's weights."""
         if not hits or query.vector is None:
             return None
-        return self.index.surprise(query.vector, hits[0][1], None if allowed is None else len(allowed), cache=query.cache)
+        population = query.cache.get(POPULATION)
+        if population is not None:  # a scoped search: the chance moments of the scope's vectors
+            from ..engines.bm25.local import dense_chance
+            from ..engines.calibration import gaussian_surprise
+
+            chance = dense_chance(self.index, query.vector, population)
+            n = len(population) if allowed is None else len(allowed)
+            return None if chance is None else gaussian_surprise(hits[0][1], chance[0], chance[1], n)
+        n_allowed = None if allowed is None else len(allowed)
+        return self.index.surprise(query.vector, hits[0][1], n_allowed, cache=query.cache)
 
     def prepare_surprise(self, query: Query) -> None:
         """What :meth:`surprise` needs before the top is known (``FaissIndex.prepare_surprise``), for a query whose

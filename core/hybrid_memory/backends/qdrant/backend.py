@@ -1039,7 +1039,8 @@ class QdrantBackend:
                 in_order = {d: _in_order(tokenizer.tokenize(texts.get(d, "")), order) for d in held_docs}
                 full = np.fromiter((f and in_order.get(d, False) for d, f in zip(docs, full.tolist(), strict=True)),
                                    dtype=bool, count=len(docs))
-                out = out + full.astype(np.int64) * (1 + len(identifiers))
+                if identifiers or int(full.sum()) == 1:  # as BM25Index.exact_matches: plain words, one holder
+                    out = out + full.astype(np.int64) * (1 + len(identifiers))
         return out
 
     # -- filters ------------------------------------------------------------------------------------

@@ -982,7 +982,12 @@ class BM25Index:
         * the whole query: a candidate holding every distinct token of a query of at least ``min_terms``
           tokens (:meth:`holds_all_terms`, a quoted error message, a name with its words), when at most
           ``max_df`` of the candidates do, and holding them in the query's order (:meth:`holds_in_order`):
-          ranked above any identifier count, +(1 + identifiers of the query).
+          ranked above any identifier count, +(1 + identifiers of the query). For a query that names nothing
+          (:meth:`TechnicalTokenizer.names` empty: plain words, a heading or a description rather than a quoted
+          message with its exception name or code), only when exactly one candidate holds it in order: a
+          sentence that several chunks share is a common phrase of the corpus, and the guard would put those
+          chunks above the one the query describes (measured in ``benchmarks/fusion_eval.py``: APIDocs'
+          paraphrases +0.010 nDCG@10, nothing lost elsewhere; issue 36).
 
         ``cache``: a per-query dict (``Query.cache``), so the query is analysed once per search.
         """
@@ -1020,9 +1025,12 @@ class BM25Index:
             if full_at and len(full_at) <= max_df:
                 in_order = self.holds_in_order(query, ids[full_at], cache=cache).tolist()
                 bonus = 1 + len(terms.identifiers)
-                for j, ok in zip(full_at, in_order, strict=True):
-                    if ok:
-                        counts[j] += bonus
+                # a query naming nothing (plain words: a heading, a description) counts as quoted only where one
+                # candidate alone holds it in order; a sentence several chunks share is a common phrase there
+                if terms.identifiers or sum(in_order) == 1:
+                    for j, ok in zip(full_at, in_order, strict=True):
+                        if ok:
+                            counts[j] += bonus
         return np.array(counts, dtype=np.int64)
 
     def holds_in_order(self, query: str, ids: np.ndarray, *, cache: dict | None = None) -> np.ndarray:

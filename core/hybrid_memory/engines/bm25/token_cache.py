@@ -16,7 +16,11 @@ from collections.abc import Iterator, MutableMapping
 
 import numpy as np
 
-__all__ = ["TokenCache"]
+__all__ = ["EXTRA_MAX", "TokenCache"]
+
+EXTRA_MAX = 1024
+""":meth:`TokenCache.gather` first folds the documents added since into the base when they are more than this and
+more than an eighth of the base: each costs a dict look-up in a gather, a base document a share of a numpy pass."""
 
 
 class TokenCache(MutableMapping):
@@ -100,6 +104,82 @@ class TokenCache(MutableMapping):
 
     def __len__(self) -> int:
         return len(self._ids) - self._n_gone + len(self._extra)
+
+    def gather(self, doc_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The token ids of many documents at once, for statistics over a set of documents
+        (:mod:`hybrid_memory.engines.bm25.local`).
+
+        Args:
+            doc_ids: int64 (m,) document ids.
+
+        Returns:
+            ``(present bool (m,), lengths int64 (m,), data int32 (t,), owner int64 (t,))``: which ids are live
+            documents here, their token counts (0 where absent), every token id of theirs, and for each the
+            position in ``doc_ids`` of its document (tokens of base documents first, then of those added since).
+            Base documents are gathered with numpy passes; documents added since cost one dict look-up each.
+        """
+        doc_ids = np.asarray(doc_ids, dtype=np.int64)
+        if len(self._extra) > max(EXTRA_MAX, len(self._ids) // 8):
+            self._consolidate()
+        m = len(doc_ids)
+        present = np.zeros(m, dtype=bool)
+        lengths = np.zeros(m, dtype=np.int64)
+        datas, owners = [np.zeros(0, np.int32)], [np.zeros(0, np.int64)]
+        if len(self._sorted) and m:
+            i = np.searchsorted(self._sorted, doc_ids).clip(max=len(self._sorted) - 1)
+            position = self._order[i]
+            hit = (self._sorted[i] == doc_ids) & ~self._gone[position]
+            where = np.flatnonzero(hit)
+            counts = self._lengths[position[where]]
+            starts = self._ends[position[where]] - counts
+            present[where] = True
+            lengths[where] = counts
+            total = int(counts.sum())
+            if total:
+                offsets = np.cumsum(counts) - counts
+                index = np.arange(total, dtype=np.int64) - np.repeat(offsets - starts, counts)
+                datas.append(self._data[index])
+                owners.append(np.repeat(where, counts))
+        if self._extra:
+            get = self._extra.get
+            for j in np.flatnonzero(~present).tolist():
+                found = get(int(doc_ids[j]))
+                if found is not None:
+                    present[j] = True
+                    lengths[j] = len(found)
+                    datas.append(np.asarray(found, dtype=np.int32))
+                    owners.append(np.full(len(found), j, dtype=np.int64))
+        return present, lengths, np.concatenate(datas), np.concatenate(owners)
+
+    def lengths_of(self, doc_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(present bool (m,), lengths int64 (m,))`` of the int64 ``doc_ids``: which are live documents here and
+        their token counts (0 where absent), with numpy passes over the base and a dict look-up per other id."""
+        doc_ids = np.asarray(doc_ids, dtype=np.int64)
+        if len(self._extra) > max(EXTRA_MAX, len(self._ids) // 8):
+            self._consolidate()
+        m = len(doc_ids)
+        present = np.zeros(m, dtype=bool)
+        lengths = np.zeros(m, dtype=np.int64)
+        if len(self._sorted) and m:
+            i = np.searchsorted(self._sorted, doc_ids).clip(max=len(self._sorted) - 1)
+            position = self._order[i]
+            hit = (self._sorted[i] == doc_ids) & ~self._gone[position]
+            present[hit] = True
+            lengths[hit] = self._lengths[position[hit]]
+        if self._extra:
+            get = self._extra.get
+            for j in np.flatnonzero(~present).tolist():
+                found = get(int(doc_ids[j]))
+                if found is not None:
+                    present[j] = True
+                    lengths[j] = len(found)
+        return present, lengths
+
+    def _consolidate(self) -> None:
+        """Fold the documents added since into the base (one pass over every token, O(total tokens)), so
+        :meth:`gather` reads them with numpy passes too; what the cache holds is unchanged."""
+        ids, lengths, data = self.export()
+        self.__init__(ids, lengths, data)  # type: ignore[misc]
 
     def export(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(doc_ids int64 (n,), lengths int64 (n,), data int32 (lengths.sum(),))`` of every document, in
