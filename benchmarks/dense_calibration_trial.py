@@ -181,7 +181,7 @@ def run(data: fdata.EvalSet) -> dict[str, dict[str, dict[str, float]]]:
               "surprise alone"]
     runs: dict[str, dict[str, dict[str, float]]] = {label: {} for label in labels}
     total = memory.count()
-    tokenizer = memory._sparse.tokenizer  # the library's tokenizer, as the index reads the chunks
+    tokenizer = memory.backend.sparse.tokenizer  # the library's tokenizer, as the index reads the chunks
     doc_terms = {c["chunk_id"]: set(tokenizer.tokenize(c["text"])) for c in data.chunks}
     df: dict[str, int] = {}
     for terms in doc_terms.values():

@@ -340,7 +340,7 @@ def phase_search(n: int, directory: Path, n_queries: int, n_writes: int, out: Pa
     latency, recall, filter_share = {}, {}, {}
     def uncached(fn):  # noqa: ANN001, ANN202 - the filter index's cache of resolved filters emptied first
         def run(q: int) -> None:
-            memory._filters._cache.clear()
+            memory.backend.filters._cache.clear()
             fn(q)
 
         return run
@@ -381,7 +381,7 @@ def phase_search(n: int, directory: Path, n_queries: int, n_writes: int, out: Pa
     # the dense index alone (filters resolved once beforehand), called from a worker thread as the searcher does
     from concurrent.futures import ThreadPoolExecutor
 
-    dense = memory._dense
+    dense = memory.backend.dense
     rowsets = {name: None if f is None else memory._prepare("x", {"metadata_filter": f})[1] for name, f in FILTERS.items()}
     pool = ThreadPoolExecutor(max_workers=1)
 
@@ -438,10 +438,10 @@ def phase_search(n: int, directory: Path, n_queries: int, n_writes: int, out: Pa
     def delete_target(j: int) -> tuple[str, str, np.ndarray]:
         for step in range(n):  # the first chunk still there (a reused memory lost earlier runs' targets)
             cid = f"c{(j * 104729 + 13 + step * 7) % n:07d}"
-            if cid not in taken and (found := memory._store.lookup([cid]).get(cid)) is not None:
+            if cid not in taken and (found := memory.backend.store.lookup([cid]).get(cid)) is not None:
                 break
         taken.add(cid)
-        vector = memory._dense.vectors(found[:1])[0]
+        vector = memory.backend.dense.vectors(found[:1])[0]
         return cid, memory.get([cid])[0].text.split()[0], vector  # its unique INC id finds it
 
     taken: set[str] = set()
@@ -464,10 +464,10 @@ def phase_search(n: int, directory: Path, n_queries: int, n_writes: int, out: Pa
     result["writes"] = writes
     result["writes_call_alone"] = {name: common.latency_summary(times) for name, times in write_alone.items()}
     result["dense_after_writes"] = memory.stats()["dense"]
-    memory._sparse.wait()
-    memory._dense.wait()
+    memory.backend.sparse.wait()
+    memory.backend.dense.wait()
     result["peak_rss_search_phase_gb"] = gb(sampler.stop())
-    memory._dirty = False  # keep the saved 1M memory as built (no persist of the probe writes)
+    memory.backend._dirty = False  # keep the saved 1M memory as built (no persist of the probe writes)
     memory.close()
     out.write_text(json.dumps(result))
 

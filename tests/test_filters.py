@@ -101,22 +101,22 @@ def memory():
 
 
 def _ids_sql(memory, flt):
-    return {c.chunk_id for c in memory._store.iter_chunks(flt)}
+    return {c.chunk_id for c in memory.backend.store.iter_chunks(flt)}
 
 
 def _ids_index(memory, flt):
     allowed = memory._resolve_filter(flt)
-    rowids = memory._store.rowids() if allowed is None else allowed.ids
-    return set(memory._store.chunk_ids_by_rowid(rowids.tolist()).values())
+    rowids = memory.backend.store.rowids() if allowed is None else allowed.ids
+    return set(memory.backend.store.chunk_ids_by_rowid(rowids.tolist()).values())
 
 
 def _ids_rebuilt_index(memory, flt):
     """The index rebuilt from the store (as at open), not grown by ChangeSets."""
     index = FilterIndex()
-    index.rebuild(memory._store.filter_rows())
+    index.rebuild(memory.backend.store.filter_rows())
     allowed = index.resolve(flt)
-    rowids = memory._store.rowids() if allowed is None else allowed.ids
-    return set(memory._store.chunk_ids_by_rowid(rowids.tolist()).values())
+    rowids = memory.backend.store.rowids() if allowed is None else allowed.ids
+    return set(memory.backend.store.chunk_ids_by_rowid(rowids.tolist()).values())
 
 
 PATHS = {"sql": _ids_sql, "index": _ids_index, "rebuilt-index": _ids_rebuilt_index}

@@ -36,7 +36,8 @@ from .fusion import FusedHit, reciprocal_rank_fusion
 from .memory import HybridMemory
 from .onnx_embedder import OnnxEmbedder
 from .models import MAX_SEARCH_TEXT_CHARS, MAX_TOP_K, MAX_WEIGHT, Chunk, HybridParams, SearchRequest, SearchResponse, SearchResult, StoredChunk
-from .scopes import Scope, ScopedMemory
+from .memory.scoped import ScopedMemory
+from .scopes import Scope
 from .temporal import RecencyPrior
 
 __version__ = "0.1.0"

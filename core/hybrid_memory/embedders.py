@@ -329,7 +329,7 @@ class HashingEmbedder:
             )
         dim = int(dim)
         self.dim: int = dim
-        self.name = f"hashing-{dim}"
+        self.name: str = f"hashing-{self.dim}"
         self._tokenizer: TechnicalTokenizer = TechnicalTokenizer()
 
     def _vector(self, text: str) -> np.ndarray:

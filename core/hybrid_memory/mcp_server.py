@@ -43,7 +43,8 @@ from ._exceptions import DuplicateChunkError, HybridMemoryError, InvalidRequestE
 from .dedup import DedupPolicy
 from .limits import MAX_PAGE_POSITION, MAX_SEARCH_TEXT_CHARS, check_question
 from .models import SearchRequest, SearchResponse, StoredChunk
-from .scopes import SCOPE_FIELDS, Scope, ScopedMemory, as_scope
+from .memory.scoped import ScopedMemory
+from .scopes import SCOPE_FIELDS, Scope, as_scope
 
 if TYPE_CHECKING:
     from .memory.hybrid import HybridMemory

@@ -203,6 +203,11 @@ class OnnxEmbedder:
         MissingDependencyError: onnxruntime or tokenizers is not installed.
     """
 
+    name: str
+    """``sentence-transformers/all-MiniLM-L6-v2`` for the packaged model (the manifest name), else ``onnx:<folder>``."""
+    dim: int
+    """384."""
+
     def __init__(self, model_dir: str | os.PathLike[str] | None = None, *, batch_size: int = 32,
                  threads: int | None = None, shared: bool = True) -> None:
         self.model_dir = MODEL_DIR if model_dir is None else Path(model_dir)

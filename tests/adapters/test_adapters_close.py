@@ -72,8 +72,8 @@ def test_a_retriever_never_closed_is_healed_by_the_next_open_once(tmp_path):
         syncs.append({name: report["rebuilt"] for name, report in memory.last_sync.items()})
         assert memory.count() == 700
         memory._closed = True  # as if this process died too: nothing saved at close
-        memory._executor.shutdown()
-        memory._store.close()
+        memory.backend.executor.shutdown()
+        memory.backend.store.close()
     assert syncs == [{"bm25": True, "dense": True}, {"bm25": False, "dense": False}]
 
 

@@ -638,8 +638,8 @@ def test_graph_build_on_an_unknown_scope_names_the_first_five_values_of_each_fie
     with HybridMemory(memory, embedder=HashingEmbedder(8)) as mem:
         mem.add([{"chunk_id": f"c{i}", "text": f"note {i}", "user_id": f"u{i}"} for i in (6, 1, 3, 5, 2, 4)]
                 + [{"chunk_id": "none", "text": "no user"}])
-        assert mem._store.scope_values("user_id", 5) == ["u1", "u2", "u3", "u4", "u5", "u6"]  # limit + 1, no None
-        assert mem._store.scope_values("tenant") == []
+        assert mem.backend.store.scope_values("user_id", 5) == ["u1", "u2", "u3", "u4", "u5", "u6"]  # limit + 1, no None
+        assert mem.backend.store.scope_values("tenant") == []
     assert main(["graph", "build", "--memory", str(memory), "--hashing-dim", "8", "--scope", "tenant=acme",
                  "--scope", "user_id=u9"]) == 2
     assert capsys.readouterr().err == (

@@ -194,8 +194,8 @@ def test_the_default_reads_each_engines_surprise_and_rrf_does_not():
         top_sparse, top_dense = got.id_of[runs["sparse"].keys[0]], got.id_of[runs["dense"].keys[0]]
         vector = query.vector
         assert got.input.surprise == {
-            "sparse": memory._sparse.surprise("kafka lag", top_sparse),
-            "dense": memory._dense.surprise(vector, runs["dense"].scores[runs["dense"].keys[0]]),
+            "sparse": memory.backend.sparse.surprise("kafka lag", top_sparse),
+            "dense": memory.backend.dense.surprise(vector, runs["dense"].scores[runs["dense"].keys[0]]),
         }
         assert top_sparse in (got.id_of["c0"], got.id_of["c5"])
         # BM25's top holds kafka (df 2) and lag (df 2) of 6, among 6: -(ln 6 + ln 2/6 + ln 2/6) = ln 1.5
@@ -265,7 +265,7 @@ def test_a_concurrent_search_prepares_the_dense_chance_in_the_worker_and_ranks_a
              "nginx 504 gateway timeout", "kafka lag dashboard", "lag in the consumer group of kafka"]
     with HybridMemory(embedder=HashingEmbedder(32)) as memory:
         memory.add([{"chunk_id": f"c{i}", "text": t} for i, t in enumerate(texts)])
-        searcher, moments = memory._searcher, memory._dense._moments
+        searcher, moments = memory._searcher, memory.backend.dense._moments
         weights = {"sparse": 1.0, "dense": 1.0}
         vector = np.asarray(memory.embedder.embed_query("kafka lag"), dtype=np.float32)
         own_executor, searcher.executor = searcher.executor, None  # inline: both engines in this thread

@@ -40,5 +40,6 @@ async def test_global_search_and_search_memory_refuse_the_same_inputs(tmp_path):
             assert not ok.is_error and ok.structured_content["hits"]
             for cursor in (f"k{2**63}", "k" + "9" * 24):
                 paged = await c.call_tool("list_memories", {"cursor": cursor})
-                assert paged.is_error and paged.content[0].text.endswith(
-                    f"cursor {cursor!r} is not one this server gave; start without a cursor")
+                assert paged.is_error and paged.content[0].text.endswith(  # a scoped server's cursors are sealed tokens
+                    f"cursor {cursor!r} is not one this server gave (a scoped view's cursors are opaque, bound to its "
+                    "scope, and last while the memory stays open); start the listing again without a cursor")

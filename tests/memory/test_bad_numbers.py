@@ -180,7 +180,7 @@ def test_compact_ratio_bounds_are_taken_and_show_progress_is_refused_on_a_backen
     memory checks show_progress before it opens its backend."""
     for ratio in (0, 1):
         with HybridMemory(embedder=HashingEmbedder(8), compact_ratio=ratio) as memory:
-            assert memory._sparse.compact_ratio == ratio
+            assert memory.backend.sparse.compact_ratio == ratio
     pytest.importorskip("qdrant_edge")
     with pytest.raises(InvalidRequestError) as info:
         HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(8), show_progress="yes")
@@ -194,7 +194,7 @@ def test_numpy_numbers_are_numbers_for_the_constructor_options(tmp_path):
                       compact_min=np.int64(3), compact_ratio=np.float32(0.5), candidate_multiplier=np.int64(3),
                       faiss_threads=np.int64(1), busy_timeout=np.int64(5)) as memory:
         memory.add([{"chunk_id": "a", "text": "kafka broker lag"}, {"chunk_id": "b", "text": "postgres vacuum"}])
-        assert (memory._sparse.k1, memory._sparse.b, memory._faiss_threads) == (1.25, 0.5, 1)
+        assert (memory.backend.sparse.k1, memory.backend.sparse.b, memory.backend._faiss_threads) == (1.25, 0.5, 1)
         assert [r.chunk_id for r in memory.search("kafka lag", top_k=1).results] == ["a"]
 
 

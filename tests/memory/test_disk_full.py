@@ -51,7 +51,7 @@ def _no_space(*args, **kwargs):
 def test_a_write_and_close_on_a_full_disk_raise_library_errors_and_lose_nothing(tmp_path, monkeypatch):
     memory = HybridMemory(tmp_path / "m", embedder=HashingEmbedder(16))
     memory.add(NOTES[:20])  # acknowledged
-    store = memory._store
+    store = memory.backend.store
     real = store._connection
     store._connection = _FullDisk(real)
     with pytest.raises(DiskFullError) as err:

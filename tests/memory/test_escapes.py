@@ -85,7 +85,7 @@ def test_every_call_on_a_closed_memory_is_a_memory_closed_error(tmp_path, embedd
 
 
 def test_the_store_of_a_closed_memory_raises_memory_closed_not_sqlite_errors(memory):
-    store = memory._store
+    store = memory.backend.store
     memory.close()
     for call in (store.data_version, lambda: store.get(["prod-504"]), lambda: store.texts([1]), store.rowids):
         with pytest.raises(MemoryClosedError, match="is closed; open it again"):
@@ -122,14 +122,14 @@ def test_a_search_racing_close_either_answers_or_raises_memory_closed(tmp_path, 
     assert inside.wait(10)  # the first search holds the index lock, past its open check
     closer = threading.Thread(target=memory.close)
     closing = threading.Event()
-    real_acquire_write = memory._index_lock.acquire_write
+    real_acquire_write = memory.backend.index_lock.acquire_write
 
     def acquire_write():
         if threading.current_thread() is closer:
             closing.set()  # close() has set the closed flag and now waits for the search holding the lock
         real_acquire_write()
 
-    memory._index_lock.acquire_write = acquire_write
+    memory.backend.index_lock.acquire_write = acquire_write
     closer.start()
     assert closing.wait(10)
     with pytest.raises(MemoryClosedError, match="this memory is closed"):
@@ -139,7 +139,7 @@ def test_a_search_racing_close_either_answers_or_raises_memory_closed(tmp_path, 
     searcher.join(10)
     closer.join(10)
     assert results["first"] == expected  # the search in flight answered in full
-    assert memory._store.closed
+    assert memory.backend.store.closed
     with pytest.raises(MemoryClosedError):
         memory.search("HTTP 504")
 
@@ -254,34 +254,34 @@ def test_a_bm25_merge_survives_rows_another_process_deleted_meanwhile(tmp_path, 
     with HybridMemory(folder, embedder=embedder, compact_min=5) as first:
         first.upsert([{"chunk_id": cid, "text": text} for cid, text in texts.items()])
         first.flush()
-        assert first._sparse.delta_size == 0  # all in the main segment, which the save below writes
+        assert first.backend.sparse.delta_size == 0  # all in the main segment, which the save below writes
     _downgrade_bm25_save_to_format_1(folder)
 
     writer = HybridMemory(folder, embedder=embedder, compact_min=10_000, background_compaction=False)
     other = HybridMemory(folder, embedder=embedder, compact_min=10_000, background_compaction=False)
     try:
-        assert len(writer._sparse._tokens) == 0  # format 1: the merge must read the main segment's texts
-        deleted_rowid = writer._store.lookup(["doc-3"])["doc-3"][0]
+        assert len(writer.backend.sparse._tokens) == 0  # format 1: the merge must read the main segment's texts
+        deleted_rowid = writer.backend.store.lookup(["doc-3"])["doc-3"][0]
 
         def texts_after_a_delete_elsewhere(rowids):
             other.delete(["doc-3"])  # commits between the merge's snapshot and its text load
-            return writer._store.texts(rowids)
+            return writer.backend.store.texts(rowids)
 
         caplog.set_level(logging.DEBUG, logger="hybrid_memory")
-        assert writer._sparse.compact(texts_after_a_delete_elsewhere)
+        assert writer.backend.sparse.compact(texts_after_a_delete_elsewhere)
         assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]
-        assert deleted_rowid not in writer._sparse.ids().tolist()
-        assert len(writer._sparse._main_ids) == 11  # the merge happened, over the 11 rows still stored
+        assert deleted_rowid not in writer.backend.sparse.ids().tolist()
+        assert len(writer.backend.sparse._main_ids) == 11  # the merge happened, over the 11 rows still stored
         response = writer.search("ERR_3 worker-3", sparse_weight=1.0, dense_weight=0.0, top_k=3)
         assert "doc-3" not in [r.chunk_id for r in response.results]
         response = writer.search("ERR_7", sparse_weight=1.0, dense_weight=0.0, top_k=1)
         assert [r.chunk_id for r in response.results] == ["doc-7"]
         # the merged index scores exactly as one built from scratch over the rows still stored
-        fresh = BM25Index(writer._sparse.tokenizer)
-        live = writer._store.rowids()
-        fresh.build(live, writer._store.texts(live))
+        fresh = BM25Index(writer.backend.sparse.tokenizer)
+        live = writer.backend.store.rowids()
+        fresh.build(live, writer.backend.store.texts(live))
         for query in ("restart the queue", "ERR_5 worker-5", "runbook 11"):
-            assert dict(writer._sparse.search(query, k=20)) == pytest.approx(dict(fresh.search(query, k=20)), rel=1e-6)
+            assert dict(writer.backend.sparse.search(query, k=20)) == pytest.approx(dict(fresh.search(query, k=20)), rel=1e-6)
     finally:
         writer.close()
         other.close()
@@ -311,7 +311,7 @@ def test_nul_free_text_round_trips_unchanged_through_the_store(tmp_path, embedde
         memory.upsert([{"chunk_id": "c", "text": text}])
     with HybridMemory.open(tmp_path / "mem", embedder=embedder) as memory:
         assert memory.get(["c"])[0].text == text
-        row = memory._store._conn.execute("SELECT length(text) FROM chunks").fetchone()
+        row = memory.backend.store._conn.execute("SELECT length(text) FROM chunks").fetchone()
         assert row == (len(text),)  # SQLite sees the whole text (a NUL would have cut length() there)
 
 

@@ -228,7 +228,7 @@ def test_a_one_word_probe_reads_no_df(pair, request):
         scores.append(hits["probe"])
     n, df, k1, b = 7, 2, 1.5, 0.75
     view = alone.scoped(ATTACKER)
-    tokenizer = alone._sparse.tokenizer if engine == "embedded" else None
+    tokenizer = alone.backend.sparse.tokenizer if engine == "embedded" else None
     if tokenizer is not None:
         avgdl = sum(len(tokenizer.tokenize(c.text)) for c in view.iter_chunks()) / n
         idf = math.log(1 + (n - df + 0.5) / (df + 0.5))

@@ -140,7 +140,7 @@ def test_precomputed_vectors_are_used_and_checked(embedder):
         with pytest.raises(DimensionMismatchError, match=r"\(1, 64\)"):
             mem.add([{"chunk_id": "z", "text": "gamma"}], vectors=np.zeros((1, 32), dtype=np.float32))
         assert mem.count() == 2
-        hits = mem._dense.search(np.eye(64, dtype=np.float32)[0], 2)
+        hits = mem.backend.dense.search(np.eye(64, dtype=np.float32)[0], 2)
         assert hits[0][1] == pytest.approx(1.0)  # normalised on the way in
 
 

@@ -12,7 +12,8 @@ import pytest
 
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError
 from hybrid_memory._exceptions import ScopeError
-from hybrid_memory.scopes import Scope, ScopedMemory
+from hybrid_memory import ScopedMemory
+from hybrid_memory.scopes import Scope
 
 
 @pytest.fixture
@@ -141,7 +142,7 @@ def test_a_store_of_the_previous_format_opens_and_gets_the_scope_columns(tmp_pat
 def test_scope_prefilter_uses_the_index(tmp_path):
     """The scope resolves through its SQLite index, not a scan of the table."""
     with HybridMemory(tmp_path / "m", embedder=HashingEmbedder(16)) as memory:
-        store = memory._store
+        store = memory.backend.store
         plan = store._conn.execute(
             "EXPLAIN QUERY PLAN SELECT rowid FROM chunks WHERE user_id = ? AND 1", ("u1",)
         ).fetchall()
@@ -165,7 +166,7 @@ def test_scope_and_as_of_resolve_from_the_filter_index_without_sql(memory, monke
     def no_scan(*args, **kwargs):
         raise AssertionError("the store was asked to filter rows")
 
-    monkeypatch.setattr(memory._store, "filter_rowids", no_scan)
+    monkeypatch.setattr(memory.backend.store, "filter_rowids", no_scan)
     view = memory.scoped(user_id="u1")
     assert [r.chunk_id for r in view.search("kafka", as_of=200.0, top_k=5).results] == ["a"]
     assert sorted(r.chunk_id for r in view.search("kafka", top_k=5).results) == ["a", "c"]

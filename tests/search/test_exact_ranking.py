@@ -56,10 +56,10 @@ def test_ties_at_the_cut_are_kept_in_the_mixed_main_and_delta_state():
                     {"chunk_id": "c", "text": "worker pool drained after deploy"}])
         assert memory.stats()["bm25_delta_documents"] == 0  # compacted into the main segment
         memory.add([{"chunk_id": "b", "text": "worker pool drained after deploy"}])
-        memory._sparse.compact_min = 10_000  # keep the next one in the delta
+        memory.backend.sparse.compact_min = 10_000  # keep the next one in the delta
         memory.add([{"chunk_id": "a", "text": "worker pool drained after deploy"}])
         assert memory.stats()["bm25_delta_documents"] == 2
-        hits = memory._sparse.search("worker pool drained", k=10)
+        hits = memory.backend.sparse.search("worker pool drained", k=10)
         assert len({score for _, score in hits}) == 1  # main and delta copies score exactly alike
         for fusion in ("rrf", "adaptive"):
             assert [r.chunk_id for r in memory.search("worker pool drained", top_k=1, fusion=fusion).results] == ["a"]
@@ -142,8 +142,8 @@ def test_cross_scores_are_the_engines_exact_scores():
         cand = searcher.candidates(query, top_k=2, depth=3, weights={"sparse": 1.0, "dense": 1.0}, fusion="adaptive")
         union = set(cand.runs["sparse"].keys) | set(cand.runs["dense"].keys)
         ids = np.array([cand.id_of[k] for k in sorted(union)])
-        bm25 = memory._sparse.score(query.text, ids)
-        vectors = memory._store.vectors(ids, 64)
+        bm25 = memory.backend.sparse.score(query.text, ids)
+        vectors = memory.backend.store.vectors(ids, 64)
         cosine = vectors @ query.vector
         for j, key in enumerate(sorted(union)):
             assert cand.input.scores["sparse"][key] == pytest.approx(bm25[j])
@@ -173,7 +173,7 @@ def test_aligned_scores_read_the_columns_and_leave_out_nan():
 def test_an_all_zero_query_vector_skips_the_dense_engine(monkeypatch):
     with HybridMemory(embedder=HashingEmbedder(64)) as memory:
         memory.add([{"chunk_id": f"m{i}", "text": t} for i, t in enumerate(MAIN)])
-        monkeypatch.setattr(memory._dense, "search", lambda *a, **k: pytest.fail("FAISS searched a zero vector"))
+        monkeypatch.setattr(memory.backend.dense, "search", lambda *a, **k: pytest.fail("FAISS searched a zero vector"))
         for fusion in ("rrf", "adaptive"):
             response = memory.search("tenant quota", top_k=3, fusion=fusion, query_vector=np.zeros(64))
             assert [r.chunk_id for r in response.results] == ["m0", "m5", "m3"]
@@ -414,18 +414,18 @@ def test_a_zero_vector_chunk_that_only_bm25_finds_ranks_first_under_adaptive():
 
 def test_the_dense_engine_never_returns_nor_scores_a_zero_vector_row():
     with _zero_vector_memory() as memory:
-        rowid = {cid: memory._store.lookup([cid])[cid][0] for cid, _, _ in ZERO_NOTES}
-        hits = memory._dense.search(ZERO_QUERY, 10)
+        rowid = {cid: memory.backend.store.lookup([cid])[cid][0] for cid, _, _ in ZERO_NOTES}
+        hits = memory.backend.dense.search(ZERO_QUERY, 10)
         assert sorted(i for i, _ in hits) == sorted(rowid[c] for c in "abc")  # 3 of the 4 rows: z is not eligible
         ids = np.array([rowid[c] for c in "abcz"] + [10_000], dtype=np.int64)
-        scores = memory._dense.score(ZERO_QUERY, ids)
+        scores = memory.backend.dense.score(ZERO_QUERY, ids)
         assert scores[:3] == pytest.approx([1 / np.sqrt(3.0)] * 3, abs=1e-6)
         assert np.isnan(scores[3]) and np.isnan(scores[4])  # zero vector, and an id without a vector: alike
         engine = memory._searcher.engines["dense"]
         query = Query("quasar", ZERO_QUERY)
         assert rowid["z"] not in [i for i, _ in engine.search(query, 10, None)]
         assert np.isnan(engine.score(query, np.array([rowid["z"]], dtype=np.int64))[0])
-        assert memory._dense.vectors(np.array([rowid["z"]])).tolist() == [[0.0] * 4]  # still held, as stored
+        assert memory.backend.dense.vectors(np.array([rowid["z"]])).tolist() == [[0.0] * 4]  # still held, as stored
         # the dense engine alone: a, b, c (tied, by chunk id), never z
         dense_only = memory.search("quasar", top_k=4, query_vector=ZERO_QUERY, dense_weight=1.0, sparse_weight=0.0)
         assert [r.chunk_id for r in dense_only.results] == ["a", "b", "c"]
@@ -439,13 +439,13 @@ def test_the_zero_vector_rule_survives_a_reopen_and_an_older_save(tmp_path):
     manifest_path = tmp_path / "mem" / "dense" / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
     with HybridMemory.open(tmp_path / "mem", embedder=HashingEmbedder(4)) as memory:
-        z = memory._store.lookup(["z"])["z"][0]
+        z = memory.backend.store.lookup(["z"])["z"][0]
         assert manifest["zero_ids"] == [z]  # saved, so a reopen reads no vector to find it
         _assert_zero_vector_chunk_judged_by_bm25_alone(memory)
     del manifest["zero_ids"]  # a save from before the rule: found by one pass over the rows on load
     manifest_path.write_text(json.dumps(manifest))
     with HybridMemory.open(tmp_path / "mem", embedder=HashingEmbedder(4)) as memory:
-        assert memory._dense._n_zero == 1
+        assert memory.backend.dense._n_zero == 1
         _assert_zero_vector_chunk_judged_by_bm25_alone(memory)
 
 

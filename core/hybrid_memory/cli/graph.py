@@ -140,7 +140,7 @@ def _some_chunks(args: argparse.Namespace, memory: Any, target: Any, scope: Any)
 def _held_values(memory: Any, field: str, limit: int = 5) -> str:
     """The values of the scope field ``field`` the memory's chunks hold, for a message: ``'u1', 'u2'`` (at most
     ``limit``, then ``...``), or ``none (no chunk has a user_id)``."""
-    values = memory._store.scope_values(field, limit)  # the embedded store: graph build reads a --memory folder
+    values = memory.backend.store.scope_values(field, limit)  # the embedded store: graph build reads a --memory folder
     if not values:
         return f"none (no chunk has a {field})"
     return ", ".join(repr(v) for v in values[:limit]) + (", ..." if len(values) > limit else "")

@@ -24,6 +24,7 @@ import numpy as np
 
 from .._exceptions import DimensionMismatchError, InvalidRequestError
 from ..backends.base import ChunkVersion
+from ..backends.embedded.backend import EmbeddedBackend
 from ..backends.qdrant.edge_info import read_export_info, remove_export_info, shard_dim, write_export_info
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -63,6 +64,21 @@ def check_target(backend: QdrantBackend, *, replace: bool = False) -> int:
     return held
 
 
+def _embedded(memory: HybridMemory) -> EmbeddedBackend:
+    """The embedded backend of the memory a copy reads (its BM25 index, its store's vectors).
+
+    Raises:
+        InvalidRequestError: the memory is on another backend (its chunks are there already).
+    """
+    held = memory.backend
+    if not isinstance(held, EmbeddedBackend):
+        raise InvalidRequestError(
+            "export_to_qdrant copies an embedded HybridMemory (a folder), got a memory on a backend "
+            f"({type(held).__name__}), whose chunks are already there; pass HybridMemory.open(path)"
+        )
+    return held
+
+
 def check_bm25(memory: HybridMemory, backend: QdrantBackend, *, avgdl: float | None = None) -> None:
     """Refuse a ``backend`` whose BM25 ``k1`` / ``b`` / ``avgdl`` are not the ones the copy is meant to rank with.
 
@@ -80,7 +96,7 @@ def check_bm25(memory: HybridMemory, backend: QdrantBackend, *, avgdl: float | N
     params = memory.bm25_params
     want = {"k1": params["k1"], "b": params["b"]}
     have = {"k1": float(backend.encoder.k1), "b": float(backend.encoder.b)}
-    if avgdl is not None or len(memory._sparse):
+    if avgdl is not None or len(_embedded(memory).sparse):
         want["avgdl"] = float(avgdl if avgdl is not None else params["avgdl"])
         have["avgdl"] = float(backend.encoder.avgdl)
     names = [name for name in want if want[name] != have[name]]
@@ -240,18 +256,14 @@ def _checked_memory(memory: object) -> None:
             first, and a closed memory's refusal named a BM25 fix).
     """
     from .hybrid import HybridMemory
-    from .backend_memory import BackendMemory
 
     if isinstance(memory, (str, os.PathLike)):
         raise InvalidRequestError(
             f"export_to_qdrant copies an open HybridMemory, got the path {str(memory)!r}; open it first and pass "
             f"the memory: with HybridMemory.open({str(memory)!r}) as memory: export_to_qdrant(memory, backend)"
         )
-    if isinstance(memory, BackendMemory):
-        raise InvalidRequestError(
-            "export_to_qdrant copies an embedded HybridMemory (a folder), got a memory on a backend "
-            f"({type(memory.backend).__name__}), whose chunks are already there; pass HybridMemory.open(path)"
-        )
+    if isinstance(memory, HybridMemory):
+        _embedded(memory)  # a memory on a backend is refused, naming it
     if not isinstance(memory, HybridMemory):
         raise InvalidRequestError(
             f"export_to_qdrant copies an open HybridMemory, got {type(memory).__name__} {memory!r:.80}; pass "
@@ -338,7 +350,7 @@ def export_to_qdrant(
                               embedder={"name": memory.embedder.name, "dim": dim}, indexed_keys=backend.indexed_keys)
 
     record(0, False)
-    store = memory._store  # the embedded store: the vectors live there, keyed by rowid
+    store = _embedded(memory).store  # the embedded store: the vectors live there, keyed by rowid
     copied = 0
     position = 0
     batch = []

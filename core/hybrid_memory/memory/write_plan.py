@@ -11,9 +11,9 @@ depend on where chunks are stored:
 - which chunks need a new vector: new ids, changed texts, or all when the caller passes vectors; an unchanged
   text keeps its stored vector and is not re-embedded (a metadata-only change).
 
-:func:`plan_supersede` checks and plans the closing of facts that a new one replaces. The embedded memory
-(:mod:`hybrid_memory.memory.hybrid`) and :class:`~hybrid_memory.memory.backend_memory.BackendMemory` (Qdrant) apply the
-plans to their storage; neither restates a rule.
+:func:`plan_supersede` checks and plans the closing of facts that a new one replaces. :class:`~hybrid_memory.HybridMemory`
+runs the rules above its backend: every :class:`~hybrid_memory.backends.base.Backend` (embedded, Qdrant) applies the
+plans to its storage (``Backend.apply_write``); none restates a rule.
 """
 
 from __future__ import annotations

@@ -65,14 +65,14 @@ def test_a_search_and_an_upsert_of_the_scored_chunk_do_not_interleave():
         assert writer_waiting.wait(timeout=30)
         return hits
 
-    original_acquire = memory._index_lock.acquire_write
+    original_acquire = memory.backend.index_lock.acquire_write
 
     def acquire_write() -> None:
         writer_waiting.set()
         original_acquire()
 
     sparse.search = search_then_wait
-    memory._index_lock.acquire_write = acquire_write
+    memory.backend.index_lock.acquire_write = acquire_write
     responses = []
     searcher = threading.Thread(target=lambda: responses.append(memory.search("zebra", top_k=1, dense_weight=0.0)))
     searcher.start()

@@ -46,12 +46,12 @@ def test_count_from_the_filter_index_equals_the_sql_reference(tmp_path):
         for metadata_filter in FILTERS:
             for scope in SCOPES:
                 for as_of in INSTANTS:
-                    expected = memory._store.count(metadata_filter, scope, _instant(as_of))
+                    expected = memory.backend.store.count(metadata_filter, scope, _instant(as_of))
                     assert memory.count(metadata_filter, scope=scope, as_of=as_of) == expected, (metadata_filter, scope, as_of)
                     checked += expected > 0
         assert checked > 100  # most cases match something: the comparison is not between zeros
-        assert memory.count() == 240 - 27 == memory._store.count()
-        assert memory.count({"env": "prod"}, as_of=100.0) == memory._store.count({"env": "prod"}, None, 100.0)
+        assert memory.count() == 240 - 27 == memory.backend.store.count()
+        assert memory.count({"env": "prod"}, as_of=100.0) == memory.backend.store.count({"env": "prod"}, None, 100.0)
 
 
 def test_count_does_not_scan_the_store_when_it_restricts(memory, monkeypatch):
@@ -60,7 +60,7 @@ def test_count_does_not_scan_the_store_when_it_restricts(memory, monkeypatch):
             pytest.fail(f"SQL scan: store.count{args}")
         return 6
 
-    monkeypatch.setattr(memory._store, "count", no_scan)
+    monkeypatch.setattr(memory.backend.store, "count", no_scan)
     assert memory.count({"environment": "production"}) == 4
     assert memory.count({"severity": {"$lte": 2}}, as_of=1e9) == 4
     assert memory.count() == 6

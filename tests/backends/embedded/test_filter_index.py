@@ -255,7 +255,7 @@ def test_saved_index_is_loaded_and_replays_the_log(tmp_path):
     writer.delete(["c2"])
     try:
         with HybridMemory(tmp_path / "m", embedder=HashingEmbedder(dim=16)) as reader:  # files older than store
-            assert reader._filters_rebuilt is False
+            assert reader.backend._filters_rebuilt is False
             assert _ids(reader, {"env": "dev"}) == ["c1"]
             assert _ids(reader, {"env": "prod"}) == ["c0", "c3", "c4", "c5"]
             assert _ids(reader, {"n": {"$gt": 1}}) == ["c1", "c3", "c4", "c5"]
@@ -263,13 +263,13 @@ def test_saved_index_is_loaded_and_replays_the_log(tmp_path):
     finally:
         writer.close()
     with HybridMemory(tmp_path / "m", embedder=HashingEmbedder(dim=16)) as again:
-        assert again._filters_rebuilt is False and _ids(again, {"env": "dev"}) == ["c1"]
+        assert again.backend._filters_rebuilt is False and _ids(again, {"env": "dev"}) == ["c1"]
     (tmp_path / "m" / "filters" / "arrays.npz").write_bytes(b"damaged")
     with HybridMemory(tmp_path / "m", embedder=HashingEmbedder(dim=16)) as healed:
-        assert healed._filters_rebuilt is True
+        assert healed.backend._filters_rebuilt is True
         assert _ids(healed, {"tags": {"$in": ["a"]}}) == ["c0", "c3", "c4", "c5"]
     with HybridMemory(tmp_path / "m", embedder=HashingEmbedder(dim=16)) as once:
-        assert once._filters_rebuilt is False  # healed once, saved, loaded since
+        assert once.backend._filters_rebuilt is False  # healed once, saved, loaded since
 
 
 def test_save_and_load_round_trip_every_structure(tmp_path):

@@ -17,7 +17,7 @@ def _memory(tmp_path):
 
 def test_memo_answers_like_the_store_including_rows_deleted_or_replaced(tmp_path):
     memory = _memory(tmp_path)
-    store = memory._store
+    store = memory.backend.store
     rowids = store.rowids().tolist()
     assert store.chunk_ids_by_rowid(rowids) == dict(zip(rowids, ["a", "b"], strict=True))
     assert store._key_memo == dict(zip(rowids, ["a", "b"], strict=True))
@@ -33,7 +33,7 @@ def test_memo_answers_like_the_store_including_rows_deleted_or_replaced(tmp_path
 
 def test_memo_starts_again_beyond_its_cap(tmp_path, monkeypatch):
     memory = _memory(tmp_path)
-    store = memory._store
+    store = memory.backend.store
     monkeypatch.setattr(store_module, "KEY_MEMO_MAX", 1)
     first, second = store.rowids().tolist()
     assert store.chunk_ids_by_rowid([first]) == {first: "a"}
@@ -44,8 +44,8 @@ def test_memo_starts_again_beyond_its_cap(tmp_path, monkeypatch):
 
 def test_hit_rows_reads_text_source_and_metadata_of_live_rowids(tmp_path):
     memory = _memory(tmp_path)
-    first, second = memory._store.rowids().tolist()
-    rows = memory._store.hit_rows(np.array([second, first, 10**9]))
+    first, second = memory.backend.store.rowids().tolist()
+    rows = memory.backend.store.hit_rows(np.array([second, first, 10**9]))
     assert rows == {first: ("alpha ERR_TIMEOUT", "s1", {"k": 1}), second: ("beta", "s2", {"k": [1, 2]})}
     response = memory.search("ERR_TIMEOUT", top_k=1)
     hit = response.results[0]
@@ -59,7 +59,7 @@ def test_opening_a_saved_memory_memoizes_every_key(tmp_path, monkeypatch):
     memory.add([{"chunk_id": "c\x1fd", "text": "gamma"}])  # the separator of the fast read: the fallback runs
     memory.close()
     reopened = HybridMemory.open(tmp_path / "m", embedder=HashingEmbedder(dim=64))
-    store = reopened._store
+    store = reopened.backend.store
     assert store._key_memo == dict(zip(store.rowids().tolist(), ["a", "b", "c\x1fd"], strict=True))
 
     def no_sql(rowids):  # a search must not read keys from SQLite now
@@ -74,12 +74,12 @@ def test_keys_are_read_by_the_fast_path_and_not_beyond_the_cap(tmp_path, monkeyp
     memory = _memory(tmp_path)
     memory.close()
     reopened = HybridMemory.open(tmp_path / "m", embedder=HashingEmbedder(dim=64))
-    assert sorted(reopened._store._key_memo.values()) == ["a", "b"]
+    assert sorted(reopened.backend.store._key_memo.values()) == ["a", "b"]
     reopened.close()
     monkeypatch.setattr(store_module, "KEY_MEMO_MAX", 1)  # 2 chunks > 1: nothing read at open
     capped = HybridMemory.open(tmp_path / "m", embedder=HashingEmbedder(dim=64))
-    assert capped._store._key_memo == {}
-    assert capped._store.memoize_keys() == 0
+    assert capped.backend.store._key_memo == {}
+    assert capped.backend.store.memoize_keys() == 0
     capped.close()
 
 
@@ -88,7 +88,7 @@ def test_no_keys_are_read_at_open_beyond_the_byte_bound(tmp_path, monkeypatch):
     memory.close()
     monkeypatch.setattr(store_module, "KEY_PREFILL_BYTES", 1)  # "a" + "b": 2 bytes > 1
     reopened = HybridMemory.open(tmp_path / "m", embedder=HashingEmbedder(dim=64))
-    assert reopened._store._key_memo == {}
+    assert reopened.backend.store._key_memo == {}
     assert [hit.chunk_id for hit in reopened.search("alpha", top_k=1).results] == ["a"]  # read on demand
-    assert list(reopened._store._key_memo.values()).count("a") == 1
+    assert list(reopened.backend.store._key_memo.values()).count("a") == 1
     reopened.close()

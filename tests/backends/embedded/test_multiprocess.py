@@ -35,8 +35,8 @@ def test_writes_of_one_memory_are_searched_by_another_without_rebuild(tmp_path, 
     writer.upsert([{"chunk_id": "seed", "text": "seed chunk"}])
     reader = _open(tmp_path)
     applied: list[ChangeSet] = []
-    original = reader._apply_changes
-    reader._apply_changes = lambda changes: (applied.append(changes), original(changes))[1]
+    original = reader.backend._apply_changes
+    reader.backend._apply_changes = lambda changes: (applied.append(changes), original(changes))[1]
     caplog.set_level(logging.INFO, logger="hybrid_memory")
     try:
         writer.upsert([{"chunk_id": "a", "text": "zebra alpha", "metadata": {"team": "x"}}])
@@ -45,7 +45,7 @@ def test_writes_of_one_memory_are_searched_by_another_without_rebuild(tmp_path, 
 
         writer.upsert([{"chunk_id": "a", "text": "zebra alpha", "metadata": {"team": "y"}}])  # metadata only
         assert _ids(reader, "zebra") == ["a"]
-        rowid = writer._store.lookup(["a"])["a"][0]
+        rowid = writer.backend.store.lookup(["a"])["a"][0]
         assert applied[-1].metadata_updated == [(rowid, {"team": "y"})] and len(applied[-1].added_rowids) == 0
         assert reader.search("zebra", top_k=1, hybrid_params=SPARSE).results[0].metadata == {"team": "y"}
 
@@ -57,7 +57,7 @@ def test_writes_of_one_memory_are_searched_by_another_without_rebuild(tmp_path, 
         writer.delete(["a"])
         assert _ids(reader, "zebra") == []
         assert [r.chunk_id for r in reader.search("zebra", top_k=5).results] == ["seed"]  # dense still returns seed
-        assert len(reader._sparse) == len(reader._dense) == 1  # only "seed" is left in both indexes
+        assert len(reader.backend.sparse) == len(reader.backend.dense) == 1  # only "seed" is left in both indexes
         assert not [r for r in caplog.records if "building BM25" in r.getMessage()]
     finally:
         writer.close()
@@ -68,7 +68,7 @@ def test_no_new_writes_means_no_catch_up_work(tmp_path):
     with _open(tmp_path) as memory:
         memory.upsert([{"chunk_id": "a", "text": "alpha"}])
         memory.search("alpha")
-        assert memory._catch_up() is False  # own commits do not move PRAGMA data_version
+        assert memory.backend.catch_up() is False  # own commits do not move PRAGMA data_version
 
 
 def test_both_memories_write_and_each_sees_all(tmp_path):
@@ -81,8 +81,8 @@ def test_both_memories_write_and_each_sees_all(tmp_path):
         expected = sorted(f"c{i}" for i in range(30) if i != 4)
         assert sorted(_ids(one, "common")) == sorted(_ids(two, "common")) == expected
         for memory in (one, two):
-            assert sorted(memory._sparse.ids().tolist()) == sorted(memory._store.rowids().tolist())
-            assert sorted(memory._dense.ids().tolist()) == sorted(memory._store.rowids().tolist())
+            assert sorted(memory.backend.sparse.ids().tolist()) == sorted(memory.backend.store.rowids().tolist())
+            assert sorted(memory.backend.dense.ids().tolist()) == sorted(memory.backend.store.rowids().tolist())
     finally:
         one.close()
         two.close()
@@ -102,8 +102,8 @@ def test_the_dense_corpus_moments_are_the_same_bits_in_every_memory_and_after_re
         assert sorted(_ids(one, "common")) == sorted(_ids(two, "common"))  # both caught up
         fresh = HybridMemory(embedder=HashingEmbedder(32))
         fresh.upsert([c for c in one.iter_chunks()])  # the live chunks only, in one batch
-        sums = [m._dense._moments.to_array() for m in (one, two, fresh)]
-        assert one._dense._moments.count == two._dense._moments.count == fresh._dense._moments.count == 28
+        sums = [m.backend.dense._moments.to_array() for m in (one, two, fresh)]
+        assert one.backend.dense._moments.count == two.backend.dense._moments.count == fresh.backend.dense._moments.count == 28
         assert np.array_equal(sums[0], sums[1]) and np.array_equal(sums[0], sums[2])
         fresh.close()
     finally:
@@ -111,7 +111,7 @@ def test_the_dense_corpus_moments_are_the_same_bits_in_every_memory_and_after_re
         two.close()
     reopened = _open(tmp_path)
     try:
-        assert np.array_equal(reopened._dense._moments.to_array(), sums[0])
+        assert np.array_equal(reopened.backend.dense._moments.to_array(), sums[0])
     finally:
         reopened.close()
 
@@ -122,7 +122,7 @@ def test_a_write_prepared_against_rows_another_memory_changed_is_prepared_again(
         one.upsert([{"chunk_id": "x", "text": "first version"}])
         two.search("first")
         # two looks the chunk up, then one replaces it before two's transaction: two must retry, not fail
-        original = two._store.lookup
+        original = two.backend.store.lookup
         calls = {"n": 0}
 
         def lookup_then_race(ids):
@@ -132,12 +132,12 @@ def test_a_write_prepared_against_rows_another_memory_changed_is_prepared_again(
                 one.upsert([{"chunk_id": "x", "text": "second version"}])
             return found
 
-        two._store.lookup = lookup_then_race
+        two.backend.store.lookup = lookup_then_race
         two.upsert([{"chunk_id": "x", "text": "third version"}])
         assert calls["n"] == 2
         assert [c.text for c in one.get(["x"])] == ["third version"]
         assert _ids(one, "version") == _ids(two, "version") == ["x"]
-        assert len(one._sparse) == len(two._sparse) == 1
+        assert len(one.backend.sparse) == len(two.backend.sparse) == 1
     finally:
         one.close()
         two.close()
@@ -145,14 +145,14 @@ def test_a_write_prepared_against_rows_another_memory_changed_is_prepared_again(
 
 def test_a_memory_behind_the_pruned_log_reconciles_by_rowid_without_rebuild(tmp_path, caplog):
     writer = _open(tmp_path)
-    writer._store.log_keep = 4
+    writer.backend.store.log_keep = 4
     reader = _open(tmp_path)
     caplog.set_level(logging.INFO, logger="hybrid_memory")
     try:
         for i in range(20):
             writer.upsert([{"chunk_id": f"c{i}", "text": f"common tok{i}"}])
         writer.delete(["c0", "c1"])
-        assert writer._store._horizon() > reader._seq  # the reader's position was pruned
+        assert writer.backend.store._horizon() > reader.backend.seq  # the reader's position was pruned
         assert sorted(_ids(reader, "common")) == sorted(f"c{i}" for i in range(2, 20))
         messages = [r.getMessage() for r in caplog.records]
         assert any("reconciling indexes by rowid" in m for m in messages)
@@ -202,8 +202,8 @@ def test_five_processes_write_and_close_at_once(tmp_path):
     with _open(tmp_path) as memory:
         assert memory.count() == 1 + 5 * 120 + 10
         assert not any(v["rebuilt"] for v in memory.last_sync.values())
-        assert sorted(memory._sparse.ids().tolist()) == sorted(memory._store.rowids().tolist())
-        assert len(memory._dense) == memory.count()
+        assert sorted(memory.backend.sparse.ids().tolist()) == sorted(memory.backend.store.rowids().tolist())
+        assert len(memory.backend.dense) == memory.count()
         assert _ids(memory, "tok3x7") == ["p3-7"]
     leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".bm25-") or p.name.startswith(".dense-")]
     assert leftovers == []
@@ -212,7 +212,7 @@ def test_five_processes_write_and_close_at_once(tmp_path):
 def test_index_files_record_the_change_log_position_they_hold(tmp_path):
     with _open(tmp_path) as memory:
         memory.upsert([{"chunk_id": f"c{i}", "text": f"tok{i}"} for i in range(3)])
-        seq = memory._seq
+        seq = memory.backend.seq
     state = json.loads((tmp_path / "indexes.json").read_text())
     assert state["seq"] == seq == 3
     with _open(tmp_path) as memory:

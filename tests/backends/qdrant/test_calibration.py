@@ -166,7 +166,7 @@ def test_statistics_are_built_lazily_and_kept_equal_to_a_rebuild(engine, tmp_pat
         qdrant.backend.calibration()  # rebuilt from the stored vectors
         assert np.array_equal(kept[0], corpus.moments.to_array())
         assert kept[1:] == (corpus.moments.count, corpus._df, corpus.points) and corpus.points == 26  # 30 - 5 deleted + 1
-        assert np.array_equal(kept[0], embedded._dense._moments.to_array())
+        assert np.array_equal(kept[0], embedded.backend.dense._moments.to_array())
 
 
 def test_a_shared_collection_follows_another_writer_after_the_drift_check(tmp_path, monkeypatch):

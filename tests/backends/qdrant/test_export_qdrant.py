@@ -69,7 +69,7 @@ def test_cli_copy_is_written_with_the_memorys_avgdl_and_ranks_as_the_memory(tmp_
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     queries = ["HTTP 504 PostgreSQL", "Dana prefers SQLite", "connection reset"]
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as source:
-        assert printed["avgdl"] == source._sparse.avgdl  # the memory's own mean length, not Qdrant's 256
+        assert printed["avgdl"] == source.backend.sparse.avgdl  # the memory's own mean length, not Qdrant's 256
         expected = {q: [(r.chunk_id, r.sparse_score) for r in source.search(q, top_k=5, dense_weight=0).results]
                     for q in queries}
     with HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=NoEmbedding(16), avgdl=printed["avgdl"]) as copy:
@@ -110,7 +110,7 @@ def test_cli_refuses_bad_targets(tmp_path, capsys):
     from hybrid_memory.backends.qdrant.backend import QdrantBackend
 
     with HybridMemory(other, embedder=HashingEmbedder(8)) as mem:  # the library says the same
-        backend = QdrantBackend.edge(tmp_path / "s3", avgdl=mem._sparse.avgdl, payload_indexes=False)
+        backend = QdrantBackend.edge(tmp_path / "s3", avgdl=mem.backend.sparse.avgdl, payload_indexes=False)
         with pytest.raises(DimensionMismatchError, match=r"holds vectors of dimension 16, this memory's are 8: a shard"):
             export_to_qdrant(mem, backend, replace=True)
         backend.close()
@@ -235,7 +235,7 @@ def test_stats_of_a_shard_report_its_path_and_the_avgdl_it_was_written_with(tmp_
     assert _export(tmp_path) == 0
     printed = json.loads(capsys.readouterr().out)
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as source:
-        avgdl = source._sparse.avgdl
+        avgdl = source.backend.sparse.avgdl
     assert printed == {"copied": 7, "memory": str(tmp_path / "mem"), "target": str(tmp_path / "shard"),
                        "avgdl": avgdl, "replaced": 0}
     assert avgdl != 256.0  # Qdrant's default, which stats used to show
@@ -257,7 +257,7 @@ def test_an_explicit_avgdl_other_than_the_shards_is_used_and_warned_about(tmp_pa
     _memory(tmp_path / "mem")
     assert _export(tmp_path) == 0
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as source:
-        avgdl = source._sparse.avgdl
+        avgdl = source.backend.sparse.avgdl
     with HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(16), avgdl=100.0) as copy:
         assert copy.backend.encoder.avgdl == 100.0
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
@@ -270,12 +270,12 @@ def test_re_export_onto_a_shard_is_refused_without_replace_which_drops_deleted_c
     assert _export(tmp_path) == 0
     capsys.readouterr()
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
-        first_avgdl = mem._sparse.avgdl
+        first_avgdl = mem.backend.sparse.avgdl
         assert mem.delete(["prod-504", "reset"]) == 2
         mem.upsert([{"chunk_id": "new-1", "text": "a much longer note about the billing-service HTTP 502 errors "
                                                   "seen on db-prod-3 after the failover"}])
         mem.flush()
-        avgdl = mem._sparse.avgdl
+        avgdl = mem.backend.sparse.avgdl
     assert avgdl != first_avgdl
     # without --replace: refused, naming what the shard holds; nothing is written
     assert _export(tmp_path) == 2
@@ -304,7 +304,7 @@ def test_the_library_export_refuses_a_non_empty_target_and_records_an_interrupte
 
     _memory(tmp_path / "mem")
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
-        backend = QdrantBackend.edge(tmp_path / "shard", avgdl=mem._sparse.avgdl, payload_indexes=False)
+        backend = QdrantBackend.edge(tmp_path / "shard", avgdl=mem.backend.sparse.avgdl, payload_indexes=False)
         calls = []
         real_write = backend.write
 
@@ -356,7 +356,7 @@ def test_a_server_collection_that_holds_points_is_refused_too_and_replace_clears
 
     _memory(tmp_path / "mem")
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
-        backend = QdrantBackend.client(":memory:", collection="runbooks", avgdl=mem._sparse.avgdl,
+        backend = QdrantBackend.client(":memory:", collection="runbooks", avgdl=mem.backend.sparse.avgdl,
                                        payload_indexes=False)
         assert export_to_qdrant(mem, backend) == 7
         with pytest.raises(InvalidRequestError) as err:
@@ -366,11 +366,11 @@ def test_a_server_collection_that_holds_points_is_refused_too_and_replace_clears
             "memory since then and mix two BM25 length normalisations: give --replace (replace=True) to clear it and "
             "copy again, or another --collection")
         mem.delete(["prod-504"])  # the memory's avgdl moves: the same collection, reached with the new one
-        assert mem._sparse.avgdl != backend.encoder.avgdl
+        assert mem.backend.sparse.avgdl != backend.encoder.avgdl
         with pytest.raises(InvalidRequestError, match=r"^the memory ranks with BM25 avgdl="):
             export_to_qdrant(mem, backend, replace=True)
         assert backend.collection.count(None) == 7  # the refused copy cleared nothing
-        again = QdrantBackend.client(backend.collection.client, collection="runbooks", avgdl=mem._sparse.avgdl,
+        again = QdrantBackend.client(backend.collection.client, collection="runbooks", avgdl=mem.backend.sparse.avgdl,
                                      payload_indexes=False)
         assert export_to_qdrant(mem, again, replace=True) == 6
         assert again.collection.count(None) == 6 and again.get(["prod-504"]) == {}
@@ -387,7 +387,7 @@ def test_a_backend_with_other_bm25_k1_b_than_the_memorys_is_refused_before_anyth
 
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16), k1=1.2, b=0.5) as mem:
         mem.add(_note_chunks())
-        avgdl = mem._sparse.avgdl  # the same: this test is about k1 / b (avgdl: the test below)
+        avgdl = mem.backend.sparse.avgdl  # the same: this test is about k1 / b (avgdl: the test below)
         backend = QdrantBackend.edge(tmp_path / "shard", avgdl=avgdl, payload_indexes=False)
         with pytest.raises(InvalidRequestError) as err:
             export_to_qdrant(mem, backend)
@@ -426,7 +426,7 @@ def test_a_backend_with_another_avgdl_than_the_memorys_is_refused_before_anythin
         # tokens: [kafka, broker], [postgr], [redi]: avgdl 4 / 3
         mem.add([{"chunk_id": "a", "text": "kafka broker"}, {"chunk_id": "b", "text": "postgres"},
                  {"chunk_id": "c", "text": "redis"}])
-        assert mem._sparse.avgdl == 4 / 3
+        assert mem.backend.sparse.avgdl == 4 / 3
         backend = QdrantBackend.edge(tmp_path / "shard", payload_indexes=False)
         with pytest.raises(InvalidRequestError) as err:
             export_to_qdrant(mem, backend)
@@ -472,7 +472,7 @@ def test_an_empty_memory_exports_as_before_with_any_avgdl(tmp_path, capsys):
     from hybrid_memory.backends.qdrant.backend import QdrantBackend
 
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
-        assert (mem.count(), mem._sparse.avgdl) == (0, 1.0)
+        assert (mem.count(), mem.backend.sparse.avgdl) == (0, 1.0)
         backend = QdrantBackend.edge(tmp_path / "shard", payload_indexes=False)
         assert export_to_qdrant(mem, backend) == 0
         info = read_export_info(tmp_path / "shard")
@@ -524,7 +524,7 @@ def test_a_batch_size_that_is_not_an_int_of_at_least_1_is_refused_before_anythin
 
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
         mem.add([{"chunk_id": "a", "text": "kafka broker"}])
-        backend = QdrantBackend.edge(tmp_path / "shard", avgdl=mem._sparse.avgdl, payload_indexes=False)
+        backend = QdrantBackend.edge(tmp_path / "shard", avgdl=mem.backend.sparse.avgdl, payload_indexes=False)
         with pytest.raises(InvalidRequestError) as err:
             export_to_qdrant(mem, backend, batch_size=batch_size)
         assert str(err.value) == (
@@ -566,7 +566,7 @@ def test_a_folder_path_or_other_non_memory_given_as_the_memory_is_refused_naming
                               "(QdrantBackend), whose chunks are already there; pass HybridMemory.open(path)")
     assert read_export_info(tmp_path / "shard") is None
     with HybridMemory.open(folder, embedder=HashingEmbedder(16)) as mem:  # the fix named copies
-        fixed = QdrantBackend.edge(tmp_path / "shard2", avgdl=mem._sparse.avgdl, payload_indexes=False)
+        fixed = QdrantBackend.edge(tmp_path / "shard2", avgdl=mem.backend.sparse.avgdl, payload_indexes=False)
         assert export_to_qdrant(mem, fixed) == 7
         fixed.close()
     backend.close()
@@ -628,7 +628,7 @@ def test_stats_of_a_shard_written_with_a_hashing_embedder_needs_no_hashing_dim_a
 
 
 def test_bm25_params_give_the_memorys_k1_b_and_avgdl_and_a_backend_opened_with_them_takes_the_copy(tmp_path):
-    """A fresh user's finding: README named the private memory._sparse.avgdl for the backend's avgdl."""
+    """A fresh user's finding: README named the private memory.backend.sparse.avgdl for the backend's avgdl."""
     from hybrid_memory import MemoryClosedError
     from hybrid_memory.backends.qdrant.edge_info import read_export_info
     from hybrid_memory.memory.export import export_to_qdrant

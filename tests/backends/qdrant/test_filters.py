@@ -92,7 +92,7 @@ def _qdrant_ids(collection, flt, exact=None) -> set[str]:
 @pytest.mark.parametrize(("flt", "expected"), CASES, ids=[repr(c[0])[:60] for c in CASES])
 def test_every_case_equals_the_embedded_backend(collection, embedded, flt, expected):
     collection, exact = collection
-    assert {c.chunk_id for c in embedded._store.iter_chunks(_shorter(flt))} == expected
+    assert {c.chunk_id for c in embedded.backend.store.iter_chunks(_shorter(flt))} == expected
     refused = REFUSED.get(repr(flt))
     if refused:
         with pytest.raises(InvalidFilterError, match=refused):

@@ -364,23 +364,23 @@ def test_saved_zero_ids_stay_bounded_by_the_live_zero_rows(tmp_path):
     with HybridMemory(folder, embedder=HashingEmbedder(8)) as memory:
         memory.add([{"chunk_id": f"z{i}", "text": f"placeholder {i}"} for i in range(4)], vectors=zeros)
         memory.add([{"chunk_id": "n", "text": "a real vector"}])
-        rowid = {c: r for c, (r, *_) in memory._store.lookup(["z0", "z1", "z2", "z3", "n"]).items()}
+        rowid = {c: r for c, (r, *_) in memory.backend.store.lookup(["z0", "z1", "z2", "z3", "n"]).items()}
     assert saved_zero_ids() == sorted(rowid[c] for c in ("z0", "z1", "z2", "z3"))
     with HybridMemory.open(folder, embedder=HashingEmbedder(8)) as memory:
         memory.delete(["z0"])
         memory.upsert([{"chunk_id": "z1", "text": "now with a vector"}], vectors=unit)  # a new row, not zero
         memory.upsert([{"chunk_id": "z2", "text": "still a placeholder"}], vectors=zeros[:1])  # zero again
-        z2 = memory._store.lookup(["z2"])["z2"][0]
+        z2 = memory.backend.store.lookup(["z2"])["z2"][0]
         with HybridMemory.open(folder, embedder=HashingEmbedder(8)) as other:  # another writer of the folder
             other.delete(["z3"])
         memory.search("placeholder")  # a search first applies what other writers committed
-        assert memory._dense._n_zero == 1 and memory._dense.vectors(np.array([z2])).tolist() == [[0.0] * 8]
+        assert memory.backend.dense._n_zero == 1 and memory.backend.dense.vectors(np.array([z2])).tolist() == [[0.0] * 8]
     assert saved_zero_ids() == [z2]
     with HybridMemory.open(folder, embedder=HashingEmbedder(8)) as memory:
         memory.delete(["z2"])
     assert saved_zero_ids() == []
     with HybridMemory.open(folder, embedder=HashingEmbedder(8)) as memory:
-        assert sorted(c.chunk_id for c in memory.iter_chunks()) == ["n", "z1"] and memory._dense._n_zero == 0
+        assert sorted(c.chunk_id for c in memory.iter_chunks()) == ["n", "z1"] and memory.backend.dense._n_zero == 0
 
 
 def test_faiss_threads_are_set_once_per_thread(monkeypatch, data):

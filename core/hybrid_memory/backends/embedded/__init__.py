@@ -1,2 +1,3 @@
-"""The embedded backend: a memory folder with a SQLite store (the source of truth, ``store.py``), a Roaring-bitmap
-filter index (``filter_index.py``) and the in-process engines of :mod:`hybrid_memory.engines`."""
+"""The embedded backend (:class:`~hybrid_memory.backends.embedded.backend.EmbeddedBackend`): a memory folder with a
+SQLite store (the source of truth, ``store.py``), a Roaring-bitmap filter index (``filter_index.py``) and the
+in-process engines of :mod:`hybrid_memory.engines`."""

@@ -50,7 +50,7 @@ NEW_MEMORY_NAMES: tuple[str, ...] = (
     ".bm25-*", ".dense-*", ".filters-*", ".indexes-*",
 )
 """Names (fnmatch patterns) of what a memory with 0 chunks may hold: its store and the files derived from it
-(``HybridMemory._save_indexes`` and ``_remove_stale_temporaries``). Anything else keeps the folder."""
+(``EmbeddedBackend._save_indexes`` and ``_remove_stale_temporaries``). Anything else keeps the folder."""
 
 _NOT_A_DATABASE = b"removed, empty\x00"  # 16 bytes over "SQLite format 3\0": SQLite then says "not a database"
 

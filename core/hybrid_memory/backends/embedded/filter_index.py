@@ -41,7 +41,7 @@ API (the memory uses exactly this)::
     index.save(folder, seq)
     index.rebuild(rows)            # one pass: (rowid, metadata, system), metadata a mapping or its JSON text,
                                    # system a mapping of system fields or None (SQLiteStore.filter_rows())
-    index.apply(changes)           # a ChangeSet: the ONLY way the memory updates it (HybridMemory._apply_changes)
+    index.apply(changes)           # a ChangeSet: the ONLY way the memory updates it (EmbeddedBackend._apply_changes)
     index.add(rowids, metadatas, systems=None)       # a rowid already indexed is replaced as a whole
     index.update(rowid, metadata=None, system=None)  # replaces the given namespace(s), keeps the other
     index.update_system(rowid, partial)              # replaces only the system fields named in partial

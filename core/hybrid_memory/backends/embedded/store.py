@@ -742,7 +742,7 @@ class SQLiteStore:
                 yield rowid, metadata, {n: v for n, v in zip(names, system, strict=True) if v is not None}
             last = rows[-1][0]
 
-    def texts(self, rowids: Sequence[int]) -> list[str]:
+    def texts(self, rowids: Sequence[int] | np.ndarray) -> list[str]:
         """Texts of the given rowids, in the given order. Raises KeyError for an unknown rowid."""
         found = self._select("rowid, text", rowids)
         return [found[int(r)][1] for r in rowids]
@@ -942,7 +942,7 @@ class SQLiteStore:
                         found.setdefault(digest, []).append((chunk_id, valid_from, valid_to))
         return found
 
-    def _select(self, columns: str, rowids: Sequence[int]) -> dict[int, tuple]:
+    def _select(self, columns: str, rowids: Sequence[int] | np.ndarray) -> dict[int, tuple]:
         found: dict[int, tuple] = {}
         ids = [int(r) for r in rowids]
         with self._lock:

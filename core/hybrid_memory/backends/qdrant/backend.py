@@ -83,6 +83,7 @@ until Qdrant's optimizer rebuilds the segment), and its N is not returned by any
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -95,7 +96,7 @@ import zlib
 from bisect import bisect_left
 from collections import Counter
 import collections.abc
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,13 +110,17 @@ from ..._exceptions import (
 )
 from ...engines.calibration import gaussian_surprise, term_surprise
 from ...dedup import covering_filter
-from ...embedders import l2_normalize
+from ..._rwlock import ReadWriteLock
+from ...embedders import Embedder, l2_normalize
+from ...onnx_embedder import OnnxEmbedder
+from ...fusion import FUSION_METHODS
 from ...search.engine import Hit, Query
 from ...filters import METADATA, SYSTEM, parse_filter, system_filter
 from ...models import SCOPE_FIELDS, TIME_FIELDS, StoredChunk
 from ...paths import check_local_mode_path
 from ...tokenizer import TechnicalTokenizer
-from ..base import ChunkVersion
+from ...scopes import as_scope
+from ..base import ChunkVersion, NearSearch, P, StoredState, check_embedder, system_values
 from .collection import (
     DENSE,
     PAYLOAD_CACHE,
@@ -322,8 +327,8 @@ def _flt(allowed: QdrantFilter | None) -> Mapping[str, Any] | None:
 class _Legs:
     """Runs the active legs of one query in one batched request, memoised on the :class:`Query` (both
     engines of one search read the same response). ``query.cache["qdrant_legs"]`` names the active legs
-    (BackendMemory sets it from the weights; default both); ``query.cache["qdrant_guard"]`` says whether the
-    fusion reads the exact-match guard (BackendMemory sets it from the method; default True).
+    (:meth:`QdrantBackend.prepare_query` sets it from the weights; default both); ``query.cache["qdrant_guard"]`` says whether the
+    fusion reads the exact-match guard (set from the method there; default True).
 
     The legs return ids and scores only (no payload, no vectors): chunk ids come from the backend's id map
     (:meth:`QdrantBackend.keys`). Per query, ``query.cache`` keeps the query's tokens and sparse vector
@@ -753,6 +758,10 @@ class QdrantBackend:
         first search that reads it builds it: :mod:`hybrid_memory.backends.qdrant.calibration`)."""
         self.closed = False
         """True after :meth:`close` (until a later :meth:`open` succeeds): export_to_qdrant refuses it."""
+        self.index_lock = ReadWriteLock()
+        """Searches hold it shared (the protocol's; Qdrant applies writes itself, so no write holds it alone)."""
+        self.executor = None
+        """Qdrant runs both legs of a query in one batched request: no local thread pool."""
 
     @classmethod
     def edge(cls, path: str | Path, *, payload_cache: int = PAYLOAD_CACHE, payload_memory: str | None = "cached",
@@ -1125,9 +1134,17 @@ class QdrantBackend:
                 out[record.payload["chunk_id"]] = record.payload
         return out
 
-    def get(self, chunk_ids: Sequence[str]) -> dict[str, StoredChunk]:
-        """Stored chunks by id (unknown ids left out)."""
-        return {cid: self._chunk(p) for cid, p in self.payloads(chunk_ids).items()}
+    def get(self, chunk_ids: Sequence[str], scope: Mapping[str, str] | None = None) -> dict[str, StoredChunk]:
+        """Stored chunks by id (unknown ids, and ids outside the bound ``scope`` fields, left out)."""
+        found = {cid: self._chunk(p) for cid, p in self.payloads(chunk_ids).items()}
+        bound = as_scope(scope)
+        if bound is None:
+            return found
+        return {cid: c for cid, c in found.items() if bound.contains(system_values(c))}
+
+    def system_of(self, chunk_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """chunk_id -> system fields (scope, validity, superseded_by, merged) of the stored ids."""
+        return {cid: system_values(c) for cid, c in self.get(chunk_ids).items()}
 
     def hit_rows(self, chunk_ids: Sequence[str], ids: Sequence[int] | None = None) -> dict[str, tuple[str, str | None, dict[str, Any]]]:
         """chunk_id -> (text, source, metadata) of the stored chunks (unknown ids left out): what a search
@@ -1287,9 +1304,13 @@ class QdrantBackend:
             cid = version.chunk.chunk_id
             known[point_id(cid)] = cid
 
-    def delete(self, chunk_ids: Sequence[str]) -> None:
-        """Delete chunks by id."""
-        ids = [self.pid(c) for c in chunk_ids]
+    def delete(self, chunk_ids: Sequence[str]) -> int:
+        """Delete chunks by id (unknown ids are no error: left out). Returns how many were stored (one
+        ``retrieve`` of their ``chunk_id`` first)."""
+        asked = list(dict.fromkeys(self.pid(c) for c in chunk_ids))
+        held = {r.payload["chunk_id"] for start in range(0, len(asked), 1000)
+                for r in self.collection.retrieve(asked[start:start + 1000], payload=["chunk_id"])}
+        ids = [self.pid(c) for c in chunk_ids if c in held]
         stats = self.corpus
         for start in range(0, len(ids), 1000):
             if stats is None:
@@ -1298,6 +1319,7 @@ class QdrantBackend:
                 stats.delete(ids[start:start + 1000], self.collection.delete)
         for c in chunk_ids:
             self._ids.pop(point_id(c), None)
+        return len(held)
 
     def vectors(self, chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:
         """chunk_id -> stored dense vector, float32 (dim,)."""
@@ -1345,3 +1367,131 @@ class QdrantBackend:
                                self.path, exc)
         self.collection.close()
         self.closed = True
+
+    # -- the rest of the Backend protocol -------------------------------------------------------------
+    def embedder_for(self, embedder: Embedder | None) -> Embedder:
+        """``embedder``, or the offline all-MiniLM-L6-v2 for None (its dimension is checked by :meth:`open`).
+
+        Raises:
+            InvalidRequestError: ``embedder`` does not follow the Embedder protocol.
+        """
+        if embedder is None:
+            return OnnxEmbedder()
+        check_embedder(embedder)
+        return embedder
+
+    def tokenize(self, text: str) -> list[str]:
+        """The BM25 tokens of ``text`` (the encoder's tokenizer)."""
+        return self.encoder.tokenizer.tokenize(text)
+
+    def catch_up(self) -> bool:
+        """Nothing to follow: the collection is the one copy (returns False)."""
+        return False
+
+    def prepare_query(self, query: Query, hybrid_params: Any) -> Query:
+        """Announce the legs the weights run (``qdrant_legs``: a leg of weight 0 is not requested) and whether the
+        fusion reads the exact-match guard (``qdrant_guard``: only the adaptive fusion does, the others need not
+        fetch its inputs)."""
+        query.cache["qdrant_legs"] = tuple(
+            name for name, w in (("sparse", hybrid_params.sparse_weight), ("dense", hybrid_params.dense_weight)) if w > 0
+        )
+        query.cache["qdrant_guard"] = FUSION_METHODS[hybrid_params.fusion].identifiers
+        return query
+
+    def holds_metadata_key(self, name: str, scope: Mapping[str, str] | None, catch_up: bool = False) -> bool:
+        """Whether some chunk in ``scope`` has metadata key ``name``: one count of ``{name: {"$exists": True}}``."""
+        return self.count(self.resolve({name: {"$exists": True}}, scope, None)) > 0
+
+    def listing(self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None,
+                as_of: float | None) -> QdrantFilter | None:
+        """As :meth:`resolve`: listings and searches read the same Qdrant filter."""
+        return self.resolve(metadata_filter, scope, as_of)
+
+    def chunk_hashes(self, scope: Mapping[str, str] | None) -> dict[str, str]:
+        """chunk_id -> content hash of every stored chunk in ``scope``, in :meth:`iter_chunks` order."""
+        return {c.chunk_id: c.content_hash for c in self.iter_chunks(self.resolve(None, scope, None))}
+
+    def apply_write(
+        self,
+        chunk_ids: Sequence[str],
+        plan: Callable[[Mapping[str, StoredState]], P],
+        closes: Sequence[tuple[str, Mapping[str, Any]]] = (),
+    ) -> P:
+        """Read the stored payloads of ``chunk_ids`` and of the ``closes`` ids, plan the write against them, and
+        write the plan's versions in one :meth:`write` (each keeps its first-insertion ``seq`` and
+        ``created_at``; an unchanged text keeps its vectors). Two processes writing the same chunk id race (the
+        last upsert wins): the caller serialises writes within the process."""
+        payloads = self.payloads([*chunk_ids, *(cid for cid, _ in closes)])
+        stored = {cid: self._chunk(p) for cid, p in payloads.items()}
+        made = plan({cid: (stored[cid].content_hash, system_values(stored[cid])) for cid in chunk_ids if cid in stored})
+        items = made.items
+        vector_of = dict(zip(made.changed, made.vectors, strict=True))
+        now = time.time()
+        versions = []
+        for i, c in enumerate(items):
+            if i in made.dropped:
+                continue
+            prev = stored.get(c.chunk_id)
+            system = made.system(i)
+            version = StoredChunk(
+                **c.model_dump(), content_hash=made.hashes[i],
+                created_at=prev.created_at if prev else now, updated_at=now,
+                superseded_by=system["superseded_by"],
+                merged_ids=[m[0] for m in system["merged"]], merged_sources=[m[1] for m in system["merged"]],
+            )
+            versions.append(ChunkVersion(version, vector_of.get(i)))
+        targets = made.merge_targets()
+        if targets:
+            more = self.payloads(list(targets))
+            payloads.update(more)
+            for cid, payload in more.items():
+                target = self._chunk(payload)
+                versions.append(ChunkVersion(target.model_copy(update={
+                    "merged_ids": [*target.merged_ids, *(r[0] for r in targets[cid])],
+                    "merged_sources": [*target.merged_sources, *(r[1] for r in targets[cid])],
+                }), None))
+        for cid, update in closes:
+            versions.append(ChunkVersion(stored[cid].model_copy(update=dict(update)), None))
+        seqs = {cid: int(p["seq"]) for cid, p in payloads.items()}
+        self.write(versions, seqs)
+        logger.debug("stored %d chunks on %s (%d vectors written, %d duplicates dropped)", len(items), self.name,
+                     len(made.changed), len(made.dropped))
+        return made
+
+    def near_search(self, tokenize: Callable[[str], list[str]], cosine_floor: float) -> NearSearch:
+        """The 5 nearest stored chunks of exactly the scope whose validity covers the span: the dense leg with
+        both as its filter (:meth:`nearest`), as the embedded backend's near-duplicate search."""
+
+        def search(vector: np.ndarray, key: tuple, span: tuple) -> list[tuple[str, float, list[str]]]:
+            found = self.nearest(vector, dict(zip(SCOPE_FIELDS, key, strict=True)), 5, span)
+            return [(cid, score, tokenize(text)) for cid, score, text in found]
+
+        return search
+
+    @contextlib.contextmanager
+    def bulk(self, closed: Callable[[], bool] = lambda: False) -> Iterator[None]:
+        """Nothing to defer: Qdrant indexes as it stores."""
+        yield
+
+    def flush(self) -> None:
+        """Nothing runs in the background here."""
+
+    def persist(self) -> None:
+        """Nothing to save: Qdrant stored every write when it returned."""
+
+    def bm25_params(self) -> dict[str, float]:
+        """The :class:`SparseEncoder`'s ``{"k1", "b", "avgdl"}`` (what sparse vectors are written with)."""
+        encoder = self.encoder
+        return {"k1": float(encoder.k1), "b": float(encoder.b), "avgdl": float(encoder.avgdl)}
+
+    def reopen_hint(self) -> str:
+        """How to open this memory again: on the same Qdrant Edge shard or collection."""
+        shard = self.path
+        if shard is not None:
+            return f"open it again with HybridMemory.qdrant(edge_path={str(shard)!r})"
+        collection = getattr(self.collection, "name", "hybrid_memory")
+        target = str(getattr(self.collection, "target", ""))
+        target = target.removeprefix("local mode ")  # qdrant-client's local mode: its folder, or :memory:
+        if target in ("", ":memory:"):
+            return "a qdrant-client ':memory:' collection's chunks are gone with it"
+        return f"open it again with HybridMemory.qdrant({target!r}, collection={collection!r})"

@@ -1159,7 +1159,7 @@ class BM25Index:
             known = {k: v for k, v in known.items() if k != f"bm25s/{_BM25S_VOCAB}"}
         crcs = file_checksums(directory, [*main_files, *_CACHE_FILES],
                               known if token is not None and token == main_token else None)
-        self._main_crcs = (main_token, {name: crcs[name] for name in main_files})
+        self._main_crcs = (None if main_token is None else str(main_token), {name: crcs[name] for name in main_files})
         manifest["crc32"] = crcs  # per file, per 64 MiB block: checked on load (_checksums.verify_files)
         (directory / "manifest.json").write_text(json.dumps(manifest, indent=2))
 

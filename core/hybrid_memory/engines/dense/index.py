@@ -813,8 +813,8 @@ class FaissIndex:
             written = [base_name, "delta_slots.npy", "delta_vectors.npy", "slot_ids.npy",
                        *(["moments.npy"] if self._moments is not None else []), *([ivf_file] if ivf_file else [])]
             # token-named files never change: a linked one keeps the checksum it had when written or verified
-            crcs = file_checksums(directory, written, {name: v for name, v in self._file_crcs.items()
-                                                       if name in (base_name, ivf_file)})
+            crcs = file_checksums(directory, [name for name in written if name],
+                                  {name: v for name, v in self._file_crcs.items() if name in (base_name, ivf_file)})
             self._file_crcs = {name: crcs[name] for name in (base_name, ivf_file) if name}
             manifest = {
                 "format_version": _FORMAT_VERSION,
@@ -931,7 +931,8 @@ class FaissIndex:
                 self._ivf_file = ivf_file
                 self._ivf_changes = replayed
                 recorded = manifest.get("crc32") or {}
-                self._file_crcs = {name: list(recorded[name]) for name in (base_name, ivf_file) if name in recorded}
+                self._file_crcs = {name: list(recorded[name]) for name in (base_name, ivf_file)
+                                   if isinstance(name, str) and name in recorded}
         return True
 
 
