@@ -133,7 +133,7 @@ def test_a_memory_on_a_disk_too_full_for_its_wal_files_opens_read_only_and_answe
         expected = [r.chunk_id for r in memory.search("note 7 billing-service", top_k=3).results]
     _full_disk_at_open(monkeypatch)
     with caplog.at_level("WARNING"), HybridMemory.open(tmp_path / "m", embedder=HashingEmbedder(16)) as memory:
-        assert memory._store.read_only is not None
+        assert memory.backend.store.read_only is not None
         assert [r.chunk_id for r in memory.search("note 7 billing-service", top_k=3).results] == expected
         assert memory.count() == 30 and len(memory.get(["n3", "n29"])) == 2
         for write in (lambda: memory.add([{"chunk_id": "new", "text": "a new note"}]),
@@ -150,7 +150,7 @@ def test_a_memory_on_a_disk_too_full_for_its_wal_files_opens_read_only_and_answe
     assert any("opened read-only" in r.getMessage() for r in caplog.records)
     monkeypatch.undo()  # space freed: it opens for writing again, nothing lost
     with HybridMemory.open(tmp_path / "m", embedder=HashingEmbedder(16)) as memory:
-        assert memory._store.read_only is None
+        assert memory.backend.store.read_only is None
         memory.add([{"chunk_id": "new", "text": "a new note"}])
         assert memory.count() == 31
 
