@@ -6,7 +6,6 @@ iter_chunks, and through a scoped view."""
 from __future__ import annotations
 
 import pytest
-
 from hybrid_memory import HashingEmbedder, InvalidFilterError, InvalidRequestError, limits
 
 from tests.backends.test_backends import ENGINES, open_memory
@@ -58,7 +57,7 @@ def test_depth_and_field_test_limits_apply_on_every_read_path(memory):
     for _ in range(33):
         deep = {"$not": deep}
     wide = {"$or": [{"k": i} for i in range(257)]}
-    for name, call in _paths(memory).items():
+    for call in _paths(memory).values():
         with pytest.raises(InvalidFilterError, match="deeper than 32 levels"):
             call(deep)
         with pytest.raises(InvalidFilterError, match="more than 256 field tests"):

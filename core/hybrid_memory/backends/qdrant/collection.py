@@ -829,13 +829,13 @@ class EdgeCollection:
         **What stays:** a text replaced in place (an upsert or payload overwrite of a point in the shard's
         appendable segment: Qdrant rewrites it there without marking a point deleted) stays in that segment's
         freed payload pages until the segment is rewritten (a later vacuum after a delete of one of its
-        points, or Qdrant's merge); it is never served. And the shard's write-ahead log (``wal/open-N``, 32 MiB a log segment, Qdrant's default
-        ``wal_capacity_mb``, which Qdrant Edge does not expose) keeps every write's operation, text included,
-        after it is applied; Qdrant drops a log segment only when it is full and every operation in it is
-        applied. So a deleted text stays in the log's bytes until about 32 MiB of later writes have filled its
-        log segment. Writing the live points into a new shard (``hybrid-memory export-qdrant --replace`` from
-        an export of this one) leaves none. A failure here is logged as a warning and leaves the shard as
-        :meth:`close` flushed it (nothing is lost; the next close after a delete tries again).
+        points, or Qdrant's merge); it is never served. And the shard's write-ahead log (``wal/open-N``,
+        32 MiB a log segment, Qdrant's default ``wal_capacity_mb``, which Qdrant Edge does not expose) keeps
+        every write's operation, text included, after it is applied; Qdrant drops a log segment only when it
+        is full and every operation in it is applied. So a deleted text stays in the log's bytes until about
+        32 MiB of later writes have filled its log segment. Writing the live chunks into a new shard folder
+        leaves neither copy. A failure here is logged as a warning and leaves the shard as :meth:`close`
+        flushed it (nothing is lost; the next close after a delete tries again).
         """
         if self._config is None:
             return False
