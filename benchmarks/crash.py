@@ -51,7 +51,9 @@ KINDS = ("upsert", "cli", "close", "close-mid-save")
 def chunk_text(i: int) -> str:
     """Chunk i's text: two tokens no other chunk has (``uniq<i>q`` and a scrambled one, so two chunks hash to
     the same HashingEmbedder vector only if both collide), and words many share."""
-    return f"uniq{i}q note w{(i * 7919) % 100_003}z about service {i % 13} and the {['db', 'cache', 'queue'][i % 3]} layer"
+    return (
+        f"uniq{i}q note w{(i * 7919) % 100_003}z about service {i % 13} and the {['db', 'cache', 'queue'][i % 3]} layer"
+    )
 
 
 _WRITER = textwrap.dedent(
@@ -147,9 +149,21 @@ def trial(kind: str, rng: random.Random, folder: Path) -> dict:
                 fh.write(json.dumps({"_id": f"k{i}", "text": chunk_text(i)}) + "\n")
         target = rng.randint(1, 2700)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "hybrid_memory.cli.app", "ingest", str(corpus), "--memory", str(path),
-             "--hashing-dim", str(DIM), "-q"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            [
+                sys.executable,
+                "-m",
+                "hybrid_memory.cli.app",
+                "ingest",
+                str(corpus),
+                "--memory",
+                str(path),
+                "--hashing-dim",
+                str(DIM),
+                "-q",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
         )
         while proc.poll() is None and _count(path) < target:
             time.sleep(0.002)  # polling the store to choose the moment; nothing is proven by timing
@@ -160,8 +174,19 @@ def trial(kind: str, rng: random.Random, folder: Path) -> dict:
     else:
         n = rng.randint(1, 150) if kind == "upsert" else rng.randint(60, 200)
         proc = subprocess.Popen(
-            [sys.executable, "-c", _WRITER.format(bench=bench, dim=DIM), str(path), kind, str(n + 50 if kind == "upsert" else n)],
-            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-c",
+                _WRITER.format(bench=bench, dim=DIM),
+                str(path),
+                kind,
+                str(n + 50 if kind == "upsert" else n),
+            ],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         killed_at = ""
         for line in proc.stdout:
@@ -182,7 +207,11 @@ def trial(kind: str, rng: random.Random, folder: Path) -> dict:
         _kill(proc)
     verify = subprocess.run(
         [sys.executable, "-c", _VERIFY.format(bench=bench, dim=DIM), str(path)],
-        input=json.dumps(acked), capture_output=True, text=True, env=env, timeout=600,
+        input=json.dumps(acked),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     if verify.returncode != 0:
         return {"kind": kind, "killed": killed_at, "acked": len(acked), "open_error": verify.stderr[-2000:]}
@@ -236,11 +265,36 @@ def main(argv: list[str] | None = None) -> dict:
         "partial_cli_batches": sum(not r["whole_batches"] for r in ok),
         "reports": reports,
     }
-    rows = [[r["kind"], r["killed"], r["acked"], r.get("lost", "-"), r.get("not_rank1", "-"), r.get("not_dense", "-"),
-             ",".join(r.get("first_open_rebuilt", [])) or "-", ",".join(r.get("second_open_rebuilt", [])) or "-",
-             "ERROR" if "open_error" in r else "ok"] for r in reports]
-    print(common.format_table(rows, ["kind", "killed", "acked", "lost", "not rank 1", "not dense", "1st open rebuilt",
-                                     "2nd open rebuilt", "open"]))
+    rows = [
+        [
+            r["kind"],
+            r["killed"],
+            r["acked"],
+            r.get("lost", "-"),
+            r.get("not_rank1", "-"),
+            r.get("not_dense", "-"),
+            ",".join(r.get("first_open_rebuilt", [])) or "-",
+            ",".join(r.get("second_open_rebuilt", [])) or "-",
+            "ERROR" if "open_error" in r else "ok",
+        ]
+        for r in reports
+    ]
+    print(
+        common.format_table(
+            rows,
+            [
+                "kind",
+                "killed",
+                "acked",
+                "lost",
+                "not rank 1",
+                "not dense",
+                "1st open rebuilt",
+                "2nd open rebuilt",
+                "open",
+            ],
+        )
+    )
     print(common.format_table([[k, summary[k]] for k in summary if k != "reports"], ["total", "value"]))
     if args.json is not None:
         args.json.write_text(json.dumps(summary, indent=2))

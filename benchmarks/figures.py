@@ -40,8 +40,12 @@ FIGURES_DIR = PROJECT_ROOT / "docs" / "_static" / "figures"
 FIGURES = ("ndcg_per_set.png", "latency_vs_size.png", "query_latency_peers.png")
 """The files :func:`render_all` writes when all inputs exist."""
 
-SET_LABELS = {"scifact": "SciFact", "hotpotqa100": "HotpotQA-100", "locomo5": "LoCoMo-5\n(filtered)",
-              "techdocs": "TechDocs"}
+SET_LABELS = {
+    "scifact": "SciFact",
+    "hotpotqa100": "HotpotQA-100",
+    "locomo5": "LoCoMo-5\n(filtered)",
+    "techdocs": "TechDocs",
+}
 COLOURS = {
     "hybrid-memory BM25": "#9ecae1",
     "hybrid-memory dense": "#6baed6",
@@ -69,8 +73,9 @@ def _pyplot() -> Any:
 def provenance(payload: dict[str, Any], fallback_command: str | None = None) -> str:
     """``"<UTC date> · <command>"`` of one result file (the command it recorded, else ``fallback_command``)."""
     date = str(payload.get("utc", "date not recorded")).replace("T", " ").replace("Z", " UTC")
-    command = payload.get("command") or (f"{fallback_command} (command not recorded; inferred)" if fallback_command
-                                         else "command not recorded")
+    command = payload.get("command") or (
+        f"{fallback_command} (command not recorded; inferred)" if fallback_command else "command not recorded"
+    )
     if payload.get("omp_num_threads") is not None and not command.startswith("OMP_NUM_THREADS"):
         command = f"OMP_NUM_THREADS={payload['omp_num_threads']} {command}"  # scale.py records the variable
     return f"{date} · {command}"
@@ -79,8 +84,12 @@ def provenance(payload: dict[str, Any], fallback_command: str | None = None) -> 
 def machine_text(payload: dict[str, Any]) -> str:
     """One line naming the machine of a result file: CPU model (when recorded), cores, platform, Python."""
     m = payload.get("machine") or {}
-    parts = [m.get("cpu"), f"{m['cpus']} cores" if m.get("cpus") else None, m.get("platform"),
-             f"Python {m['python']}" if m.get("python") else None]
+    parts = [
+        m.get("cpu"),
+        f"{m['cpus']} cores" if m.get("cpus") else None,
+        m.get("platform"),
+        f"Python {m['python']}" if m.get("python") else None,
+    ]
     return ", ".join(p for p in parts if p) or "machine not recorded"
 
 
@@ -117,8 +126,15 @@ def ndcg_per_set(peers: dict[str, Any], out: Path) -> Path:
         ys = [peers["datasets"][s]["metrics"][system]["ndcg@10"] for s in sets]
         bars = ax.bar(xs, ys, width * 0.95, label=system, color=COLOURS.get(system))
         for bar, y in zip(bars, ys, strict=True):
-            ax.text(bar.get_x() + bar.get_width() / 2, y + 0.005, f"{y:.3f}", ha="center", va="bottom", fontsize=6,
-                    rotation=90)
+            ax.text(
+                bar.get_x() + bar.get_width() / 2,
+                y + 0.005,
+                f"{y:.3f}",
+                ha="center",
+                va="bottom",
+                fontsize=6,
+                rotation=90,
+            )
     ax.set_xticks(range(len(sets)), [_set_label(s, peers["datasets"][s]) for s in sets])
     ax.set_ylabel("nDCG@10")
     ax.set_ylim(0, min(1.0, max(peers["datasets"][s]["metrics"][m]["ndcg@10"] for s in sets for m in systems) + 0.12))
@@ -131,7 +147,9 @@ def ndcg_per_set(peers: dict[str, Any], out: Path) -> Path:
     return _save(fig, out)
 
 
-def scale_points(payloads: Sequence[dict[str, Any]], filter_name: str = "none") -> dict[str, list[tuple[int, float, float]]]:
+def scale_points(
+    payloads: Sequence[dict[str, Any]], filter_name: str = "none"
+) -> dict[str, list[tuple[int, float, float]]]:
     """engine -> [(n, p50 ms, p95 ms)] sorted by n, from ``scale_<n>.json`` payloads (latency under ``filter_name``)."""
     out: dict[str, list[tuple[int, float, float]]] = {engine: [] for engine, _ in ENGINES}
     for payload in sorted(payloads, key=lambda p: int(p["n"])):
@@ -182,9 +200,12 @@ def query_latency_peers(peers: dict[str, Any], out: Path) -> Path:
     """Grouped bars: p50 latency per set and system with the query embedding (BM25-only row left out); p95 ticks."""
     plt = _pyplot()
     sets = _datasets(peers)
-    systems = [s for s in peers["systems"]
-               if all(peers["datasets"][d].get("query_embeddings_per_search", {}).get(s, 1) >= 1 for d in sets)
-               and s != "hybrid-memory dense"]
+    systems = [
+        s
+        for s in peers["systems"]
+        if all(peers["datasets"][d].get("query_embeddings_per_search", {}).get(s, 1) >= 1 for d in sets)
+        and s != "hybrid-memory dense"
+    ]
     fig, ax = plt.subplots(figsize=(10, 5.2))
     width = 0.8 / len(systems)
     for j, system in enumerate(systems):
@@ -198,8 +219,16 @@ def query_latency_peers(peers: dict[str, Any], out: Path) -> Path:
     floor = [peers["datasets"][s]["latency_ms"].get(EMBED_ONLY, {}).get("p50_ms") for s in sets]
     for i, y in enumerate(floor):
         if y is not None:
-            ax.hlines(y, i - 0.45, i + 0.45, colors="#d62728", linestyles="--", linewidth=1.2,
-                      label="the query embedding alone, p50" if i == 0 else None, zorder=4)
+            ax.hlines(
+                y,
+                i - 0.45,
+                i + 0.45,
+                colors="#d62728",
+                linestyles="--",
+                linewidth=1.2,
+                label="the query embedding alone, p50" if i == 0 else None,
+                zorder=4,
+            )
     ax.set_xticks(range(len(sets)), [_set_label(s, peers["datasets"][s]) for s in sets])
     ax.set_ylabel("query latency, ms (p50 bar, p95 tick)")
     ax.set_title("Query latency with the query embedding (all-MiniLM-L6-v2 on the CPU, once per search, every system)")
@@ -208,9 +237,17 @@ def query_latency_peers(peers: dict[str, Any], out: Path) -> Path:
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
     fig.subplots_adjust(bottom=0.3)
-    add_footer(fig, [f"machine: {machine_text(peers)}", f"run: {provenance(peers)}",
-                     (f"timing: fastest of {peers.get('repeats', '?')} runs per query, systems interleaved; a shared "
-                      "machine: read the ratios between systems")])
+    add_footer(
+        fig,
+        [
+            f"machine: {machine_text(peers)}",
+            f"run: {provenance(peers)}",
+            (
+                f"timing: fastest of {peers.get('repeats', '?')} runs per query, systems interleaved; a shared "
+                "machine: read the ratios between systems"
+            ),
+        ],
+    )
     return _save(fig, out)
 
 

@@ -42,9 +42,9 @@ import _common as common  # noqa: E402
 
 common.ensure_core_importable()
 
-from hybrid_memory.changes import ChangeSet  # noqa: E402
 from hybrid_memory.backends.embedded.filter_index import FilterIndex  # noqa: E402
 from hybrid_memory.backends.embedded.store import SQLiteStore  # noqa: E402
+from hybrid_memory.changes import ChangeSet  # noqa: E402
 
 LABELS = ["db", "network", "oncall", "auth", "billing", "search", "cache", "queue"]
 TARGET_MS = 5.0
@@ -78,8 +78,14 @@ def make_metadata(n: int, seed: int = 0) -> list[dict]:
     label_ids = rng.integers(0, len(LABELS), (n, 3))
     ts = rng.uniform(1.7e9, 1.8e9, n)
     return [
-        {"tenant": f"t{tenant[i]}", "env": str(env[i]), "sev": int(sev[i]), "shard": int(shard[i]),
-         "labels": sorted({LABELS[j] for j in label_ids[i, : n_labels[i]]}), "ts": float(ts[i])}
+        {
+            "tenant": f"t{tenant[i]}",
+            "env": str(env[i]),
+            "sev": int(sev[i]),
+            "shard": int(shard[i]),
+            "labels": sorted({LABELS[j] for j in label_ids[i, : n_labels[i]]}),
+            "ts": float(ts[i]),
+        }
         for i in range(n)
     ]
 
@@ -149,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows, payload_rows = [], []
     for name, flt in filters(args.n, ts_cut).items():
+
         def uncached(flt=flt):
             index.clear_cache()
             return index.resolve(flt)
@@ -171,10 +178,30 @@ def main(argv: list[str] | None = None) -> int:
         assert len(sql_rowids) == matched and np.array_equal(sql_rowids, index.resolve(flt).ids), name
         sql = common.latency_summary(time_calls(lambda flt=flt: store.filter_rowids(flt), args.sql_repeats))
         share = matched / args.n
-        rows.append([name, f"{100 * share:.2f}%", idx["p50_ms"], idx["p95_ms"], ids["p50_ms"], cached["p50_ms"],
-                     sql["p50_ms"], round(sql["p50_ms"] / max(idx["p50_ms"], 1e-6))])
-        payload_rows.append({"filter": name, "query": repr(flt)[:200], "matched": matched, "share": share,
-                             "index": idx, "index_with_ids_and_mask": ids, "cached": cached, "sql": sql})
+        rows.append(
+            [
+                name,
+                f"{100 * share:.2f}%",
+                idx["p50_ms"],
+                idx["p95_ms"],
+                ids["p50_ms"],
+                cached["p50_ms"],
+                sql["p50_ms"],
+                round(sql["p50_ms"] / max(idx["p50_ms"], 1e-6)),
+            ]
+        )
+        payload_rows.append(
+            {
+                "filter": name,
+                "query": repr(flt)[:200],
+                "matched": matched,
+                "share": share,
+                "index": idx,
+                "index_with_ids_and_mask": ids,
+                "cached": cached,
+                "sql": sql,
+            }
+        )
 
     # single-chunk changes through the ChangeSet funnel
     next_rowid = int(store.rowids()[-1]) + 1
@@ -182,8 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(1)
     for i in range(500):
         meta = {"tenant": f"t{i % 100}", "env": "prod", "sev": i % 5, "shard": i, "labels": ["db"], "ts": 1.75e9 + i}
-        change = ChangeSet(added_rowids=[next_rowid + i], added_texts=["t"], added_vectors=np.zeros((1, 1), np.float32),
-                           added_metadata=[meta])
+        change = ChangeSet(
+            added_rowids=[next_rowid + i],
+            added_texts=["t"],
+            added_vectors=np.zeros((1, 1), np.float32),
+            added_metadata=[meta],
+        )
         start = time.perf_counter()
         index.apply(change)
         adds.append(time.perf_counter() - start)
@@ -194,32 +225,52 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         index.apply(ChangeSet(removed=[next_rowid + i]))
         deletes.append(time.perf_counter() - start)
-    changes = {"add": common.latency_summary(adds), "metadata_update": common.latency_summary(updates),
-               "delete": common.latency_summary(deletes)}
+    changes = {
+        "add": common.latency_summary(adds),
+        "metadata_update": common.latency_summary(updates),
+        "delete": common.latency_summary(deletes),
+    }
 
-    headers = ["filter", "matched", "index p50", "index p95", "+ids+mask p50", "cached p50", "sql p50",
-               "sql/index"]
+    headers = ["filter", "matched", "index p50", "index p95", "+ids+mask p50", "cached p50", "sql p50", "sql/index"]
     print(f"\nfilter resolution at n = {args.n:,} (ms; index uncached = cache cleared before each call)\n")
     print(common.format_table(rows, headers))
-    print(f"\nindex build from the store (one SQL pass): {build_s:.2f} s, +{index_mb:.0f} MB RSS "
-          f"(store filled in {fill_s:.1f} s); {index.stats()['terms']:,} terms")
+    print(
+        f"\nindex build from the store (one SQL pass): {build_s:.2f} s, +{index_mb:.0f} MB RSS "
+        f"(store filled in {fill_s:.1f} s); {index.stats()['terms']:,} terms"
+    )
     print(f"saved index: {disk_mb:.0f} MB on disk, save {save_s:.2f} s, load at open {load_s:.2f} s")
-    print("single-chunk ChangeSet apply, p50 / p95 ms: " + ", ".join(
-        f"{k} {v['p50_ms']:.3f} / {v['p95_ms']:.3f}" for k, v in changes.items()))
+    print(
+        "single-chunk ChangeSet apply, p50 / p95 ms: "
+        + ", ".join(f"{k} {v['p50_ms']:.3f} / {v['p95_ms']:.3f}" for k, v in changes.items())
+    )
     eq_in = [r for r in payload_rows if r["filter"].startswith(("eq ", "$in "))]
     worst = max(r["index"]["p50_ms"] for r in eq_in)
     met = worst <= TARGET_MS
-    print(f"target: equality and $in resolution p50 <= {TARGET_MS} ms: worst {worst:.3f} ms -> "
-          f"{'met' if met else 'MISSED'}")
-    path = common.write_results(f"filter_index_{args.n}", {
-        "n": args.n, "repeats": args.repeats, "sql_repeats": args.sql_repeats, "build_s": round(build_s, 3),
-        "index_rss_mb": round(index_mb, 1), "store_fill_s": round(fill_s, 2), "save_s": round(save_s, 3), "load_s": round(load_s, 3),
-        "disk_mb": round(disk_mb, 1), "index_stats": index.stats(),
-        "filters": payload_rows, "changes": changes,
-        "target": {"eq_in_p50_ms_max": TARGET_MS, "worst_eq_in_p50_ms": worst, "met": met},
-        "median_speedup_vs_sql": statistics.median(r["sql"]["p50_ms"] / max(r["index"]["p50_ms"], 1e-6)
-                                                   for r in payload_rows),
-    })
+    print(
+        f"target: equality and $in resolution p50 <= {TARGET_MS} ms: worst {worst:.3f} ms -> "
+        f"{'met' if met else 'MISSED'}"
+    )
+    path = common.write_results(
+        f"filter_index_{args.n}",
+        {
+            "n": args.n,
+            "repeats": args.repeats,
+            "sql_repeats": args.sql_repeats,
+            "build_s": round(build_s, 3),
+            "index_rss_mb": round(index_mb, 1),
+            "store_fill_s": round(fill_s, 2),
+            "save_s": round(save_s, 3),
+            "load_s": round(load_s, 3),
+            "disk_mb": round(disk_mb, 1),
+            "index_stats": index.stats(),
+            "filters": payload_rows,
+            "changes": changes,
+            "target": {"eq_in_p50_ms_max": TARGET_MS, "worst_eq_in_p50_ms": worst, "met": met},
+            "median_speedup_vs_sql": statistics.median(
+                r["sql"]["p50_ms"] / max(r["index"]["p50_ms"], 1e-6) for r in payload_rows
+            ),
+        },
+    )
     print(f"wrote {path}")
     return 0
 

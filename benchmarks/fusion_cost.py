@@ -130,8 +130,21 @@ def timed_stages(sums: dict[str, float]) -> Iterator[None]:
             setattr(cls, name, original)
 
 
-STAGES = ["total", "request", "query", "engines", "sparse surprise", "dense surprise", "dense prepare_surprise",
-          "exact-match preparation", "candidates", "cross-scores", "exact matches", "fuse", "response"]
+STAGES = [
+    "total",
+    "request",
+    "query",
+    "engines",
+    "sparse surprise",
+    "dense surprise",
+    "dense prepare_surprise",
+    "exact-match preparation",
+    "candidates",
+    "cross-scores",
+    "exact matches",
+    "fuse",
+    "response",
+]
 
 
 def measure(data: fdata.EvalSet, memory: Any, repeats: int) -> dict[str, dict[str, float]]:
@@ -229,8 +242,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     common.ensure_core_importable()
     logging.getLogger("bm25s").setLevel(logging.WARNING)
-    results: dict[str, Any] = {"top_k": fe.TOP_K, "candidate_multiplier": fe.MULTIPLIER, "repeats": args.repeats,
-                               "unit": "microseconds, p50 over queries", "datasets": {}}
+    results: dict[str, Any] = {
+        "top_k": fe.TOP_K,
+        "candidate_multiplier": fe.MULTIPLIER,
+        "repeats": args.repeats,
+        "unit": "microseconds, p50 over queries",
+        "datasets": {},
+    }
     for name in args.datasets:
         data = fdata.load(name, class_key=args.class_key)
         name = data.name  # a set given by its path is named by its folder
@@ -242,11 +260,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         headers = ["stage (µs, p50)", *(label for label, _ in ROWS), "default - rrf"]
         rows = [[stage, *(table[label][stage] for label, _ in ROWS), extra[stage]] for stage in STAGES]
         ratio = table[DEFAULT_ROW]["total"] / table[RRF_ROW]["total"]
-        print(f"\n## {name}: {len(data.chunks)} chunks, {len(data.qrels)} queries "
-              f"({time.perf_counter() - started:.0f} s); default / rrf total {ratio:.3f}")
+        print(
+            f"\n## {name}: {len(data.chunks)} chunks, {len(data.qrels)} queries "
+            f"({time.perf_counter() - started:.0f} s); default / rrf total {ratio:.3f}"
+        )
         print(common.format_table(rows, headers))
-        results["datasets"][name] = {"chunks": len(data.chunks), "queries": len(data.qrels), "stages": table,
-                                     "default_minus_rrf": extra, "default_over_rrf": round(ratio, 3)}
+        results["datasets"][name] = {
+            "chunks": len(data.chunks),
+            "queries": len(data.qrels),
+            "stages": table,
+            "default_minus_rrf": extra,
+            "default_over_rrf": round(ratio, 3),
+        }
     context = handoff_costs()
     print("\n## thread hand-off on this machine (µs, p50)")
     print(common.format_table([[k, v] for k, v in context.items()], ["measure", "µs"]))

@@ -105,8 +105,10 @@ def documents_as_queries(data: fdata.EvalSet) -> fdata.EvalSet:
         for doc, grade in judged.items():
             if grade > 0 and doc in position:
                 qrels.setdefault(doc, {})[f"q:{qid}"] = int(grade)
-    out.chunks = [{"chunk_id": f"q:{qid}", "text": text, "source": data.name, "metadata": {}}
-                  for qid, text in data.queries.items()]
+    out.chunks = [
+        {"chunk_id": f"q:{qid}", "text": text, "source": data.name, "metadata": {}}
+        for qid, text in data.queries.items()
+    ]
     out.doc_vectors = np.stack([data.query_vectors[qid] for qid in data.queries]).astype(np.float32)
     out.queries = {doc: data.chunks[position[doc]]["text"] for doc in qrels}
     out.query_vectors = {doc: data.doc_vectors[position[doc]] for doc in qrels}
@@ -114,7 +116,9 @@ def documents_as_queries(data: fdata.EvalSet) -> fdata.EvalSet:
     return out
 
 
-def variants(data: fdata.EvalSet, levels: tuple[float, ...], steps: tuple[tuple[float, int], ...]) -> list[tuple[str, fdata.EvalSet]]:
+def variants(
+    data: fdata.EvalSet, levels: tuple[float, ...], steps: tuple[tuple[float, int], ...]
+) -> list[tuple[str, fdata.EvalSet]]:
     """(label, variant) for the clean set, every dense level, every sparse step and the set reversed, in table
     order."""
     words = [w for chunk in data.chunks[:3000] for w in chunk["text"].split()[:40]]
@@ -134,16 +138,25 @@ def margins(metrics: dict[str, dict[str, float]]) -> dict[str, dict[str, Any]]:
     out = {}
     for label, row in metrics.items():
         worst = min(((row[c] - max(sparse[c], dense[c]), c.split(":", 1)[1]) for c in classes), default=(None, None))
-        out[label] = {"ndcg@10": row["ndcg@10"], "margin": row["ndcg@10"] - max(sparse["ndcg@10"], dense["ndcg@10"]),
-                      "worst_class_margin": worst[0], "worst_class": worst[1]}
+        out[label] = {
+            "ndcg@10": row["ndcg@10"],
+            "margin": row["ndcg@10"] - max(sparse["ndcg@10"], dense["ndcg@10"]),
+            "worst_class_margin": worst[0],
+            "worst_class": worst[1],
+        }
     return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     fdata.add_dataset_arguments(parser)
-    parser.add_argument("--levels", nargs="+", type=float, default=list(DENSE_LEVELS),
-                        help="dense noise levels L in [0, 1) (default 0.6 0.75 0.85)")
+    parser.add_argument(
+        "--levels",
+        nargs="+",
+        type=float,
+        default=list(DENSE_LEVELS),
+        help="dense noise levels L in [0, 1) (default 0.6 0.75 0.85)",
+    )
     args = parser.parse_args(argv)
     fdata.check_datasets(args.datasets)  # every set found before the first runs
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -153,8 +166,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     default_row = f"DEFAULT {DEFAULT_FUSION} 1/1"
     labels = [label for label, _ in fe.rows() if label not in ("sparse alone", "dense alone")]
-    results: dict[str, Any] = {"top_k": fe.TOP_K, "candidate_multiplier": fe.MULTIPLIER, "tolerance": TOLERANCE,
-                               "dense_levels": args.levels, "sparse_steps": SPARSE_STEPS, "datasets": {}}
+    results: dict[str, Any] = {
+        "top_k": fe.TOP_K,
+        "candidate_multiplier": fe.MULTIPLIER,
+        "tolerance": TOLERANCE,
+        "dense_levels": args.levels,
+        "sparse_steps": SPARSE_STEPS,
+        "datasets": {},
+    }
     verdicts: list[str] = []
     for name in args.datasets:
         started = time.perf_counter()
@@ -167,16 +186,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             memory.close()
             m = margins(metrics)
             per_variant[variant] = m
-            table.append([variant, m["sparse alone"]["ndcg@10"], m["dense alone"]["ndcg@10"],
-                          *(m[label]["margin"] for label in labels),
-                          m[default_row]["worst_class"] or "-", m[default_row]["worst_class_margin"]])
+            table.append(
+                [
+                    variant,
+                    m["sparse alone"]["ndcg@10"],
+                    m["dense alone"]["ndcg@10"],
+                    *(m[label]["margin"] for label in labels),
+                    m[default_row]["worst_class"] or "-",
+                    m[default_row]["worst_class_margin"],
+                ]
+            )
             row = m[default_row]
-            ok = row["margin"] >= -TOLERANCE and (row["worst_class_margin"] is None or row["worst_class_margin"] >= -TOLERANCE)
-            verdicts.append(f"{'met' if ok else 'MISSED'}: {name} {variant}: default margin {row['margin']:+.4f}"
-                            + (f", worst class {row['worst_class']} {row['worst_class_margin']:+.4f}" if row["worst_class"] else ""))
+            ok = row["margin"] >= -TOLERANCE and (
+                row["worst_class_margin"] is None or row["worst_class_margin"] >= -TOLERANCE
+            )
+            verdicts.append(
+                f"{'met' if ok else 'MISSED'}: {name} {variant}: default margin {row['margin']:+.4f}"
+                + (f", worst class {row['worst_class']} {row['worst_class_margin']:+.4f}" if row["worst_class"] else "")
+            )
         headers = ["variant", "sparse", "dense", *labels, "default's worst class", "its margin"]
-        print(f"\n## {name}: nDCG@10 of each engine alone; of each method minus the better engine "
-              f"({time.perf_counter() - started:.0f} s)")
+        print(
+            f"\n## {name}: nDCG@10 of each engine alone; of each method minus the better engine "
+            f"({time.perf_counter() - started:.0f} s)"
+        )
         print(common.format_table(table, headers))
         results["datasets"][name] = per_variant
     print("\n## the default against the better engine (tolerance 0.005)")

@@ -42,24 +42,125 @@ import _common as common  # noqa: E402
 
 HANG_SECONDS = 5.0
 DIM = 64
-OPERATORS = ["$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$contains", "$exists", "$and", "$or",
-             "$not", "$regex", "$EQ", "$", "$$", "$in ", "$elemMatch", "$size", "$all", "eq", "$where"]
-KEYS = ["environment", "service", "severity", "tags", "labels", "score", "nested", "café", "", " ", "a.b",
-        "a\nb", "k\\q", "$bad", 'q"uote', "\x00", "\ud800", "x" * 300, "severity ", "SERVICE"]
-JUNK = ["", " ", "\x00", "\u202e", "\ud800", "\udfff", "\ufeff", "😀", "床前明月光", "\x1b[31m", "\r\n", "\t",
-        "NaN", "null", "{", "}", "'", '"', "\\", "%s", "' OR 1=1 --", "☃" * 50, "e\u0301", "\U0001F600" * 3]
+OPERATORS = [
+    "$eq",
+    "$ne",
+    "$gt",
+    "$gte",
+    "$lt",
+    "$lte",
+    "$in",
+    "$nin",
+    "$contains",
+    "$exists",
+    "$and",
+    "$or",
+    "$not",
+    "$regex",
+    "$EQ",
+    "$",
+    "$$",
+    "$in ",
+    "$elemMatch",
+    "$size",
+    "$all",
+    "eq",
+    "$where",
+]
+KEYS = [
+    "environment",
+    "service",
+    "severity",
+    "tags",
+    "labels",
+    "score",
+    "nested",
+    "café",
+    "",
+    " ",
+    "a.b",
+    "a\nb",
+    "k\\q",
+    "$bad",
+    'q"uote',
+    "\x00",
+    "\ud800",
+    "x" * 300,
+    "severity ",
+    "SERVICE",
+]
+JUNK = [
+    "",
+    " ",
+    "\x00",
+    "\u202e",
+    "\ud800",
+    "\udfff",
+    "\ufeff",
+    "😀",
+    "床前明月光",
+    "\x1b[31m",
+    "\r\n",
+    "\t",
+    "NaN",
+    "null",
+    "{",
+    "}",
+    "'",
+    '"',
+    "\\",
+    "%s",
+    "' OR 1=1 --",
+    "☃" * 50,
+    "e\u0301",
+    "\U0001f600" * 3,
+]
 
 
 def _number(rng: random.Random) -> Any:
-    return rng.choice([0, 1, -1, 5, 2**31, 2**63, 2**70, -(2**70), 10**400, 0.5, -0.0, 1e308, -1e308, 1e-320,
-                       math.nan, math.inf, -math.inf, 3.0, 1000, 1001, 10**6, True, False])
+    return rng.choice(
+        [
+            0,
+            1,
+            -1,
+            5,
+            2**31,
+            2**63,
+            2**70,
+            -(2**70),
+            10**400,
+            0.5,
+            -0.0,
+            1e308,
+            -1e308,
+            1e-320,
+            math.nan,
+            math.inf,
+            -math.inf,
+            3.0,
+            1000,
+            1001,
+            10**6,
+            True,
+            False,
+        ]
+    )
 
 
 def _text(rng: random.Random) -> Any:
     kind = rng.random()
     if kind < 0.45:
-        return rng.choice(["HTTP 504", "billing timeout", "postgres pool", "getUserById", "ERR_CONN_RESET",
-                           "v2.3.1 10.0.0.12", "what happened in production?"])
+        return rng.choice(
+            [
+                "HTTP 504",
+                "billing timeout",
+                "postgres pool",
+                "getUserById",
+                "ERR_CONN_RESET",
+                "v2.3.1 10.0.0.12",
+                "what happened in production?",
+            ]
+        )
     if kind < 0.7:
         return "".join(rng.choice(JUNK + ["word", " ", "504"]) for _ in range(rng.randint(1, 12)))
     if kind < 0.8:
@@ -100,7 +201,9 @@ def _filter(rng: random.Random, depth: int = 0) -> Any:
     for _ in range(rng.randint(1, 4)):
         key = rng.choice(KEYS + OPERATORS)
         if key in ("$and", "$or") and depth < 3:
-            out[key] = [_filter(rng, depth + 1) for _ in range(rng.randint(0, 3))] if rng.random() < 0.8 else _value(rng)
+            out[key] = (
+                [_filter(rng, depth + 1) for _ in range(rng.randint(0, 3))] if rng.random() < 0.8 else _value(rng)
+            )
         elif key == "$not" and depth < 3:
             out[key] = _filter(rng, depth + 1)
         elif rng.random() < 0.5:
@@ -149,11 +252,19 @@ def build_memory(path: Path):  # noqa: ANN201
 
     rng = random.Random(0)
     chunks = [
-        {"chunk_id": f"c{i}", "text": f"{rng.choice(['billing', 'auth', 'search'])} HTTP {rng.choice([500, 503, 504])} "
-                                     f"{rng.choice(['postgres pool', 'timeout', 'ERR_CONN_RESET', 'café'])} note {i}",
-         "metadata": {"environment": rng.choice(["production", "staging"]), "severity": rng.randint(1, 5),
-                      "score": rng.random(), "tags": rng.sample(["db", "oncall", "network", "café"], 2),
-                      "labels": ["db", "oncall"] if i % 7 == 0 else [], "service": f"s{i % 9}"}}
+        {
+            "chunk_id": f"c{i}",
+            "text": f"{rng.choice(['billing', 'auth', 'search'])} HTTP {rng.choice([500, 503, 504])} "
+            f"{rng.choice(['postgres pool', 'timeout', 'ERR_CONN_RESET', 'café'])} note {i}",
+            "metadata": {
+                "environment": rng.choice(["production", "staging"]),
+                "severity": rng.randint(1, 5),
+                "score": rng.random(),
+                "tags": rng.sample(["db", "oncall", "network", "café"], 2),
+                "labels": ["db", "oncall"] if i % 7 == 0 else [],
+                "service": f"s{i % 9}",
+            },
+        }
         for i in range(300)
     ]
     memory = HybridMemory(path, embedder=HashingEmbedder(DIM))
@@ -214,8 +325,9 @@ def run_api(memory: Any, requests: Iterable[Any]) -> tuple[Counter, list[dict]]:
     return outcomes, samples
 
 
-def run_cli(memory_path: Path, requests: Iterable[Any], rng: random.Random, tmp: Path,
-            start: int = 0) -> tuple[Counter, list[dict]]:
+def run_cli(
+    memory_path: Path, requests: Iterable[Any], rng: random.Random, tmp: Path, start: int = 0
+) -> tuple[Counter, list[dict]]:
     """Every request as ``hybrid-memory search --request FILE``, in-process; exit code 2 with a message is a
     library error, an exception out of ``main`` or a traceback on stderr is escaped. ``start``: skip the
     first requests (generated and drawn exactly as in a full run, so request ``i`` is the same; to re-time
@@ -232,7 +344,9 @@ def run_cli(memory_path: Path, requests: Iterable[Any], rng: random.Random, tmp:
         if i < start:
             continue
         if raw:
-            file.write_text('{"search_text": "x", "metadata_filter": ' + '{"$and": [' * depth + "{}" + "]}" * depth + "}")
+            file.write_text(
+                '{"search_text": "x", "metadata_filter": ' + '{"$and": [' * depth + "{}" + "]}" * depth + "}"
+            )
         else:
             try:
                 text = json.dumps(request)
@@ -284,37 +398,64 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--n", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=2024)
     parser.add_argument("--no-cli", action="store_true", help="only the API run")
-    parser.add_argument("--cli-n", type=int, default=None, help="requests for the CLI run (default: --n; the first ones)")
-    parser.add_argument("--cli-from", type=int, default=0,
-                        help="run only the CLI requests from this index on (same requests as a full run; no API run)")
+    parser.add_argument(
+        "--cli-n", type=int, default=None, help="requests for the CLI run (default: --n; the first ones)"
+    )
+    parser.add_argument(
+        "--cli-from",
+        type=int,
+        default=0,
+        help="run only the CLI requests from this index on (same requests as a full run; no API run)",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     common.ensure_core_importable()
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
     cli_n = args.n if args.cli_n is None else min(args.cli_n, args.n)
-    summary: dict[str, Any] = {"n": args.n, "cli_n": 0 if args.no_cli else cli_n, "seed": args.seed,
-                               "hang_seconds": HANG_SECONDS}
+    summary: dict[str, Any] = {
+        "n": args.n,
+        "cli_n": 0 if args.no_cli else cli_n,
+        "seed": args.seed,
+        "hang_seconds": HANG_SECONDS,
+    }
     with tempfile.TemporaryDirectory(prefix="hm-fuzz-") as tmp:
         memory_path = Path(tmp) / "memory"
         memory = build_memory(memory_path)
         t0 = time.perf_counter()
         if not args.cli_from:
             api, api_samples = run_api(memory, generate(args.n, args.seed))
-            summary["api"] = {"outcomes": dict(api), "seconds": round(time.perf_counter() - t0, 1),
-                              "samples": api_samples}
+            summary["api"] = {
+                "outcomes": dict(api),
+                "seconds": round(time.perf_counter() - t0, 1),
+                "samples": api_samples,
+            }
         memory.close()
         if not args.no_cli:
             summary["cli_from"] = args.cli_from
             t0 = time.perf_counter()
-            cli, cli_samples = run_cli(memory_path, generate(cli_n, args.seed), random.Random(args.seed + 1), Path(tmp),
-                                       start=args.cli_from)
-            summary["cli"] = {"outcomes": dict(cli), "seconds": round(time.perf_counter() - t0, 1), "samples": cli_samples}
+            cli, cli_samples = run_cli(
+                memory_path, generate(cli_n, args.seed), random.Random(args.seed + 1), Path(tmp), start=args.cli_from
+            )
+            summary["cli"] = {
+                "outcomes": dict(cli),
+                "seconds": round(time.perf_counter() - t0, 1),
+                "samples": cli_samples,
+            }
     rows = []
     for run in ("api", "cli"):
         if run in summary:
             outcomes = summary[run]["outcomes"]
-            rows.append([run, args.n if run == "api" else cli_n - args.cli_from, outcomes.get("ok", 0), outcomes.get("library error", 0),
-                         outcomes.get("escaped", 0), outcomes.get("hang", 0), summary[run]["seconds"]])
+            rows.append(
+                [
+                    run,
+                    args.n if run == "api" else cli_n - args.cli_from,
+                    outcomes.get("ok", 0),
+                    outcomes.get("library error", 0),
+                    outcomes.get("escaped", 0),
+                    outcomes.get("hang", 0),
+                    summary[run]["seconds"],
+                ]
+            )
     print(common.format_table(rows, ["run", "requests", "ok", "library error", "escaped", "hang > 5 s", "seconds"]))
     for run in ("api", "cli"):
         for key, count in sorted(summary.get(run, {}).get("outcomes", {}).items()):
@@ -322,7 +463,8 @@ def main(argv: list[str] | None = None) -> dict:
                 print(f"{run}  {key}: {count}")
     summary["meets_target"] = all(
         summary[r]["outcomes"].get("escaped", 0) == 0 and summary[r]["outcomes"].get("hang", 0) == 0
-        for r in ("api", "cli") if r in summary
+        for r in ("api", "cli")
+        if r in summary
     )
     if args.json is not None:
         args.json.write_text(json.dumps(summary, indent=2, default=repr))

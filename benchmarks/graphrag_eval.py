@@ -47,8 +47,8 @@ RAW_CHUNKS = 50
 def extraction_scores(path: Path) -> dict:
     """Micro-averaged P/R/F1 of the offline extractor on the labelled set, per split and overall."""
     from hybrid_memory.graph import OfflineExtractor
-    from hybrid_memory.graph.patterns import CO_OCCURS
     from hybrid_memory.graph.normalize import normalize_name
+    from hybrid_memory.graph.patterns import CO_OCCURS
 
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     extractor = OfflineExtractor()
@@ -58,13 +58,19 @@ def extraction_scores(path: Path) -> dict:
         entities, relations = extractor.extract(row["sentence"])
         got_e = {(normalize_name(e.name), e.type) for e in entities}
         gold_e = {(normalize_name(e["name"]), e["type"]) for e in row["entities"]}
-        got_r = {(normalize_name(r.source), normalize_name(r.target), normalize_name(r.description))
-                 for r in relations if r.description != CO_OCCURS}
-        gold_r = {(normalize_name(r["source"]), normalize_name(r["target"]), normalize_name(r["verb"]))
-                  for r in row["relations"]}
+        got_r = {
+            (normalize_name(r.source), normalize_name(r.target), normalize_name(r.description))
+            for r in relations
+            if r.description != CO_OCCURS
+        }
+        gold_r = {
+            (normalize_name(r["source"]), normalize_name(r["target"]), normalize_name(r["verb"]))
+            for r in row["relations"]
+        }
         for split in (row["split"], "all"):
-            c = counts.setdefault(split, {"sentences": 0, "e_tp": 0, "e_got": 0, "e_gold": 0, "r_tp": 0,
-                                          "r_got": 0, "r_gold": 0})
+            c = counts.setdefault(
+                split, {"sentences": 0, "e_tp": 0, "e_got": 0, "e_gold": 0, "r_tp": 0, "r_got": 0, "r_gold": 0}
+            )
             c["sentences"] += 1
             c["e_tp"] += len(got_e & gold_e)
             c["e_got"] += len(got_e)
@@ -73,9 +79,15 @@ def extraction_scores(path: Path) -> dict:
             c["r_got"] += len(got_r)
             c["r_gold"] += len(gold_r)
         if got_e != gold_e or got_r != gold_r:
-            misses.append({"id": row["id"], "extra_entities": sorted(got_e - gold_e),
-                           "missed_entities": sorted(gold_e - got_e), "extra_relations": sorted(got_r - gold_r),
-                           "missed_relations": sorted(gold_r - got_r)})
+            misses.append(
+                {
+                    "id": row["id"],
+                    "extra_entities": sorted(got_e - gold_e),
+                    "missed_entities": sorted(gold_e - got_e),
+                    "extra_relations": sorted(got_r - gold_r),
+                    "missed_relations": sorted(gold_r - got_r),
+                }
+            )
 
     def prf(tp: int, got: int, gold: int) -> dict:
         p = tp / got if got else 0.0
@@ -84,9 +96,13 @@ def extraction_scores(path: Path) -> dict:
 
     out = {}
     for split, c in counts.items():
-        out[split] = {"sentences": c["sentences"], "gold_entities": c["e_gold"], "gold_relations": c["r_gold"],
-                      "entities": prf(c["e_tp"], c["e_got"], c["e_gold"]),
-                      "typed_relations": prf(c["r_tp"], c["r_got"], c["r_gold"])}
+        out[split] = {
+            "sentences": c["sentences"],
+            "gold_entities": c["e_gold"],
+            "gold_relations": c["r_gold"],
+            "entities": prf(c["e_tp"], c["e_got"], c["e_gold"]),
+            "typed_relations": prf(c["r_tp"], c["r_got"], c["r_gold"]),
+        }
     return {"by_split": out, "differences": misses}
 
 
@@ -161,20 +177,35 @@ def build_graph(index, view, cache: ReportVectorCache) -> dict:
     indexed = index.prepare_search()
     index_s = time.perf_counter() - t0
     cache.collect(index)
-    return {"graph_seconds": graph_s, "report_seconds": report_s, "report_index_seconds": index_s,
-            "indexed_reports": indexed, "failed_extractions": len(sync.failed), "summariser_calls": calls,
-            "failed_reports": len(failed)}
+    return {
+        "graph_seconds": graph_s,
+        "report_seconds": report_s,
+        "report_index_seconds": index_s,
+        "indexed_reports": indexed,
+        "failed_extractions": len(sync.failed),
+        "summariser_calls": calls,
+        "failed_reports": len(failed),
+    }
 
 
-def evaluate_questions(graphs: dict, views: dict, questions: list[tuple[str, str, str, set[str]]],
-                       chunk_tokens: dict[str, int], budgets: list[int]) -> tuple[dict, list[dict]]:
+def evaluate_questions(
+    graphs: dict,
+    views: dict,
+    questions: list[tuple[str, str, str, set[str]]],
+    chunk_tokens: dict[str, int],
+    budgets: list[int],
+) -> tuple[dict, list[dict]]:
     """Per budget: means over the questions. ``questions``: (query id, graph key, text, gold chunk ids)."""
     rows = []
     for qid, key, text, gold in questions:
         raw = views[key].search(text, top_k=RAW_CHUNKS).results
         raw_ids = [r.chunk_id for r in raw]
-        row = {"query_id": qid, "raw50_tokens": sum(chunk_tokens[c] for c in raw_ids),
-               "gold_in_raw50": len(gold & set(raw_ids)) / len(gold), "budgets": {}}
+        row = {
+            "query_id": qid,
+            "raw50_tokens": sum(chunk_tokens[c] for c in raw_ids),
+            "gold_in_raw50": len(gold & set(raw_ids)) / len(gold),
+            "budgets": {},
+        }
         for budget in budgets:
             result = graphs[key].global_search(text, token_budget=budget)
             stood, quoted = set(result.chunk_ids), set(result.quoted_chunk_ids)
@@ -204,9 +235,12 @@ def evaluate_questions(graphs: dict, views: dict, questions: list[tuple[str, str
             "mean_chunks_stood_for": round(statistics.fmean(c["chunks_stood_for"] for c in cells), 1),
             "questions_without_relevant_reports": sum(c["no_relevant_reports"] for c in cells),
         }
-    summary = {"questions": len(rows), "mean_raw50_tokens": round(raw_mean, 1),
-               "gold_in_raw50": round(statistics.fmean(r["gold_in_raw50"] for r in rows), 3),
-               "budgets": per_budget}
+    summary = {
+        "questions": len(rows),
+        "mean_raw50_tokens": round(raw_mean, 1),
+        "gold_in_raw50": round(statistics.fmean(r["gold_in_raw50"] for r in rows), 3),
+        "budgets": per_budget,
+    }
     return summary, rows
 
 
@@ -220,11 +254,15 @@ def graph_stats(graphs: dict) -> dict:
         covered += round(stats["coverage"] * stats["entities"])
         for level, n in stats["communities_per_level"].items():
             per_level[int(level)] = per_level.get(int(level), 0) + n
-    return {"graphs": len(graphs), "entities": entities, "edges": edges,
-            "communities_per_level": {str(k): v for k, v in sorted(per_level.items())},
-            "coverage": round(covered / entities, 4) if entities else 1.0,
-            "merges": sum(len(i.merges) for i in graphs.values()),
-            "alias_candidates": sum(len(i.alias_candidates()) for i in graphs.values())}
+    return {
+        "graphs": len(graphs),
+        "entities": entities,
+        "edges": edges,
+        "communities_per_level": {str(k): v for k, v in sorted(per_level.items())},
+        "coverage": round(covered / entities, 4) if entities else 1.0,
+        "merges": sum(len(i.merges) for i in graphs.values()),
+        "alias_candidates": sum(len(i.alias_candidates()) for i in graphs.values()),
+    }
 
 
 def run_dataset(name: str, embedder, args, cache: ReportVectorCache) -> dict | None:
@@ -239,8 +277,12 @@ def run_dataset(name: str, embedder, args, cache: ReportVectorCache) -> dict | N
     memory = HybridMemory(None, embedder=embedder)
     chunks = []
     for chunk in data.chunks:
-        record = {"chunk_id": chunk.chunk_id, "text": chunk.text, "source": chunk.source,
-                  "metadata": dict(chunk.metadata)}
+        record = {
+            "chunk_id": chunk.chunk_id,
+            "text": chunk.text,
+            "source": chunk.source,
+            "metadata": dict(chunk.metadata),
+        }
         if name == "locomo5":
             record["user_id"] = str(chunk.metadata["conversation"])
         chunks.append(record)
@@ -273,11 +315,17 @@ def run_dataset(name: str, embedder, args, cache: ReportVectorCache) -> dict | N
     t0 = time.perf_counter()
     summary, rows = evaluate_questions(graphs, views, questions, chunk_tokens, args.budgets)
     query_s = time.perf_counter() - t0
-    out = {"dataset": name, "chunks": len(chunks), **{k: round(v, 2) for k, v in timings.items()},
-           "build_seconds": round(timings["graph_seconds"] + timings["report_seconds"]
-                                  + timings["report_index_seconds"], 2),
-           "query_seconds_per_question_all_budgets": round(query_s / max(1, len(rows)), 3),
-           **graph_stats(graphs), **summary}
+    out = {
+        "dataset": name,
+        "chunks": len(chunks),
+        **{k: round(v, 2) for k, v in timings.items()},
+        "build_seconds": round(
+            timings["graph_seconds"] + timings["report_seconds"] + timings["report_index_seconds"], 2
+        ),
+        "query_seconds_per_question_all_budgets": round(query_s / max(1, len(rows)), 3),
+        **graph_stats(graphs),
+        **summary,
+    }
     memory.close()
     return {"summary": out, "questions": rows}
 
@@ -289,8 +337,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embedder", choices=("minilm", "hashing"), default="minilm")
     parser.add_argument("--max-cluster-size", type=int, default=10)
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--locomo-questions", type=int, default=0,
-                        help="N LoCoMo questions evenly spaced over the qrels order (0 = all 760)")
+    parser.add_argument(
+        "--locomo-questions",
+        type=int,
+        default=0,
+        help="N LoCoMo questions evenly spaced over the qrels order (0 = all 760)",
+    )
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     args.budgets = [int(b) for b in args.budgets.split(",")]
@@ -299,8 +351,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("bm25s").setLevel(logging.WARNING)
     from hybrid_memory.graph import tokenizer_name
 
-    results: dict = {"tokenizer": tokenizer_name(), "embedder": args.embedder, "extractor": "offline-rules",
-                     "summarizer": "extractive", "max_cluster_size": args.max_cluster_size, "seed": args.seed}
+    results: dict = {
+        "tokenizer": tokenizer_name(),
+        "embedder": args.embedder,
+        "extractor": "offline-rules",
+        "summarizer": "extractive",
+        "max_cluster_size": args.max_cluster_size,
+        "seed": args.seed,
+    }
     extraction = extraction_scores(LABELS)
     results["extraction"] = extraction
     print("Offline extraction on the hand-labelled set (micro-averaged)")
@@ -309,8 +367,10 @@ def main(argv: list[str] | None = None) -> int:
     for split in ("dev", "heldout", "all"):
         s = extraction["by_split"][split]
         e, r = s["entities"], s["typed_relations"]
-        print(f"| {split} | {s['sentences']} | {e['precision']:.3f} | {e['recall']:.3f} | {e['f1']:.3f} | "
-              f"{r['precision']:.3f} | {r['recall']:.3f} | {r['f1']:.3f} |")
+        print(
+            f"| {split} | {s['sentences']} | {e['precision']:.3f} | {e['recall']:.3f} | {e['f1']:.3f} | "
+            f"{r['precision']:.3f} | {r['recall']:.3f} | {r['f1']:.3f} |"
+        )
 
     embedder = QueryCachedEmbedder(_common.make_embedder(args.embedder))
     cache = ReportVectorCache(embedder.name)
@@ -321,8 +381,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         results["datasets"][name] = got
         s = got["summary"]
-        print(f"\n{name}: {s['chunks']} chunks in {s['graphs']} graph(s), {s['questions']} questions, "
-              f"embedder {embedder.name}, tokenizer {results['tokenizer']}")
+        print(
+            f"\n{name}: {s['chunks']} chunks in {s['graphs']} graph(s), {s['questions']} questions, "
+            f"embedder {embedder.name}, tokenizer {results['tokenizer']}"
+        )
         print("| measure | value |\n|---|---|")
         for label, value in [
             ("build: graph (extract + resolve + Leiden) s", s["graph_seconds"]),
@@ -336,13 +398,17 @@ def main(argv: list[str] | None = None) -> int:
             (f"gold chunks in the {RAW_CHUNKS} raw chunks", f"{s['gold_in_raw50']:.3f}"),
         ]:
             print(f"| {label} | {value} |")
-        print("\n| token budget | tokens handed over (mean) | / raw-50 tokens | gold stood for | gold quoted | "
-              "all gold stood for | reports | evidence sentences |")
+        print(
+            "\n| token budget | tokens handed over (mean) | / raw-50 tokens | gold stood for | gold quoted | "
+            "all gold stood for | reports | evidence sentences |"
+        )
         print("|---|---|---|---|---|---|---|---|")
         for budget, b in s["budgets"].items():
-            print(f"| {budget} | {b['mean_tokens']:.0f} | {b['tokens_to_raw50']:.3f} | {b['gold_stood_for']:.3f} | "
-                  f"{b['gold_quoted']:.3f} | {b['questions_all_gold_stood_for']} | {b['mean_reports']:.2f} | "
-                  f"{b['mean_evidence_sentences']:.2f} |")
+            print(
+                f"| {budget} | {b['mean_tokens']:.0f} | {b['tokens_to_raw50']:.3f} | {b['gold_stood_for']:.3f} | "
+                f"{b['gold_quoted']:.3f} | {b['questions_all_gold_stood_for']} | {b['mean_reports']:.2f} | "
+                f"{b['mean_evidence_sentences']:.2f} |"
+            )
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=1))
     print(f"\nwrote {args.output}")

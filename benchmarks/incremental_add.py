@@ -45,17 +45,53 @@ DIM = 384
 TARGET_MS = 50.0
 MAX_NDCG_DIFF = 0.005
 
-SERVICES = ["billing-service", "auth-api", "search-indexer", "payments-gateway", "notification-worker",
-            "api-gateway", "user-profile", "inventory-sync", "report-builder", "session-store"]
-ERRORS = ["ERR_CONN_RESET", "ERR_TIMEOUT", "ECONNREFUSED", "E1243", "E1250", "E2001", "ETIMEDOUT",
-          "HTTP 500", "HTTP 502", "HTTP 503", "HTTP 504", "HTTP 429", "SQLSTATE 53300", "OOMKilled"]
-FUNCTIONS = ["getUserById", "generateInvoiceBatch", "retryRefund", "sendPushNotification", "computeTotal",
-             "refreshToken", "reindexProducts", "scheduleDigest", "loadProfile", "flushQueue"]
+SERVICES = [
+    "billing-service",
+    "auth-api",
+    "search-indexer",
+    "payments-gateway",
+    "notification-worker",
+    "api-gateway",
+    "user-profile",
+    "inventory-sync",
+    "report-builder",
+    "session-store",
+]
+ERRORS = [
+    "ERR_CONN_RESET",
+    "ERR_TIMEOUT",
+    "ECONNREFUSED",
+    "E1243",
+    "E1250",
+    "E2001",
+    "ETIMEDOUT",
+    "HTTP 500",
+    "HTTP 502",
+    "HTTP 503",
+    "HTTP 504",
+    "HTTP 429",
+    "SQLSTATE 53300",
+    "OOMKilled",
+]
+FUNCTIONS = [
+    "getUserById",
+    "generateInvoiceBatch",
+    "retryRefund",
+    "sendPushNotification",
+    "computeTotal",
+    "refreshToken",
+    "reindexProducts",
+    "scheduleDigest",
+    "loadProfile",
+    "flushQueue",
+]
 TABLES = ["pg_stat_activity", "invoices", "refund_attempts", "user_roles", "payment_requests", "sessions"]
-WORDS = ("the a after during while pool connection request latency spike timeout retry queue worker "
-         "cache deploy rollback replica primary lock migration index disk memory cpu thread restart "
-         "alert page customer upstream downstream gateway database cluster node pod config secret "
-         "rotation certificate consumer lag partition batch job cron schedule error rate budget").split()
+WORDS = (
+    "the a after during while pool connection request latency spike timeout retry queue worker "
+    "cache deploy rollback replica primary lock migration index disk memory cpu thread restart "
+    "alert page customer upstream downstream gateway database cluster node pod config secret "
+    "rotation certificate consumer lag partition batch job cron schedule error rate budget"
+).split()
 ENVS = ["production", "staging", "dev"]
 
 
@@ -95,7 +131,7 @@ def synthetic_text(rng: np.random.Generator) -> tuple[str, dict]:
     ip = f"10.0.{rng.integers(0, 16)}.{rng.integers(1, 255)}"
     version = f"v{rng.integers(1, 5)}.{rng.integers(0, 10)}.{rng.integers(0, 20)}"
     filler = " ".join(WORDS[i] for i in rng.integers(len(WORDS), size=int(rng.integers(12, 28))))
-    text = (f"{service} {version} on {host} ({ip}): {error} in {function}() while reading {table}; {filler}.")
+    text = f"{service} {version} on {host} ({ip}): {error} in {function}() while reading {table}; {filler}."
     return text, {"service": service, "environment": env, "severity": int(rng.integers(1, 5))}
 
 
@@ -163,12 +199,19 @@ def part_a(n_bulk: int, n_adds: int) -> dict:
     }
     # the target: median add-to-searchable time (p95 and max are reported beside it)
     summary["meets_target"] = summary["add_to_searchable"]["p50_ms"] <= TARGET_MS
-    rows = [[name, s["p50_ms"], s["p95_ms"], s["max_ms"]]
-            for name, s in (("add + search (add-to-searchable)", summary["add_to_searchable"]),
-                            ("add() only", summary["add_only"]), ("search() only", summary["search_only"]))]
+    rows = [
+        [name, s["p50_ms"], s["p95_ms"], s["max_ms"]]
+        for name, s in (
+            ("add + search (add-to-searchable)", summary["add_to_searchable"]),
+            ("add() only", summary["add_only"]),
+            ("search() only", summary["search_only"]),
+        )
+    ]
     print(common.format_table(rows, ["part A: per new chunk", "median ms", "p95 ms", "max ms"]))
-    print(f"target median <= {TARGET_MS} ms: {'met' if summary['meets_target'] else 'NOT MET'}; "
-          f"every new chunk was rank 1 in BM25 and in FAISS right after add()")
+    print(
+        f"target median <= {TARGET_MS} ms: {'met' if summary['meets_target'] else 'NOT MET'}; "
+        f"every new chunk was rank 1 in BM25 and in FAISS right after add()"
+    )
     return summary
 
 
@@ -198,13 +241,23 @@ def part_b(dataset: str, embedder_kind: str, limit_queries: int | None) -> dict 
     delta_at_end = incremental.stats()["bm25_delta_documents"]
     print(f"part B: {dataset}, {half} bulk + {n - half} single adds (BM25 delta at end: {delta_at_end} docs)")
 
-    modes = {"hybrid": {"dense_weight": 1.0, "sparse_weight": 1.0, "rrf_k_constant": 60},
-             "sparse": {"dense_weight": 0.0, "sparse_weight": 1.0, "rrf_k_constant": 60}}
-    out: dict = {"dataset": dataset, "embedder": embedder.name, "documents": n, "bulk_half": half,
-                 "single_adds": n - half, "queries": len(data.queries), "bm25_delta_documents_at_end": delta_at_end,
-                 "single_add_latency": common.latency_summary(add_seconds),
-                 "slowest_adds_ms": [round(x * 1000, 1) for x in sorted(add_seconds, reverse=True)[:8]],
-                 "adds_over_1s": sum(x > 1.0 for x in add_seconds), "max_abs_ndcg_diff": MAX_NDCG_DIFF}
+    modes = {
+        "hybrid": {"dense_weight": 1.0, "sparse_weight": 1.0, "rrf_k_constant": 60},
+        "sparse": {"dense_weight": 0.0, "sparse_weight": 1.0, "rrf_k_constant": 60},
+    }
+    out: dict = {
+        "dataset": dataset,
+        "embedder": embedder.name,
+        "documents": n,
+        "bulk_half": half,
+        "single_adds": n - half,
+        "queries": len(data.queries),
+        "bm25_delta_documents_at_end": delta_at_end,
+        "single_add_latency": common.latency_summary(add_seconds),
+        "slowest_adds_ms": [round(x * 1000, 1) for x in sorted(add_seconds, reverse=True)[:8]],
+        "adds_over_1s": sum(x > 1.0 for x in add_seconds),
+        "max_abs_ndcg_diff": MAX_NDCG_DIFF,
+    }
     rows = []
     for mode, params in modes.items():
         runs = {"bulk": {}, "incremental": {}}
@@ -218,19 +271,44 @@ def part_b(dataset: str, embedder_kind: str, limit_queries: int | None) -> dict 
         nd_bulk = common.evaluate(data.qrels, runs["bulk"], ["ndcg@10"])["ndcg@10"]
         nd_inc = common.evaluate(data.qrels, runs["incremental"], ["ndcg@10"])["ndcg@10"]
         diff = round(nd_inc - nd_bulk, 4)
-        out[mode] = {"ndcg@10_bulk": nd_bulk, "ndcg@10_incremental": nd_inc, "diff": diff,
-                     "identical_top10_fraction": round(same_top10 / len(data.queries), 4),
-                     "within_tolerance": abs(diff) <= MAX_NDCG_DIFF}
-        rows.append([mode, nd_bulk, nd_inc, diff, out[mode]["identical_top10_fraction"],
-                     "ok" if abs(diff) <= MAX_NDCG_DIFF else "FAIL"])
+        out[mode] = {
+            "ndcg@10_bulk": nd_bulk,
+            "ndcg@10_incremental": nd_inc,
+            "diff": diff,
+            "identical_top10_fraction": round(same_top10 / len(data.queries), 4),
+            "within_tolerance": abs(diff) <= MAX_NDCG_DIFF,
+        }
+        rows.append(
+            [
+                mode,
+                nd_bulk,
+                nd_inc,
+                diff,
+                out[mode]["identical_top10_fraction"],
+                "ok" if abs(diff) <= MAX_NDCG_DIFF else "FAIL",
+            ]
+        )
     bulk.close()
     incremental.close()
-    print(common.format_table(rows, ["part B: mode", "nDCG@10 bulk", "nDCG@10 incremental", "diff",
-                                     "identical top-10", f"|diff| <= {MAX_NDCG_DIFF}"]))
+    print(
+        common.format_table(
+            rows,
+            [
+                "part B: mode",
+                "nDCG@10 bulk",
+                "nDCG@10 incremental",
+                "diff",
+                "identical top-10",
+                f"|diff| <= {MAX_NDCG_DIFF}",
+            ],
+        )
+    )
     lat = out["single_add_latency"]
-    print(f"single add() on {dataset} (vector given, includes BM25 compactions): "
-          f"median {lat['p50_ms']} ms, p95 {lat['p95_ms']} ms, max {lat['max_ms']} ms; "
-          f"slowest {out['slowest_adds_ms'][:5]} ms")
+    print(
+        f"single add() on {dataset} (vector given, includes BM25 compactions): "
+        f"median {lat['p50_ms']} ms, p95 {lat['p95_ms']} ms, max {lat['max_ms']} ms; "
+        f"slowest {out['slowest_adds_ms'][:5]} ms"
+    )
     return out
 
 

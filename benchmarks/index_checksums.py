@@ -53,7 +53,7 @@ def main() -> None:
         for start in range(0, args.n, 50_000):
             block = rng.standard_normal((min(50_000, args.n - start), 384)).astype(np.float32)
             block /= np.linalg.norm(block, axis=1, keepdims=True)
-            dense.add(ids[start:start + len(block)], block)
+            dense.add(ids[start : start + len(block)], block)
         dense.save(root / "dense")
         del dense
         sparse = BM25Index()
@@ -83,14 +83,40 @@ def main() -> None:
         extra = checked - unchecked
         per_gb = extra / (sizes[engine] / 1e9)
         at_1m = per_gb * sizes[engine] / 1e9 * (1_000_000 / args.n)
-        payload["engines"][engine] = {"bytes": sizes[engine], "open_checked_s": round(checked, 4),
-                                      "open_unchecked_s": round(unchecked, 4), "check_s": round(extra, 4),
-                                      "check_s_per_gb": round(per_gb, 3), "check_s_at_1m_extrapolated": round(at_1m, 2)}
-        rows.append([engine, f"{sizes[engine] / 1e6:.0f}", f"{unchecked * 1e3:.0f}", f"{checked * 1e3:.0f}",
-                     f"{extra * 1e3:.0f}", f"{per_gb:.2f}", f"{at_1m:.2f}"])
+        payload["engines"][engine] = {
+            "bytes": sizes[engine],
+            "open_checked_s": round(checked, 4),
+            "open_unchecked_s": round(unchecked, 4),
+            "check_s": round(extra, 4),
+            "check_s_per_gb": round(per_gb, 3),
+            "check_s_at_1m_extrapolated": round(at_1m, 2),
+        }
+        rows.append(
+            [
+                engine,
+                f"{sizes[engine] / 1e6:.0f}",
+                f"{unchecked * 1e3:.0f}",
+                f"{checked * 1e3:.0f}",
+                f"{extra * 1e3:.0f}",
+                f"{per_gb:.2f}",
+                f"{at_1m:.2f}",
+            ]
+        )
     print(f"index open with and without CRC-32 checks, n={args.n:,}, median of {args.repeat}, {THREADS} threads")
-    print(format_table(rows, ["engine", "MB", "open ms (no check)", "open ms (checked)", "check ms", "s/GB",
-                              "check s at 1M (extrapolated)"]))
+    print(
+        format_table(
+            rows,
+            [
+                "engine",
+                "MB",
+                "open ms (no check)",
+                "open ms (checked)",
+                "check ms",
+                "s/GB",
+                "check s at 1M (extrapolated)",
+            ],
+        )
+    )
     print(f"results: {write_results(f'index_checksums_{args.n}', payload)}")
 
 

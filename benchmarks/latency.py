@@ -51,8 +51,11 @@ def build_scifact(embedder_kind: str, limit_queries: int | None):  # noqa: ANN20
     vectors = common.document_vectors("scifact", embedder, data.texts)
     memory = HybridMemory(None, embedder=embedder, candidate_multiplier=CANDIDATE_MULTIPLIER)
     memory.add(data.chunks, vectors=vectors)
-    return memory, list(data.queries.values()), {"data": "scifact", "documents": len(data.chunks),
-                                                  "embedder": embedder.name}
+    return (
+        memory,
+        list(data.queries.values()),
+        {"data": "scifact", "documents": len(data.chunks), "embedder": embedder.name},
+    )
 
 
 def build_synthetic(n_docs: int, n_queries: int):  # noqa: ANN201
@@ -95,9 +98,11 @@ def main(argv: list[str] | None = None) -> dict:
         memory, queries, info = build_scifact(args.embedder, args.limit_queries)
     else:
         memory, queries, info = build_synthetic(args.n_docs, args.n_queries)
-    print(f"{info['data']}: {info['documents']} documents, {len(queries)} queries x {args.repeats}, "
-          f"embedder {info['embedder']}, built in {time.perf_counter() - t0:.1f} s; "
-          f"top_k={TOP_K}, {TOP_K * CANDIDATE_MULTIPLIER} candidates per engine")
+    print(
+        f"{info['data']}: {info['documents']} documents, {len(queries)} queries x {args.repeats}, "
+        f"embedder {info['embedder']}, built in {time.perf_counter() - t0:.1f} s; "
+        f"top_k={TOP_K}, {TOP_K * CANDIDATE_MULTIPLIER} candidates per engine"
+    )
 
     names = list(MODES)
     for text in queries[:WARMUP]:
@@ -107,7 +112,7 @@ def main(argv: list[str] | None = None) -> dict:
     step = 0
     for _ in range(args.repeats):
         for text in queries:
-            rotation = names[step % 3:] + names[: step % 3]
+            rotation = names[step % 3 :] + names[: step % 3]
             step += 1
             for mode in rotation:
                 t = time.perf_counter()
@@ -126,12 +131,19 @@ def main(argv: list[str] | None = None) -> dict:
     met = all(r <= TARGET_RATIO for r in ratios.values())
     print(f"target hybrid <= {TARGET_RATIO} x slower engine (p50 and p95): {'met' if met else 'NOT MET'}")
 
-    payload = {**info, "queries": len(queries), "repeats": args.repeats, "top_k": TOP_K,
-               "candidate_multiplier": CANDIDATE_MULTIPLIER, "warmup_queries": WARMUP,
-               "latency": summary, "hybrid_over_slower_engine": ratios, "target_ratio": TARGET_RATIO,
-               "meets_target": met,
-               "notes": "per search() call; modes interleaved with rotating order; dense and hybrid include "
-                        "query embedding"}
+    payload = {
+        **info,
+        "queries": len(queries),
+        "repeats": args.repeats,
+        "top_k": TOP_K,
+        "candidate_multiplier": CANDIDATE_MULTIPLIER,
+        "warmup_queries": WARMUP,
+        "latency": summary,
+        "hybrid_over_slower_engine": ratios,
+        "target_ratio": TARGET_RATIO,
+        "meets_target": met,
+        "notes": "per search() call; modes interleaved with rotating order; dense and hybrid include query embedding",
+    }
     suffix = "" if args.data == "synthetic" or args.embedder == "minilm" else f"_{args.embedder}"
     path = common.write_results(f"latency_{info['data']}{suffix}", payload)
     print(f"wrote {path}")

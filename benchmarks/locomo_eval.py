@@ -106,8 +106,9 @@ def main(argv: list[str] | None = None) -> dict:
     embedder = common.make_embedder(args.embedder)
     doc_vectors = common.document_vectors(DATASET, embedder, [c.text for c in chunks])
     query_texts = [q["text"] for q in queries]
-    query_vectors = common.load_or_embed(f"{DATASET}-queries", embedder.name, embedder.dim, query_texts,
-                                         embedder.embed_documents)
+    query_vectors = common.load_or_embed(
+        f"{DATASET}-queries", embedder.name, embedder.dim, query_texts, embedder.embed_documents
+    )
 
     prior = RecencyPrior()
     memory = HybridMemory(None, embedder=embedder, candidate_multiplier=2, recency_prior=prior)
@@ -123,9 +124,16 @@ def main(argv: list[str] | None = None) -> dict:
         for q, vector in zip(queries, query_vectors, strict=True):
             conv = q["metadata_filter"]["conversation"]
             response = memory.search(
-                {"query_id": q["_id"], "search_text": q["text"], "top_k": TOP_K,
-                 "metadata_filter": q["metadata_filter"], "as_of": last_turn[conv], **extra},
-                query_vector=vector, recency=recency,
+                {
+                    "query_id": q["_id"],
+                    "search_text": q["text"],
+                    "top_k": TOP_K,
+                    "metadata_filter": q["metadata_filter"],
+                    "as_of": last_turn[conv],
+                    **extra,
+                },
+                query_vector=vector,
+                recency=recency,
             )
             run[q["_id"]] = common.run_from_results(response.results)
             method_ran[name] = getattr(response, "fusion", None) or "rrf"  # responses name it once fusion has methods
@@ -138,8 +146,9 @@ def main(argv: list[str] | None = None) -> dict:
         for cat, ids in [*by_category.items(), ("all", [q["_id"] for q in queries])]:
             if not ids:
                 continue
-            scores = common.evaluate({i: qrels[i] for i in ids}, {i: run.get(i, {}) for i in ids},
-                                     ("ndcg@10", "recall@10"))
+            scores = common.evaluate(
+                {i: qrels[i] for i in ids}, {i: run.get(i, {}) for i in ids}, ("ndcg@10", "recall@10")
+            )
             table[name][cat] = scores
     columns = [c for c in (*CATEGORIES, "all") if c in table["sparse"]]
     counts = {c: len(by_category.get(c, queries)) for c in columns}
@@ -151,21 +160,36 @@ def main(argv: list[str] | None = None) -> dict:
     verdict = {}
     for c in columns:
         best_single = max(table["sparse"][c]["ndcg@10"], table["dense"][c]["ndcg@10"])
-        verdict[c] = {"default": table["default"][c]["ndcg@10"], "better_single_engine": best_single,
-                      "met": table["default"][c]["ndcg@10"] >= best_single}
+        verdict[c] = {
+            "default": table["default"][c]["ndcg@10"],
+            "better_single_engine": best_single,
+            "met": table["default"][c]["ndcg@10"] >= best_single,
+        }
     print("\ntarget: default nDCG@10 >= the better single engine, per category")
     for c, v in verdict.items():
-        print(f"  {c:12s} default {v['default']:.4f} vs {v['better_single_engine']:.4f}: "
-              f"{'met' if v['met'] else 'MISSED'}")
+        print(
+            f"  {c:12s} default {v['default']:.4f} vs {v['better_single_engine']:.4f}: "
+            f"{'met' if v['met'] else 'MISSED'}"
+        )
     print(f"fusion methods that ran: {method_ran}; reference nDCG@10 (shared/data/README.md): {REFERENCE_NDCG}")
     payload = {
-        "dataset": DATASET, "queries": len(queries), "top_k": TOP_K, "depth": TOP_K * 2,
-        "embedder": embedder.name, "recency_prior": {"weight": prior.weight, "half_life_days": prior.half_life_days},
-        "as_of": "the conversation's last turn", "methods": method_ran, "results": table, "target": verdict,
+        "dataset": DATASET,
+        "queries": len(queries),
+        "top_k": TOP_K,
+        "depth": TOP_K * 2,
+        "embedder": embedder.name,
+        "recency_prior": {"weight": prior.weight, "half_life_days": prior.half_life_days},
+        "as_of": "the conversation's last turn",
+        "methods": method_ran,
+        "results": table,
+        "target": verdict,
         "reference_ndcg@10": REFERENCE_NDCG,
     }
-    suffix = "" if args.embedder == "minilm" and not args.limit_queries else (
-        f"_{args.embedder}" + (f"_limit{args.limit_queries}" if args.limit_queries else ""))
+    suffix = (
+        ""
+        if args.embedder == "minilm" and not args.limit_queries
+        else (f"_{args.embedder}" + (f"_limit{args.limit_queries}" if args.limit_queries else ""))
+    )
     path = common.write_results(f"locomo_eval{suffix}", payload)
     print(f"wrote {path}")
     memory.close()

@@ -113,8 +113,16 @@ def writer(path: str, ack_path: str, seconds: float, start, stop_barrier, out) -
 
 def reader(index: int, path: str, ack_path: str, seconds: float, start, stop_barrier, out) -> None:  # noqa: ANN001
     """Search bucket after bucket, checking every acknowledged write is visible and no delete comes back."""
-    result = {"role": f"reader{index}", "errors": [], "searches": 0, "checked": 0, "missing": 0,
-              "resurrected": 0, "persists": 0, "catch_up_ms": []}
+    result = {
+        "role": f"reader{index}",
+        "errors": [],
+        "searches": 0,
+        "checked": 0,
+        "missing": 0,
+        "resurrected": 0,
+        "persists": 0,
+        "catch_up_ms": [],
+    }
     try:
         from hybrid_memory import HashingEmbedder, HybridMemory
 
@@ -132,8 +140,13 @@ def reader(index: int, path: str, ack_path: str, seconds: float, start, stop_bar
             expected = set(state["acked"].get(bucket, ()))
             deleted = set(state["deleted"])
             t0 = time.perf_counter()
-            response = memory.search({"search_text": f"bucket{bucket}", "top_k": 1000,
-                                      "hybrid_params": {"dense_weight": 0.0, "sparse_weight": 1.0}})
+            response = memory.search(
+                {
+                    "search_text": f"bucket{bucket}",
+                    "top_k": 1000,
+                    "hybrid_params": {"dense_weight": 0.0, "sparse_weight": 1.0},
+                }
+            )
             result["catch_up_ms"].append((time.perf_counter() - t0) * 1000)
             found = {r.chunk_id for r in response.results}
             result["searches"] += 1
@@ -186,8 +199,12 @@ def run(seconds: float, readers: int, folder: Path) -> dict:
     with HybridMemory.open(memory_path, embedder=HashingEmbedder(DIM)) as memory:
         final_sync = memory.last_sync
         final_count = memory.count()
-    return {"reports": reports, "final_open_sync": final_sync, "final_count": final_count,
-            "exit_codes": [p.exitcode for p in procs]}
+    return {
+        "reports": reports,
+        "final_open_sync": final_sync,
+        "final_count": final_count,
+        "exit_codes": [p.exitcode for p in procs],
+    }
 
 
 def summarise(outcome: dict) -> dict:
@@ -224,9 +241,23 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="hm-multiprocess-") as tmp:
         summary = summarise(run(args.seconds, args.readers, Path(tmp)))
     summary.update({"seconds": args.seconds, "readers": args.readers, "machine": common.machine_info()})
-    rows = [[key, summary[key]] for key in (
-        "writes_acknowledged", "upserts", "reupserts", "deletes", "reader_searches", "ids_checked", "missing",
-        "resurrected", "reader_persists", "errors", "final_open_rebuilt", "final_count")]
+    rows = [
+        [key, summary[key]]
+        for key in (
+            "writes_acknowledged",
+            "upserts",
+            "reupserts",
+            "deletes",
+            "reader_searches",
+            "ids_checked",
+            "missing",
+            "resurrected",
+            "reader_persists",
+            "errors",
+            "final_open_rebuilt",
+            "final_count",
+        )
+    ]
     rows += [[f"reader search {k}", v] for k, v in summary["search_ms"].items()]
     print(common.format_table(rows, [f"1 writer + {args.readers} readers, {args.seconds:.0f} s", "value"]))
     if summary["error_samples"]:

@@ -100,28 +100,43 @@ LLAMAINDEX = "LlamaIndex QueryFusionRetriever"
 SYSTEMS = tuple(label for label, _ in LIBRARY_ROWS) + (LANGCHAIN, LLAMAINDEX)
 
 PEER_PACKAGES = (
-    "langchain-core", "langchain-classic", "langchain-community", "rank-bm25", "faiss-cpu",
-    "llama-index-core", "llama-index-retrievers-bm25", "bm25s", "PyStemmer", "sentence-transformers", "torch",
+    "langchain-core",
+    "langchain-classic",
+    "langchain-community",
+    "rank-bm25",
+    "faiss-cpu",
+    "llama-index-core",
+    "llama-index-retrievers-bm25",
+    "bm25s",
+    "PyStemmer",
+    "sentence-transformers",
+    "torch",
 )
 
 FILTER_SUPPORT = {
     "hybrid-memory": "metadata_filter on the request (both engines)",
     LANGCHAIN: "FAISS leg: search_kwargs filter with fetch_k = corpus size; BM25Retriever has no metadata filter, "
-               "so one BM25Retriever per filter value over the matching documents",
+    "so one BM25Retriever per filter value over the matching documents",
     LLAMAINDEX: "both legs: MetadataFilters (SimpleVectorStore pre-filter; BM25Retriever weight mask), one retriever "
-                "pair per filter value",
+    "pair per filter value",
 }
 
 NOTES = [
     "every system: the same chunk texts, the same cached document vectors, top 10, 20 candidates per leg",
-    ("LangChain's BM25Retriever tokenises with its default preprocess_func, str.split (case and punctuation kept); "
-    "hybrid-memory RRF is the same fusion (RRF, k=60, equal weights, the same dense list) over bm25s with stemming "
-    "and stop words, so those two rows differ in the BM25 leg (tokenizer; rank_bm25 vs bm25s; a partition's idf "
-    "under a filter), not in the fusion"),
-    ("LlamaIndex ranks from 0 in RRF (the top item scores 1/60) and identifies nodes by content hash; LangChain "
-    "identifies documents by page_content"),
-    ("latency: query text to ids, the live query embedding included (BM25-only row: none needed); a shared 2-core "
-    "machine, so compare systems within a set, not runs"),
+    (
+        "LangChain's BM25Retriever tokenises with its default preprocess_func, str.split (case and punctuation kept); "
+        "hybrid-memory RRF is the same fusion (RRF, k=60, equal weights, the same dense list) over bm25s with stemming "
+        "and stop words, so those two rows differ in the BM25 leg (tokenizer; rank_bm25 vs bm25s; a partition's idf "
+        "under a filter), not in the fusion"
+    ),
+    (
+        "LlamaIndex ranks from 0 in RRF (the top item scores 1/60) and identifies nodes by content hash; LangChain "
+        "identifies documents by page_content"
+    ),
+    (
+        "latency: query text to ids, the live query embedding included (BM25-only row: none needed); a shared 2-core "
+        "machine, so compare systems within a set, not runs"
+    ),
 ]
 
 
@@ -182,7 +197,9 @@ def build_library(data: fdata.EvalSet, embedder: CountingEmbedder) -> tuple[Any,
     return memory, {label: searcher(params) for label, params in LIBRARY_ROWS}
 
 
-def build_langchain(data: fdata.EvalSet, embedder: CountingEmbedder, filters: list[dict[str, Any]]) -> Callable[..., list[str]]:
+def build_langchain(
+    data: fdata.EvalSet, embedder: CountingEmbedder, filters: list[dict[str, Any]]
+) -> Callable[..., list[str]]:
     """LangChain's EnsembleRetriever over BM25Retriever + FAISS (see the module docstring for the settings)."""
     from langchain_classic.retrievers import EnsembleRetriever
     from langchain_community.retrievers import BM25Retriever
@@ -201,8 +218,10 @@ def build_langchain(data: fdata.EvalSet, embedder: CountingEmbedder, filters: li
         def embed_query(self, text: str) -> list[float]:
             return embedder.embed_query(text).tolist()
 
-    docs = [Document(page_content=c["text"], metadata={**c["metadata"], "chunk_id": c["chunk_id"]}, id=c["chunk_id"])
-            for c in data.chunks]
+    docs = [
+        Document(page_content=c["text"], metadata={**c["metadata"], "chunk_id": c["chunk_id"]}, id=c["chunk_id"])
+        for c in data.chunks
+    ]
     store = FAISS.from_documents(docs, CachedEmbeddings())
 
     def ensemble(bm25_docs: list[Any], filt: dict[str, Any] | None) -> Any:
@@ -224,7 +243,9 @@ def build_langchain(data: fdata.EvalSet, embedder: CountingEmbedder, filters: li
     return search
 
 
-def build_llamaindex(data: fdata.EvalSet, embedder: CountingEmbedder, filters: list[dict[str, Any]]) -> Callable[..., list[str]]:
+def build_llamaindex(
+    data: fdata.EvalSet, embedder: CountingEmbedder, filters: list[dict[str, Any]]
+) -> Callable[..., list[str]]:
     """LlamaIndex's QueryFusionRetriever over a VectorStoreIndex + BM25Retriever (settings in the module docstring)."""
     from llama_index.core import VectorStoreIndex
     from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -250,8 +271,13 @@ def build_llamaindex(data: fdata.EvalSet, embedder: CountingEmbedder, filters: l
 
     embed_model = CachedEmbedding(model_name=embedder.name, embed_batch_size=256)
     nodes = [
-        TextNode(id_=c["chunk_id"], text=c["text"], metadata=dict(c["metadata"]),
-                 excluded_embed_metadata_keys=list(c["metadata"]), excluded_llm_metadata_keys=list(c["metadata"]))
+        TextNode(
+            id_=c["chunk_id"],
+            text=c["text"],
+            metadata=dict(c["metadata"]),
+            excluded_embed_metadata_keys=list(c["metadata"]),
+            excluded_llm_metadata_keys=list(c["metadata"]),
+        )
         for c in data.chunks
     ]
     from llama_index.core.schema import MetadataMode
@@ -263,11 +289,14 @@ def build_llamaindex(data: fdata.EvalSet, embedder: CountingEmbedder, filters: l
     llm = MockLLM()
 
     def fusion(filt: dict[str, Any] | None) -> Any:
-        mf = None if filt is None else MetadataFilters(filters=[MetadataFilter(key=k, value=v) for k, v in filt.items()])
+        mf = (
+            None if filt is None else MetadataFilters(filters=[MetadataFilter(key=k, value=v) for k, v in filt.items()])
+        )
         vector = index.as_retriever(similarity_top_k=DEPTH, filters=mf)
         bm25 = BM25Retriever.from_defaults(nodes=nodes, similarity_top_k=DEPTH, filters=mf)
-        return QueryFusionRetriever([vector, bm25], llm=llm, similarity_top_k=TOP_K, num_queries=1,
-                                    mode="reciprocal_rerank", use_async=True)
+        return QueryFusionRetriever(
+            [vector, bm25], llm=llm, similarity_top_k=TOP_K, num_queries=1, mode="reciprocal_rerank", use_async=True
+        )
 
     retrievers = {"": fusion(None)}
     for filt in filters:
@@ -290,8 +319,13 @@ def subsample(qids: list[str], limit: int | None) -> list[str]:
     return [q for q in qids if q in keep]
 
 
-def run_set(data: fdata.EvalSet, qids: list[str], systems: dict[str, Callable[..., list[str]]], embedder: CountingEmbedder,
-            repeats: int) -> tuple[dict[str, dict[str, dict[str, float]]], dict[str, list[float]], dict[str, float]]:
+def run_set(
+    data: fdata.EvalSet,
+    qids: list[str],
+    systems: dict[str, Callable[..., list[str]]],
+    embedder: CountingEmbedder,
+    repeats: int,
+) -> tuple[dict[str, dict[str, dict[str, float]]], dict[str, list[float]], dict[str, float]]:
     """Every system on every query; returns (runs, seconds per query per system, query embeddings per search)."""
     runs: dict[str, dict[str, dict[str, float]]] = {label: {} for label in systems}
     seconds: dict[str, list[float]] = {label: [] for label in systems}
@@ -328,8 +362,9 @@ def versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             out[name] = "absent"
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=common.PROJECT_ROOT, capture_output=True,
-                                text=True, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=common.PROJECT_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown"
     out["hybrid-memory (git)"] = commit
@@ -338,11 +373,21 @@ def versions() -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--datasets", nargs="+", default=list(fdata.DATASETS), choices=fdata.DATASETS, metavar="SET",
-                        help=f"sets to run: {', '.join(fdata.DATASETS)} (default: all four)")
+    parser.add_argument(
+        "--datasets",
+        nargs="+",
+        default=list(fdata.DATASETS),
+        choices=fdata.DATASETS,
+        metavar="SET",
+        help=f"sets to run: {', '.join(fdata.DATASETS)} (default: all four)",
+    )
     parser.add_argument("--repeats", type=int, default=2, help="timed runs of every system per query; fastest counts")
-    parser.add_argument("--max-queries", type=int, default=MAX_QUERIES,
-                        help=f"subsample larger sets to this many queries, deterministically (default {MAX_QUERIES}; 0: all)")
+    parser.add_argument(
+        "--max-queries",
+        type=int,
+        default=MAX_QUERIES,
+        help=f"subsample larger sets to this many queries, deterministically (default {MAX_QUERIES}; 0: all)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     warnings.filterwarnings("ignore", category=DeprecationWarning)  # langchain-community's sunset notice
@@ -359,12 +404,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     embedder = CountingEmbedder(common.make_embedder("minilm"))
     results: dict[str, Any] = {
-        "top_k": TOP_K, "depth_per_leg": DEPTH, "repeats": args.repeats, "warmup_queries": WARMUP,
+        "top_k": TOP_K,
+        "depth_per_leg": DEPTH,
+        "repeats": args.repeats,
+        "warmup_queries": WARMUP,
         "query_embedding": f"live, once per search, {embedder.name} (the core's SentenceTransformerEmbedder, CPU), "
-                           "the same object for every system; latency includes it (not the BM25-only row, which needs "
-                           "none)",
+        "the same object for every system; latency includes it (not the BM25-only row, which needs "
+        "none)",
         "document_vectors": "cached all-MiniLM-L6-v2 vectors (benchmarks/.cache), the same rows for every system",
-        "systems": list(SYSTEMS), "filter_support": FILTER_SUPPORT, "notes": NOTES, "versions": versions(),
+        "systems": list(SYSTEMS),
+        "filter_support": FILTER_SUPPORT,
+        "notes": NOTES,
+        "versions": versions(),
         "datasets": {},
     }
     limit = args.max_queries or None
@@ -373,11 +424,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name in args.datasets:
         data = fdata.load(name)
         qids = subsample(list(data.qrels), limit)
-        filters = sorted({filter_key(simple_filter(data.query_filter[q])): simple_filter(data.query_filter[q])
-                          for q in qids if q in data.query_filter}.items())
+        filters = sorted(
+            {
+                filter_key(simple_filter(data.query_filter[q])): simple_filter(data.query_filter[q])
+                for q in qids
+                if q in data.query_filter
+            }.items()
+        )
         t0 = time.perf_counter()
         memory, systems = build_library(data, embedder)
         built = {"hybrid-memory": time.perf_counter() - t0}
+
         def embed_only(text: str, filt: dict[str, Any] | None) -> list[str]:
             embedder.embed_query(text)
             return []
@@ -393,27 +450,58 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         runs, seconds, embeds = run_set(data, qids, systems, embedder, args.repeats)
         elapsed = time.perf_counter() - started
         memory.close()
-        sub = fdata.EvalSet(data.name, data.chunks, {q: data.queries[q] for q in qids}, {q: data.qrels[q] for q in qids},
-                            {q: data.query_class[q] for q in qids}, {q: data.query_filter[q] for q in qids if q in data.query_filter})
+        sub = fdata.EvalSet(
+            data.name,
+            data.chunks,
+            {q: data.queries[q] for q in qids},
+            {q: data.qrels[q] for q in qids},
+            {q: data.query_class[q] for q in qids},
+            {q: data.query_filter[q] for q in qids if q in data.query_filter},
+        )
         import fusion_eval
 
         metrics = fusion_eval.evaluate_runs(sub, {label: runs[label] for label in SYSTEMS})
         latency = {label: common.latency_summary(seconds[label]) for label in (*SYSTEMS, EMBED_ONLY)}
         sampled = len(qids) < len(data.qrels)
-        note = f"{len(qids)} of {len(data.qrels)} queries (deterministic subsample, seed {SEED})" if sampled else f"all {len(qids)} queries"
+        note = (
+            f"{len(qids)} of {len(data.qrels)} queries (deterministic subsample, seed {SEED})"
+            if sampled
+            else f"all {len(qids)} queries"
+        )
         print(f"\n## {name}: {len(data.chunks)} chunks, {note}, {len(filters)} filter values ({elapsed:.0f} s)")
         columns = [c for c in next(iter(metrics.values())) if c.startswith("ndcg")] + ["recall@10"]
-        table = [[label, *(metrics[label][c] for c in columns), latency[label]["p50_ms"], latency[label]["p95_ms"],
-                  embeds[label]] for label in SYSTEMS]
-        table.append([EMBED_ONLY, *("" for _ in columns), latency[EMBED_ONLY]["p50_ms"], latency[EMBED_ONLY]["p95_ms"],
-                      embeds[EMBED_ONLY]])
+        table = [
+            [
+                label,
+                *(metrics[label][c] for c in columns),
+                latency[label]["p50_ms"],
+                latency[label]["p95_ms"],
+                embeds[label],
+            ]
+            for label in SYSTEMS
+        ]
+        table.append(
+            [
+                EMBED_ONLY,
+                *("" for _ in columns),
+                latency[EMBED_ONLY]["p50_ms"],
+                latency[EMBED_ONLY]["p95_ms"],
+                embeds[EMBED_ONLY],
+            ]
+        )
         print(common.format_table(table, ["system", *columns, "p50 ms", "p95 ms", "query embeds/search"]))
         results["datasets"][name] = {
-            "chunks": len(data.chunks), "queries": len(qids), "queries_in_set": len(data.qrels), "subsampled": sampled,
-            "filter_values": len(filters), "filtered_queries": sum(1 for q in qids if q in data.query_filter),
-            "build_seconds": {k: round(v, 2) for k, v in built.items()}, "run_seconds": round(elapsed, 1),
+            "chunks": len(data.chunks),
+            "queries": len(qids),
+            "queries_in_set": len(data.qrels),
+            "subsampled": sampled,
+            "filter_values": len(filters),
+            "filtered_queries": sum(1 for q in qids if q in data.query_filter),
+            "build_seconds": {k: round(v, 2) for k, v in built.items()},
+            "run_seconds": round(elapsed, 1),
             "metrics": {label: {k: round(v, 4) for k, v in metrics[label].items()} for label in SYSTEMS},
-            "latency_ms": latency, "query_embeddings_per_search": embeds,
+            "latency_ms": latency,
+            "query_embeddings_per_search": embeds,
         }
         # written after every set, so a run stopped part-way keeps the sets it finished ("complete": false)
         results["complete"] = len(results["datasets"]) == len(args.datasets)

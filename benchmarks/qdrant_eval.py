@@ -79,8 +79,9 @@ def main(argv: list[str] | None = None) -> dict:
     vectors = common.document_vectors("scifact", embedder, data.texts)
     qids = list(data.queries)
     qtexts = [data.queries[q] for q in qids]
-    qvectors = common.load_or_embed("scifact-queries", embedder.name, embedder.dim, qtexts,
-                                    lambda t: np.stack([embedder.embed_query(x) for x in t]))
+    qvectors = common.load_or_embed(
+        "scifact-queries", embedder.name, embedder.dim, qtexts, lambda t: np.stack([embedder.embed_query(x) for x in t])
+    )
     tokenizer = TechnicalTokenizer()
     avgdl = statistics.fmean(len(tokenizer.tokenize(t)) for t in data.texts)
 
@@ -94,12 +95,15 @@ def main(argv: list[str] | None = None) -> dict:
     qdrant = HybridMemory.qdrant(edge_path=Path(tmp.name) / "shard", embedder=embedder, avgdl=avgdl, k1=1.5, b=0.75)
     qdrant.add(data.chunks, vectors=vectors)
     t_qdrant = time.perf_counter() - t0
-    uncached = HybridMemory.qdrant(edge_path=Path(tmp.name) / "shard-nocache", embedder=embedder, avgdl=avgdl,
-                                   k1=1.5, b=0.75, payload_cache=0)
+    uncached = HybridMemory.qdrant(
+        edge_path=Path(tmp.name) / "shard-nocache", embedder=embedder, avgdl=avgdl, k1=1.5, b=0.75, payload_cache=0
+    )
     uncached.add(data.chunks, vectors=vectors)
     memories = {"embedded": embedded, "qdrant-edge": qdrant, "qdrant-edge-nocache": uncached}
-    print(f"scifact: {len(data.chunks)} documents, {len(qids)} queries x {args.repeats}; loaded embedded in "
-          f"{t_embedded:.1f} s, Qdrant Edge in {t_qdrant:.1f} s; avgdl {avgdl:.2f} tokens; top_k={TOP_K}")
+    print(
+        f"scifact: {len(data.chunks)} documents, {len(qids)} queries x {args.repeats}; loaded embedded in "
+        f"{t_embedded:.1f} s, Qdrant Edge in {t_qdrant:.1f} s; avgdl {avgdl:.2f} tokens; top_k={TOP_K}"
+    )
 
     def search(backend: str, mode: str, i: int):  # noqa: ANN202
         return memories[backend].search(qtexts[i], top_k=TOP_K, query_vector=qvectors[i], **MODES[mode])
@@ -117,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
     load_before = os.getloadavg()
     for _ in range(args.repeats):
         for i, qid in enumerate(qids):
-            rotation = combos[step % len(combos):] + combos[: step % len(combos)]
+            rotation = combos[step % len(combos) :] + combos[: step % len(combos)]
             step += 1
             for backend, mode in rotation:
                 t = time.perf_counter()
@@ -137,8 +141,10 @@ def main(argv: list[str] | None = None) -> dict:
         entry = {}
         for backend in BACKENDS:
             run = {q: common.run_from_results(r) for q, r in runs[(backend, mode)].items()}
-            entry[backend] = {"ndcg@10": common.evaluate(data.qrels, run, ("ndcg@10",))["ndcg@10"],
-                              **common.latency_summary(seconds[(backend, mode)])}
+            entry[backend] = {
+                "ndcg@10": common.evaluate(data.qrels, run, ("ndcg@10",))["ndcg@10"],
+                **common.latency_summary(seconds[(backend, mode)]),
+            }
         overlap, same = [], 0
         for qid in qids:
             a = [r.chunk_id for r in runs[("embedded", mode)][qid]]
@@ -147,42 +153,84 @@ def main(argv: list[str] | None = None) -> dict:
             same += a == b
             # the uncached shard returns the same rows (same ids, order, texts and metadata)
             assert [(r.chunk_id, r.text, r.metadata) for r in runs[("qdrant-edge-nocache", mode)][qid]] == [
-                (r.chunk_id, r.text, r.metadata) for r in runs[("qdrant-edge", mode)][qid]], (mode, qid)
+                (r.chunk_id, r.text, r.metadata) for r in runs[("qdrant-edge", mode)][qid]
+            ], (mode, qid)
         entry["top10_overlap"] = round(statistics.fmean(overlap), 4)
         entry["same_order_share"] = round(same / len(qids), 4)
         entry["ndcg_delta"] = round(entry["qdrant-edge"]["ndcg@10"] - entry["embedded"]["ndcg@10"], 4)
         entry["p50_ratio"] = round(entry["qdrant-edge"]["p50_ms"] / entry["embedded"]["p50_ms"], 3)
         entry["p50_ratio_nocache"] = round(entry["qdrant-edge-nocache"]["p50_ms"] / entry["embedded"]["p50_ms"], 3)
         table[mode] = entry
-        rows.append([mode, entry["embedded"]["ndcg@10"], entry["qdrant-edge"]["ndcg@10"], entry["ndcg_delta"],
-                     entry["embedded"]["p50_ms"], entry["qdrant-edge"]["p50_ms"], entry["p50_ratio"],
-                     entry["qdrant-edge-nocache"]["p50_ms"], entry["p50_ratio_nocache"],
-                     entry["top10_overlap"], entry["same_order_share"]])
-    print(common.format_table(rows, ["mode", "nDCG@10 embedded", "nDCG@10 Edge", "delta", "p50 ms embedded",
-                                     "p50 ms Edge", "Edge / embedded", "p50 ms Edge no cache", "no cache / embedded",
-                                     "top-10 overlap", "same order"]))
-    print(f"Edge payload cache: {cache_hits} of {cache_hits + cache_misses} result rows read in the timed passes came "
-          f"from it ({cache_share:.1%}; each query runs {len(MODES)} modes x {args.repeats} passes)")
+        rows.append(
+            [
+                mode,
+                entry["embedded"]["ndcg@10"],
+                entry["qdrant-edge"]["ndcg@10"],
+                entry["ndcg_delta"],
+                entry["embedded"]["p50_ms"],
+                entry["qdrant-edge"]["p50_ms"],
+                entry["p50_ratio"],
+                entry["qdrant-edge-nocache"]["p50_ms"],
+                entry["p50_ratio_nocache"],
+                entry["top10_overlap"],
+                entry["same_order_share"],
+            ]
+        )
+    print(
+        common.format_table(
+            rows,
+            [
+                "mode",
+                "nDCG@10 embedded",
+                "nDCG@10 Edge",
+                "delta",
+                "p50 ms embedded",
+                "p50 ms Edge",
+                "Edge / embedded",
+                "p50 ms Edge no cache",
+                "no cache / embedded",
+                "top-10 overlap",
+                "same order",
+            ],
+        )
+    )
+    print(
+        f"Edge payload cache: {cache_hits} of {cache_hits + cache_misses} result rows read in the timed passes came "
+        f"from it ({cache_share:.1%}; each query runs {len(MODES)} modes x {args.repeats} passes)"
+    )
     ndcg_met = abs(table["hybrid"]["ndcg_delta"]) <= NDCG_TOLERANCE
     p50_met = table["hybrid"]["p50_ratio"] <= 1.0
     p50_modes = {mode: table[mode]["p50_ratio"] <= 1.0 for mode in MODES}
-    print(f"target hybrid nDCG@10 within {NDCG_TOLERANCE} of embedded: {'met' if ndcg_met else 'NOT MET'}; "
-          f"target p50 on Edge <= embedded: "
-          + ", ".join(f"{mode} {'met' if ok else 'NOT MET'}" for mode, ok in p50_modes.items()))
-    print(f"load average (1 min) {load_before[0]:.2f} before the timed passes, {load_after[0]:.2f} after "
-          f"({os.cpu_count()} cores, shared)")
-    payload = {"data": "scifact", "documents": len(data.chunks), "queries": len(qids), "repeats": args.repeats,
-               "top_k": TOP_K, "candidate_multiplier": 2, "embedder": embedder.name,
-               "bm25": {"k1": 1.5, "b": 0.75, "qdrant_avgdl": round(avgdl, 4)},
-               "load_seconds": {"embedded": round(t_embedded, 2), "qdrant-edge": round(t_qdrant, 2)},
-               "modes": table, "meets_ndcg_target": ndcg_met, "meets_p50_target": p50_met,
-               "meets_p50_target_per_mode": p50_modes,
-               "meets_p50_target_per_mode_nocache": {mode: table[mode]["p50_ratio_nocache"] <= 1.0 for mode in MODES},
-               "payload_cache": {"hits": cache_hits, "misses": cache_misses, "hit_share": round(cache_share, 4)},
-               "load_average_1min": {"before": round(load_before[0], 2), "after": round(load_after[0], 2)},
-               "notes": "same cached MiniLM vectors in all; queries with cached vectors (no model at query "
-                        "time); modes and backends interleaved with rotating order; Qdrant Edge in process, "
-                        "one shard each; qdrant-edge-nocache: payload_cache=0"}
+    print(
+        f"target hybrid nDCG@10 within {NDCG_TOLERANCE} of embedded: {'met' if ndcg_met else 'NOT MET'}; "
+        f"target p50 on Edge <= embedded: "
+        + ", ".join(f"{mode} {'met' if ok else 'NOT MET'}" for mode, ok in p50_modes.items())
+    )
+    print(
+        f"load average (1 min) {load_before[0]:.2f} before the timed passes, {load_after[0]:.2f} after "
+        f"({os.cpu_count()} cores, shared)"
+    )
+    payload = {
+        "data": "scifact",
+        "documents": len(data.chunks),
+        "queries": len(qids),
+        "repeats": args.repeats,
+        "top_k": TOP_K,
+        "candidate_multiplier": 2,
+        "embedder": embedder.name,
+        "bm25": {"k1": 1.5, "b": 0.75, "qdrant_avgdl": round(avgdl, 4)},
+        "load_seconds": {"embedded": round(t_embedded, 2), "qdrant-edge": round(t_qdrant, 2)},
+        "modes": table,
+        "meets_ndcg_target": ndcg_met,
+        "meets_p50_target": p50_met,
+        "meets_p50_target_per_mode": p50_modes,
+        "meets_p50_target_per_mode_nocache": {mode: table[mode]["p50_ratio_nocache"] <= 1.0 for mode in MODES},
+        "payload_cache": {"hits": cache_hits, "misses": cache_misses, "hit_share": round(cache_share, 4)},
+        "load_average_1min": {"before": round(load_before[0], 2), "after": round(load_after[0], 2)},
+        "notes": "same cached MiniLM vectors in all; queries with cached vectors (no model at query "
+        "time); modes and backends interleaved with rotating order; Qdrant Edge in process, "
+        "one shard each; qdrant-edge-nocache: payload_cache=0",
+    }
     path = common.write_results("qdrant_eval_scifact", payload)
     print(f"wrote {path}")
     return payload

@@ -70,7 +70,6 @@ def _open(path: Path, markers: bool) -> Any:
     memory = HybridMemory.qdrant(edge_path=path, embedder=HashingEmbedder(DIM), indexed_keys={"team": "keyword"})
     if not markers:
         import qdrant_edge as qe
-
         from hybrid_memory.models import SCOPE_FIELDS, TIME_FIELDS
 
         paths = [p for f in SCOPE_FIELDS + TIME_FIELDS for p in marker_paths("s", f)] + marker_paths("m", "team")
@@ -123,18 +122,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for j in range(args.n - 50, args.n):  # single-chunk adds, the shards alternating
             for label, memory in memories.items():
                 started = time.perf_counter()
-                memory.add(_chunks(j, j + 1), vectors=vectors[j:j + 1])
+                memory.add(_chunks(j, j + 1), vectors=vectors[j : j + 1])
                 adds[label].append(time.perf_counter() - started)
-        times: dict[str, dict[str, list[float]]] = {mode: {label: [] for label in shards} for mode in [*modes, "dedup nearest"]}
+        times: dict[str, dict[str, list[float]]] = {
+            mode: {label: [] for label in shards} for mode in [*modes, "dedup nearest"]
+        }
         mismatches: list[str] = []
         for q in range(args.queries):
             vector = queries[q]
             for mode, params in modes.items():
                 ids = {}
-                for label in (shards if q % 2 else reversed(list(shards))):
+                for label in shards if q % 2 else reversed(list(shards)):
                     memory = memories[label]
-                    request = {"query_id": f"q{q}", "search_text": "disk timeout", "top_k": 10,
-                               **{k: v for k, v in params.items() if k != "scope"}}
+                    request = {
+                        "query_id": f"q{q}",
+                        "search_text": "disk timeout",
+                        "top_k": 10,
+                        **{k: v for k, v in params.items() if k != "scope"},
+                    }
                     started = time.perf_counter()
                     found = memory.search(request, query_vector=vector, scope=params.get("scope"))
                     times[mode][label].append(time.perf_counter() - started)
@@ -151,19 +156,42 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for memory in memories.values():
             memory.close()
 
-    p50 = {mode: {label: round(statistics.median(t) * 1000, 2) for label, t in per.items()} for mode, per in times.items()}
-    rows = [[mode, v["markers indexed"], v["markers unindexed"], round(v["markers unindexed"] / v["markers indexed"], 1)]
-            for mode, v in p50.items()]
-    rows.append(["bulk load (s)", round(load["markers indexed"], 2), round(load["markers unindexed"], 2),
-                 round(load["markers unindexed"] / load["markers indexed"], 2)])
+    p50 = {
+        mode: {label: round(statistics.median(t) * 1000, 2) for label, t in per.items()} for mode, per in times.items()
+    }
+    rows = [
+        [mode, v["markers indexed"], v["markers unindexed"], round(v["markers unindexed"] / v["markers indexed"], 1)]
+        for mode, v in p50.items()
+    ]
+    rows.append(
+        [
+            "bulk load (s)",
+            round(load["markers indexed"], 2),
+            round(load["markers unindexed"], 2),
+            round(load["markers unindexed"] / load["markers indexed"], 2),
+        ]
+    )
     add_p50 = {label: round(statistics.median(t) * 1000, 2) for label, t in adds.items()}
-    rows.append(["single add (ms)", add_p50["markers indexed"], add_p50["markers unindexed"],
-                 round(add_p50["markers unindexed"] / add_p50["markers indexed"], 2)])
+    rows.append(
+        [
+            "single add (ms)",
+            add_p50["markers indexed"],
+            add_p50["markers unindexed"],
+            round(add_p50["markers unindexed"] / add_p50["markers indexed"], 2),
+        ]
+    )
     print(f"\n## Qdrant Edge, {args.n:,} chunks: p50 in ms ({args.queries} searches per cell)")
     print(common.format_table(rows, ["mode", "markers indexed", "markers unindexed", "unindexed / indexed"]))
     print("same ids on both shards:", "yes" if not mismatches else f"NO: {mismatches[:5]}")
-    results = {"n": args.n, "queries": args.queries, "p50_ms": p50, "bulk_load_seconds": load, "single_add_p50_ms": add_p50,
-               "same_ids": not mismatches, "mismatches": mismatches}
+    results = {
+        "n": args.n,
+        "queries": args.queries,
+        "p50_ms": p50,
+        "bulk_load_seconds": load,
+        "single_add_p50_ms": add_p50,
+        "same_ids": not mismatches,
+        "mismatches": mismatches,
+    }
     path = common.write_results("qdrant_filter_latency", results)
     print(f"wrote {path}")
     return results

@@ -44,8 +44,12 @@ def locomo(embedder_kind: str) -> dict:
 
     folder = common.require_dataset("locomo5")
     chunks = list(read_beir_corpus(folder / "corpus.jsonl", source="locomo5"))
-    chunks = [c.model_copy(update={"valid_from": turn_time(c.metadata["date"]),
-                                   "user_id": "conv-" + c.metadata["conversation"]}) for c in chunks]
+    chunks = [
+        c.model_copy(
+            update={"valid_from": turn_time(c.metadata["date"]), "user_id": "conv-" + c.metadata["conversation"]}
+        )
+        for c in chunks
+    ]
     qrels = read_qrels(folder / "qrels" / "test.tsv")
     queries = read_queries(folder, qrels)
     qrels = {q["_id"]: qrels[q["_id"]] for q in queries}
@@ -55,26 +59,35 @@ def locomo(embedder_kind: str) -> dict:
         last_turn[conv] = max(last_turn.get(conv, c.valid_from), c.valid_from)
     embedder = common.make_embedder(embedder_kind)
     doc_vectors = common.document_vectors("locomo5", embedder, [c.text for c in chunks])
-    query_vectors = common.load_or_embed("locomo5-queries", embedder.name, embedder.dim, [q["text"] for q in queries],
-                                         embedder.embed_documents)
+    query_vectors = common.load_or_embed(
+        "locomo5-queries", embedder.name, embedder.dim, [q["text"] for q in queries], embedder.embed_documents
+    )
     memory = HybridMemory(None, embedder=embedder, candidate_multiplier=2)
     memory.add(chunks, vectors=doc_vectors)
     memory.flush()
-    systems = {"sparse": {"hybrid_params": {"dense_weight": 0.0, "sparse_weight": 1.0}},
-               "dense": {"hybrid_params": {"dense_weight": 1.0, "sparse_weight": 0.0}},
-               "default": {}}
+    systems = {
+        "sparse": {"hybrid_params": {"dense_weight": 0.0, "sparse_weight": 1.0}},
+        "dense": {"hybrid_params": {"dense_weight": 1.0, "sparse_weight": 0.0}},
+        "default": {},
+    }
     table: dict[str, dict] = {}
     for name, extra in systems.items():
         for way in ("before", "after"):
             run, took = {}, []
             for q, vector in zip(queries, query_vectors, strict=True):
                 conv = q["metadata_filter"]["conversation"]
-                request = {"query_id": q["_id"], "search_text": q["text"], "top_k": TOP_K, "as_of": last_turn[conv],
-                           **extra}
+                request = {
+                    "query_id": q["_id"],
+                    "search_text": q["text"],
+                    "top_k": TOP_K,
+                    "as_of": last_turn[conv],
+                    **extra,
+                }
                 start = time.perf_counter()
                 if way == "before":
-                    response = memory.search({**request, "metadata_filter": {"conversation": conv}},
-                                             query_vector=vector)
+                    response = memory.search(
+                        {**request, "metadata_filter": {"conversation": conv}}, query_vector=vector
+                    )
                 else:
                     response = memory.search(request, query_vector=vector, scope={"user_id": "conv-" + conv})
                 took.append(time.perf_counter() - start)
@@ -82,17 +95,28 @@ def locomo(embedder_kind: str) -> dict:
             scores = common.evaluate(qrels, run, ("ndcg@10", "recall@10"))
             table.setdefault(name, {})[way] = {**scores, "p50_ms": common.percentile_ms(took, 50)}
     memory.close()
-    rows = [[name, t["before"]["ndcg@10"], t["after"]["ndcg@10"], t["after"]["ndcg@10"] - t["before"]["ndcg@10"],
-             t["before"]["p50_ms"], t["after"]["p50_ms"]] for name, t in table.items()]
+    rows = [
+        [
+            name,
+            t["before"]["ndcg@10"],
+            t["after"]["ndcg@10"],
+            t["after"]["ndcg@10"] - t["before"]["ndcg@10"],
+            t["before"]["p50_ms"],
+            t["after"]["p50_ms"],
+        ]
+        for name, t in table.items()
+    ]
     print(f"\nLoCoMo-5, each conversation a scope ({len(queries)} questions, top {TOP_K}, depth 20, {embedder.name})")
-    print(common.format_table(rows, ["system", "nDCG@10 memory-wide", "nDCG@10 scope-local", "delta",
-                                     "p50 ms before", "p50 ms after"]))
+    print(
+        common.format_table(
+            rows, ["system", "nDCG@10 memory-wide", "nDCG@10 scope-local", "delta", "p50 ms before", "p50 ms after"]
+        )
+    )
     return {"queries": len(queries), "embedder": embedder.name, "results": table}
 
 
 def scale(n: int, n_queries: int) -> dict:
     import numpy as np
-
     from hybrid_memory import HashingEmbedder, HybridMemory
     from scale import BATCH, Corpus
 
@@ -124,12 +148,26 @@ def scale(n: int, n_queries: int) -> dict:
             out.setdefault(name, {})[way] = common.latency_summary(took)
     tenant_size = memory.count(scope={"tenant": "t7"})
     memory.close()
-    rows = [[name, t["before"]["p50_ms"], t["after"]["p50_ms"], t["after"]["p50_ms"] / t["before"]["p50_ms"],
-             t["before"]["p95_ms"], t["after"]["p95_ms"]] for name, t in out.items()]
-    print(f"\n{n:,} chunks, tenant t7 = {tenant_size:,} chunks ({tenant_size / n:.1%}), {n_queries} queries, "
-          f"top 10 (built in {build_s:.0f} s)")
-    print(common.format_table(rows, ["search", "p50 ms memory-wide", "p50 ms scope-local", "ratio", "p95 before",
-                                     "p95 after"]))
+    rows = [
+        [
+            name,
+            t["before"]["p50_ms"],
+            t["after"]["p50_ms"],
+            t["after"]["p50_ms"] / t["before"]["p50_ms"],
+            t["before"]["p95_ms"],
+            t["after"]["p95_ms"],
+        ]
+        for name, t in out.items()
+    ]
+    print(
+        f"\n{n:,} chunks, tenant t7 = {tenant_size:,} chunks ({tenant_size / n:.1%}), {n_queries} queries, "
+        f"top 10 (built in {build_s:.0f} s)"
+    )
+    print(
+        common.format_table(
+            rows, ["search", "p50 ms memory-wide", "p50 ms scope-local", "ratio", "p95 before", "p95 after"]
+        )
+    )
     del np
     return {"chunks": n, "tenant_chunks": tenant_size, "queries": n_queries, "results": out}
 

@@ -61,12 +61,46 @@ QUERIES_PER_CLASS = 150
 MAX_CHARS = 3000
 MAX_ID_DF = 3
 MODULES = (
-    "argparse", "ast", "asyncio/base_events", "asyncio/streams", "asyncio/tasks", "base64", "calendar",
-    "configparser", "csv", "dataclasses", "datetime", "_pydecimal", "difflib",
-    "email/message", "email/utils", "email/_header_value_parser", "fractions", "ftplib", "gettext", "gzip",
-    "http/client", "http/cookiejar", "imaplib", "inspect", "ipaddress", "json/decoder", "json/encoder",
-    "logging/__init__", "mailbox", "pathlib", "pickletools", "shutil", "smtplib", "statistics", "tarfile",
-    "textwrap", "tokenize", "urllib/parse", "urllib/request", "zipfile",
+    "argparse",
+    "ast",
+    "asyncio/base_events",
+    "asyncio/streams",
+    "asyncio/tasks",
+    "base64",
+    "calendar",
+    "configparser",
+    "csv",
+    "dataclasses",
+    "datetime",
+    "_pydecimal",
+    "difflib",
+    "email/message",
+    "email/utils",
+    "email/_header_value_parser",
+    "fractions",
+    "ftplib",
+    "gettext",
+    "gzip",
+    "http/client",
+    "http/cookiejar",
+    "imaplib",
+    "inspect",
+    "ipaddress",
+    "json/decoder",
+    "json/encoder",
+    "logging/__init__",
+    "mailbox",
+    "pathlib",
+    "pickletools",
+    "shutil",
+    "smtplib",
+    "statistics",
+    "tarfile",
+    "textwrap",
+    "tokenize",
+    "urllib/parse",
+    "urllib/request",
+    "zipfile",
 )
 
 _IDENTIFIER = re.compile(r"_|\d|[a-z][A-Z]")
@@ -207,8 +241,10 @@ def build(seed: int = SEED, per_class: int = QUERIES_PER_CLASS) -> TechDocs:
     targets: dict[str, list[tuple[_Def, str]]] = {"identifier": [], "paraphrase": [], "error": []}
 
     ident_pool = [
-        d for d in defs
-        if _IDENTIFIER.search(d.name.strip("_")) and name_count[d.name] == 1
+        d
+        for d in defs
+        if _IDENTIFIER.search(d.name.strip("_"))
+        and name_count[d.name] == 1
         and token_df.get(d.name.casefold(), 0) <= MAX_ID_DF
     ]
     para_pool = [d for d in defs if len(_WORD.findall(d.summary)) >= 5 and d.summary.endswith(".")]
@@ -255,8 +291,7 @@ def build(seed: int = SEED, per_class: int = QUERIES_PER_CLASS) -> TechDocs:
                 "chunk_id": d.chunk_id,
                 "text": text,
                 "source": f"stdlib/{d.module.replace('.', '/')}.py",
-                "metadata": {"module": d.module, "package": d.module.split(".")[0], "kind": d.kind,
-                             "lines": d.lines},
+                "metadata": {"module": d.module, "package": d.module.split(".")[0], "kind": d.kind, "lines": d.lines},
             }
         )
     counters: dict[str, int] = {}
@@ -271,7 +306,9 @@ def build(seed: int = SEED, per_class: int = QUERIES_PER_CLASS) -> TechDocs:
     return out
 
 
-_STOP = frozenset("a an the of to and or in on for is are be by with from as that this it its if not return returns".split())
+_STOP = frozenset(
+    "a an the of to and or in on for is are be by with from as that this it its if not return returns".split()
+)
 
 
 def fingerprint(data: TechDocs) -> str:

@@ -51,10 +51,12 @@ FIGURES = {
 }
 _figures = [
     f"```{{figure}} /_static/figures/{name}\n:alt: {caption}\n:width: 100%\n\n{caption}\n```\n"
-    for name, caption in FIGURES.items() if (ROOT / "docs" / "_static" / "figures" / name).exists()
+    for name, caption in FIGURES.items()
+    if (ROOT / "docs" / "_static" / "figures" / name).exists()
 ]
 _figures_text = "\n".join(_figures) or (
-    "*No figure rendered yet: run `python benchmarks/figures.py` (it reads `benchmarks/results/*.json`).*\n")
+    "*No figure rendered yet: run `python benchmarks/figures.py` (it reads `benchmarks/results/*.json`).*\n"
+)
 if not (GENERATED / "figures.md").exists() or (GENERATED / "figures.md").read_text(encoding="utf-8") != _figures_text:
     (GENERATED / "figures.md").write_text(_figures_text, encoding="utf-8")
 

@@ -21,8 +21,11 @@ from sybil.parsers.myst import CodeBlockParser, SkipParser
 
 def expected_prints(source: str) -> list[str]:
     """What the block's ``print(...)  # text`` lines say they print, in order (write them where they run once)."""
-    return [line.split("  # ", 1)[1].strip() for line in source.splitlines()
-            if line.lstrip().startswith("print(") and "  # " in line]
+    return [
+        line.split("  # ", 1)[1].strip()
+        for line in source.splitlines()
+        if line.lstrip().startswith("print(") and "  # " in line
+    ]
 
 
 class CheckedPythonEvaluator:

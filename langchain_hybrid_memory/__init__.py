@@ -19,8 +19,7 @@ from hybrid_memory import _adapter_support as _support
 from .embeddings import LangChainEmbedder, as_core_embedder
 from .retrievers import HybridMemoryRetriever, document_to_chunk, result_to_document
 
-
-_GRAPH_NAMES = ('GlobalGraphRetriever', 'hit_to_document')
+_GRAPH_NAMES = ("GlobalGraphRetriever", "hit_to_document")
 
 
 # the graph names are public only with the graph extra, so ``from langchain_hybrid_memory import *`` works without it

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from langchain_core.embeddings import Embeddings
-
-from hybrid_memory._adapter_support import coerce_embedder
 from hybrid_memory import InvalidEmbedderError
+from hybrid_memory._adapter_support import coerce_embedder
 from hybrid_memory.embedders import CallableEmbedder, Embedder
+from langchain_core.embeddings import Embeddings
 
 __all__ = ["LangChainEmbedder", "as_core_embedder"]
 
@@ -42,8 +41,9 @@ class LangChainEmbedder(CallableEmbedder):
     def __init__(self, embeddings: Embeddings, *, name: str | None = None, dim: int | None = None) -> None:
         if not isinstance(embeddings, Embeddings):
             raise InvalidEmbedderError(
-                f"embeddings must be a langchain_core Embeddings (for example HuggingFaceEmbeddings(...), an instance), got "
-                f"{type(embeddings).__name__}; for a hybrid_memory Embedder pass it to the retriever or memory directly"
+                "embeddings must be a langchain_core Embeddings (for example HuggingFaceEmbeddings(...), an "
+                f"instance), got {type(embeddings).__name__}; for a hybrid_memory Embedder pass it to the retriever or "
+                "memory directly"
             )
         self.embeddings = embeddings
         super().__init__(

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from hybrid_memory.graph import GraphIndex, ReportHit
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict
-
-from hybrid_memory.graph import GraphIndex, ReportHit
 
 __all__ = ["GlobalGraphRetriever", "hit_to_document"]
 

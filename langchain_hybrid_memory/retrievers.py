@@ -12,11 +12,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from os import PathLike
 from typing import Any
 
-from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
-from langchain_core.documents import Document
-from langchain_core.retrievers import BaseRetriever
-from pydantic import AliasChoices, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
-
+from hybrid_memory import (
+    Chunk,
+    HybridMemory,
+    HybridParams,
+    InvalidRequestError,
+    Scope,
+    ScopedMemory,
+    SearchRequest,
+    SearchResponse,
+    SearchResult,
+)
 from hybrid_memory._adapter_support import (
     FUSED_SCORE_KEY,
     absolute_score,
@@ -29,18 +35,11 @@ from hybrid_memory._adapter_support import (
     written_back_metadata,
 )
 from hybrid_memory.models import make_chunk
-from hybrid_memory import (
-    Chunk,
-    HybridMemory,
-    HybridParams,
-    InvalidRequestError,
-    Scope,
-    ScopedMemory,
-    SearchRequest,
-    SearchResponse,
-    SearchResult,
-)
 from hybrid_memory.scopes import as_scope
+from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from pydantic import AliasChoices, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from .embeddings import as_core_embedder
 
@@ -56,7 +55,16 @@ __all__ = [
 _DEFAULT_TOP_K: int = SearchRequest.model_fields["top_k"].default
 _DEFAULT_PARAMS = HybridParams()
 
-RETRIEVAL_METADATA_KEYS = ("source", "score", "fused_score", "rrf_score", "sparse_rank", "sparse_score", "dense_rank", "dense_score")
+RETRIEVAL_METADATA_KEYS = (
+    "source",
+    "score",
+    "fused_score",
+    "rrf_score",
+    "sparse_rank",
+    "sparse_score",
+    "dense_rank",
+    "dense_score",
+)
 """Keys added to every returned ``Document``'s metadata, next to the chunk's own metadata; they hold the
 retrieval values, and a chunk's own differing values of them are under ``metadata["chunk_metadata"]``."""
 
@@ -108,7 +116,9 @@ def document_to_chunk(document: Document, chunk_id: str | None = None, scope: Sc
     text = document.page_content
     return make_chunk(
         {
-            "chunk_id": chunk_id or document.id or content_chunk_id(text if isinstance(text, str) else "", source, scope),
+            "chunk_id": chunk_id
+            or document.id
+            or content_chunk_id(text if isinstance(text, str) else "", source, scope),
             "text": text,
             "source": source,
             "metadata": metadata,
@@ -135,16 +145,19 @@ def result_to_document(result: SearchResult) -> Document:
     a chunk added with ``metadata={"score": 99}`` comes back with ``metadata["score"]`` the search score and
     ``metadata["chunk_metadata"] == {"score": 99}``.
     """
-    metadata = result_metadata(result.metadata, {
-        "source": result.source,
-        "score": absolute_score(result),
-        FUSED_SCORE_KEY: result.score if result.score is not None else result.rrf_score,
-        "rrf_score": result.rrf_score,
-        "sparse_rank": result.sparse_rank,
-        "sparse_score": result.sparse_score,
-        "dense_rank": result.dense_rank,
-        "dense_score": result.dense_score,
-    })
+    metadata = result_metadata(
+        result.metadata,
+        {
+            "source": result.source,
+            "score": absolute_score(result),
+            FUSED_SCORE_KEY: result.score if result.score is not None else result.rrf_score,
+            "rrf_score": result.rrf_score,
+            "sparse_rank": result.sparse_rank,
+            "sparse_score": result.sparse_score,
+            "dense_rank": result.dense_rank,
+            "dense_score": result.dense_score,
+        },
+    )
     return Document(id=result.chunk_id, page_content=result.text, metadata=metadata)
 
 

@@ -19,8 +19,7 @@ from .embeddings import LlamaIndexEmbedder, as_core_embedder
 from .filters import to_core_filter
 from .retrievers import HybridMemoryRetriever, node_to_chunk, result_to_node
 
-
-_GRAPH_NAMES = ('GlobalGraphRetriever', 'hit_to_node')
+_GRAPH_NAMES = ("GlobalGraphRetriever", "hit_to_node")
 
 
 # the graph names are public only with the graph extra, so ``from llamaindex_hybrid_memory import *`` works without it

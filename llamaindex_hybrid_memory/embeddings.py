@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from llama_index.core.base.embeddings.base import BaseEmbedding
-
-from hybrid_memory._adapter_support import coerce_embedder
 from hybrid_memory import InvalidEmbedderError
+from hybrid_memory._adapter_support import coerce_embedder
 from hybrid_memory.embedders import CallableEmbedder, Embedder
+from llama_index.core.base.embeddings.base import BaseEmbedding
 
 __all__ = ["LlamaIndexEmbedder", "as_core_embedder"]
 
@@ -32,8 +31,9 @@ class LlamaIndexEmbedder(CallableEmbedder):
     def __init__(self, embed_model: BaseEmbedding, *, name: str | None = None, dim: int | None = None) -> None:
         if not isinstance(embed_model, BaseEmbedding):
             raise InvalidEmbedderError(
-                f"embed_model must be a llama_index BaseEmbedding (for example HuggingFaceEmbedding(...), an instance), got "
-                f"{type(embed_model).__name__}; for a hybrid_memory Embedder pass it to the retriever or memory directly"
+                "embed_model must be a llama_index BaseEmbedding (for example HuggingFaceEmbedding(...), an instance), "
+                f"got {type(embed_model).__name__}; for a hybrid_memory Embedder pass it to the retriever or memory "
+                "directly"
             )
         self.embed_model = embed_model
         super().__init__(

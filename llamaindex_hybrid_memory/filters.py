@@ -34,7 +34,6 @@ from __future__ import annotations
 from typing import Any
 
 from hybrid_memory import InvalidFilterError
-
 from llama_index.core.vector_stores.types import (
     FilterCondition,
     FilterOperator,
@@ -60,8 +59,7 @@ _LIST_OPERAND = {
 
 UNSUPPORTED_OPERATORS: dict[str, str] = {
     FilterOperator.TEXT_MATCH.value: (
-        "substring search inside a metadata string; the core filter language compares whole values "
-        "(use '==' or 'in')"
+        "substring search inside a metadata string; the core filter language compares whole values (use '==' or 'in')"
     ),
     FilterOperator.TEXT_MATCH_INSENSITIVE.value: (
         "case-insensitive substring search inside a metadata string; the core filter language compares "

@@ -7,11 +7,10 @@ core's order. Needs the ``graph`` and ``llamaindex`` extras.
 
 from __future__ import annotations
 
+from hybrid_memory.graph import GraphIndex, ReportHit
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
-
-from hybrid_memory.graph import GraphIndex, ReportHit
 
 __all__ = ["GlobalGraphRetriever", "hit_to_node"]
 
@@ -76,4 +75,3 @@ class GlobalGraphRetriever(BaseRetriever):
             query_bundle.query_str, token_budget=self.token_budget, level=self.level, max_reports=self.max_reports
         )
         return [hit_to_node(hit) for hit in result.hits]
-

@@ -11,11 +11,16 @@ from collections.abc import Iterable, Mapping
 from os import PathLike
 from typing import Any
 
-from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.callbacks.base import CallbackManager
-from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
-from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
-
+from hybrid_memory import (
+    Chunk,
+    HybridMemory,
+    HybridParams,
+    InvalidRequestError,
+    ScopedMemory,
+    SearchRequest,
+    SearchResponse,
+    SearchResult,
+)
 from hybrid_memory._adapter_support import (
     FUSED_SCORE_KEY,
     absolute_score,
@@ -25,10 +30,13 @@ from hybrid_memory._adapter_support import (
     result_metadata,
     written_back_metadata,
 )
-from hybrid_memory.models import make_chunk
-from hybrid_memory import Chunk, HybridMemory, HybridParams, InvalidRequestError, ScopedMemory, SearchRequest, SearchResponse, SearchResult
 from hybrid_memory.dedup import DedupPolicy
+from hybrid_memory.models import make_chunk
 from hybrid_memory.scopes import as_scope
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
+from llama_index.core.vector_stores.types import MetadataFilter, MetadataFilters
 
 from .embeddings import as_core_embedder
 from .filters import to_core_filter
@@ -44,7 +52,15 @@ INSERT_DEDUP = DedupPolicy("skip", near=False)
 scope under another id: skip it (LlamaIndex gives every ``Document`` a random uuid4 id, so this is what keeps a
 second ``from_documents`` over the same documents from doubling the memory)."""
 
-RETRIEVAL_METADATA_KEYS = ("score", "fused_score", "rrf_score", "sparse_rank", "sparse_score", "dense_rank", "dense_score")
+RETRIEVAL_METADATA_KEYS = (
+    "score",
+    "fused_score",
+    "rrf_score",
+    "sparse_rank",
+    "sparse_score",
+    "dense_rank",
+    "dense_score",
+)
 """Keys added to every returned node's metadata, hidden from the LLM and embedding text of the node: the
 absolute score (also ``NodeWithScore.score``: :func:`hybrid_memory._adapter_support.absolute_score`), the score
 the results are ordered by (``fused_score``), the weighted RRF score, and each engine's
@@ -72,7 +88,8 @@ def node_to_chunk(node: BaseNode | NodeWithScore) -> Chunk:
         node = node.node
     if not isinstance(node, BaseNode):
         raise InvalidRequestError(
-            f"insert_nodes takes LlamaIndex nodes, Documents or NodeWithScore, got {type(node).__name__}")
+            f"insert_nodes takes LlamaIndex nodes, Documents or NodeWithScore, got {type(node).__name__}"
+        )
     source = node.metadata.get("source", node.ref_doc_id or "")
     metadata = written_back_metadata(node.metadata)
     return make_chunk(
@@ -105,16 +122,19 @@ def result_to_node(result: SearchResult) -> NodeWithScore:
     {"score": 99}``.
     """
     score = absolute_score(result)
-    metadata = result_metadata(result.metadata, {
-        "source": result.source,
-        "score": score,
-        FUSED_SCORE_KEY: result.score if result.score is not None else result.rrf_score,
-        "rrf_score": result.rrf_score,
-        "sparse_rank": result.sparse_rank,
-        "sparse_score": result.sparse_score,
-        "dense_rank": result.dense_rank,
-        "dense_score": result.dense_score,
-    })
+    metadata = result_metadata(
+        result.metadata,
+        {
+            "source": result.source,
+            "score": score,
+            FUSED_SCORE_KEY: result.score if result.score is not None else result.rrf_score,
+            "rrf_score": result.rrf_score,
+            "sparse_rank": result.sparse_rank,
+            "sparse_score": result.sparse_score,
+            "dense_rank": result.dense_rank,
+            "dense_score": result.dense_score,
+        },
+    )
     hidden = [*RETRIEVAL_METADATA_KEYS, *(() if result.source else ("source",))]
     node = TextNode(
         id_=result.chunk_id,
@@ -181,7 +201,8 @@ class HybridMemoryRetriever(BaseRetriever):
             raise InvalidRequestError(
                 f"HybridMemoryRetriever: memory must be a hybrid_memory.HybridMemory (or a scoped view of one), got "
                 f"{type(memory).__name__}; open one with HybridMemory.open(path), or build the retriever with "
-                "HybridMemoryRetriever.from_documents(...) / from_path(path)")
+                "HybridMemoryRetriever.from_documents(...) / from_path(path)"
+            )
         self.memory = memory
         self._owns_memory = False  # True when from_documents / from_nodes / from_path opened it
         self.scope = dict(scope) if scope else None
@@ -194,8 +215,9 @@ class HybridMemoryRetriever(BaseRetriever):
         self.rrf_k = rrf_k
         self.fusion = fusion
         # unsupported operators and bad values fail at construction, not at the first query, named as here
-        check_search_settings(type(self).__name__, {"top_k": "similarity_top_k", "rrf_k_constant": "rrf_k"},
-                              self.search_kwargs())
+        check_search_settings(
+            type(self).__name__, {"top_k": "similarity_top_k", "rrf_k_constant": "rrf_k"}, self.search_kwargs()
+        )
         super().__init__(callback_manager=callback_manager, object_map=object_map, verbose=verbose)
 
     # --- construction from LlamaIndex objects -------------------------------------------------------
@@ -251,9 +273,7 @@ class HybridMemoryRetriever(BaseRetriever):
         )
 
     @classmethod
-    def from_path(
-        cls, path: str | PathLike[str], embed_model: Any = None, **kwargs: Any
-    ) -> HybridMemoryRetriever:
+    def from_path(cls, path: str | PathLike[str], embed_model: Any = None, **kwargs: Any) -> HybridMemoryRetriever:
         """Open the memory folder at ``path`` (built by any adapter or the core) and wrap it.
 
         ``embed_model`` must be the embedder the memory was built with (same ``name`` and ``dim``); None

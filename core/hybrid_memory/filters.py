@@ -372,13 +372,15 @@ def _node(node: Any, namespace: str, depth: int, budget: list[int]) -> Node:
                     "many $or branches"
                 )
             if isinstance(value, Mapping):  # counted before any value is read: refusing costs nothing
-                budget[1] -= sum(len(v) for op, v in value.items()
-                                 if op in ("$in", "$nin") and isinstance(v, (list, tuple)))
+                budget[1] -= sum(
+                    len(v) for op, v in value.items() if op in ("$in", "$nin") and isinstance(v, (list, tuple))
+                )
                 if budget[1] < 0:
                     raise InvalidFilterError(
                         f"metadata filter has more than MAX_IN_VALUES ({limits.MAX_IN_VALUES:,}, hybrid_memory.limits) "
                         "values in its $in/$nin lists together; tag the chunks with a shared metadata value and filter "
-                        "on it, split the search, or raise hybrid_memory.limits.MAX_IN_VALUES")
+                        "on it, split the search, or raise hybrid_memory.limits.MAX_IN_VALUES"
+                    )
             parts.append(_field(name, value, namespace))
     return _combine("and", parts) if parts else _ALL
 

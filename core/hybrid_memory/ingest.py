@@ -105,7 +105,7 @@ def read_beir_corpus(path: StrPath, *, source: str | None = None) -> Iterator[Ch
         if "_id" not in doc:
             raise InvalidRequestError(f"{where}: missing '_id' (every BEIR corpus line needs a document id)")
         if "text" not in doc:
-            raise InvalidRequestError(f"{where}: missing 'text' (use \"text\": \"\" with a title-only document)")
+            raise InvalidRequestError(f'{where}: missing \'text\' (use "text": "" with a title-only document)')
         doc_id = doc["_id"]
         if isinstance(doc_id, bool) or not isinstance(doc_id, str | int):
             raise InvalidRequestError(f"{where}: '_id' must be a string, got {type(doc_id).__name__}")
@@ -113,13 +113,13 @@ def read_beir_corpus(path: StrPath, *, source: str | None = None) -> Iterator[Ch
         text = doc["text"]
         for name, value in (("title", title), ("text", text)):
             if not isinstance(value, str):
-                raise InvalidRequestError(f"{where}: {name!r} must be a string, got {type(value).__name__} "
-                                          f"{value!r:.40}; give a JSON string: \"{name}\": \"...\"")
+                raise InvalidRequestError(
+                    f"{where}: {name!r} must be a string, got {type(value).__name__} "
+                    f'{value!r:.40}; give a JSON string: "{name}": "..."'
+                )
         metadata = doc.get("metadata") or {}
         if not isinstance(metadata, Mapping):
-            raise InvalidRequestError(
-                f"{where}: 'metadata' must be a JSON object, got {type(metadata).__name__}"
-            )
+            raise InvalidRequestError(f"{where}: 'metadata' must be a JSON object, got {type(metadata).__name__}")
         metadata = dict(metadata)
         try:
             check_metadata(metadata)  # a key starting with '$' (reserved for operators), a value JSON cannot hold
@@ -223,8 +223,19 @@ def read_text_folder(
             is created, before the first chunk is asked for.
     """
     root, chunk_size, chunk_overlap = _checked_folder_args(folder, chunk_size, chunk_overlap)
-    return _text_folder_chunks(root, chunk_size, chunk_overlap, metadata, glob, id_prefix, on_unreadable, on_empty,
-                               on_symlinked_folder, follow_symlinks, on_outside_link)
+    return _text_folder_chunks(
+        root,
+        chunk_size,
+        chunk_overlap,
+        metadata,
+        glob,
+        id_prefix,
+        on_unreadable,
+        on_empty,
+        on_symlinked_folder,
+        follow_symlinks,
+        on_outside_link,
+    )
 
 
 def _checked_folder_args(folder: StrPath, chunk_size: Any, chunk_overlap: Any) -> tuple[Path, int, int]:
@@ -243,19 +254,28 @@ def _checked_folder_args(folder: StrPath, chunk_size: Any, chunk_overlap: Any) -
     if chunk_size > limits.MAX_CHUNK_TEXT_CHARS:
         raise InvalidRequestError(
             f"chunk_size {chunk_size:,} is more than MAX_CHUNK_TEXT_CHARS ({limits.MAX_CHUNK_TEXT_CHARS:,}, "
-            "hybrid_memory.limits), the longest text a chunk may hold; give a smaller chunk_size (default 1,000)")
+            "hybrid_memory.limits), the longest text a chunk may hold; give a smaller chunk_size (default 1,000)"
+        )
     if isinstance(chunk_overlap, bool) or not isinstance(chunk_overlap, int) or not 0 <= chunk_overlap < chunk_size:
         raise InvalidRequestError(
-            f"chunk_overlap must be an integer with 0 <= chunk_overlap < chunk_size ({chunk_size}), got {chunk_overlap!r}"
+            f"chunk_overlap must be an integer with 0 <= chunk_overlap < chunk_size ({chunk_size}), "
+            f"got {chunk_overlap!r}"
         )
     return root, chunk_size, chunk_overlap
 
 
 def _text_folder_chunks(
-    root: Path, chunk_size: int, chunk_overlap: int, metadata: Mapping[str, Any] | None, glob: str | Sequence[str],
-    id_prefix: str | None, on_unreadable: Callable[[Path, str], None] | None,
-    on_empty: Callable[[Path], None] | None = None, on_symlinked_folder: Callable[[Path], None] | None = None,
-    follow_symlinks: bool = False, on_outside_link: Callable[[Path], None] | None = None,
+    root: Path,
+    chunk_size: int,
+    chunk_overlap: int,
+    metadata: Mapping[str, Any] | None,
+    glob: str | Sequence[str],
+    id_prefix: str | None,
+    on_unreadable: Callable[[Path, str], None] | None,
+    on_empty: Callable[[Path], None] | None = None,
+    on_symlinked_folder: Callable[[Path], None] | None = None,
+    follow_symlinks: bool = False,
+    on_outside_link: Callable[[Path], None] | None = None,
 ) -> Iterator[Chunk]:
     patterns = [glob] if isinstance(glob, str) else list(glob)
     base_metadata = dict(metadata or {})
@@ -270,14 +290,22 @@ def _text_folder_chunks(
     inside: dict[Path, bool] = {}
     memories: set[Path] = set()
     files = sorted(
-        {p.relative_to(root).as_posix(): p for pattern in patterns for p in root.glob(pattern)
-         if (p.is_file() or _dangling_link(p)) and not _in_a_memory_folder(p.parent, root, inside, memories)}.items()
+        {
+            p.relative_to(root).as_posix(): p
+            for pattern in patterns
+            for p in root.glob(pattern)
+            if (p.is_file() or _dangling_link(p)) and not _in_a_memory_folder(p.parent, root, inside, memories)
+        }.items()
     )
     if any("**" in pattern for pattern in patterns):  # ** does not follow a link to a folder: say so, once each
         for link in _symlinked_folders(root, inside, memories):
-            logger.warning("skipped %s: a symbolic link to the folder %s, and links to folders are not followed (one "
-                           "may loop, or lead out of the folder being read); to read that folder, ingest it as a "
-                           "path of its own", link, link.resolve())
+            logger.warning(
+                "skipped %s: a symbolic link to the folder %s, and links to folders are not followed (one "
+                "may loop, or lead out of the folder being read); to read that folder, ingest it as a "
+                "path of its own",
+                link,
+                link.resolve(),
+            )
             if on_symlinked_folder is not None:
                 on_symlinked_folder(link)
     for folder in sorted(memories):
@@ -286,9 +314,14 @@ def _text_folder_chunks(
     real_root = root.resolve()
     for rel, file_path in files:
         if not follow_symlinks and not _dangling_link(file_path) and not file_path.resolve().is_relative_to(real_root):
-            logger.warning("skipped %s: a symbolic link to %s, outside the folder being read (%s); links that leave "
-                           "the folder are not followed by default: pass follow_symlinks=True (the CLI's "
-                           "--follow-symlinks) to read it", file_path, file_path.resolve(), real_root)
+            logger.warning(
+                "skipped %s: a symbolic link to %s, outside the folder being read (%s); links that leave "
+                "the folder are not followed by default: pass follow_symlinks=True (the CLI's "
+                "--follow-symlinks) to read it",
+                file_path,
+                file_path.resolve(),
+                real_root,
+            )
             if on_outside_link is not None:
                 on_outside_link(file_path)
             continue

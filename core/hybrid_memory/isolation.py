@@ -128,7 +128,8 @@ class CursorSeal:
         """
         refused = InvalidRequestError(
             f"cursor {str(cursor)[:48]!r} is not one this server gave (a scoped view's cursors are opaque, bound to "
-            "its scope, and last while the memory stays open); start the listing again without a cursor")
+            "its scope, and last while the memory stays open); start the listing again without a cursor"
+        )
         if not isinstance(cursor, str) or len(cursor) != 44 or not cursor.startswith("c") or not cursor.isascii():
             raise refused
         try:

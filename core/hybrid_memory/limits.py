@@ -88,20 +88,24 @@ def check_question(value: Any, field: str = "question") -> str:
     they refuse what ``search_memory`` refuses.
     """
     if not isinstance(value, str) or not value.strip():
-        raise InvalidRequestError(f"{field} must be a non-empty string, got {value!r:.40}: ask about the memory, "
-                                  "e.g. 'how do services handle database timeouts?'")
+        raise InvalidRequestError(
+            f"{field} must be a non-empty string, got {value!r:.40}: ask about the memory, "
+            "e.g. 'how do services handle database timeouts?'"
+        )
     if len(value) > MAX_SEARCH_TEXT_CHARS:
         raise InvalidRequestError(
             f"{field} has {len(value):,} characters, more than MAX_SEARCH_TEXT_CHARS ({MAX_SEARCH_TEXT_CHARS:,}, "
-            "hybrid_memory.limits); ask a shorter question: the embedder reads about the first 1,000 characters")
+            "hybrid_memory.limits); ask a shorter question: the embedder reads about the first 1,000 characters"
+        )
     position = value.find("\x00")
     if position >= 0:
         raise InvalidRequestError(f"{field} contains a NUL character ('\\x00') at position {position}; remove it")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise InvalidRequestError(f"{field} is not valid Unicode text (a lone surrogate at position {exc.start}); "
-                                  "remove it") from None
+        raise InvalidRequestError(
+            f"{field} is not valid Unicode text (a lone surrogate at position {exc.start}); remove it"
+        ) from None
     return value
 
 
@@ -118,22 +122,29 @@ def check_graph_level(level: Any, levels: Any) -> int | None:
         if not known:
             raise InvalidRequestError(f"level must be >= 0 (0 is the first level of communities), got {level}")
         span = f"{known[0]}..{known[-1]}" if known and known == list(range(known[0], known[-1] + 1)) else known
-        raise InvalidRequestError(f"level {level} is not a level of this graph (its levels: {span}); "
-                                  "give one of them, or None for every level")
+        raise InvalidRequestError(
+            f"level {level} is not a level of this graph (its levels: {span}); "
+            "give one of them, or None for every level"
+        )
     return level
-
 
 
 def check_page(after: Any, limit: Any) -> int:
     """The keyset position a page of ``page_chunks`` starts after (-1: the first page, ``after`` None), with
     ``after`` (-1..:data:`MAX_PAGE_POSITION`) and ``limit`` (1..:data:`MAX_PAGE_SIZE`) checked. Raises
     InvalidRequestError naming the argument and its range (never OverflowError)."""
-    if after is not None and (isinstance(after, bool) or not isinstance(after, int)
-                              or not -1 <= after <= MAX_PAGE_POSITION):
-        shown = (f"an int of {after.bit_length()} bits" if isinstance(after, int) and after.bit_length() > 128
-                 else f"{after!r:.60}")
-        raise InvalidRequestError(f"after must be a position a previous page returned (an int in -1..2**63-1, "
-                                  f"MAX_PAGE_POSITION), or None for the first page, got {shown}")
+    if after is not None and (
+        isinstance(after, bool) or not isinstance(after, int) or not -1 <= after <= MAX_PAGE_POSITION
+    ):
+        shown = (
+            f"an int of {after.bit_length()} bits"
+            if isinstance(after, int) and after.bit_length() > 128
+            else f"{after!r:.60}"
+        )
+        raise InvalidRequestError(
+            f"after must be a position a previous page returned (an int in -1..2**63-1, "
+            f"MAX_PAGE_POSITION), or None for the first page, got {shown}"
+        )
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE_SIZE:
         raise InvalidRequestError(f"limit must be an int in 1..{MAX_PAGE_SIZE} (MAX_PAGE_SIZE), got {limit!r:.40}")
     return -1 if after is None else after

@@ -18,7 +18,8 @@ Tools: ``search_memory`` (the reference request, metadata filter and ``as_of`` i
   read-only and how to start it writable (the SDK would say ``Unknown tool``).
 * **Errors** of the library (bad filter, unknown id, ...) come back as MCP tool errors (``isError``) whose text
   is the library's message alone (the SDK's ``Error executing tool <name>:`` prefix is dropped; a write's
-  ``invalid chunk #0:`` reads ``invalid memory:``, as does one naming an id the tool generated); bad arguments read ``invalid arguments for <tool>; fix and
+  ``invalid chunk #0:`` reads ``invalid memory:``, as does one naming an id the tool generated); bad arguments read
+  ``invalid arguments for <tool>; fix and
   call again: <field>: <problem>``; the server keeps running.
 * ``add_memory`` catches duplicates on write with :data:`ADD_DEDUP` (exact and near, skip) and says so.
 
@@ -42,8 +43,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ._exceptions import DuplicateChunkError, HybridMemoryError, InvalidRequestError, missing_dependency
 from .dedup import DedupPolicy
 from .limits import MAX_PAGE_POSITION, MAX_SEARCH_TEXT_CHARS, check_question
-from .models import SearchRequest, SearchResponse, StoredChunk
 from .memory.scoped import ScopedMemory
+from .models import SearchRequest, SearchResponse, StoredChunk
 from .scopes import SCOPE_FIELDS, Scope, as_scope
 
 if TYPE_CHECKING:
@@ -117,8 +118,11 @@ class WriteOutcome(BaseModel):
     duplicate_of: str | None = Field(default=None, description="The stored memory it duplicates, if any.")
     kind: Literal["exact", "near"] | None = Field(default=None, description="How the duplicate was recognised.")
     closed: list[str] = Field(default_factory=list, description="supersede: the ids whose validity was closed.")
-    note: str | None = Field(default=None, description="What to know about the outcome: for a skipped duplicate, "
-                             "that nothing given was stored and how to change the stored memory.")
+    note: str | None = Field(
+        default=None,
+        description="What to know about the outcome: for a skipped duplicate, "
+        "that nothing given was stored and how to change the stored memory.",
+    )
 
 
 class MemoryPage(BaseModel):
@@ -164,7 +168,7 @@ def _no_generated_id(given: str | None, chunk_id: str) -> Iterator[None]:
         text = _library_message(exc)
         if given is not None or not text.startswith(prefix):
             raise
-        raise InvalidRequestError("invalid memory: " + text[len(prefix):]) from exc
+        raise InvalidRequestError("invalid memory: " + text[len(prefix) :]) from exc
 
 
 def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -214,8 +218,11 @@ def _unknown_arguments_message(tool: str, unknown: Mapping[str, Any], accepted: 
     accepts only cursor, page_size, metadata_filter``)."""
     lines = []
     for key, given in unknown.items():
-        hint = ("; the scope of what a tool reads and writes is the server's (hybrid-memory mcp --scope)"
-                if key in SCOPE_FIELDS else "")
+        hint = (
+            "; the scope of what a tool reads and writes is the server's (hybrid-memory mcp --scope)"
+            if key in SCOPE_FIELDS
+            else ""
+        )
         lines.append(f"{key}: unknown argument (got {given!r:.80}){hint}")
     takes = ", ".join(accepted) if accepted else "no arguments"
     return f"invalid arguments for {tool}; fix and call again: " + "; ".join(lines) + f"; {tool} accepts only {takes}"
@@ -225,18 +232,23 @@ def _not_found_message(chunk_ids: list[str]) -> str:
     """``get_memory``'s error when none of ``chunk_ids`` is stored (in the server's scope: an id of another scope
     reads as unknown, so the message tells nothing of it)."""
     if not chunk_ids:
-        return ("chunk_ids is empty; give the ids of the memories to get (search_memory and list_memories give each "
-                "memory's chunk_id)")
-    shown = ", ".join(repr(c)[:80] for c in chunk_ids[:5]) + (f" and {len(chunk_ids) - 5} more" if len(chunk_ids) > 5 else "")
+        return (
+            "chunk_ids is empty; give the ids of the memories to get (search_memory and list_memories give each "
+            "memory's chunk_id)"
+        )
+    shown = ", ".join(repr(c)[:80] for c in chunk_ids[:5]) + (
+        f" and {len(chunk_ids) - 5} more" if len(chunk_ids) > 5 else ""
+    )
     which = "id" if len(chunk_ids) == 1 else "ids"
-    return (f"no memory with {which} {shown}; find ids with search_memory (each result's chunk_id) or "
-            "list_memories")
+    return f"no memory with {which} {shown}; find ids with search_memory (each result's chunk_id) or list_memories"
 
 
 def _read_only_message(name: str, served: list[str]) -> str:
-    return (f"{name} is a write tool, and this server is read-only: it serves {', '.join(served)}. To write, "
-            "start it without --read-only (hybrid-memory mcp --memory DIR; in Python, build_server(memory, "
-            "read_only=False))")
+    return (
+        f"{name} is a write tool, and this server is read-only: it serves {', '.join(served)}. To write, "
+        "start it without --read-only (hybrid-memory mcp --memory DIR; in Python, build_server(memory, "
+        "read_only=False))"
+    )
 
 
 def _mcp_server_class() -> type:
@@ -374,11 +386,19 @@ def build_server(
         note = None
         if decision.action == "skipped":  # its source, metadata and validity were dropped with it: say so
             article = "an" if decision.kind == "exact" else "a"
-            note = (f"not stored: {article} {decision.kind} duplicate of memory {decision.stored_id!r}, which was left as it "
-                    "was (the source, metadata and validity given here were not applied to it); to change its "
-                    f"metadata, call update_memory with chunk_id {decision.stored_id!r}")
-        return WriteOutcome(chunk_id=decision.chunk_id, action=decision.action, stored_id=decision.stored_id,
-                            duplicate_of=decision.duplicate_of, kind=decision.kind, note=note)
+            note = (
+                f"not stored: {article} {decision.kind} duplicate of memory {decision.stored_id!r}, "
+                "which was left as it was (the source, metadata and validity given here were not applied to it); "
+                f"to change its metadata, call update_memory with chunk_id {decision.stored_id!r}"
+            )
+        return WriteOutcome(
+            chunk_id=decision.chunk_id,
+            action=decision.action,
+            stored_id=decision.stored_id,
+            duplicate_of=decision.duplicate_of,
+            kind=decision.kind,
+            note=note,
+        )
 
     @_guard
     def update_memory(update: MemoryUpdate) -> WriteOutcome:
@@ -390,8 +410,13 @@ def build_server(
         stored = found[0]
         changes = update.model_dump(exclude_unset=True, exclude={"chunk_id"})
         chunk = {
-            "chunk_id": stored.chunk_id, "text": stored.text, "source": stored.source, "metadata": stored.metadata,
-            "valid_from": stored.valid_from, "valid_to": stored.valid_to, **changes,
+            "chunk_id": stored.chunk_id,
+            "text": stored.text,
+            "source": stored.source,
+            "metadata": stored.metadata,
+            "valid_from": stored.valid_from,
+            "valid_to": stored.valid_to,
+            **changes,
         }
         view.upsert([chunk])
         return WriteOutcome(chunk_id=stored.chunk_id, action="updated", stored_id=stored.chunk_id)
@@ -450,7 +475,9 @@ def _global_search_tool(view: HybridMemory | ScopedMemory, graph: Any) -> Callab
         if not index.reports:
             raise InvalidRequestError(
                 "no community reports for this scope yet; build them with `hybrid-memory graph build --memory DIR"
-                + "".join(f" --scope {k}={v}" for k, v in getattr(getattr(view, "scope", None), "bound", dict)().items())
+                + "".join(
+                    f" --scope {k}={v}" for k, v in getattr(getattr(view, "scope", None), "bound", dict)().items()
+                )
                 + "`"
             )
         # checked against the view: a report written from a since deleted or replaced memory is not served

@@ -19,9 +19,8 @@ import difflib
 import math
 import reprlib
 import uuid
-from typing import Any
-
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -135,10 +134,14 @@ def _scope_value(value: str | None, field: str) -> str | None:
     if not value:
         raise ValueError(f"{field} must not be empty; leave it out (None) for no {field}")
     if not value.strip():
-        raise ValueError(f"{field} must not be blank (white space only), got {value!r}; leave it out (None) for no {field}")
+        raise ValueError(
+            f"{field} must not be blank (white space only), got {value!r}; leave it out (None) for no {field}"
+        )
     if "\x00" in value:
-        raise ValueError(f"{field} holds a NUL character at position {value.index(chr(0))}; remove it, or leave it out "
-                         f"(None) for no {field}")
+        raise ValueError(
+            f"{field} holds a NUL character at position {value.index(chr(0))}; remove it, or leave it out "
+            f"(None) for no {field}"
+        )
     return _encodable(value, field)
 
 
@@ -224,7 +227,8 @@ class Chunk(BaseModel):
             raise ValueError(
                 f"text has {len(value):,} characters, more than MAX_CHUNK_TEXT_CHARS ({limits.MAX_CHUNK_TEXT_CHARS:,}, "
                 "hybrid_memory.limits); split it into chunks (ingest's folders are cut into --chunk-size characters), "
-                "or raise hybrid_memory.limits.MAX_CHUNK_TEXT_CHARS")
+                "or raise hybrid_memory.limits.MAX_CHUNK_TEXT_CHARS"
+            )
         return _encodable(value, "text")
 
     @field_validator("source")
@@ -289,7 +293,9 @@ class HybridParams(BaseModel):
     @classmethod
     def _finite_non_negative(cls, value: float) -> float:
         if not math.isfinite(value) or value < 0 or value > MAX_WEIGHT:
-            raise ValueError(f"must be a number in [0, {MAX_WEIGHT:g}] (only the ratio of the weights matters), got {value}")
+            raise ValueError(
+                f"must be a number in [0, {MAX_WEIGHT:g}] (only the ratio of the weights matters), got {value}"
+            )
         return value
 
     @field_validator("rrf_k_constant")
@@ -427,15 +433,28 @@ def build_response(
         if row is None:
             continue
         text, source, metadata = row
-        results.append(SearchResult.model_construct(
-            chunk_id=hit.key, rrf_score=hit.rrf_score, text=text, source=source, metadata=metadata,
-            score=None if result.method == "rrf" and hit.score == hit.rrf_score else hit.score,
-            sparse_rank=hit.ranks.get("sparse"), sparse_score=hit.raw_scores.get("sparse"),
-            dense_rank=hit.ranks.get("dense"), dense_score=hit.raw_scores.get("dense"),
-        ))
-    return SearchResponse.model_construct(query_id=req.query_id, total_retrieved=len(results), results=results,
-                                          fusion=result.method, effective_weights=convex_weights(result.weights),
-                                          calibrated=getattr(result, "calibrated", None))
+        results.append(
+            SearchResult.model_construct(
+                chunk_id=hit.key,
+                rrf_score=hit.rrf_score,
+                text=text,
+                source=source,
+                metadata=metadata,
+                score=None if result.method == "rrf" and hit.score == hit.rrf_score else hit.score,
+                sparse_rank=hit.ranks.get("sparse"),
+                sparse_score=hit.raw_scores.get("sparse"),
+                dense_rank=hit.ranks.get("dense"),
+                dense_score=hit.raw_scores.get("dense"),
+            )
+        )
+    return SearchResponse.model_construct(
+        query_id=req.query_id,
+        total_retrieved=len(results),
+        results=results,
+        fusion=result.method,
+        effective_weights=convex_weights(result.weights),
+        calibrated=getattr(result, "calibrated", None),
+    )
 
 
 def convex_weights(weights: Mapping[str, float]) -> dict[str, float]:

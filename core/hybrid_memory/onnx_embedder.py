@@ -103,11 +103,13 @@ class _Runtime:
         if path.name == "model.onnx":
             size = path.stat().st_size
             if expected.get("model_onnx_bytes") and size != expected["model_onnx_bytes"]:
-                raise self._damaged(path, f"{size:,} bytes, not the {expected['model_onnx_bytes']:,} that "
-                                          "provenance.json records")
+                raise self._damaged(
+                    path, f"{size:,} bytes, not the {expected['model_onnx_bytes']:,} that provenance.json records"
+                )
         elif expected.get("tokenizer_json_sha256") and _sha256(path) != expected["tokenizer_json_sha256"]:
-            raise self._damaged(path, f"its sha256 is not the {expected['tokenizer_json_sha256'][:12]}... that "
-                                      "provenance.json records")
+            raise self._damaged(
+                path, f"its sha256 is not the {expected['tokenizer_json_sha256'][:12]}... that provenance.json records"
+            )
 
     def _load_tokenizer(self) -> Any:
         try:
@@ -176,7 +178,8 @@ class OnnxEmbedder:
     """all-MiniLM-L6-v2 on ONNX Runtime: the default embedder, with sentence-transformers' vectors and no torch.
 
     It runs as sentence-transformers runs the model (``SentenceTransformer.encode(..., normalize_embeddings=True)``
-    with all-MiniLM-L6-v2's configuration): each text tokenized by the model's ``tokenizer.json`` (BERT uncased word pieces) and cut to 256 word pieces, the encoder's last hidden states
+    with all-MiniLM-L6-v2's configuration): each text tokenized by the model's ``tokenizer.json`` (BERT uncased word
+    pieces) and cut to 256 word pieces, the encoder's last hidden states
     averaged over the attention mask, the mean scaled to unit L2 norm. The texts of a call are sorted by token
     count and cut into batches of ``batch_size``, each padded to its longest text only, as sentence-transformers
     sorts by length (it sorts by characters; word pieces are what padding costs). The vectors are those of
@@ -208,8 +211,14 @@ class OnnxEmbedder:
     dim: int
     """384."""
 
-    def __init__(self, model_dir: str | os.PathLike[str] | None = None, *, batch_size: int = 32,
-                 threads: int | None = None, shared: bool = True) -> None:
+    def __init__(
+        self,
+        model_dir: str | os.PathLike[str] | None = None,
+        *,
+        batch_size: int = 32,
+        threads: int | None = None,
+        shared: bool = True,
+    ) -> None:
         self.model_dir = MODEL_DIR if model_dir is None else Path(model_dir)
         self.batch_size = max(1, int(batch_size))
         self.threads = _cores() if threads is None else max(1, int(threads))
@@ -223,8 +232,11 @@ class OnnxEmbedder:
         if self._runtime is None:
             with self._lock:
                 if self._runtime is None:
-                    self._runtime = (_shared_runtime(self.model_dir, self.threads) if self.shared
-                                     else _Runtime(self.model_dir, self.threads))
+                    self._runtime = (
+                        _shared_runtime(self.model_dir, self.threads)
+                        if self.shared
+                        else _Runtime(self.model_dir, self.threads)
+                    )
         return self._runtime
 
     def _run(self, kind: str, encodings: Sequence[Any]) -> np.ndarray:

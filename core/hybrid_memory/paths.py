@@ -15,7 +15,15 @@ from typing import Any
 
 from ._exceptions import InvalidRequestError
 
-__all__ = ["EDGE_CONFIG", "INDEX_LOCK", "STORE_FILE", "check_edge_path", "check_local_mode_path", "embedded_memory_at", "memory_path"]
+__all__ = [
+    "EDGE_CONFIG",
+    "INDEX_LOCK",
+    "STORE_FILE",
+    "check_edge_path",
+    "check_local_mode_path",
+    "embedded_memory_at",
+    "memory_path",
+]
 
 STORE_FILE = "store.sqlite3"
 """The SQLite store of an embedded memory, inside its folder."""
@@ -47,8 +55,9 @@ def memory_path(path: Any, what: str = "path") -> Path:
         )
     folder = Path(path)
     if not os.fspath(path):
-        raise InvalidRequestError(f"{what} is empty; give a memory folder, e.g. './memory' (or None for a memory "
-                                  "kept in process memory only)")
+        raise InvalidRequestError(
+            f"{what} is empty; give a memory folder, e.g. './memory' (or None for a memory kept in process memory only)"
+        )
     if folder.exists() and not folder.is_dir():
         hint = f": its folder is {folder.parent}" if folder.name == STORE_FILE else ""
         raise InvalidRequestError(
@@ -75,8 +84,13 @@ def check_edge_path(path: Any) -> Path:
         InvalidRequestError: ``path`` is not a str / os.PathLike, is empty, is a regular file or lies below one,
             or is (or lies inside) an embedded memory's folder: the message says to use another folder.
     """
-    return _foreign_folder(path, "edge_path", "a Qdrant Edge shard", "-edge",
-                           " (hybrid-memory export-qdrant --edge-path copies the memory there)")
+    return _foreign_folder(
+        path,
+        "edge_path",
+        "a Qdrant Edge shard",
+        "-edge",
+        " (hybrid-memory export-qdrant --edge-path copies the memory there)",
+    )
 
 
 def check_local_mode_path(path: Any) -> Path:
@@ -100,8 +114,11 @@ def _foreign_folder(path: Any, what: str, kind: str, suffix: str, hint: str) -> 
             break
     memory = embedded_memory_at(folder)
     if memory is not None:
-        where = ("is the embedded memory folder" if memory == folder.absolute() else
-                 f"is inside the embedded memory folder {memory}")
+        where = (
+            "is the embedded memory folder"
+            if memory == folder.absolute()
+            else f"is inside the embedded memory folder {memory}"
+        )
         raise InvalidRequestError(
             f"{what} {folder} {where} (it holds {STORE_FILE}); "
             f"{kind} must not share a memory's folder: use another folder, e.g. "

@@ -5,7 +5,8 @@ indexed SQLite columns. A :class:`Scope` binds some of them (``Scope(tenant="acm
 *in* the scope when every bound field equals the chunk's (an unbound field is free, so a tenant's scope holds all
 of its users' chunks, and a chunk without a ``user_id`` is *not* in a user's scope: sharing is explicit).
 
-:meth:`HybridMemory.scoped` returns a :class:`~hybrid_memory.memory.scoped.ScopedMemory`: the scope is a pre-filter of every read (search,
+:meth:`HybridMemory.scoped` returns a :class:`~hybrid_memory.memory.scoped.ScopedMemory`: the scope is a pre-filter of
+every read (search,
 asearch, get, iter_chunks, count, chunk_hashes) applied before both engines rank, as the metadata filter is,
 and every write is stamped with it. A scope is not a filter a caller can forget or widen:
 
@@ -119,8 +120,10 @@ def _no_control_character(value: str, field: str) -> None:
     for position, char in enumerate(value):
         category = unicodedata.category(char)
         if char == "\x00":
-            raise ValueError(f"{field} holds a NUL character at position {position}; remove it, or leave {field} "
-                             f"out (None) for no {field}")
+            raise ValueError(
+                f"{field} holds a NUL character at position {position}; remove it, or leave {field} "
+                f"out (None) for no {field}"
+            )
         if category in ("Cc", "Zl", "Zp"):
             kind = {"Zl": "line separator", "Zp": "paragraph separator"}.get(category, "control character")
             # the strip hint only where strip() removes it: a new line read with the value, at its end
@@ -148,7 +151,9 @@ def _no_surrounding_space(value: str, field: str) -> None:
         ValueError: the message names the field, the value and the fix.
     """
     if value and not value.strip():  # only white space: blank, so the fix is not "give ''" (refused too)
-        raise ValueError(f"{field} must not be blank (white space only), got {value!r}; leave it out (None) for no {field}")
+        raise ValueError(
+            f"{field} must not be blank (white space only), got {value!r}; leave it out (None) for no {field}"
+        )
     if value != value.strip():
         raise ValueError(
             f"{field} must not have white space at its start or end, got {value!r}; a scope value is an id: give "

@@ -107,11 +107,17 @@ class RecencyPrior:
     def __post_init__(self) -> None:
         if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) or not 0 < self.weight <= 0.5:
             raise InvalidRequestError(
-                f"RecencyPrior.weight must be in (0, 0.5] (a small share of the score), got {self.weight!r}")
-        if (isinstance(self.half_life_days, bool) or not isinstance(self.half_life_days, (int, float))
-                or not math.isfinite(self.half_life_days) or self.half_life_days <= 0):
+                f"RecencyPrior.weight must be in (0, 0.5] (a small share of the score), got {self.weight!r}"
+            )
+        if (
+            isinstance(self.half_life_days, bool)
+            or not isinstance(self.half_life_days, (int, float))
+            or not math.isfinite(self.half_life_days)
+            or self.half_life_days <= 0
+        ):
             raise InvalidRequestError(
-                f"RecencyPrior.half_life_days must be a finite number > 0, got {self.half_life_days!r}")
+                f"RecencyPrior.half_life_days must be a finite number > 0, got {self.half_life_days!r}"
+            )
 
     def bonus(self, scale: float, age_seconds: float) -> float:
         """The additive bonus for one chunk: ``weight · scale · 2^(−age/half_life)``; age in seconds (clamped

@@ -23,9 +23,12 @@ import threading
 import unicodedata
 from collections.abc import Iterable
 
-from bm25s.stopwords import STOPWORDS_EN
+from ._bm25s import import_bm25s
 
 __all__ = ["TOKENIZER_VERSION", "TechnicalTokenizer"]
+
+STOPWORDS_EN = import_bm25s("bm25s.stopwords").STOPWORDS_EN
+"""bm25s's English stopword list (the one bm25s's own tokenizer uses with ``stopwords=\"en\"``)."""
 
 TOKENIZER_VERSION = 1
 """Bumped whenever the tokens produced change; saved BM25 indexes of another version are rebuilt."""

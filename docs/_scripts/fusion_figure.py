@@ -30,7 +30,11 @@ OUT = ROOT / "docs" / "_static" / "figures" / "fusion_one_query.png"
 QUERIES = [
     # (query, the chunk it is about, why one engine fails)
     ("SQLSTATE 53300", "inc-0507-payments-pg-pool-staging", "an error code: the embedding blurs it"),
-    ("money never came back to the customer", "rb-billing-refund-retry", "a paraphrase: the note says \u2018refund\u2019"),
+    (
+        "money never came back to the customer",
+        "rb-billing-refund-retry",
+        "a paraphrase: the note says \u2018refund\u2019",
+    ),
 ]
 TOP = 5
 
@@ -46,26 +50,46 @@ def lists(memory: HybridMemory, query: str) -> tuple[list[str], list[str], list[
 
 def draw(ax, query: str, target: str, why: str, columns: list[list[str]], weights: dict[str, float]) -> None:
     xs = [0.0, 1.0, 2.0]
-    titles = ["BM25", f"default fusion\n(this query: BM25 {weights['sparse']:.2f}, dense {weights['dense']:.2f})",
-              "dense (all-MiniLM-L6-v2)"]
+    titles = [
+        "BM25",
+        f"default fusion\n(this query: BM25 {weights['sparse']:.2f}, dense {weights['dense']:.2f})",
+        "dense (all-MiniLM-L6-v2)",
+    ]
     for x, title, ids in zip(xs, titles, columns, strict=True):
         ax.text(x, 0.35, title, ha="center", va="bottom", fontsize=9, weight="bold")
         if not ids:
             ax.text(x, 1, "(no chunk holds a query word)", ha="center", fontsize=8, color="grey")
         for rank, chunk_id in enumerate(ids, start=1):
             hit = chunk_id == target
-            ax.text(x, rank, f"{rank}. {chunk_id}", ha="center", va="center", fontsize=7.5,
-                    color="white" if hit else "black",
-                    bbox={"boxstyle": "round,pad=0.3", "fc": "#c0392b" if hit else "#eef2f7",
-                          "ec": "#c0392b" if hit else "#9aa5b1"})
+            ax.text(
+                x,
+                rank,
+                f"{rank}. {chunk_id}",
+                ha="center",
+                va="center",
+                fontsize=7.5,
+                color="white" if hit else "black",
+                bbox={
+                    "boxstyle": "round,pad=0.3",
+                    "fc": "#c0392b" if hit else "#eef2f7",
+                    "ec": "#c0392b" if hit else "#9aa5b1",
+                },
+            )
     fused = columns[1]
     for side, (x_from, x_to) in ((columns[0], (0.42, 0.58)), (columns[2], (1.58, 1.42))):
         for rank_a, chunk_id in enumerate(side, start=1):
             if chunk_id in fused:
                 rank_b = fused.index(chunk_id) + 1
-                ax.annotate("", xy=(x_to, rank_b), xytext=(x_from, rank_a),
-                            arrowprops={"arrowstyle": "-", "color": "#c0392b" if chunk_id == target else "#b8c2cc",
-                                        "lw": 1.6 if chunk_id == target else 0.8})
+                ax.annotate(
+                    "",
+                    xy=(x_to, rank_b),
+                    xytext=(x_from, rank_a),
+                    arrowprops={
+                        "arrowstyle": "-",
+                        "color": "#c0392b" if chunk_id == target else "#b8c2cc",
+                        "lw": 1.6 if chunk_id == target else 0.8,
+                    },
+                )
     ax.set_title(f"query: \u201c{query}\u201d ({why})", fontsize=10, loc="left")
     ax.set_xlim(-0.45, 2.45)
     ax.set_ylim(TOP + 0.6, -0.6)
@@ -81,9 +105,14 @@ def main() -> None:
         draw(ax, query, target, why, [sparse, fused, dense], weights)
     memory.close()
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    fig.text(0.01, 0.005, f"{stamp}, {platform.machine()} {platform.system()}, Python {platform.python_version()}: "
-             "python docs/_scripts/fusion_figure.py (examples/incident_memory, 38 notes, top 5)",
-             fontsize=7, color="grey")
+    fig.text(
+        0.01,
+        0.005,
+        f"{stamp}, {platform.machine()} {platform.system()}, Python {platform.python_version()}: "
+        "python docs/_scripts/fusion_figure.py (examples/incident_memory, 38 notes, top 5)",
+        fontsize=7,
+        color="grey",
+    )
     fig.tight_layout(rect=(0, 0.02, 1, 1))
     OUT.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(OUT, dpi=130)

@@ -48,8 +48,10 @@ def _method(metrics: dict, key: str) -> dict:
 def provenance(data: dict, command: str) -> str:
     """One line naming the run's date, machine and command."""
     machine = data.get("machine", {})
-    return (f"*Run {data.get('utc', '?')}, {machine.get('cpus', '?')} CPUs, Python {machine.get('python', '?')}: "
-            f"`{command}` (`benchmarks/results/`).*")
+    return (
+        f"*Run {data.get('utc', '?')}, {machine.get('cpus', '?')} CPUs, Python {machine.get('python', '?')}: "
+        f"`{command}` (`benchmarks/results/`).*"
+    )
 
 
 def readme_rows() -> list[str]:
@@ -69,8 +71,11 @@ def readme_rows() -> list[str]:
 def readme_note() -> str:
     """The README table's footnote: which sets were subsampled, and how."""
     data = load("peers.json")["datasets"]
-    parts = [f"{SETS[s]} {data[s]['queries']} of {data[s]['queries_in_set']} queries" for s in SETS
-             if data[s]["queries"] < data[s]["queries_in_set"]]
+    parts = [
+        f"{SETS[s]} {data[s]['queries']} of {data[s]['queries_in_set']} queries"
+        for s in SETS
+        if data[s]["queries"] < data[s]["queries_in_set"]
+    ]
     return "† seeded subsample: " + ", ".join(parts) if parts else ""
 
 
@@ -89,7 +94,10 @@ def quality() -> str:
             if any(v is None for v in values):
                 continue
             recall = _method(metrics, "DEFAULT")["recall@10"] if cls is None else None
-            cells = [f"{v:.4f}" for v in values[:-1]] + [f"**{values[-1]:.4f}**", "" if recall is None else f"{recall:.3f}"]
+            cells = [f"{v:.4f}" for v in values[:-1]] + [
+                f"**{values[-1]:.4f}**",
+                "" if recall is None else f"{recall:.3f}",
+            ]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return provenance(run, "python benchmarks/fusion_eval.py") + "\n\n" + "\n".join(lines)
 
@@ -113,21 +121,29 @@ def beir() -> str:
     lines = ["| mode | nDCG@10 | recall@100 | p50 ms | p95 ms |", "|---|---|---|---|---|"]
     for mode, label in names.items():
         r = run["results"][mode]
-        lines.append(f"| {label} | {r['ndcg@10']:.4f} | {r['recall@100']:.4f} | {r['latency']['p50_ms']:.1f} | "
-                     f"{r['latency']['p95_ms']:.1f} |")
+        lines.append(
+            f"| {label} | {r['ndcg@10']:.4f} | {r['recall@100']:.4f} | {r['latency']['p50_ms']:.1f} | "
+            f"{r['latency']['p95_ms']:.1f} |"
+        )
     return provenance(run, "python benchmarks/beir_eval.py --dataset scifact") + "\n\n" + "\n".join(lines)
 
 
 def locomo() -> str:
     """LoCoMo-5 per question category (locomo_eval.json)."""
     run = load("locomo_eval.json")
-    systems = {"sparse": "BM25", "dense": "dense", "rrf": "RRF", "default": "**default**",
-               "default+recency": "default + recency prior"}
+    systems = {
+        "sparse": "BM25",
+        "dense": "dense",
+        "rrf": "RRF",
+        "default": "**default**",
+        "default+recency": "default + recency prior",
+    }
     categories = list(run["results"]["sparse"])
     lines = ["| system | " + " | ".join(categories) + " |", "|---" * (len(categories) + 1) + "|"]
     for key, label in systems.items():
-        lines.append(f"| {label} | " + " | ".join(f"{run['results'][key][c]['ndcg@10']:.4f}" for c in categories)
-                     + " |")
+        lines.append(
+            f"| {label} | " + " | ".join(f"{run['results'][key][c]['ndcg@10']:.4f}" for c in categories) + " |"
+        )
     return provenance(run, "python benchmarks/locomo_eval.py") + "\n\n" + "\n".join(lines)
 
 
@@ -141,18 +157,26 @@ def scale() -> str:
         run = load(path.name)
         latency = run["search"]["latency"]
         recall = run["search"].get("recall_at_10", {})
-        summary = (f"**{n:,} chunks**: bulk load {run['build']['bulk_load_seconds']:.0f} s, peak RSS "
-                   f"{run['build']['peak_rss_gb']:.2f} GB, reopen {run['search']['reopen_seconds']:.2f} s, "
-                   f"upsert-to-searchable p50 {run['search']['writes']['upsert_to_searchable']['p50_ms']:.1f} ms.")
-        lines = [summary, "",
-                 "| filter (share of chunks) | BM25 p50 | dense p50 | hybrid p50 | dense recall@10 |",
-                 "|---|---|---|---|---|"]
+        summary = (
+            f"**{n:,} chunks**: bulk load {run['build']['bulk_load_seconds']:.0f} s, peak RSS "
+            f"{run['build']['peak_rss_gb']:.2f} GB, reopen {run['search']['reopen_seconds']:.2f} s, "
+            f"upsert-to-searchable p50 {run['search']['writes']['upsert_to_searchable']['p50_ms']:.1f} ms."
+        )
+        lines = [
+            summary,
+            "",
+            "| filter (share of chunks) | BM25 p50 | dense p50 | hybrid p50 | dense recall@10 |",
+            "|---|---|---|---|---|",
+        ]
         for name, row in latency.items():
             rec = recall.get(name)
-            lines.append(f"| {name} | {row['sparse']['p50_ms']:.2f} ms | {row['dense']['p50_ms']:.2f} ms | "
-                         f"{row['hybrid']['p50_ms']:.2f} ms | {'' if rec is None else f'{rec:.3f}'} |")
-        parts.append(provenance(run, f"OMP_NUM_THREADS=1 python benchmarks/scale.py --n {n}") + "\n\n"
-                     + "\n".join(lines))
+            lines.append(
+                f"| {name} | {row['sparse']['p50_ms']:.2f} ms | {row['dense']['p50_ms']:.2f} ms | "
+                f"{row['hybrid']['p50_ms']:.2f} ms | {'' if rec is None else f'{rec:.3f}'} |"
+            )
+        parts.append(
+            provenance(run, f"OMP_NUM_THREADS=1 python benchmarks/scale.py --n {n}") + "\n\n" + "\n".join(lines)
+        )
     return "\n\n".join(parts)
 
 
@@ -160,13 +184,17 @@ def qdrant() -> str:
     """The embedded backend against Qdrant Edge on SciFact (qdrant_eval_scifact.json)."""
     run = load("qdrant_eval_scifact.json")
     names = {"sparse": "BM25", "dense": "dense", "hybrid": "**default**", "hybrid-rrf": "RRF"}
-    lines = ["| mode | nDCG@10 embedded | nDCG@10 Edge | p50 embedded | p50 Edge | same top 10, same order |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| mode | nDCG@10 embedded | nDCG@10 Edge | p50 embedded | p50 Edge | same top 10, same order |",
+        "|---|---|---|---|---|---|",
+    ]
     for mode, label in names.items():
         m = run["modes"][mode]
-        lines.append(f"| {label} | {m['embedded']['ndcg@10']:.4f} | {m['qdrant-edge']['ndcg@10']:.4f} | "
-                     f"{m['embedded']['p50_ms']:.2f} ms | {m['qdrant-edge']['p50_ms']:.2f} ms | "
-                     f"{m['same_order_share']:.0%} |")
+        lines.append(
+            f"| {label} | {m['embedded']['ndcg@10']:.4f} | {m['qdrant-edge']['ndcg@10']:.4f} | "
+            f"{m['embedded']['p50_ms']:.2f} ms | {m['qdrant-edge']['p50_ms']:.2f} ms | "
+            f"{m['same_order_share']:.0%} |"
+        )
     return provenance(run, "python benchmarks/qdrant_eval.py") + "\n\n" + "\n".join(lines)
 
 
@@ -195,7 +223,12 @@ def peers() -> str:
 
 TABLES: dict[str, Callable[[], str]] = {
     "peers": peers,
-    "quality": quality, "latency": latency, "beir": beir, "locomo": locomo, "scale": scale, "qdrant": qdrant,
+    "quality": quality,
+    "latency": latency,
+    "beir": beir,
+    "locomo": locomo,
+    "scale": scale,
+    "qdrant": qdrant,
 }
 
 

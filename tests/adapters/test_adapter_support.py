@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from hybrid_memory import HashingEmbedder, InvalidEmbedderError, InvalidRequestError
 from hybrid_memory._adapter_support import (
     build_owned,
@@ -37,16 +36,21 @@ def test_coerce_embedder_wraps_passes_through_and_refuses():
     core = HashingEmbedder(dim=8)
     assert coerce(core) is core  # the core protocol passes through
     assert coerce(None) is None
-    accepted = "embed_model must be a Framework model or a hybrid_memory Embedder (name, dim, embed_documents, embed_query)"
+    accepted = (
+        "embed_model must be a Framework model or a hybrid_memory Embedder (name, dim, embed_documents, embed_query)"
+    )
     default = "or leave embed_model unset for the default all-MiniLM-L6-v2"
     for bad, fix in [
         (3, "got int"),
         (HashingEmbedder, "got the class HashingEmbedder, not an instance: pass HashingEmbedder(...)"),
         (Framework, "got the class Framework, not an instance: pass Framework(...)"),
         (dict, "got the class dict"),
-        ("all-MiniLM-L6-v2", "got the string 'all-MiniLM-L6-v2': a model name is not a model; pass the model built "
-                             "from it (a Framework model, or hybrid_memory.SentenceTransformerEmbedder(model_path=DIR) "
-                             "for a local sentence-transformers folder)"),
+        (
+            "all-MiniLM-L6-v2",
+            "got the string 'all-MiniLM-L6-v2': a model name is not a model; pass the model built "
+            "from it (a Framework model, or hybrid_memory.SentenceTransformerEmbedder(model_path=DIR) "
+            "for a local sentence-transformers folder)",
+        ),
     ]:
         with pytest.raises(InvalidEmbedderError) as err:
             coerce(bad)

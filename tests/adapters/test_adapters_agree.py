@@ -9,15 +9,15 @@ import pytest
 pytest.importorskip("langchain_core")
 pytest.importorskip("llama_index.core")
 
+from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError, StoreFormatError  # noqa: E402
 from langchain_core.documents import Document as LCDocument  # noqa: E402
 from langchain_core.embeddings import DeterministicFakeEmbedding  # noqa: E402
 from llama_index.core import Document as LIDocument  # noqa: E402
 from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters  # noqa: E402
 
 import langchain_hybrid_memory as lc  # noqa: E402
-from tests.adapters.conftest import INCIDENTS  # noqa: E402
 import llamaindex_hybrid_memory as li  # noqa: E402
-from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError, StoreFormatError  # noqa: E402
+from tests.adapters.conftest import INCIDENTS  # noqa: E402
 
 NOTES = [
     ("n01", "billing-service HTTP 504 Gateway Timeout during invoice export", {"service": "billing", "sev": 4}),
@@ -87,8 +87,15 @@ def _core(memory, query, core_filter, params, top_k):
         rrf_k_constant=params.get("rrf_k", 60),
         **({"fusion": params["fusion"]} if "fusion" in params else {}),
     )
-    return [(r.chunk_id, r.rrf_score, r.score if r.score is not None else r.rrf_score,
-             0.0 if r.dense_score is None else min(1.0, max(0.0, r.dense_score))) for r in response.results]
+    return [
+        (
+            r.chunk_id,
+            r.rrf_score,
+            r.score if r.score is not None else r.rrf_score,
+            0.0 if r.dense_score is None else min(1.0, max(0.0, r.dense_score)),
+        )
+        for r in response.results
+    ]
 
 
 @pytest.mark.parametrize("top_k", [1, 4, 10])
@@ -107,10 +114,13 @@ async def test_core_langchain_llamaindex_agree(memory, query, core_filter, li_fi
     li_anodes = await li_retriever.aretrieve(query)
 
     for docs in (lc_docs, lc_adocs, lc_override):
-        assert [(d.id, d.metadata["rrf_score"], d.metadata["fused_score"], d.metadata["score"]) for d in docs] == expected
+        assert [
+            (d.id, d.metadata["rrf_score"], d.metadata["fused_score"], d.metadata["score"]) for d in docs
+        ] == expected
     for nodes in (li_nodes, li_anodes):
-        assert [(n.node.node_id, n.node.metadata["rrf_score"], n.node.metadata["fused_score"], n.score)
-                for n in nodes] == expected
+        assert [
+            (n.node.node_id, n.node.metadata["rrf_score"], n.node.metadata["fused_score"], n.score) for n in nodes
+        ] == expected
 
 
 def test_equal_texts_keep_their_own_ids(memory):
@@ -166,10 +176,12 @@ def test_the_adapters_pass_the_fusion_method_and_refuse_an_unknown_one(memory):
     scores = [r.rrf_score for r in rrf.results]
     assert scores == sorted(scores, reverse=True)  # plain RRF orders by rrf_score
     docs = lc.HybridMemoryRetriever(memory=memory, k=5, fusion="rrf", dense_weight=0.6, sparse_weight=0.4).invoke(
-        "HTTP 504 billing")
+        "HTTP 504 billing"
+    )
     assert [d.id for d in docs] == [r.chunk_id for r in rrf.results]
-    nodes = li.HybridMemoryRetriever(memory, similarity_top_k=5, fusion="rrf", dense_weight=0.6,
-                                     sparse_weight=0.4).retrieve("HTTP 504 billing")
+    nodes = li.HybridMemoryRetriever(
+        memory, similarity_top_k=5, fusion="rrf", dense_weight=0.6, sparse_weight=0.4
+    ).retrieve("HTTP 504 billing")
     assert [n.node.metadata["fused_score"] for n in nodes] == scores
     with pytest.raises(ValueError, match="unknown fusion method 'borda'"):  # pydantic wraps the core's error
         lc.HybridMemoryRetriever(memory=memory, fusion="borda")

@@ -8,7 +8,6 @@ import sys
 import textwrap
 
 import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError
 
 pytest.importorskip("langchain_core")
@@ -22,8 +21,9 @@ from llamaindex_hybrid_memory import HybridMemoryRetriever as LlamaRetriever  # 
 
 
 def test_langchain_retriever_closes_the_memory_it_opened(tmp_path):
-    with LangChainRetriever.from_documents([Document(page_content="HTTP 504 billing", id="a")],
-                                           HashingEmbedder(16), path=tmp_path, k=1) as retriever:
+    with LangChainRetriever.from_documents(
+        [Document(page_content="HTTP 504 billing", id="a")], HashingEmbedder(16), path=tmp_path, k=1
+    ) as retriever:
         assert [d.id for d in retriever.invoke("504")] == ["a"]
     with pytest.raises(InvalidRequestError, match="closed"):
         retriever.memory.search("504")
@@ -34,8 +34,9 @@ def test_langchain_retriever_closes_the_memory_it_opened(tmp_path):
 
 
 def test_llamaindex_retriever_closes_the_memory_it_opened(tmp_path):
-    with LlamaRetriever.from_nodes([TextNode(text="HTTP 504 billing", id_="a")], HashingEmbedder(16),
-                                   path=tmp_path, similarity_top_k=1) as retriever:
+    with LlamaRetriever.from_nodes(
+        [TextNode(text="HTTP 504 billing", id_="a")], HashingEmbedder(16), path=tmp_path, similarity_top_k=1
+    ) as retriever:
         assert [n.node.node_id for n in retriever.retrieve("504")] == ["a"]
     assert retriever.memory._closed
     retriever.close()  # idempotent
@@ -64,8 +65,9 @@ def test_a_retriever_never_closed_is_healed_by_the_next_open_once(tmp_path):
         os._exit(0)  # never closed
         """
     )
-    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, timeout=300,
-                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+    subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], check=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     syncs = []
     for _ in range(2):
         memory = HybridMemory.open(tmp_path, embedder=HashingEmbedder(16))

@@ -5,19 +5,28 @@ user's finding: they were stored as metadata)."""
 from __future__ import annotations
 
 import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError
 from hybrid_memory._adapter_support import written_back_metadata
 
 CHUNKS = [
-    {"chunk_id": "inc-1", "text": "HTTP 504 Gateway Timeout from billing-service", "source": "pagerduty",
-     "metadata": {"service": "billing", "severity": 4, "tags": ["timeout", "http"]}},
+    {
+        "chunk_id": "inc-1",
+        "text": "HTTP 504 Gateway Timeout from billing-service",
+        "source": "pagerduty",
+        "metadata": {"service": "billing", "severity": 4, "tags": ["timeout", "http"]},
+    },
     # own metadata under names the adapters add: returned under chunk_metadata, restored on the way back
-    {"chunk_id": "inc-2", "text": "billing-service HTTP 504 after the deploy", "source": "slack",
-     "metadata": {"score": 99, "source": "runbook.md", "chunk_metadata": "x", "team": "sre"}},
+    {
+        "chunk_id": "inc-2",
+        "text": "billing-service HTTP 504 after the deploy",
+        "source": "slack",
+        "metadata": {"score": 99, "source": "runbook.md", "chunk_metadata": "x", "team": "sre"},
+    },
 ]
-STORED = {"inc-1": ("pagerduty", {"service": "billing", "severity": 4, "tags": ["timeout", "http"]}),
-          "inc-2": ("slack", {"score": 99, "source": "runbook.md", "chunk_metadata": "x", "team": "sre"})}
+STORED = {
+    "inc-1": ("pagerduty", {"service": "billing", "severity": 4, "tags": ["timeout", "http"]}),
+    "inc-2": ("slack", {"score": 99, "source": "runbook.md", "chunk_metadata": "x", "team": "sre"}),
+}
 
 
 @pytest.fixture
@@ -33,13 +42,25 @@ def _stored(mem: HybridMemory) -> dict:
 
 
 def test_the_inverse_of_result_metadata_by_hand():
-    returned = {"team": "sre", "source": "pd", "score": 0.5, "rrf_score": 0.03, "sparse_rank": 1, "sparse_score": 2.1,
-                "dense_rank": None, "dense_score": None, "chunk_metadata": {"score": 99}}
+    returned = {
+        "team": "sre",
+        "source": "pd",
+        "score": 0.5,
+        "rrf_score": 0.03,
+        "sparse_rank": 1,
+        "sparse_score": 2.1,
+        "dense_rank": None,
+        "dense_score": None,
+        "chunk_metadata": {"score": 99},
+    }
     assert written_back_metadata(returned) == {"team": "sre", "score": 99}
     # a document that does not carry every retrieval key is the user's own: stored as given
     assert written_back_metadata({"score": 5, "source": "a.txt"}) == {"score": 5, "source": "a.txt"}
     assert written_back_metadata({"score": 5, "rrf_score": 1, "chunk_metadata": {"a": 1}}) == {
-        "score": 5, "rrf_score": 1, "chunk_metadata": {"a": 1}}
+        "score": 5,
+        "rrf_score": 1,
+        "chunk_metadata": {"a": 1},
+    }
 
 
 def test_langchain_documents_added_back_store_their_chunks_metadata(memory):

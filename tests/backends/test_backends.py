@@ -9,7 +9,6 @@ import math
 
 import numpy as np
 import pytest
-
 from hybrid_memory import (
     DuplicateChunkError,
     HashingEmbedder,
@@ -40,9 +39,13 @@ class CountingEmbedder(HashingEmbedder):
 
 def _need(engine: str) -> None:
     if engine == "qdrant-edge":
-        pytest.importorskip("qdrant_edge", reason="qdrant-edge-py is not installed (pip install 'hybrid-memory[qdrant]')")
+        pytest.importorskip(
+            "qdrant_edge", reason="qdrant-edge-py is not installed (pip install 'hybrid-memory[qdrant]')"
+        )
     elif engine == "qdrant-client-local":
-        pytest.importorskip("qdrant_client", reason="qdrant-client is not installed (pip install 'hybrid-memory[qdrant]')")
+        pytest.importorskip(
+            "qdrant_client", reason="qdrant-client is not installed (pip install 'hybrid-memory[qdrant]')"
+        )
 
 
 def open_memory(engine: str, tmp_path, embedder=None, **options) -> HybridMemory:
@@ -50,7 +53,9 @@ def open_memory(engine: str, tmp_path, embedder=None, **options) -> HybridMemory
     embedder = embedder or HashingEmbedder(dim=64)
     if engine == "embedded":
         return HybridMemory(embedder=embedder, **{k: v for k, v in options.items() if k in ("candidate_multiplier",)})
-    options.setdefault("payload_indexes", False)  # ~0.2 s more per new Edge shard; the filter suite and test_filters_with_payload_indexes use them
+    options.setdefault(
+        "payload_indexes", False
+    )  # ~0.2 s more per new Edge shard; the filter suite and test_filters_with_payload_indexes use them
     if engine == "qdrant-edge":
         return HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=embedder, **options)
     return HybridMemory.qdrant(":memory:", collection="test", embedder=embedder, **options)
@@ -89,8 +94,12 @@ def test_add_get_count_iter(mem):
     assert [c.chunk_id for c in mem.iter_chunks()] == ["prod-504", "stage-504", "auth-user", "reset", "poem", "upgrade"]
     got = mem.get(["reset", "missing", "poem"])
     assert [c.chunk_id for c in got] == ["reset", "poem"]
-    assert got[0].metadata == {"environment": "production", "service": "search-indexer", "severity": 2,
-                               "tags": ["elasticsearch", "network"]}
+    assert got[0].metadata == {
+        "environment": "production",
+        "service": "search-indexer",
+        "severity": 2,
+        "tags": ["elasticsearch", "network"],
+    }
     assert got[0].source == "notes" and len(got[0].content_hash) == 64
     with pytest.raises(DuplicateChunkError, match="already stored"):
         mem.add([{"chunk_id": "reset", "text": "other"}])
@@ -132,10 +141,17 @@ def test_upsert_replaces_and_skips_unchanged_texts(engine, tmp_path):
         mem.add(_note_chunks())
         assert len(embedder.embedded) == 6
         embedder.embedded.clear()
-        mem.upsert([
-            {"chunk_id": "reset", "text": _note_chunks()[3]["text"], "source": "wiki", "metadata": {"environment": "dev"}},
-            {"chunk_id": "poem", "text": "a new text about kafka consumer lag", "metadata": {"environment": "dev"}},
-        ])
+        mem.upsert(
+            [
+                {
+                    "chunk_id": "reset",
+                    "text": _note_chunks()[3]["text"],
+                    "source": "wiki",
+                    "metadata": {"environment": "dev"},
+                },
+                {"chunk_id": "poem", "text": "a new text about kafka consumer lag", "metadata": {"environment": "dev"}},
+            ]
+        )
         assert embedder.embedded == ["a new text about kafka consumer lag"]  # the unchanged text kept its vector
         reset = mem.get(["reset"])[0]
         assert (reset.source, reset.metadata) == ("wiki", {"environment": "dev"})
@@ -144,7 +160,14 @@ def test_upsert_replaces_and_skips_unchanged_texts(engine, tmp_path):
         assert _ids(mem.search("kafka consumer lag", top_k=1)) == ["poem"]
         assert _ids(mem.search("ERR_CONN_RESET", top_k=1, metadata_filter={"environment": "dev"})) == ["reset"]
         # an upsert keeps the chunk's place in iteration order
-        assert [c.chunk_id for c in mem.iter_chunks()] == ["prod-504", "stage-504", "auth-user", "reset", "poem", "upgrade"]
+        assert [c.chunk_id for c in mem.iter_chunks()] == [
+            "prod-504",
+            "stage-504",
+            "auth-user",
+            "reset",
+            "poem",
+            "upgrade",
+        ]
 
 
 def test_delete(mem):
@@ -172,8 +195,16 @@ def test_filters_restrict_both_engines(indexed):
 
 def test_top_k_fills_under_a_selective_filter(engine, tmp_path):
     with open_memory(engine, tmp_path) as mem:
-        mem.add([{"chunk_id": f"c{i:02d}", "text": f"HTTP 504 gateway timeout on node {i}",
-                  "metadata": {"team": "rare" if i % 7 == 0 else "common"}} for i in range(50)])
+        mem.add(
+            [
+                {
+                    "chunk_id": f"c{i:02d}",
+                    "text": f"HTTP 504 gateway timeout on node {i}",
+                    "metadata": {"team": "rare" if i % 7 == 0 else "common"},
+                }
+                for i in range(50)
+            ]
+        )
         rare = {f"c{i:02d}" for i in range(50) if i % 7 == 0}
         assert len(rare) == 8
         five = mem.search("HTTP 504 gateway timeout", top_k=5, metadata_filter={"team": "rare"})
@@ -191,7 +222,9 @@ def test_ties_break_by_chunk_id(mem):
 
 @pytest.fixture
 def indexed(engine, tmp_path):
-    memory = open_memory(engine, tmp_path, payload_indexes=True, indexed_keys={"environment": "keyword", "severity": "float"})
+    memory = open_memory(
+        engine, tmp_path, payload_indexes=True, indexed_keys={"environment": "keyword", "severity": "float"}
+    )
     yield memory
     memory.close()
 
@@ -260,8 +293,9 @@ def test_fusion_of_the_returned_legs_is_the_core_fusion(engine, tmp_path):
         vector = mem.embedder.embed_query(query)
         vector = (vector / np.linalg.norm(vector)).astype(np.float32).tolist()
         depth = 3 * 2
-        sparse, dense = backend.collection.query_batch([
-            Leg(SPARSE, backend.encoder.query(query), None, depth), Leg(DENSE, vector, None, depth)])
+        sparse, dense = backend.collection.query_batch(
+            [Leg(SPARSE, backend.encoder.query(query), None, depth), Leg(DENSE, vector, None, depth)]
+        )
         legs = {}
         for name, found in (("sparse", sparse), ("dense", dense)):
             scores = {payload["chunk_id"]: score for _, score, payload, _ in found}
@@ -289,7 +323,9 @@ def test_fusion_of_the_returned_legs_is_the_core_fusion(engine, tmp_path):
             inp = FusionInput(
                 runs={n: legs[n][0] for n in ("sparse", "dense")},
                 scores={n: {**cross[n], **legs[n][1]} for n in ("sparse", "dense")},
-                priors={"sparse": 1.0, "dense": 1.0}, lower_bounds={"sparse": 0.0, "dense": -1.0}, rrf_k=60.0,
+                priors={"sparse": 1.0, "dense": 1.0},
+                lower_bounds={"sparse": 0.0, "dense": -1.0},
+                rrf_k=60.0,
                 identifier_matches={},
             )
             fused = rank_by_score(FUSION_METHODS[method].fuse(inp).scores, 3)
@@ -304,8 +340,13 @@ def test_bm25_scores_equal_the_embedded_backend_with_matching_parameters(engine,
     chunks = _note_chunks()
     tokenizer = TechnicalTokenizer()
     avgdl = sum(len(tokenizer.tokenize(c["text"])) for c in chunks) / len(chunks)
-    queries = ["HTTP 504 PostgreSQL connection pool", "getUserById null", "ERR_CONN_RESET Elasticsearch",
-               "billing-service staging", "certificate expired E1243"]
+    queries = [
+        "HTTP 504 PostgreSQL connection pool",
+        "getUserById null",
+        "ERR_CONN_RESET Elasticsearch",
+        "billing-service staging",
+        "certificate expired E1243",
+    ]
     with HybridMemory(embedder=HashingEmbedder(64)) as embedded, open_memory(engine, tmp_path, avgdl=avgdl) as qdrant:
         embedded.add(chunks)
         qdrant.add(chunks)
@@ -324,8 +365,11 @@ def test_bm25_scores_equal_the_embedded_backend_with_matching_parameters(engine,
                 q = Query(query)
                 if memory is qdrant:
                     q.cache["qdrant_legs"] = ("sparse", "dense")
-                found.append(memory._searcher.candidates(q, top_k=2, depth=4, weights={}, fusion="adaptive")
-                             .input.identifier_matches)
+                found.append(
+                    memory._searcher.candidates(
+                        q, top_k=2, depth=4, weights={}, fusion="adaptive"
+                    ).input.identifier_matches
+                )
             assert found[0] == found[1], query
         # "postgresql" is a rare identifier (2 chunks hold it: +1) and both 504 notes hold every token of the query
         # ("exhausted" and "exhaustion" stem alike), 2 <= top_k: +(1 + 1 identifier)
@@ -340,12 +384,14 @@ def test_exact_match_guard_counts_equal_the_embedded_backend(engine, weights, tm
     sparse leg alone (its inputs ride with the legs), and read by the backend on its own."""
     from hybrid_memory.search.engine import Query
 
-    chunks = [*_note_chunks(),
-              {"chunk_id": "pool-a", "text": "PostgreSQL connection pool exhausted again on db-prod-3"},
-              {"chunk_id": "pool-b", "text": "connection pool PostgreSQL exhausted, order differs"},
-              {"chunk_id": "ids", "text": "getUserById and ERR_CONN_RESET seen together on v2.3.1"},
-              {"chunk_id": "quote-a", "text": "quarterly invoice reconciliation finished late"},
-              {"chunk_id": "quote-b", "text": "quarterly invoice reconciliation is manual"}]
+    chunks = [
+        *_note_chunks(),
+        {"chunk_id": "pool-a", "text": "PostgreSQL connection pool exhausted again on db-prod-3"},
+        {"chunk_id": "pool-b", "text": "connection pool PostgreSQL exhausted, order differs"},
+        {"chunk_id": "ids", "text": "getUserById and ERR_CONN_RESET seen together on v2.3.1"},
+        {"chunk_id": "quote-a", "text": "quarterly invoice reconciliation finished late"},
+        {"chunk_id": "quote-b", "text": "quarterly invoice reconciliation is manual"},
+    ]
     cases = {  # query -> counts worked out by hand (top_k=2: rare means held by at most 2 chunks)
         # plain words (the query names nothing) held in order by both quote chunks: a shared phrase, no guard
         # (issue 36); held by one of them alone: a quote, +1
@@ -427,10 +473,12 @@ def test_search_legs_carry_no_payload_and_the_id_map_fills_once(engine, tmp_path
         assert [c[0] for c in calls] == ["query_batch", "query_batch", "retrieve", "payloads"]
         assert all(leg.payload == () for c in calls[:2] for leg in c[1][0])
         assert calls[2][2]["payload"] == ["text"] and sorted(calls[2][1][0]) == sorted(
-            point_id(c) for c in ("prod-504", "stage-504"))
+            point_id(c) for c in ("prod-504", "stage-504")
+        )
         notes = {c["chunk_id"]: c for c in _note_chunks()}
         assert [(r.text, r.source, r.metadata) for r in again.results] == [
-            (notes[c]["text"], "notes", notes[c]["metadata"]) for c in _ids(again)]
+            (notes[c]["text"], "notes", notes[c]["metadata"]) for c in _ids(again)
+        ]
         mem.delete(["prod-504"])
         assert engine_id(point_id("prod-504")) not in mem.backend._ids and len(mem.backend._ids) == 5
 
@@ -464,10 +512,12 @@ def test_edge_shard_reopens_and_checks_its_schema(tmp_path):
         assert _ids(mem.search("getUserById", top_k=1)) == ["auth-user"]
     with pytest.raises(StoreFormatError) as err:  # no export record: the dimensions, and the fix without a name
         HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(32))
-    assert str(err.value) == (f"Qdrant Edge shard at {tmp_path / 'shard'} holds vectors of dimension 64, this memory's "
-                              "embedder gives 32: open it with the embedder it was written with, one of dimension 64 "
-                              "(the shard has no export record naming it; on the command line, --hashing-dim 64 if it "
-                              "was written with a HashingEmbedder), or give another directory")
+    assert str(err.value) == (
+        f"Qdrant Edge shard at {tmp_path / 'shard'} holds vectors of dimension 64, this memory's "
+        "embedder gives 32: open it with the embedder it was written with, one of dimension 64 "
+        "(the shard has no export record naming it; on the command line, --hashing-dim 64 if it "
+        "was written with a HashingEmbedder), or give another directory"
+    )
 
 
 def test_client_collection_is_idempotent_and_checks_its_schema():
@@ -495,13 +545,16 @@ def test_near_duplicates_skip_and_merge(mem):
     assert (decision.action, decision.stored_id, decision.kind) == ("skipped", "a", "near")
     assert decision.cosine == pytest.approx(1.0) and decision.overlap == 1.0  # "!" is no token, the hash differs
     assert mem.count() == 1
-    merged = mem.write([{"chunk_id": "c", "text": "Dana prefers PostgreSQL for the billing-service", "source": "chat-2"}],
-                       dedup="merge")
+    merged = mem.write(
+        [{"chunk_id": "c", "text": "Dana prefers PostgreSQL for the billing-service", "source": "chat-2"}],
+        dedup="merge",
+    )
     assert (merged.decisions[0].action, merged.decisions[0].stored_id) == ("merged", "a")
     stored = mem.get(["a"])[0]
     assert (stored.merged_ids, stored.merged_sources) == (["c"], ["chat-2"])
-    other_scope = mem.write([{"chunk_id": "d", "text": "Dana prefers PostgreSQL for the billing-service",
-                              "user_id": "u9"}], dedup="skip")
+    other_scope = mem.write(
+        [{"chunk_id": "d", "text": "Dana prefers PostgreSQL for the billing-service", "user_id": "u9"}], dedup="skip"
+    )
     assert other_scope.decisions[0].action == "written" and mem.count() == 2
 
 
@@ -513,28 +566,55 @@ def test_a_duplicate_is_a_stored_fact_whose_validity_covers_the_new_one(mem):
     apollo = "Dana works on project Apollo"
     mem.add([{"chunk_id": "n1", "text": apollo, "valid_from": 100.0}])
     mem.supersede(["n1"], {"chunk_id": "n2", "text": "Dana moved to project Zeus", "valid_from": 200.0})
-    during = mem.write([{"chunk_id": "d1", "text": apollo, "valid_from": 150.0, "valid_to": 180.0},
-                        {"chunk_id": "d2", "text": apollo + "!", "valid_from": 199.0, "valid_to": 200.0}], dedup="merge")
-    assert [(d.action, d.kind, d.stored_id) for d in during.decisions] == [("merged", "exact", "n1"), ("merged", "near", "n1")]
+    during = mem.write(
+        [
+            {"chunk_id": "d1", "text": apollo, "valid_from": 150.0, "valid_to": 180.0},
+            {"chunk_id": "d2", "text": apollo + "!", "valid_from": 199.0, "valid_to": 200.0},
+        ],
+        dedup="merge",
+    )
+    assert [(d.action, d.kind, d.stored_id) for d in during.decisions] == [
+        ("merged", "exact", "n1"),
+        ("merged", "near", "n1"),
+    ]
     after = mem.write([{"chunk_id": "n3", "text": apollo}], dedup="skip")
     assert [(d.action, d.duplicate_of) for d in after.decisions] == [("written", None)]
     again = mem.write([{"chunk_id": "n4", "text": apollo + "!"}, {"chunk_id": "n5", "text": apollo}], dedup="skip")
-    assert [(d.action, d.kind, d.stored_id) for d in again.decisions] == [("skipped", "near", "n3"), ("skipped", "exact", "n3")]
+    assert [(d.action, d.kind, d.stored_id) for d in again.decisions] == [
+        ("skipped", "near", "n3"),
+        ("skipped", "exact", "n3"),
+    ]
     assert sorted(c.chunk_id for c in mem.iter_chunks()) == ["n1", "n2", "n3"]
     assert mem.get(["n1"])[0].merged_ids == ["d1", "d2"]
     # within one call, in another scope: w3 lies in w1 [400, 500); w4 runs past w1's end and starts before w2
-    calls = mem.write([{"chunk_id": "w1", "text": apollo, "valid_from": 400.0, "valid_to": 500.0, "user_id": "u2"},
-                       {"chunk_id": "w2", "text": apollo, "valid_from": 600.0, "user_id": "u2"},
-                       {"chunk_id": "w3", "text": apollo, "valid_from": 450.0, "valid_to": 480.0, "user_id": "u2"},
-                       {"chunk_id": "w4", "text": apollo, "valid_from": 450.0, "user_id": "u2"}], dedup="skip")
+    calls = mem.write(
+        [
+            {"chunk_id": "w1", "text": apollo, "valid_from": 400.0, "valid_to": 500.0, "user_id": "u2"},
+            {"chunk_id": "w2", "text": apollo, "valid_from": 600.0, "user_id": "u2"},
+            {"chunk_id": "w3", "text": apollo, "valid_from": 450.0, "valid_to": 480.0, "user_id": "u2"},
+            {"chunk_id": "w4", "text": apollo, "valid_from": 450.0, "user_id": "u2"},
+        ],
+        dedup="skip",
+    )
     assert [(d.chunk_id, d.action, d.duplicate_of) for d in calls.decisions] == [
-        ("w1", "written", None), ("w2", "written", None), ("w3", "skipped", "w1"), ("w4", "written", None)]
+        ("w1", "written", None),
+        ("w2", "written", None),
+        ("w3", "skipped", "w1"),
+        ("w4", "written", None),
+    ]
     # a past fact (no valid_from, valid_to long gone) is not a duplicate of a current one that starts later
     mem.write([{"chunk_id": "cur", "text": apollo, "valid_from": 1000.0, "user_id": "u3"}])
-    past = mem.write([{"chunk_id": "hist", "text": apollo, "valid_to": 900.0, "user_id": "u3"},
-                      {"chunk_id": "hist2", "text": apollo, "valid_to": 850.0, "user_id": "u3"}], dedup="skip")
+    past = mem.write(
+        [
+            {"chunk_id": "hist", "text": apollo, "valid_to": 900.0, "user_id": "u3"},
+            {"chunk_id": "hist2", "text": apollo, "valid_to": 850.0, "user_id": "u3"},
+        ],
+        dedup="skip",
+    )
     assert [(d.chunk_id, d.action, d.duplicate_of) for d in past.decisions] == [
-        ("hist", "written", None), ("hist2", "skipped", "hist")]
+        ("hist", "written", None),
+        ("hist2", "skipped", "hist"),
+    ]
 
 
 def test_an_upsert_whose_bound_and_the_kept_one_leave_an_empty_interval_is_refused(mem):
@@ -546,7 +626,8 @@ def test_an_upsert_whose_bound_and_the_kept_one_leave_an_empty_interval_is_refus
     assert str(info.value) == (
         "chunk 'a': its valid_to 2008-01-10T21:20:00Z and the stored valid_from 2017-07-14T02:40:00Z it keeps leave "
         "the interval [valid_from, valid_to) empty; give valid_from too (None to clear it), or another valid_to; "
-        "nothing was written")
+        "nothing was written"
+    )
     assert [(c.valid_from, c.valid_to) for c in mem.get(["a"])] == [(1.5e9, None)]
     mem.write([{"chunk_id": "a", "text": "Dana works on Apollo", "valid_from": None, "valid_to": 1.2e9}])
     assert [(c.valid_from, c.valid_to) for c in mem.get(["a"])] == [(None, 1.2e9)]
@@ -557,15 +638,22 @@ def test_a_chunk_is_never_matched_to_one_the_call_then_drops(mem):
     at a chunk never written; and a fact covered only by a dropped chunk was lost. One pass in input order now
     decides each chunk before a later one can match it."""
     x = "the user prefers dark mode in every editor"
-    assert mem.add([{"chunk_id": "p", "text": x + "!"}, {"chunk_id": "a", "text": x}, {"chunk_id": "b", "text": x}],
-                   dedup="skip") == ["p", "p", "p"]
+    assert mem.add(
+        [{"chunk_id": "p", "text": x + "!"}, {"chunk_id": "a", "text": x}, {"chunk_id": "b", "text": x}], dedup="skip"
+    ) == ["p", "p", "p"]
     berlin = "Dana works on project Apollo in the Berlin office"
     mem.add([{"chunk_id": "c", "text": berlin + "!", "valid_from": 2000.0, "user_id": "u2"}])
-    result = mem.write([{"chunk_id": "a2", "text": berlin, "valid_from": 3000.0, "user_id": "u2"},
-                        {"chunk_id": "b2", "text": berlin, "valid_from": 100.0, "valid_to": 200.0, "user_id": "u2"}],
-                       dedup="merge")
+    result = mem.write(
+        [
+            {"chunk_id": "a2", "text": berlin, "valid_from": 3000.0, "user_id": "u2"},
+            {"chunk_id": "b2", "text": berlin, "valid_from": 100.0, "valid_to": 200.0, "user_id": "u2"},
+        ],
+        dedup="merge",
+    )
     assert [(d.chunk_id, d.action, d.kind, d.stored_id) for d in result.decisions] == [
-        ("a2", "merged", "near", "c"), ("b2", "written", None, "b2")]
+        ("a2", "merged", "near", "c"),
+        ("b2", "written", None, "b2"),
+    ]
     assert mem.get(["c"])[0].merged_ids == ["a2"]
     assert sorted(c.chunk_id for c in mem.iter_chunks()) == ["b2", "c", "p"]
 
@@ -573,11 +661,15 @@ def test_a_chunk_is_never_matched_to_one_the_call_then_drops(mem):
 def test_closed_versions_of_a_fact_do_not_hide_its_open_one(mem):
     """A fresh user's finding: 20 closed near-copies filled the 16 neighbours the embedded backend read, so the
     open one was missed there and found on Qdrant (whose query filters by validity)."""
-    base = ("Dana prefers PostgreSQL for the billing service because its replication survived every regional "
-            "outage last winter")
+    base = (
+        "Dana prefers PostgreSQL for the billing service because its replication survived every regional "
+        "outage last winter"
+    )
     # the closed copies hold the new text's tokens exactly (cosine 1); the open one has one more word
-    mem.add([{"chunk_id": f"old{i}", "text": base + "!" * (i + 1), "valid_to": 100.0 + i} for i in range(20)]
-            + [{"chunk_id": "open", "text": base + " uniform"}])
+    mem.add(
+        [{"chunk_id": f"old{i}", "text": base + "!" * (i + 1), "valid_to": 100.0 + i} for i in range(20)]
+        + [{"chunk_id": "open", "text": base + " uniform"}]
+    )
     result = mem.write([{"chunk_id": "new", "text": base}], dedup="skip")
     assert [(d.action, d.kind, d.duplicate_of) for d in result.decisions] == [("skipped", "near", "open")]
     assert 0.95 <= result.decisions[0].cosine < 1.0 and result.decisions[0].overlap == pytest.approx(16 / 17)
@@ -588,30 +680,49 @@ def test_ids_a_call_rewrites_are_compared_in_their_new_version(mem):
     duplicate, and the Apollo fact was gone; closing x and restating its text in one call skipped the
     restatement. Now the rewritten ids count as the call writes them."""
     mem.write([{"chunk_id": "a", "text": "Dana works on project Apollo"}, {"chunk_id": "x", "text": "Bo likes tea"}])
-    result = mem.write([{"chunk_id": "a", "text": "Dana works on project Zeus"},
-                        {"chunk_id": "b", "text": "Dana works on project Apollo"},
-                        {"chunk_id": "c", "text": "Dana works on project Zeus"},
-                        {"chunk_id": "c2", "text": "Dana works on project Zeus!"},
-                        {"chunk_id": "x", "text": "Bo likes tea", "valid_to": 100.0},
-                        {"chunk_id": "y", "text": "Bo likes tea"}], dedup="skip")
+    result = mem.write(
+        [
+            {"chunk_id": "a", "text": "Dana works on project Zeus"},
+            {"chunk_id": "b", "text": "Dana works on project Apollo"},
+            {"chunk_id": "c", "text": "Dana works on project Zeus"},
+            {"chunk_id": "c2", "text": "Dana works on project Zeus!"},
+            {"chunk_id": "x", "text": "Bo likes tea", "valid_to": 100.0},
+            {"chunk_id": "y", "text": "Bo likes tea"},
+        ],
+        dedup="skip",
+    )
     assert [(d.chunk_id, d.action, d.kind, d.duplicate_of) for d in result.decisions] == [
-        ("a", "written", None, None), ("b", "written", None, None), ("c", "skipped", "exact", "a"),
-        ("c2", "skipped", "near", "a"), ("x", "written", None, None), ("y", "written", None, None)]
+        ("a", "written", None, None),
+        ("b", "written", None, None),
+        ("c", "skipped", "exact", "a"),
+        ("c2", "skipped", "near", "a"),
+        ("x", "written", None, None),
+        ("y", "written", None, None),
+    ]
     assert sorted((c.chunk_id, c.text) for c in mem.iter_chunks()) == [
-        ("a", "Dana works on project Zeus"), ("b", "Dana works on project Apollo"), ("x", "Bo likes tea"),
-        ("y", "Bo likes tea")]
+        ("a", "Dana works on project Zeus"),
+        ("b", "Dana works on project Apollo"),
+        ("x", "Bo likes tea"),
+        ("y", "Bo likes tea"),
+    ]
 
 
 def test_an_all_zero_vector_is_no_dense_evidence_on_every_backend(engine, tmp_path):
     """A chunk stored with an all-zero vector, the only BM25 hit: first under adaptive (it ranked last when its
     cosine 0 was standardised against the dense list), never returned by the dense leg alone."""
-    notes = [("a", "apple orchard notes", [1.0, 0.0, 0.0, 0.0]), ("b", "banana plantation notes", [0.0, 1.0, 0.0, 0.0]),
-             ("c", "cherry blossom notes", [0.0, 0.0, 1.0, 0.0]), ("z", "quasar telescope log", [0.0, 0.0, 0.0, 0.0])]
+    notes = [
+        ("a", "apple orchard notes", [1.0, 0.0, 0.0, 0.0]),
+        ("b", "banana plantation notes", [0.0, 1.0, 0.0, 0.0]),
+        ("c", "cherry blossom notes", [0.0, 0.0, 1.0, 0.0]),
+        ("z", "quasar telescope log", [0.0, 0.0, 0.0, 0.0]),
+    ]
     query = np.array([1.0, 1.0, 1.0, 0.0], dtype=np.float32) / np.sqrt(3.0)
     memory = open_memory(engine, tmp_path, embedder=HashingEmbedder(dim=4))
     try:
-        memory.add([{"chunk_id": cid, "text": text} for cid, text, _ in notes],
-                   vectors=np.array([v for _, _, v in notes], dtype=np.float32))
+        memory.add(
+            [{"chunk_id": cid, "text": text} for cid, text, _ in notes],
+            vectors=np.array([v for _, _, v in notes], dtype=np.float32),
+        )
         response = memory.search("quasar", top_k=4, query_vector=query)
         assert response.fusion == "adaptive"
         assert _ids(response)[0] == "z" and sorted(_ids(response)[1:]) == ["a", "b", "c"]

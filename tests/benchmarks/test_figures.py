@@ -17,30 +17,55 @@ import figures
 import peers
 
 MACHINE = {"python": "3.11.7", "platform": "Linux-x86_64", "cpus": 2, "cpu": "Test CPU"}
-SYSTEMS = ["hybrid-memory BM25", "hybrid-memory dense", "hybrid-memory RRF", "hybrid-memory default",
-           "LangChain EnsembleRetriever", "LlamaIndex QueryFusionRetriever"]
+SYSTEMS = [
+    "hybrid-memory BM25",
+    "hybrid-memory dense",
+    "hybrid-memory RRF",
+    "hybrid-memory default",
+    "LangChain EnsembleRetriever",
+    "LlamaIndex QueryFusionRetriever",
+]
 
 
 def _peers_payload() -> dict:
     datasets = {}
     for d, name in enumerate(["scifact", "locomo5"]):
         datasets[name] = {
-            "queries": 3, "queries_in_set": 3 if d == 0 else 7, "subsampled": d == 1,
+            "queries": 3,
+            "queries_in_set": 3 if d == 0 else 7,
+            "subsampled": d == 1,
             "metrics": {s: {"ndcg@10": 0.5 + 0.05 * i + 0.01 * d, "recall@10": 0.6} for i, s in enumerate(SYSTEMS)},
             "latency_ms": {s: {"p50_ms": 10.0 + i, "p95_ms": 20.0 + i} for i, s in enumerate(SYSTEMS)}
             | {"query embedding alone": {"p50_ms": 8.0, "p95_ms": 9.0}},
             "query_embeddings_per_search": {s: 0.0 if s == "hybrid-memory BM25" else 1.0 for s in SYSTEMS},
         }
-    return {"benchmark": "peers", "utc": "2026-12-06T13:00:00Z", "machine": MACHINE,
-            "command": "python benchmarks/peers.py", "top_k": 10, "repeats": 2, "systems": SYSTEMS, "datasets": datasets}
+    return {
+        "benchmark": "peers",
+        "utc": "2026-12-06T13:00:00Z",
+        "machine": MACHINE,
+        "command": "python benchmarks/peers.py",
+        "top_k": 10,
+        "repeats": 2,
+        "systems": SYSTEMS,
+        "datasets": datasets,
+    }
 
 
 def _scale_payload(n: int, recorded_command: bool) -> dict:
-    latency = {"none": {"sparse": {"p50_ms": n / 1e5, "p95_ms": 2 * n / 1e5},
-                        "dense": {"p50_ms": 1.0 + n / 1e5, "p95_ms": 3.0},
-                        "hybrid": {"p50_ms": 2.0 + n / 1e5, "p95_ms": 4.0}}}
-    payload = {"benchmark": f"scale_{n}", "utc": "2026-12-04T22:16:12Z", "machine": MACHINE, "n": n,
-               "search": {"latency": latency}}
+    latency = {
+        "none": {
+            "sparse": {"p50_ms": n / 1e5, "p95_ms": 2 * n / 1e5},
+            "dense": {"p50_ms": 1.0 + n / 1e5, "p95_ms": 3.0},
+            "hybrid": {"p50_ms": 2.0 + n / 1e5, "p95_ms": 4.0},
+        }
+    }
+    payload = {
+        "benchmark": f"scale_{n}",
+        "utc": "2026-12-04T22:16:12Z",
+        "machine": MACHINE,
+        "n": n,
+        "search": {"latency": latency},
+    }
     if recorded_command:
         payload["command"] = f"python benchmarks/scale.py --n {n}"
     return payload
@@ -75,8 +100,9 @@ def test_a_missing_input_skips_only_its_figures(tmp_path, capsys):
 
 def test_scale_points_are_read_per_size_in_order_and_variants_are_left_out(tmp_path):
     results = _results(tmp_path / "results")
-    payloads = [json.loads(p.read_text()) for p in sorted(results.glob("scale_*.json"))
-                if figures.SCALE_FILE.fullmatch(p.name)]
+    payloads = [
+        json.loads(p.read_text()) for p in sorted(results.glob("scale_*.json")) if figures.SCALE_FILE.fullmatch(p.name)
+    ]
     points = figures.scale_points(payloads)
     assert points["sparse"] == [(10_000, 0.1, 0.2), (100_000, 1.0, 2.0)]
     assert points["hybrid"] == [(10_000, 2.1, 4.0), (100_000, 3.0, 4.0)]
@@ -87,7 +113,8 @@ def test_the_footer_names_machine_date_and_command_or_says_it_was_not_recorded()
     assert figures.provenance(_peers_payload()) == "2026-12-06 13:00:00 UTC · python benchmarks/peers.py"
     old = _scale_payload(10_000, recorded_command=False)
     assert figures.provenance(old, "python benchmarks/scale.py --n 10000") == (
-        "2026-12-04 22:16:12 UTC · python benchmarks/scale.py --n 10000 (command not recorded; inferred)")
+        "2026-12-04 22:16:12 UTC · python benchmarks/scale.py --n 10000 (command not recorded; inferred)"
+    )
 
 
 def test_peers_subsample_is_deterministic_and_keeps_the_qrels_order():

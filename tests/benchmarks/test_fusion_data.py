@@ -16,13 +16,21 @@ import _fusion_data as fdata
 
 def _write_set(folder: Path) -> Path:
     (folder / "qrels").mkdir(parents=True)
-    corpus = [{"_id": "d1", "title": "Pool", "text": "connection pool exhausted", "metadata": {"team": "db"}},
-              {"_id": "d2", "title": "", "text": "ERR_CONN_RESET on the gateway", "metadata": {"team": "edge"}},
-              {"_id": "d3", "title": "Soup", "text": "tomato soup with basil"}]
-    queries = [{"_id": "q1", "text": "pool exhausted", "metadata": {"kind": "words"}},
-               {"_id": "q2", "text": "ERR_CONN_RESET", "metadata": {"kind": "identifier"},
-                "metadata_filter": {"team": "edge"}},
-               {"_id": "q3", "text": "not judged"}]
+    corpus = [
+        {"_id": "d1", "title": "Pool", "text": "connection pool exhausted", "metadata": {"team": "db"}},
+        {"_id": "d2", "title": "", "text": "ERR_CONN_RESET on the gateway", "metadata": {"team": "edge"}},
+        {"_id": "d3", "title": "Soup", "text": "tomato soup with basil"},
+    ]
+    queries = [
+        {"_id": "q1", "text": "pool exhausted", "metadata": {"kind": "words"}},
+        {
+            "_id": "q2",
+            "text": "ERR_CONN_RESET",
+            "metadata": {"kind": "identifier"},
+            "metadata_filter": {"team": "edge"},
+        },
+        {"_id": "q3", "text": "not judged"},
+    ]
     (folder / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in corpus), encoding="utf-8")
     (folder / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries), encoding="utf-8")
     (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t2\n", encoding="utf-8")
@@ -147,7 +155,6 @@ def test_a_set_of_fewer_queries_than_the_warm_up_counts_every_query(tmp_path, mo
 def test_queries_whose_filter_matches_no_chunk_are_named(tmp_path):
     import fusion_eval as fe
     import numpy as np
-
     from hybrid_memory import HashingEmbedder
 
     folder = _write_set(tmp_path / "filters")

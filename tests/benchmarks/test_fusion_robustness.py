@@ -17,8 +17,15 @@ import fusion_robustness as robust
 def _set() -> fdata.EvalSet:
     vectors = np.eye(3, 4, dtype=np.float32)  # three unit vectors
     chunks = [{"chunk_id": f"c{i}", "text": f"alpha beta{i} gamma"} for i in range(3)]
-    return fdata.EvalSet("tiny", chunks, {"q1": "alpha beta1 gamma delta"}, {"q1": {"c1": 1}}, {"q1": "all"},
-                         doc_vectors=vectors, query_vectors={"q1": np.ones(4, dtype=np.float32) / 2})
+    return fdata.EvalSet(
+        "tiny",
+        chunks,
+        {"q1": "alpha beta1 gamma delta"},
+        {"q1": {"c1": 1}},
+        {"q1": "all"},
+        doc_vectors=vectors,
+        query_vectors={"q1": np.ones(4, dtype=np.float32) / 2},
+    )
 
 
 def test_dense_noise_mixes_unit_noise_and_keeps_queries() -> None:
@@ -73,8 +80,12 @@ def test_margins_against_the_better_engine_overall_and_by_class() -> None:
     assert m["dense alone"]["margin"] == pytest.approx(-0.10)
     assert m["dense alone"]["worst_class"] == "a" and m["dense alone"]["worst_class_margin"] == pytest.approx(-0.30)
     no_classes = robust.margins({"sparse alone": {"ndcg@10": 0.5}, "dense alone": {"ndcg@10": 0.6}})
-    assert no_classes["sparse alone"] == {"ndcg@10": 0.5, "margin": pytest.approx(-0.1), "worst_class_margin": None,
-                                          "worst_class": None}
+    assert no_classes["sparse alone"] == {
+        "ndcg@10": 0.5,
+        "margin": pytest.approx(-0.1),
+        "worst_class_margin": None,
+        "worst_class": None,
+    }
 
 
 def test_chance_excess_by_hand() -> None:
@@ -82,7 +93,9 @@ def test_chance_excess_by_hand() -> None:
     q = np.array([1.0, 0.0], dtype=np.float32)
     mu, sigma = np.zeros(2), np.diag([0.25, 1.0])
     # z = (1.0 - 0) / sqrt(0.25) = 2; sqrt(2 ln e^2) = 2; so the top is exactly where chance puts the maximum
-    assert trial.chance_excess(q, 1.0, mu, sigma, int(round(np.exp(2.0)))) == pytest.approx(2.0 - np.sqrt(2 * np.log(7)))
+    assert trial.chance_excess(q, 1.0, mu, sigma, int(round(np.exp(2.0)))) == pytest.approx(
+        2.0 - np.sqrt(2 * np.log(7))
+    )
     assert trial.chance_excess(q, 1.5, mu, sigma, 2) == pytest.approx(3.0 - np.sqrt(2 * np.log(2)))
     assert trial.chance_excess(q, 1.0, mu, np.zeros((2, 2)), 100) == float("inf")  # no spread: not judged
     assert trial.H["clip(e + 1)"](-0.25) == 0.75 and trial.H["clip(e + 1)"](0.5) == 1.0
@@ -97,7 +110,8 @@ def test_calibrated_default_with_factor_1_orders_as_the_default() -> None:
     inp = FusionInput(
         runs={"sparse": ["a", "b", "c"], "dense": ["d", "c", "a"]},
         scores={"sparse": {"a": 9.0, "b": 4.0, "c": 2.0, "d": 0.0}, "dense": {"d": 0.8, "c": 0.5, "a": 0.1, "b": 0.05}},
-        priors={"sparse": 1.0, "dense": 1.0}, lower_bounds={"sparse": 0.0, "dense": -1.0},
+        priors={"sparse": 1.0, "dense": 1.0},
+        lower_bounds={"sparse": 0.0, "dense": -1.0},
     )
     order = lambda scores: sorted(scores, key=lambda k: (-scores[k], k))  # noqa: E731
     # by hand: top_outlier 6 (BM25) and 2.5 (dense), so alphas 2/3 and 1/3; z of log(1 + BM25) a 1.250, b 0.425,
@@ -116,18 +130,24 @@ def test_cross_excess_by_hand() -> None:
     e3 = float(np.expm1(3.0))  # a BM25 score whose log(1 + s) is 3
     inp = FusionInput(
         runs={"sparse": ["a", "b"], "dense": ["c", "d", "f"]},
-        scores={"sparse": {"a": e3, "b": 1.0, "c": 0.0, "d": float(np.expm1(1.0)), "f": 0.0},
-                "dense": {"c": 0.6, "d": 0.5, "f": 0.4, "a": 0.1, "b": 0.2}},
-        priors={"sparse": 1.0, "dense": 1.0}, lower_bounds={"sparse": 0.0, "dense": -1.0},
+        scores={
+            "sparse": {"a": e3, "b": 1.0, "c": 0.0, "d": float(np.expm1(1.0)), "f": 0.0},
+            "dense": {"c": 0.6, "d": 0.5, "f": 0.4, "a": 0.1, "b": 0.2},
+        },
+        priors={"sparse": 1.0, "dense": 1.0},
+        lower_bounds={"sparse": 0.0, "dense": -1.0},
     )
     chance = np.sqrt(2 * np.log(100))
     # BM25 against dense's candidates c, d, f: log(1 + s) 0, 1, 0 -> mean 1/3, std sqrt(2/9); top log(1 + a) = 3
     assert trial.cross_excess(inp, "sparse", 100) == pytest.approx((3 - 1 / 3) / np.sqrt(2 / 9) - chance)
     # dense against BM25's candidates it did not return: a 0.1, b 0.2 -> only 2, too few to judge
     assert trial.cross_excess(inp, "dense", 100) is None
-    flat = FusionInput(runs={"sparse": ["a"], "dense": ["b", "c", "d"]},
-                       scores={"sparse": {"a": 2.0, "b": 0.0, "c": 0.0, "d": 0.0}, "dense": {"b": 0.3, "a": 0.1}},
-                       priors={}, lower_bounds={"sparse": 0.0, "dense": -1.0})
+    flat = FusionInput(
+        runs={"sparse": ["a"], "dense": ["b", "c", "d"]},
+        scores={"sparse": {"a": 2.0, "b": 0.0, "c": 0.0, "d": 0.0}, "dense": {"b": 0.3, "a": 0.1}},
+        priors={},
+        lower_bounds={"sparse": 0.0, "dense": -1.0},
+    )
     assert trial.cross_excess(flat, "sparse", 10) == float("inf")  # b, c, d score alike: not judged
     # calibrated() with per-engine factors: BM25 weighing nothing leaves dense's order
     order = lambda scores: sorted(scores, key=lambda k: (-scores[k], k))  # noqa: E731

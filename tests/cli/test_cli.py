@@ -4,15 +4,18 @@ import json
 from pathlib import Path
 
 import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory
 from hybrid_memory.cli.app import main
 from hybrid_memory.scopes import Scope
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "incident_memory"
 PRODUCTION_BILLING = {
-    "inc-0412-billing-504-pool", "pm-0415-billing-pool-exhaustion", "inc-0302-billing-stripe-webhook",
-    "rb-billing-refund-retry", "inc-0519-billing-currency-rounding", "rb-billing-db-failover",
+    "inc-0412-billing-504-pool",
+    "pm-0415-billing-pool-exhaustion",
+    "inc-0302-billing-stripe-webhook",
+    "rb-billing-refund-retry",
+    "inc-0519-billing-currency-rounding",
+    "rb-billing-db-failover",
     "inc-0608-billing-cron-duplicate",
 }
 
@@ -44,8 +47,25 @@ def test_ingest_search_stats(tmp_path, capsys):
     assert {r["chunk_id"] for r in response["results"]} <= PRODUCTION_BILLING
     assert response["results"][0]["chunk_id"] == "inc-0412-billing-504-pool"
 
-    assert main(["search", "ERR_CONN_RESET", "--memory", memory, "--top-k", "2", "--sparse-weight", "1",
-                 "--dense-weight", "0", "--hashing-dim", "64"]) == 0
+    assert (
+        main(
+            [
+                "search",
+                "ERR_CONN_RESET",
+                "--memory",
+                memory,
+                "--top-k",
+                "2",
+                "--sparse-weight",
+                "1",
+                "--dense-weight",
+                "0",
+                "--hashing-dim",
+                "64",
+            ]
+        )
+        == 0
+    )
     response = json.loads(capsys.readouterr().out)
     assert response["total_retrieved"] == 2
     assert "ERR_CONN_RESET" in response["results"][0]["text"]  # the one note that names it
@@ -83,7 +103,10 @@ def test_a_failed_ingest_says_what_was_stored(tmp_path, capsys):
     broken.write_text("\n".join(lines[:3] + ["{not json"]) + "\n")
     assert main(["ingest", str(broken), "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "-q"]) == 2
     err = capsys.readouterr().err
-    assert "line 4" in err and f"nothing was stored, so the folder this run created for the memory, {tmp_path / 'm'}" in err
+    assert (
+        "line 4" in err
+        and f"nothing was stored, so the folder this run created for the memory, {tmp_path / 'm'}" in err
+    )
 
 
 def test_same_named_folders_are_not_overwritten(tmp_path, capsys):
@@ -104,14 +127,17 @@ def test_same_named_folders_are_not_overwritten(tmp_path, capsys):
 
 
 # -- what the commands create, and when they refuse (issue 12 review) --------------------------------------------
-@pytest.mark.parametrize("command, message", [
-    (["search", "x"], "no memory at {}; create it with: hybrid-memory ingest"),
-    (["stats"], "no memory at {}; create it with: hybrid-memory ingest"),
-    (["mcp"], "no memory at {}; create it with: hybrid-memory ingest"),
-    (["graph", "build"], "no memory at {}; create it with: hybrid-memory ingest"),
-    (["graph", "show"], "no graph in {}/graph; run `hybrid-memory graph build --memory {}` first"),
-    (["graph", "ask", "who?"], "no memory at {}; create it with: hybrid-memory ingest"),
-])
+@pytest.mark.parametrize(
+    "command, message",
+    [
+        (["search", "x"], "no memory at {}; create it with: hybrid-memory ingest"),
+        (["stats"], "no memory at {}; create it with: hybrid-memory ingest"),
+        (["mcp"], "no memory at {}; create it with: hybrid-memory ingest"),
+        (["graph", "build"], "no memory at {}; create it with: hybrid-memory ingest"),
+        (["graph", "show"], "no graph in {}/graph; run `hybrid-memory graph build --memory {}` first"),
+        (["graph", "ask", "who?"], "no memory at {}; create it with: hybrid-memory ingest"),
+    ],
+)
 def test_reading_commands_never_create_a_memory(tmp_path, capsys, command, message):
     missing = tmp_path / "typo"
     empty = tmp_path / "empty"
@@ -131,7 +157,8 @@ def test_graph_show_and_ask_on_a_folder_that_does_not_exist_say_so(tmp_path, cap
     assert main([*command, "--memory", str(missing), "--hashing-dim", "8"]) == 2
     assert capsys.readouterr().err == (
         f"hybrid-memory: error: no memory at {missing}: the folder does not exist; check --memory (the folder ingest "
-        f"wrote), or create a memory with: hybrid-memory ingest FILE_OR_FOLDER --memory {missing}\n")
+        f"wrote), or create a memory with: hybrid-memory ingest FILE_OR_FOLDER --memory {missing}\n"
+    )
     assert not missing.exists()
 
 
@@ -147,12 +174,15 @@ def test_the_help_says_which_commands_create_the_memory(capsys):
     assert "memory directory (created if absent)" in " ".join(sub["ingest"].format_help().split())
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--chunk-size", "0"], "--chunk-size must be >= 1 (characters), got 0"),
-    (["--metadata", "$team=sre"], "--metadata: metadata key '$team' cannot be filtered on"),
-    (["--metadata", "team"], "--metadata takes key=value, got 'team'"),
-    (["--user-id", " "], "invalid scope: user_id"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--chunk-size", "0"], "--chunk-size must be >= 1 (characters), got 0"),
+        (["--metadata", "$team=sre"], "--metadata: metadata key '$team' cannot be filtered on"),
+        (["--metadata", "team"], "--metadata takes key=value, got 'team'"),
+        (["--user-id", " "], "invalid scope: user_id"),
+    ],
+)
 def test_ingest_refuses_bad_arguments_before_creating_the_memory(tmp_path, capsys, extra, message):
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.md").write_text("alpha ERR_A1")
@@ -165,8 +195,21 @@ def test_ingest_refuses_bad_arguments_before_creating_the_memory(tmp_path, capsy
 def test_ingest_refuses_an_unknown_file_kind_before_creating_the_memory(tmp_path, capsys):
     (tmp_path / "notes.csv").write_text("a,b\n")
     memory = tmp_path / "mem"
-    assert main(["ingest", str(EXAMPLE / "notes.jsonl"), str(tmp_path / "notes.csv"), "--memory", str(memory),
-                 "--hashing-dim", "8", "-q"]) == 2
+    assert (
+        main(
+            [
+                "ingest",
+                str(EXAMPLE / "notes.jsonl"),
+                str(tmp_path / "notes.csv"),
+                "--memory",
+                str(memory),
+                "--hashing-dim",
+                "8",
+                "-q",
+            ]
+        )
+        == 2
+    )
     assert "notes.csv: give a BEIR-style .jsonl file or a folder of .md/.txt files" in capsys.readouterr().err
     assert not memory.exists()  # the valid first path was not ingested either
 
@@ -174,8 +217,22 @@ def test_ingest_refuses_an_unknown_file_kind_before_creating_the_memory(tmp_path
 def test_a_small_chunk_size_works(tmp_path, capsys):
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.txt").write_text("alpha beta gamma delta epsilon zeta eta theta")
-    assert main(["ingest", str(tmp_path / "docs"), "--memory", str(tmp_path / "mem"), "--hashing-dim", "8", "-q",
-                 "--chunk-size", "12"]) == 0
+    assert (
+        main(
+            [
+                "ingest",
+                str(tmp_path / "docs"),
+                "--memory",
+                str(tmp_path / "mem"),
+                "--hashing-dim",
+                "8",
+                "-q",
+                "--chunk-size",
+                "12",
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out)
     assert summary["chunks"] == summary["ingested"] == 4
     from hybrid_memory import HashingEmbedder, HybridMemory
@@ -220,10 +277,22 @@ def test_jsonl_lines_carry_their_scope_and_validity(tmp_path, capsys):
     from hybrid_memory import HashingEmbedder, HybridMemory
 
     lines = [
-        {"_id": "n1", "text": "Dana works on project Apollo", "user_id": "dana", "tenant": "acme",
-         "valid_from": "2024-01-01T00:00:00Z", "valid_to": 1717200000},
-        {"_id": "n2", "text": "Dana moved to project Zeus", "user_id": "dana", "session_id": "s-7",
-         "agent_id": "planner", "valid_from": 1717200000},
+        {
+            "_id": "n1",
+            "text": "Dana works on project Apollo",
+            "user_id": "dana",
+            "tenant": "acme",
+            "valid_from": "2024-01-01T00:00:00Z",
+            "valid_to": 1717200000,
+        },
+        {
+            "_id": "n2",
+            "text": "Dana moved to project Zeus",
+            "user_id": "dana",
+            "session_id": "s-7",
+            "agent_id": "planner",
+            "valid_from": 1717200000,
+        },
         {"_id": "n3", "text": "shared runbook"},
     ]
     corpus = tmp_path / "facts.jsonl"
@@ -244,12 +313,22 @@ def test_jsonl_lines_carry_their_scope_and_validity(tmp_path, capsys):
 
 def test_a_bad_scope_or_time_on_a_jsonl_line_names_the_line(tmp_path, capsys):
     corpus = tmp_path / "bad.jsonl"
-    corpus.write_text(json.dumps({"_id": "a", "text": "ok"}) + "\n"
-                      + json.dumps({"_id": "b", "text": "x", "valid_from": 20, "valid_to": 10}) + "\n")
+    corpus.write_text(
+        json.dumps({"_id": "a", "text": "ok"})
+        + "\n"
+        + json.dumps({"_id": "b", "text": "x", "valid_from": 20, "valid_to": 10})
+        + "\n"
+    )
     assert main(["ingest", str(corpus), "--memory", str(tmp_path / "mem"), "--hashing-dim", "8", "-q"]) == 2
     err = capsys.readouterr().err
-    assert "bad.jsonl, line 2: invalid document 'b'" in err and ("valid_to must be after valid_from, got valid_from 1970-01-01T00:00:20Z (Unix 20) and valid_to "
-                                                          "1970-01-01T00:00:10Z (Unix 10)") in err
+    assert (
+        "bad.jsonl, line 2: invalid document 'b'" in err
+        and (
+            "valid_to must be after valid_from, got valid_from 1970-01-01T00:00:20Z (Unix 20) and valid_to "
+            "1970-01-01T00:00:10Z (Unix 10)"
+        )
+        in err
+    )
 
 
 def test_ingest_scope_options_stamp_every_chunk(tmp_path, capsys):
@@ -261,8 +340,29 @@ def test_ingest_scope_options_stamp_every_chunk(tmp_path, capsys):
     corpus = tmp_path / "notes.jsonl"
     corpus.write_text(json.dumps({"_id": "j1", "text": "alice's note ERR_J1"}) + "\n")
     memory = str(tmp_path / "mem")
-    assert main(["ingest", str(docs), str(corpus), "--memory", memory, "--hashing-dim", "8", "-q",
-                 "--tenant", "acme", "--user-id", "alice", "--agent-id", "ops", "--session-id", "s1"]) == 0
+    assert (
+        main(
+            [
+                "ingest",
+                str(docs),
+                str(corpus),
+                "--memory",
+                memory,
+                "--hashing-dim",
+                "8",
+                "-q",
+                "--tenant",
+                "acme",
+                "--user-id",
+                "alice",
+                "--agent-id",
+                "ops",
+                "--session-id",
+                "s1",
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out)
     assert summary["scope"] == {"tenant": "acme", "user_id": "alice", "agent_id": "ops", "session_id": "s1"}
     with HybridMemory.open(memory, embedder=HashingEmbedder(8)) as mem:
@@ -308,8 +408,11 @@ def test_broken_symlinks_in_a_folder_are_skipped_counted_and_named(tmp_path, cap
 
 def _bad_corpus(tmp_path, good_lines):
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"_id": f"n{i}", "text": f"note {i}"}) + "\n" for i in range(good_lines))
-                      + json.dumps({"_id": "bad"}) + "\n")
+    corpus.write_text(
+        "".join(json.dumps({"_id": f"n{i}", "text": f"note {i}"}) + "\n" for i in range(good_lines))
+        + json.dumps({"_id": "bad"})
+        + "\n"
+    )
     return corpus
 
 
@@ -318,9 +421,10 @@ def test_a_failed_first_batch_removes_the_memory_folder_the_ingest_created(tmp_p
     memory = tmp_path / "new" / "deep" / "mem"
     assert main(["ingest", str(corpus), "--memory", str(memory), "--hashing-dim", "8", "-q"]) == 2
     assert capsys.readouterr().err == (
-        f"hybrid-memory: error: {corpus}, line 4: missing 'text' (use \"text\": \"\" with a title-only document) "
+        f'hybrid-memory: error: {corpus}, line 4: missing \'text\' (use "text": "" with a title-only document) '
         f"(nothing was stored, so the folder this run created for the memory, {tmp_path / 'new'}, was removed; fix "
-        "the input and run the same command again)\n")
+        "the input and run the same command again)\n"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl"]  # new/, new/deep/ and mem/ are gone
 
 
@@ -337,8 +441,9 @@ def _sigterm() -> None:
 
 
 @pytest.mark.parametrize(("interrupt", "name", "code"), [(_ctrl_c, "Ctrl-C", 130), (_sigterm, "SIGTERM", 143)])
-def test_an_ingest_interrupted_before_its_first_batch_removes_the_folder_it_created(tmp_path, monkeypatch, capsys,
-                                                                                    interrupt, name, code):
+def test_an_ingest_interrupted_before_its_first_batch_removes_the_folder_it_created(
+    tmp_path, monkeypatch, capsys, interrupt, name, code
+):
     # one line and exit 130 / 143, not a traceback, and SIGTERM runs Ctrl-C's clean-up (fresh users' findings)
     import signal
 
@@ -355,7 +460,8 @@ def test_an_ingest_interrupted_before_its_first_batch_removes_the_folder_it_crea
     assert main(["ingest", str(corpus), "--memory", str(tmp_path / "mem"), "--hashing-dim", "8", "-q"]) == code
     assert capsys.readouterr().err == (
         f"hybrid-memory: interrupted ({name}); nothing was stored, so the folder this run created for the memory, "
-        f"{tmp_path / 'mem'}, was removed; run the same command again\n")
+        f"{tmp_path / 'mem'}, was removed; run the same command again\n"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl"]
     assert signal.getsignal(signal.SIGTERM) is before  # the command's handler is gone again
 
@@ -370,7 +476,8 @@ def test_a_failed_first_batch_keeps_a_folder_that_existed_with_its_contents(tmp_
     assert main(["ingest", str(corpus), "--memory", str(memory), "--hashing-dim", "8", "-q"]) == 2
     assert capsys.readouterr().err.endswith(
         "(the memory now holds 0 chunks, 0 new from this run; ingest is an upsert, so fix the input and run the "
-        "same command again)\n")
+        "same command again)\n"
+    )
     assert (memory / "notes.txt").read_text() == "mine" and (memory / "store.sqlite3").is_file()
     # an existing memory with chunks is never removed either, nor one whose first batch was stored
     with HybridMemory.open(memory, embedder=HashingEmbedder(8)) as mem:
@@ -400,8 +507,18 @@ def test_ingest_warnings_print_on_lines_of_their_own_with_or_without_a_terminal(
     (docs / "b.md").write_text("beta ERR_B1")
 
     def ingest(*extra, terminal=False):  # the real command in its own process: its root logger has the console handler
-        command = [sys.executable, "-c", "from hybrid_memory.cli.app import main; raise SystemExit(main())", "ingest",
-                   str(docs), "--memory", str(tmp_path / "mem"), "--hashing-dim", "8", *extra]
+        command = [
+            sys.executable,
+            "-c",
+            "from hybrid_memory.cli.app import main; raise SystemExit(main())",
+            "ingest",
+            str(docs),
+            "--memory",
+            str(tmp_path / "mem"),
+            "--hashing-dim",
+            "8",
+            *extra,
+        ]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
         if not terminal:  # stderr a pipe, as with 2>log
             return subprocess.run(command, capture_output=True, check=True, env=env).stderr.decode()
@@ -424,10 +541,14 @@ def test_ingest_warnings_print_on_lines_of_their_own_with_or_without_a_terminal(
         os.close(leader)
         return b"".join(chunks).decode()  # bytes: text mode would turn the bar's \r into \n
 
-    warning = (f"WARNING hybrid_memory.cli.app: skipped {docs / 'a.md'}: a broken symbolic link to {tmp_path / 'deleted.md'} "
-               "(No such file or directory); fix or remove the link\n")
-    summary = "WARNING hybrid_memory.cli.app: 1 unreadable file was skipped (listed above); fix it and run the same " \
-              "command again\n"
+    warning = (
+        f"WARNING hybrid_memory.cli.app: skipped {docs / 'a.md'}: a broken symbolic link to {tmp_path / 'deleted.md'} "
+        "(No such file or directory); fix or remove the link\n"
+    )
+    summary = (
+        "WARNING hybrid_memory.cli.app: 1 unreadable file was skipped (listed above); fix it and run the same "
+        "command again\n"
+    )
     # not a terminal (a log file, a pipe): no bar, so each record is a line of its own, nothing before it
     assert ingest() == warning + summary
     assert ingest("-q") == warning + summary
@@ -468,7 +589,11 @@ def test_logs_above_bar_routes_records_and_warnings_through_tqdm_write_only_when
     finally:
         root.removeHandler(console)
     assert Bar.written[0] == "WARNING skipped x"
-    assert Bar.written[1].splitlines()[0].endswith("test_cli.py:" + Bar.written[1].split(":")[1] + ": UserWarning: deprecated y")
+    assert (
+        Bar.written[1]
+        .splitlines()[0]
+        .endswith("test_cli.py:" + Bar.written[1].split(":")[1] + ": UserWarning: deprecated y")
+    )
     assert len(Bar.written) == 2
     assert [str(w.message) for w in caught] == ["nor this"]
     assert root.handlers.count(console) == 0 and console not in root.handlers  # the redirect put the handler back
@@ -494,24 +619,58 @@ def test_search_scope_returns_only_that_scopes_chunks(tmp_path, capsys):
     assert ids("--scope", "user_id=bob", "--scope", "tenant=acme") == []  # both fields bind
     assert ids("--user-id", "alice") == ["a1", "a2"]  # ingest's option names work too
     assert ids("--user-id", "bob", "--scope", "user_id=bob") == ["b1", "b2"]
-    assert main(["search", "billing", "--memory", memory, "--hashing-dim", "16", "--user-id", "bob",
-                 "--scope", "user_id=alice"]) == 2
-    assert capsys.readouterr().err == ("hybrid-memory: error: --user-id bob and --scope user_id=alice disagree; give "
-                                       "user_id once\n")
+    assert (
+        main(
+            [
+                "search",
+                "billing",
+                "--memory",
+                memory,
+                "--hashing-dim",
+                "16",
+                "--user-id",
+                "bob",
+                "--scope",
+                "user_id=alice",
+            ]
+        )
+        == 2
+    )
+    assert capsys.readouterr().err == (
+        "hybrid-memory: error: --user-id bob and --scope user_id=alice disagree; give user_id once\n"
+    )
     assert main(["search", "billing", "--memory", memory, "--hashing-dim", "16", "--scope", "user_id"]) == 2
-    assert capsys.readouterr().err == ("hybrid-memory: error: --scope takes FIELD=VALUE (tenant, user_id, agent_id, "
-                                       "session_id), got 'user_id'\n")
+    assert capsys.readouterr().err == (
+        "hybrid-memory: error: --scope takes FIELD=VALUE (tenant, user_id, agent_id, session_id), got 'user_id'\n"
+    )
     # one field, two values: refused in either form (argparse and a dict kept the last; a fresh user's finding)
     assert ids("--user-id", "alice", "--user-id", "alice") == ["a1", "a2"]  # the same value twice is one
-    assert main(["search", "billing", "--memory", memory, "--hashing-dim", "16", "--scope", "user_id=alice",
-                 "--scope", "user_id=bob"]) == 2
-    assert capsys.readouterr().err == ("hybrid-memory: error: --scope user_id=alice and --scope user_id=bob disagree; "
-                                       "give user_id once\n")
+    assert (
+        main(
+            [
+                "search",
+                "billing",
+                "--memory",
+                memory,
+                "--hashing-dim",
+                "16",
+                "--scope",
+                "user_id=alice",
+                "--scope",
+                "user_id=bob",
+            ]
+        )
+        == 2
+    )
+    assert capsys.readouterr().err == (
+        "hybrid-memory: error: --scope user_id=alice and --scope user_id=bob disagree; give user_id once\n"
+    )
     with pytest.raises(SystemExit) as exit_info:
         main(["search", "billing", "--memory", memory, "--user-id", "alice", "--user-id", "bob"])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.endswith(
-        "hybrid-memory search: error: --user-id alice and --user-id bob disagree; give --user-id once\n")
+        "hybrid-memory search: error: --user-id alice and --user-id bob disagree; give --user-id once\n"
+    )
 
 
 def test_ingest_never_reads_the_memorys_own_files(tmp_path, capsys):
@@ -540,8 +699,10 @@ def test_ingest_refuses_a_memory_that_is_the_ingested_folder_before_creating_it(
     (docs / "a.md").write_text("alpha runbook", encoding="utf-8")
     memory = memory_of(docs)
     assert main(["ingest", str(docs), "--memory", str(memory), "--hashing-dim", "16", "-q"]) == 2
-    assert (f"--memory {memory} is the folder being ingested ({docs}) or holds it; keep the memory in a folder of "
-            f"its own, e.g. --memory {tmp_path / 'docs-memory'}") in capsys.readouterr().err
+    assert (
+        f"--memory {memory} is the folder being ingested ({docs}) or holds it; keep the memory in a folder of "
+        f"its own, e.g. --memory {tmp_path / 'docs-memory'}"
+    ) in capsys.readouterr().err
     assert sorted(p.name for p in memory.iterdir()) == (["a.md"] if memory == docs else ["docs"])  # nothing created
 
 
@@ -552,8 +713,7 @@ def test_ingest_of_the_memory_folder_itself_is_refused_and_keeps_its_chunks(tmp_
     (notes / "a.md").write_text("alpha runbook", encoding="utf-8")
     assert main(["ingest", str(notes), "--memory", str(memory), "--hashing-dim", "16", "-q"]) == 0
     capsys.readouterr()
-    assert main(["ingest", str(memory / "bm25"), "--memory", str(tmp_path / "other"), "--hashing-dim", "16",
-                 "-q"]) == 2
+    assert main(["ingest", str(memory / "bm25"), "--memory", str(tmp_path / "other"), "--hashing-dim", "16", "-q"]) == 2
     assert f"lies inside {memory}, which is a memory's own folder (it holds store.sqlite3)" in capsys.readouterr().err
     assert not (tmp_path / "other").exists()  # refused before the target memory was created
     assert main(["stats", "--memory", str(memory), "--hashing-dim", "16"]) == 0
@@ -581,17 +741,27 @@ def test_search_fusion_flag_takes_the_registrys_methods(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["fusion"] == "adaptive"  # no flag: the core's default
     # --fusion replaces the --request file's hybrid_params.fusion, and keeps the file's weights
     request = tmp_path / "req.json"
-    request.write_text(json.dumps({"search_text": "ERR_CONN_RESET", "top_k": 3,
-                                   "hybrid_params": {"fusion": "dbsf", "dense_weight": 0.25, "sparse_weight": 1}}))
-    assert main(["search", "--request", str(request), "--memory", memory, "--hashing-dim", "64",
-                 "--fusion", "rrf"]) == 0
+    request.write_text(
+        json.dumps(
+            {
+                "search_text": "ERR_CONN_RESET",
+                "top_k": 3,
+                "hybrid_params": {"fusion": "dbsf", "dense_weight": 0.25, "sparse_weight": 1},
+            }
+        )
+    )
+    assert (
+        main(["search", "--request", str(request), "--memory", memory, "--hashing-dim", "64", "--fusion", "rrf"]) == 0
+    )
     response = json.loads(capsys.readouterr().out)
     # the weights are reported convex (0.25 / 1.25 and 1 / 1.25); the RRF arithmetic uses them as given
     assert response["fusion"] == "rrf" and response["effective_weights"] == {"dense": 0.2, "sparse": 0.8}
     first = response["results"][0]
     assert first["rrf_score"] == pytest.approx(
         (1.0 / (60 + first["sparse_rank"]) if first["sparse_rank"] else 0.0)
-        + (0.25 / (60 + first["dense_rank"]) if first["dense_rank"] else 0.0), rel=1e-12)
+        + (0.25 / (60 + first["dense_rank"]) if first["dense_rank"] else 0.0),
+        rel=1e-12,
+    )
     with pytest.raises(SystemExit) as exc:
         main([*base, "--fusion", "bogus"])
     assert exc.value.code == 2
@@ -610,7 +780,8 @@ def test_a_folder_ingest_that_reads_no_file_says_so(tmp_path, capsys, caplog):
     assert [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.cli.app"] == [
         f"no file under {folder} was read: only names ending in .md or .txt, as written, are read (a.MD and "
         "notes.markdown are not); rename the files to read them",
-        f"nothing was stored, so the folder this run created for the memory, {tmp_path / 'm'}, was removed"]
+        f"nothing was stored, so the folder this run created for the memory, {tmp_path / 'm'}, was removed",
+    ]
     assert not (tmp_path / "m").exists()
     caplog.clear()
     (folder / "b.md").write_text("# runbook\nrestart the consumer")
@@ -625,28 +796,70 @@ def test_metadata_named_like_a_scope_field_gets_a_warning(tmp_path, capsys, capl
     corpus = tmp_path / "c.jsonl"
     corpus.write_text(json.dumps({"_id": "a", "text": "billing error E42"}) + "\n")
     with caplog.at_level("WARNING", logger="hybrid_memory.cli.app"):
-        assert main(["ingest", str(corpus), "--memory", str(tmp_path / "m"), "--hashing-dim", "8", "-q",
-                     "--metadata", "user_id=alice", "--metadata", "team=sre"]) == 0
+        assert (
+            main(
+                [
+                    "ingest",
+                    str(corpus),
+                    "--memory",
+                    str(tmp_path / "m"),
+                    "--hashing-dim",
+                    "8",
+                    "-q",
+                    "--metadata",
+                    "user_id=alice",
+                    "--metadata",
+                    "team=sre",
+                ]
+            )
+            == 0
+        )
     capsys.readouterr()
     assert [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.cli.app"] == [
         "--metadata user_id=... writes a metadata key, not the scope field user_id: search --user-id (or --scope "
-        "user_id=...) will not find these chunks by it; to stamp the scope, give --user-id instead"]
+        "user_id=...) will not find these chunks by it; to stamp the scope, give --user-id instead"
+    ]
 
 
 def test_graph_build_on_an_unknown_scope_names_the_first_five_values_of_each_field(tmp_path, capsys):
     memory = tmp_path / "mem"
     with HybridMemory(memory, embedder=HashingEmbedder(8)) as mem:
-        mem.add([{"chunk_id": f"c{i}", "text": f"note {i}", "user_id": f"u{i}"} for i in (6, 1, 3, 5, 2, 4)]
-                + [{"chunk_id": "none", "text": "no user"}])
-        assert mem.backend.store.scope_values("user_id", 5) == ["u1", "u2", "u3", "u4", "u5", "u6"]  # limit + 1, no None
+        mem.add(
+            [{"chunk_id": f"c{i}", "text": f"note {i}", "user_id": f"u{i}"} for i in (6, 1, 3, 5, 2, 4)]
+            + [{"chunk_id": "none", "text": "no user"}]
+        )
+        assert mem.backend.store.scope_values("user_id", 5) == [
+            "u1",
+            "u2",
+            "u3",
+            "u4",
+            "u5",
+            "u6",
+        ]  # limit + 1, no None
         assert mem.backend.store.scope_values("tenant") == []
-    assert main(["graph", "build", "--memory", str(memory), "--hashing-dim", "8", "--scope", "tenant=acme",
-                 "--scope", "user_id=u9"]) == 2
+    assert (
+        main(
+            [
+                "graph",
+                "build",
+                "--memory",
+                str(memory),
+                "--hashing-dim",
+                "8",
+                "--scope",
+                "tenant=acme",
+                "--scope",
+                "user_id=u9",
+            ]
+        )
+        == 2
+    )
     assert capsys.readouterr().err == (
         f"hybrid-memory: error: 0 chunks matched --scope tenant=acme --scope user_id=u9 (the memory at {memory} holds 7 "
         "chunks; its tenant values: none (no chunk has a tenant); its user_id values: 'u1', 'u2', 'u3', 'u4', 'u5', "
         "...), so no graph was built; give --scope values the chunks hold (each field must equal the chunks' own, as "
-        "ingest stamped them), or leave --scope out to build the whole memory's graph\n")
+        "ingest stamped them), or leave --scope out to build the whole memory's graph\n"
+    )
     assert not (memory / "graph_scopes").exists()
 
 
@@ -659,14 +872,16 @@ def test_graph_build_on_a_scope_of_no_chunks_says_so_and_builds_nothing(tmp_path
     assert capsys.readouterr().err == (  # it advised `stats`, which has no --scope: now the values held are named
         f"hybrid-memory: error: 0 chunks matched --scope user_id=u2 (the memory at {memory} holds 1 chunk; its user_id "
         "values: 'u1'), so no graph was built; give --scope values the chunks hold (each field must equal the chunks' "
-        "own, as ingest stamped them), or leave --scope out to build the whole memory's graph\n")
+        "own, as ingest stamped them), or leave --scope out to build the whole memory's graph\n"
+    )
     assert not (memory / "graph_scopes").exists()
     empty = tmp_path / "empty"
     HybridMemory(empty, embedder=HashingEmbedder(8)).close()
     assert main(["graph", "build", "--memory", str(empty), "--hashing-dim", "8"]) == 2
     assert capsys.readouterr().err == (
         f"hybrid-memory: error: the memory at {empty} holds 0 chunks, so no graph was built; add some first: "
-        f"hybrid-memory ingest FILE_OR_FOLDER --memory {empty}\n")
+        f"hybrid-memory ingest FILE_OR_FOLDER --memory {empty}\n"
+    )
     assert not (empty / "graph").exists()
 
 
@@ -678,5 +893,7 @@ def test_a_filter_that_is_not_json_shows_how_to_quote_one(tmp_path, capsys):
         assert main(["search", "504", "--memory", memory, "--hashing-dim", "64", "--filter", given]) == 2
         err = capsys.readouterr().err
         assert err.startswith("hybrid-memory: error: --filter: invalid JSON (")
-        assert err.rstrip().endswith("give a JSON object in single quotes for the shell, with double quotes inside: "
-                                     "--filter '{\"environment\": \"production\"}'")
+        assert err.rstrip().endswith(
+            "give a JSON object in single quotes for the shell, with double quotes inside: "
+            '--filter \'{"environment": "production"}\''
+        )

@@ -16,10 +16,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory
-from hybrid_memory.cli import app as cli
 from hybrid_memory.backends.embedded.discard import Discarded, remove_new_memory
+from hybrid_memory.cli import app as cli
 from hybrid_memory.cli.app import main
 
 WRITER = """
@@ -38,8 +37,11 @@ memory.close()
 
 def _bad_corpus(tmp_path: Path) -> Path:
     corpus = tmp_path / "corpus.jsonl"  # the bad last line is in the first batch: the ingest stores nothing
-    corpus.write_text("".join(json.dumps({"_id": f"n{i}", "text": f"note {i}"}) + "\n" for i in range(3))
-                      + json.dumps({"_id": "bad"}) + "\n")
+    corpus.write_text(
+        "".join(json.dumps({"_id": f"n{i}", "text": f"note {i}"}) + "\n" for i in range(3))
+        + json.dumps({"_id": "bad"})
+        + "\n"
+    )
     return corpus
 
 
@@ -57,8 +59,12 @@ def other_process_in_the_window(monkeypatch):
                 with real_open(args, **kwargs) as memory:
                     yield memory  # the failed batch raises here, after the ingest counted 0 chunks
             finally:
-                process = subprocess.Popen([sys.executable, "-c", WRITER, str(folder), write, close],
-                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                process = subprocess.Popen(
+                    [sys.executable, "-c", WRITER, str(folder), write, close],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
                 started.append(process)
                 assert process.stdout.readline() == "ready\n"  # its chunk is committed (or its memory is open)
 
@@ -71,19 +77,21 @@ def other_process_in_the_window(monkeypatch):
 
 
 def _prefix(corpus: Path) -> str:
-    return (f"hybrid-memory: error: {corpus}, line 4: missing 'text' (use \"text\": \"\" with a title-only document) "
-            "(this run stored nothing, but the folder it created for the memory, ")
+    return (
+        f'hybrid-memory: error: {corpus}, line 4: missing \'text\' (use "text": "" with a title-only document) '
+        "(this run stored nothing, but the folder it created for the memory, "
+    )
 
 
-def test_a_chunk_written_by_another_process_before_the_clean_up_survives(tmp_path, capsys,
-                                                                         other_process_in_the_window):
+def test_a_chunk_written_by_another_process_before_the_clean_up_survives(tmp_path, capsys, other_process_in_the_window):
     corpus = _bad_corpus(tmp_path)
     memory = tmp_path / "new" / "mem"
     other_process_in_the_window(memory, "write", "close")  # it wrote its chunk and closed: 1 chunk, nobody open
     assert main(["ingest", str(corpus), "--memory", str(memory), "--hashing-dim", "8", "-q"]) == 2
     assert capsys.readouterr().err == _prefix(corpus) + (
         f"{tmp_path / 'new'}, was kept: it holds 1 chunk now, written by another process; fix the input and run the "
-        "same command again)\n")
+        "same command again)\n"
+    )
     with HybridMemory.open(memory, embedder=HashingEmbedder(8)) as kept:
         assert [(c.chunk_id, c.text) for c in kept.get(["theirs"])] == [("theirs", "the other process's note")]
         assert kept.count() == 1
@@ -96,7 +104,8 @@ def test_a_memory_another_process_holds_open_is_kept(tmp_path, capsys, other_pro
     other_process_in_the_window(memory, write, "keep open")  # its writes may come any time: nothing is removed
     assert main(["ingest", str(corpus), "--memory", str(memory), "--hashing-dim", "8", "-q"]) == 2
     assert capsys.readouterr().err == _prefix(corpus) + (
-        f"{memory}, was kept: another process has the memory open; fix the input and run the same command again)\n")
+        f"{memory}, was kept: another process has the memory open; fix the input and run the same command again)\n"
+    )
     with HybridMemory.open(memory, embedder=HashingEmbedder(8)) as kept:  # read while the other still has it open
         assert [c.chunk_id for c in kept.get(["theirs"])] == (["theirs"] if write == "write" else [])
 
@@ -118,10 +127,12 @@ def test_a_file_of_the_user_s_keeps_the_folder_and_is_named(tmp_path):
     (memory / "notes.txt").write_text("mine")
     (tmp_path / "a" / "other.md").write_text("also mine")
     assert remove_new_memory(tmp_path / "a", memory) == Discarded(
-        False, f"it holds {tmp_path / 'a' / 'other.md'}, which a new memory does not write")
+        False, f"it holds {tmp_path / 'a' / 'other.md'}, which a new memory does not write"
+    )
     (tmp_path / "a" / "other.md").unlink()
     assert remove_new_memory(tmp_path / "a", memory) == Discarded(
-        False, f"it holds {memory / 'notes.txt'}, which a new memory does not write")
+        False, f"it holds {memory / 'notes.txt'}, which a new memory does not write"
+    )
     assert (memory / "notes.txt").read_text() == "mine"  # renamed back: all in place, the memory opens
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
     with HybridMemory.open(memory, embedder=HashingEmbedder(8)) as kept:
@@ -142,7 +153,8 @@ def test_a_held_index_lock_keeps_the_folder(tmp_path):
     _new_memory(memory)
     with FileLock(str(memory / ".indexes.lock")):  # a save or load of another memory on this folder
         assert remove_new_memory(memory, memory) == Discarded(
-            False, "another process holds its index lock (.indexes.lock)")
+            False, "another process holds its index lock (.indexes.lock)"
+        )
     assert (memory / "store.sqlite3").is_file()
 
 
@@ -178,11 +190,19 @@ def test_a_folder_ingest_that_stores_nothing_leaves_no_memory_folder_it_created(
     with caplog.at_level("WARNING", logger="hybrid_memory.cli.app"):
         assert main(["ingest", str(docs), "--memory", str(tmp_path / "new" / "mem"), "--hashing-dim", "8", "-q"]) == 0
     assert json.loads(capsys.readouterr().out) == {
-        "ingested": 0, "repeated_ids": 0, "skipped_files": 0, "empty_files": 2, "symlinked_folders": 0,
-        "outside_links": 0, "chunks": 0, "memory": str(tmp_path / "new" / "mem")}
+        "ingested": 0,
+        "repeated_ids": 0,
+        "skipped_files": 0,
+        "empty_files": 2,
+        "symlinked_folders": 0,
+        "outside_links": 0,
+        "chunks": 0,
+        "memory": str(tmp_path / "new" / "mem"),
+    }
     assert [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.cli.app"] == [
         f"2 files held no text (empty or white space only) and gave no chunk: {docs / 'a.md'}, {docs / 'b.txt'}",
-        f"nothing was stored, so the folder this run created for the memory, {tmp_path / 'new'}, was removed"]
+        f"nothing was stored, so the folder this run created for the memory, {tmp_path / 'new'}, was removed",
+    ]
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == ["docs", "docs/a.md", "docs/b.txt"]
 
 
@@ -196,5 +216,6 @@ def test_a_folder_ingest_that_stores_nothing_keeps_a_memory_folder_that_existed(
         assert main(["ingest", str(docs), "--memory", str(memory), "--hashing-dim", "8", "-q"]) == 0
     assert json.loads(capsys.readouterr().out)["chunks"] == 0
     assert [r.getMessage() for r in caplog.records if r.name == "hybrid_memory.cli.app"] == [
-        f"1 file held no text (empty or white space only) and gave no chunk: {docs / 'a.md'}"]
+        f"1 file held no text (empty or white space only) and gave no chunk: {docs / 'a.md'}"
+    ]
     assert (memory / "store.sqlite3").is_file()

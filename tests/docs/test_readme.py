@@ -30,8 +30,11 @@ def _blocks(text: str, language: str) -> list[str]:
 
 def _expected_prints(code: str) -> list[str]:
     """The comment after each ``print(...)`` line: what that line must print."""
-    return [line.split("  # ", 1)[1].strip() for line in code.splitlines()
-            if line.lstrip().startswith("print(") and "  # " in line]
+    return [
+        line.split("  # ", 1)[1].strip()
+        for line in code.splitlines()
+        if line.lstrip().startswith("print(") and "  # " in line
+    ]
 
 
 def test_readme_is_a_few_screens():
@@ -43,7 +46,9 @@ def test_the_two_set_up_commands_come_first():
     first_two = [m.group(0) for m in FENCE.finditer(text)][:2]
     assert first_two[0].startswith("```bash\n") and "hybrid-memory demo" in first_two[0]
     # the second installs what the tests need (the test extra) and runs them, as .ci/run does
-    assert first_two[1] == "```bash\npip install torch==2.13.0 && pip install -e '.[all,test]' && python -m pytest -q\n```"
+    assert (
+        first_two[1] == "```bash\npip install torch==2.13.0 && pip install -e '.[all,test]' && python -m pytest -q\n```"
+    )
 
 
 @pytest.mark.slow
@@ -55,8 +60,9 @@ def test_python_blocks_run_top_to_bottom_in_a_fresh_process(tmp_path):
     expected = _expected_prints(code)
     assert expected[0] == "mem_req_99214 ['inc-0412', 'inc-0302']"  # the reference request's answer
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "core"), str(ROOT)])}
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == expected
     assert (tmp_path / "memory" / "store.sqlite3").is_file()  # the quickstart's folder, in the empty folder

@@ -39,8 +39,11 @@ def embedder() -> OnnxEmbedder:
 def test_default_identity_and_unit_vectors(embedder):
     assert embedder.name == "sentence-transformers/all-MiniLM-L6-v2"  # SentenceTransformerEmbedder's name
     assert embedder.dim == 384
-    texts = ["the database connection pool was exhausted", "postgres ran out of pooled connections",
-             "a recipe for tomato soup"]
+    texts = [
+        "the database connection pool was exhausted",
+        "postgres ran out of pooled connections",
+        "a recipe for tomato soup",
+    ]
     vectors = embedder.embed_documents(texts)
     assert vectors.dtype == np.float32 and vectors.shape == (3, 384)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)
@@ -52,8 +55,15 @@ def test_default_identity_and_unit_vectors(embedder):
 
 def test_length_sorted_batches_keep_the_order_of_the_texts(embedder):
     # 7 texts of different lengths in batches of 2: each row must be the vector of its own text, as embedded alone
-    texts = ["a b c d e f g h i j k l", "x", "HTTP 504 gateway timeout", "", "getUserById(userId)",
-             "the quick brown fox jumps over the lazy dog " * 5, "日本語のテキスト"]
+    texts = [
+        "a b c d e f g h i j k l",
+        "x",
+        "HTTP 504 gateway timeout",
+        "",
+        "getUserById(userId)",
+        "the quick brown fox jumps over the lazy dog " * 5,
+        "日本語のテキスト",
+    ]
     small = OnnxEmbedder(batch_size=2)
     batched = small.embed_documents(texts)
     alone = np.stack([embedder.embed_query(text) for text in texts])
@@ -130,20 +140,27 @@ def test_a_missing_model_file_names_the_reinstall(tmp_path):
         OnnxEmbedder(folder).embed_query("x")
     assert str(raised.value) == (
         f"the default embedder's model file {folder / 'model.onnx'} is missing; reinstall hybrid-memory to restore "
-        "it: pip install --force-reinstall --no-deps hybrid-memory")
+        "it: pip install --force-reinstall --no-deps hybrid-memory"
+    )
 
 
 def test_a_damaged_model_file_names_the_reinstall(tmp_path):
     folder = _copy_model(tmp_path)
     data = (folder / "model.onnx").read_bytes()
     (folder / "model.onnx").write_bytes(data[: len(data) // 2])  # a cut download
-    with pytest.raises(ModelFileError, match=r"model\.onnx is damaged \(22,650,675 bytes, not the 45,301,351 that "
-                                             r"provenance\.json records\); reinstall hybrid-memory"):
+    with pytest.raises(
+        ModelFileError,
+        match=r"model\.onnx is damaged \(22,650,675 bytes, not the 45,301,351 that "
+        r"provenance\.json records\); reinstall hybrid-memory",
+    ):
         OnnxEmbedder(folder).embed_query("x")
     # without the provenance record, ONNX Runtime's own refusal is reported the same way
     (folder / "provenance.json").unlink()
-    with pytest.raises(ModelFileError, match=r"model\.onnx is damaged \(.+\); reinstall hybrid-memory to restore "
-                                             r"it: pip install --force-reinstall --no-deps hybrid-memory"):
+    with pytest.raises(
+        ModelFileError,
+        match=r"model\.onnx is damaged \(.+\); reinstall hybrid-memory to restore "
+        r"it: pip install --force-reinstall --no-deps hybrid-memory",
+    ):
         OnnxEmbedder(folder).embed_query("x")
 
 
@@ -153,8 +170,11 @@ def test_a_damaged_tokenizer_names_the_reinstall(tmp_path):
     with pytest.raises(ModelFileError, match=r"tokenizer\.json is damaged .*pip install --force-reinstall"):
         OnnxEmbedder(folder).embed_query("x")
     shutil.copy(MODEL_DIR / "provenance.json", folder)  # with the record, its sha256 tells
-    with pytest.raises(ModelFileError, match=r"tokenizer\.json is damaged \(its sha256 is not the be50c3628f2b\.\.\. "
-                                             r"that provenance\.json records\); reinstall hybrid-memory"):
+    with pytest.raises(
+        ModelFileError,
+        match=r"tokenizer\.json is damaged \(its sha256 is not the be50c3628f2b\.\.\. "
+        r"that provenance\.json records\); reinstall hybrid-memory",
+    ):
         OnnxEmbedder(folder).embed_query("x")
 
 
@@ -173,8 +193,12 @@ def test_the_packaged_files_match_their_provenance():
 def test_the_default_memory_embeds_with_onnx(tmp_path):
     with HybridMemory(tmp_path / "mem") as memory:
         assert isinstance(memory.embedder, OnnxEmbedder)
-        memory.add([{"chunk_id": "pool", "text": "billing-service: HTTP 504 after the PostgreSQL pool ran out"},
-                    {"chunk_id": "soup", "text": "a recipe for tomato soup with basil"}])
+        memory.add(
+            [
+                {"chunk_id": "pool", "text": "billing-service: HTTP 504 after the PostgreSQL pool ran out"},
+                {"chunk_id": "soup", "text": "a recipe for tomato soup with basil"},
+            ]
+        )
         top = memory.search("database connections exhausted, gateway timeout", top_k=1).results[0]
         assert top.chunk_id == "pool"
     manifest = json.loads((tmp_path / "mem" / "manifest.json").read_text())
@@ -183,8 +207,9 @@ def test_the_default_memory_embeds_with_onnx(tmp_path):
 
 @pytest.mark.parametrize("dim", [384, 768])
 def test_a_memory_of_another_model_is_refused_naming_both(tmp_path, dim):
-    other = CallableEmbedder(lambda texts: [[1.0] * dim for _ in texts], lambda text: [1.0] * dim,
-                             name="local:e5-base", dim=dim)
+    other = CallableEmbedder(
+        lambda texts: [[1.0] * dim for _ in texts], lambda text: [1.0] * dim, name="local:e5-base", dim=dim
+    )
     with HybridMemory(tmp_path / "mem", embedder=other) as memory:
         memory.add([{"chunk_id": "a", "text": "kept"}])
     with pytest.raises(StoreFormatError) as raised:
@@ -193,14 +218,14 @@ def test_a_memory_of_another_model_is_refused_naming_both(tmp_path, dim):
         f"memory at {tmp_path / 'mem'} was built with embedder 'local:e5-base' (dim {dim}), not "
         "'sentence-transformers/all-MiniLM-L6-v2' (dim 384); open it with the same embedder (embedder=<the "
         "'local:e5-base' model>, for instance SentenceTransformerEmbedder(model_path=DIR) from the [torch] extra), "
-        "or ingest into a new directory to switch models")
+        "or ingest into a new directory to switch models"
+    )
     with HybridMemory(tmp_path / "mem", embedder=other) as memory:  # nothing lost
         assert memory.count() == 1
 
 
 def test_an_embedder_of_the_wrong_dimension_is_refused_before_anything_is_stored(tmp_path):
-    liar = CallableEmbedder(lambda texts: [[0.5] * 383 for _ in texts], lambda text: [0.5] * 384,
-                            name="liar", dim=384)
+    liar = CallableEmbedder(lambda texts: [[0.5] * 383 for _ in texts], lambda text: [0.5] * 384, name="liar", dim=384)
     with HybridMemory(tmp_path / "mem", embedder=liar) as memory:
         with pytest.raises(DimensionMismatchError, match=r"liar returned vectors of dimension 383, expected 384"):
             memory.add([{"chunk_id": "a", "text": "one"}, {"chunk_id": "b", "text": "two"}])
@@ -208,8 +233,10 @@ def test_an_embedder_of_the_wrong_dimension_is_refused_before_anything_is_stored
 
 
 def test_import_loads_neither_torch_nor_the_model():
-    code = ("import sys, hybrid_memory; "
-            "print(sorted(m for m in ('torch', 'sentence_transformers', 'transformers', 'onnxruntime', 'tokenizers') "
-            "if m in sys.modules))")
+    code = (
+        "import sys, hybrid_memory; "
+        "print(sorted(m for m in ('torch', 'sentence_transformers', 'transformers', 'onnxruntime', 'tokenizers') "
+        "if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out

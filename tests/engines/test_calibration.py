@@ -8,11 +8,10 @@ import math
 
 import numpy as np
 import pytest
-
+from hybrid_memory.engines.bm25.index import BM25Index
 from hybrid_memory.engines.calibration import QUANTUM, VectorMoments, gaussian_surprise, term_surprise
 from hybrid_memory.engines.dense.index import FaissIndex
 from hybrid_memory.search.engine import Query, RowSet, SparseEngine
-from hybrid_memory.engines.bm25.index import BM25Index
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:
@@ -97,8 +96,10 @@ def test_faiss_index_moments_follow_writes_and_survive_save_and_reopen(tmp_path,
     index.remove([5, 6, 7])
     index.add([100], vectors[:1])
     fresh = FaissIndex(8)  # the same live vectors, added in one go
-    fresh.add(np.concatenate([np.delete(np.arange(40), [5, 6, 7]), [100]]),
-              np.concatenate([np.delete(vectors, [5, 6, 7], axis=0), vectors[:1]]))
+    fresh.add(
+        np.concatenate([np.delete(np.arange(40), [5, 6, 7]), [100]]),
+        np.concatenate([np.delete(vectors, [5, 6, 7], axis=0), vectors[:1]]),
+    )
     assert np.array_equal(index._moments.to_array(), fresh._moments.to_array())
     q = vectors[9]
     assert index.surprise(q, 0.9) == fresh.surprise(q, 0.9)
@@ -112,8 +113,10 @@ def test_faiss_index_moments_follow_writes_and_survive_save_and_reopen(tmp_path,
     damaged = FaissIndex(8)
     assert damaged.load(tmp_path / "saved")
     assert np.array_equal(damaged._moments.to_array(), index._moments.to_array())
-    assert any("corpus moments" in r.getMessage() and "counting them from the vectors" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "corpus moments" in r.getMessage() and "counting them from the vectors" in r.getMessage()
+        for r in caplog.records
+    )
     # a save written before the moments existed: likewise
     (tmp_path / "saved" / "moments.npy").unlink()
     older = FaissIndex(8)
@@ -183,8 +186,14 @@ def test_the_default_reads_each_engines_surprise_and_rrf_does_not():
     from hybrid_memory import HashingEmbedder, HybridMemory
     from hybrid_memory.search.searcher import SURPRISE
 
-    texts = ["kafka consumer lag alert", "broker restart", "postgres vacuum stalled", "redis eviction storm",
-             "nginx 504 gateway timeout", "kafka lag dashboard"]
+    texts = [
+        "kafka consumer lag alert",
+        "broker restart",
+        "postgres vacuum stalled",
+        "redis eviction storm",
+        "nginx 504 gateway timeout",
+        "kafka lag dashboard",
+    ]
     with HybridMemory(embedder=HashingEmbedder(32)) as memory:
         memory.add([{"chunk_id": f"c{i}", "text": t} for i, t in enumerate(texts)])
         weights = {"sparse": 1.0, "dense": 1.0}
@@ -261,8 +270,15 @@ def test_a_concurrent_search_prepares_the_dense_chance_in_the_worker_and_ranks_a
         def slowest_first(self, names):  # noqa: ANN001, ANN201
             return ["dense", "sparse"]
 
-    texts = ["kafka consumer lag alert", "broker restart", "postgres vacuum stalled", "redis eviction storm",
-             "nginx 504 gateway timeout", "kafka lag dashboard", "lag in the consumer group of kafka"]
+    texts = [
+        "kafka consumer lag alert",
+        "broker restart",
+        "postgres vacuum stalled",
+        "redis eviction storm",
+        "nginx 504 gateway timeout",
+        "kafka lag dashboard",
+        "lag in the consumer group of kafka",
+    ]
     with HybridMemory(embedder=HashingEmbedder(32)) as memory:
         memory.add([{"chunk_id": f"c{i}", "text": t} for i, t in enumerate(texts)])
         searcher, moments = memory._searcher, memory.backend.dense._moments
@@ -300,30 +316,42 @@ def test_a_concurrent_search_prepares_the_dense_chance_in_the_worker_and_ranks_a
         dense_top = concurrent.runs["dense"].scores[concurrent.runs["dense"].keys[0]]
         assert query.cache["surprise"]["dense"] == gaussian_surprise(dense_top, *original_chance(vector), 7)
         assert query.cache["surprise"] == inline_query.cache["surprise"]
-        assert [(h.key, h.score, h.rrf_score) for h in concurrent.hits] == [(h.key, h.score, h.rrf_score) for h in inline.hits]
+        assert [(h.key, h.score, h.rrf_score) for h in concurrent.hits] == [
+            (h.key, h.score, h.rrf_score) for h in inline.hits
+        ]
         assert concurrent.weights == inline.weights
 
 
 def test_the_response_says_whether_the_default_ran_calibrated():
     from hybrid_memory import HashingEmbedder, HybridMemory
 
-    texts = ["kafka consumer lag alert", "broker restart", "postgres vacuum stalled", "redis eviction storm",
-             "nginx 504 gateway timeout", "kafka lag dashboard"]
+    texts = [
+        "kafka consumer lag alert",
+        "broker restart",
+        "postgres vacuum stalled",
+        "redis eviction storm",
+        "nginx 504 gateway timeout",
+        "kafka lag dashboard",
+    ]
     with HybridMemory(embedder=HashingEmbedder(32)) as memory:
         memory.add([{"chunk_id": f"c{i}", "text": t} for i, t in enumerate(texts)])
         default = memory.search({"query_id": "q", "search_text": "kafka lag", "top_k": 3})
         assert default.fusion == "adaptive" and default.calibrated is True
         assert default.model_dump()["calibrated"] is True  # in the JSON too
-        rrf = memory.search({"query_id": "q", "search_text": "kafka lag", "top_k": 3, "hybrid_params": {"fusion": "rrf"}})
+        rrf = memory.search(
+            {"query_id": "q", "search_text": "kafka lag", "top_k": 3, "hybrid_params": {"fusion": "rrf"}}
+        )
         assert rrf.calibrated is None
-        sparse_only = memory.search({"query_id": "q", "search_text": "kafka lag", "top_k": 3,
-                                     "hybrid_params": {"dense_weight": 0.0}})
+        sparse_only = memory.search(
+            {"query_id": "q", "search_text": "kafka lag", "top_k": 3, "hybrid_params": {"dense_weight": 0.0}}
+        )
         assert sparse_only.calibrated is None and sparse_only.effective_weights == {"dense": 0.0, "sparse": 1.0}
     # every chunk alike: the cosines have no spread, so the dense top cannot be judged against chance and both
     # engines fall back to the uncalibrated confidence weights
     with HybridMemory(embedder=HashingEmbedder(32)) as memory:
-        memory.add([{"chunk_id": f"c{i}", "text": "kafka lag alert", "metadata": {"i": i}} for i in range(4)],
-                   dedup="keep")
+        memory.add(
+            [{"chunk_id": f"c{i}", "text": "kafka lag alert", "metadata": {"i": i}} for i in range(4)], dedup="keep"
+        )
         same = memory.search({"query_id": "q", "search_text": "kafka lag", "top_k": 3})
         assert same.fusion == "adaptive" and same.calibrated is False
         assert [r.chunk_id for r in same.results] == ["c0", "c1", "c2"]  # a tie throughout: by chunk_id

@@ -18,8 +18,10 @@ QUERIES = ["service-3 error E013", "deploy build 70", "E027", "service-1 deploy"
 
 
 def _results(memory):
-    return [[(r.chunk_id, r.score, r.sparse_score, r.dense_score) for r in memory.search(q, top_k=5).results]
-            for q in QUERIES]
+    return [
+        [(r.chunk_id, r.score, r.sparse_score, r.dense_score) for r in memory.search(q, top_k=5).results]
+        for q in QUERIES
+    ]
 
 
 def _same(got, expected):

@@ -5,7 +5,6 @@ import dataclasses
 import math
 
 import pytest
-
 from hybrid_memory import InvalidRequestError, reciprocal_rank_fusion
 from hybrid_memory.fusion import (
     DEFAULT_FUSION,
@@ -36,11 +35,13 @@ def test_rank_one_and_rank_three_give_the_documented_score():
 def test_every_score_matches_the_formula():
     runs = {"sparse": ["a", "b", "c"], "dense": ["c", "a"]}
     fused = {h.doc_id: h.score for h in reciprocal_rank_fusion(runs, {"sparse": 0.4, "dense": 0.6}, rrf_k=60)}
-    assert fused == pytest.approx({
-        "a": 0.4 / 61 + 0.6 / 62,
-        "b": 0.4 / 62,
-        "c": 0.4 / 63 + 0.6 / 61,
-    })
+    assert fused == pytest.approx(
+        {
+            "a": 0.4 / 61 + 0.6 / 62,
+            "b": 0.4 / 62,
+            "c": 0.4 / 63 + 0.6 / 61,
+        }
+    )
 
 
 def test_changing_weights_changes_the_order():
@@ -77,9 +78,13 @@ def test_identical_texts_under_two_ids_stay_two_results():
     from hybrid_memory import HashingEmbedder, HybridMemory
 
     with HybridMemory(embedder=HashingEmbedder(32)) as memory:
-        memory.add([{"chunk_id": "twin-b", "text": "disk full on db-prod-3"},
-                    {"chunk_id": "twin-a", "text": "disk full on db-prod-3"},
-                    {"chunk_id": "other", "text": "certificate expired on api-gw"}])  # ("certificate expired"
+        memory.add(
+            [
+                {"chunk_id": "twin-b", "text": "disk full on db-prod-3"},
+                {"chunk_id": "twin-a", "text": "disk full on db-prod-3"},
+                {"chunk_id": "other", "text": "certificate expired on api-gw"},
+            ]
+        )  # ("certificate expired"
         # alone hashes to an all-zero vector in 32 dimensions: no dense evidence, so the dense engine skips it)
         for fusion in ("rrf", "adaptive"):
             results = memory.search("disk full db-prod-3", top_k=3, fusion=fusion).results
@@ -124,6 +129,7 @@ def test_bad_parameters_are_clear_errors(weights, rrf_k, top_k, message):
 
 # -- score-based methods -----------------------------------------------------------------------------
 
+
 def test_rank_by_score_orders_by_score_then_key():
     assert rank_by_score({"b": 1.0, "a": 1.0, "c": 2.0}) == [("c", 2.0), ("a", 1.0), ("b", 1.0)]
     assert rank_by_score({"b": 1.0, "a": 1.0, "c": 2.0}, top_k=2) == [("c", 2.0), ("a", 1.0)]
@@ -148,7 +154,8 @@ def test_tm2c2_is_the_convex_combination():
     assert weighted == pytest.approx({"a": 0.4 + 0.6 / 1.5, "b": 0.4 / 3 + 0.6})
     # a key only one engine scored gets 0 from the other
     assert tm2c2({"sparse": {"a": 2.0}, "dense": {"b": 0.0}}, {"sparse": 1, "dense": 1}, bounds) == pytest.approx(
-        {"a": 0.5, "b": 0.5})
+        {"a": 0.5, "b": 0.5}
+    )
     with pytest.raises(ValueError, match="weight"):
         tm2c2(scores, {"sparse": 0.0, "dense": 0.0}, bounds)
 
@@ -201,8 +208,10 @@ def test_identifier_guard_puts_holders_first_and_keeps_order_inside_groups():
 def _input(**overrides):
     data = {
         "runs": {"sparse": ["a", "b", "c"], "dense": ["c", "d", "a"]},
-        "scores": {"sparse": {"a": 6.0, "b": 3.0, "c": 1.0, "d": 0.0},
-                   "dense": {"c": 0.8, "d": 0.6, "a": 0.5, "b": 0.1}},
+        "scores": {
+            "sparse": {"a": 6.0, "b": 3.0, "c": 1.0, "d": 0.0},
+            "dense": {"c": 0.8, "d": 0.6, "a": 0.5, "b": 0.1},
+        },
         "priors": {"sparse": 1.0, "dense": 1.0},
         "lower_bounds": {"sparse": 0.0, "dense": -1.0},
         "rrf_k": 60.0,
@@ -219,8 +228,9 @@ def test_every_named_method_on_one_input():
     assert order["rrf"] == ["a", "c", "b", "d"]
     assert fuse("rrf", inp).scores["a"] == pytest.approx(1 / 61 + 1 / 63)
     # tm2c2: a = .5 * 6/6 + .5 * 1.5/1.8, c = .5 * 1/6 + .5 * 1
-    assert fuse("tm2c2", inp).scores == pytest.approx({
-        "a": 0.5 + 0.5 * 1.5 / 1.8, "b": 0.25 + 0.5 * 1.1 / 1.8, "c": 0.5 / 6 + 0.5, "d": 0.5 * 1.6 / 1.8})
+    assert fuse("tm2c2", inp).scores == pytest.approx(
+        {"a": 0.5 + 0.5 * 1.5 / 1.8, "b": 0.25 + 0.5 * 1.1 / 1.8, "c": 0.5 / 6 + 0.5, "d": 0.5 * 1.6 / 1.8}
+    )
     assert order["tm2c2"] == ["a", "c", "b", "d"]
     assert fuse("tm2c2", inp).weights == {"sparse": 0.5, "dense": 0.5}
     assert order["zscore"] == order["adaptive"] == ["a", "c", "d", "b"]
@@ -251,7 +261,10 @@ def test_rrf_table_is_the_arithmetic_of_reciprocal_rank_fusion_bit_for_bit():
     assert ranks == {"a": {"sparse": 1, "dense": 2}, "b": {"sparse": 2}, "c": {"sparse": 3, "dense": 1}}
     assert {h.doc_id: h.score for h in reciprocal_rank_fusion(runs, weights, rrf_k=60)} == scores
     # only the rows asked for (the searcher's returned hits), the same values
-    assert rrf_table(runs, weights, 60, keys={"c", "z"}) == ({"c": 0.4 / 63 + 0.6 / 61}, {"c": {"sparse": 3, "dense": 1}})
+    assert rrf_table(runs, weights, 60, keys={"c", "z"}) == (
+        {"c": 0.4 / 63 + 0.6 / 61},
+        {"c": {"sparse": 3, "dense": 1}},
+    )
     with pytest.raises(InvalidRequestError, match="rrf_k"):
         rrf_table(runs, weights, -1, validate=True)
 
@@ -260,7 +273,9 @@ def test_log_evidence_and_the_adaptive_default_by_hand():
     from hybrid_memory.fusion import log_evidence
 
     e = math.e
-    assert log_evidence({"a": e - 1, "b": 0.0, "c": e**2 - 1, "d": -0.5}) == pytest.approx({"a": 1, "b": 0, "c": 2, "d": 0})
+    assert log_evidence({"a": e - 1, "b": 0.0, "c": e**2 - 1, "d": -0.5}) == pytest.approx(
+        {"a": 1, "b": 0, "c": 2, "d": 0}
+    )
     # sparse list [c, a] (b cross-scored 0), dense list [a, b, c]; log scale gives sparse z (0, -k, +k) for
     # (a, b, c) with k = sqrt(3/2); dense z (+k, 0, -k). Confidence: the sparse list ran out at 2 of the
     # longest list's 3, so it is continued with b's exact BM25 score 0: [e^2 - 1, e - 1, 0], whose tail has
@@ -346,12 +361,20 @@ def test_the_default_calibrates_each_weight_by_its_surprise():
     assert [k for k, _ in rank_by_score(out.scores)] == ["c", "a", "b"]
     # the request weights are priors: 0.4 / 0.6 multiply the evidence before the weights are made convex
     weighted = fuse("adaptive_v1", dataclasses.replace(inp, priors={"sparse": 0.4, "dense": 0.6}))
-    assert weighted.weights == pytest.approx({"sparse": 0.4 * ws / (0.4 * ws + 0.6 * wd), "dense": 0.6 * wd / (0.4 * ws + 0.6 * wd)})
+    assert weighted.weights == pytest.approx(
+        {"sparse": 0.4 * ws / (0.4 * ws + 0.6 * wd), "dense": 0.6 * wd / (0.4 * ws + 0.6 * wd)}
+    )
     # without surprises (an engine that cannot tell, e.g. on Qdrant) the default is adaptive_uncalibrated exactly
     plain = dataclasses.replace(inp, surprise={})
-    assert dataclasses.replace(fuse("adaptive_v1", plain), calibrated=None) == fuse("adaptive_uncalibrated", plain) == fuse("adaptive_uncalibrated", inp)
+    assert (
+        dataclasses.replace(fuse("adaptive_v1", plain), calibrated=None)
+        == fuse("adaptive_uncalibrated", plain)
+        == fuse("adaptive_uncalibrated", inp)
+    )
     assert fuse("adaptive_v1", plain).calibrated is False and fuse("adaptive_v1", inp).calibrated is True
-    assert fuse("adaptive_v1", plain).weights == pytest.approx({"sparse": (2 * e + 2) / (2 * e + 6), "dense": 4 / (2 * e + 6)})
+    assert fuse("adaptive_v1", plain).weights == pytest.approx(
+        {"sparse": (2 * e + 2) / (2 * e + 6), "dense": 4 / (2 * e + 6)}
+    )
     # one engine judged and the other not (a flat dense list, no corpus moments): no engine is calibrated
     half = dataclasses.replace(inp, surprise={"sparse": 3.0})
     assert dataclasses.replace(fuse("adaptive_v1", half), calibrated=None) == fuse("adaptive_uncalibrated", inp)

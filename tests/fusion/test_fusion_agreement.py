@@ -8,10 +8,9 @@ import math
 
 import numpy as np
 import pytest
-
+from hybrid_memory.engines.bm25.index import BM25Index
 from hybrid_memory.fusion import FusionInput, fuse, rank_by_score
 from hybrid_memory.fusion.agreement import chance_free, mix_weights, top_agreement
-from hybrid_memory.engines.bm25.index import BM25Index
 
 
 def test_top_agreement_is_the_shared_share_of_the_tops():
@@ -30,7 +29,9 @@ def test_top_agreement_is_the_shared_share_of_the_tops():
 def test_mix_weights_moves_toward_the_priors_by_the_squared_agreement():
     calibrated = {"sparse": 0.8, "dense": 0.2}
     # a = 1/2: share 1/4 of the convex priors (1/2, 1/2): 0.75 x 0.8 + 0.25 x 0.5, 0.75 x 0.2 + 0.25 x 0.5
-    assert mix_weights(calibrated, {"sparse": 1.0, "dense": 1.0}, 0.5) == pytest.approx({"sparse": 0.725, "dense": 0.275})
+    assert mix_weights(calibrated, {"sparse": 1.0, "dense": 1.0}, 0.5) == pytest.approx(
+        {"sparse": 0.725, "dense": 0.275}
+    )
     # full agreement: the priors made convex (0.4 / 0.6); none: the calibrated weights unchanged
     assert mix_weights(calibrated, {"sparse": 0.4, "dense": 0.6}, 1.0) == pytest.approx({"sparse": 0.4, "dense": 0.6})
     assert mix_weights(calibrated, {"sparse": 1.0, "dense": 1.0}, 0.0) == calibrated
@@ -93,8 +94,14 @@ def test_holders_of_a_rare_name_keep_the_calibrated_order():
 
 def test_a_plain_word_query_counts_as_quoted_only_where_one_candidate_holds_it():
     index = BM25Index(compact_min=10_000)
-    texts = ["tenant upload rejected twice", "tenant upload rejected again", "a tenant quota", "E4012 tenant upload rejected",
-             "E4012 tenant upload rejected again", "cache eviction"]
+    texts = [
+        "tenant upload rejected twice",
+        "tenant upload rejected again",
+        "a tenant quota",
+        "E4012 tenant upload rejected",
+        "E4012 tenant upload rejected again",
+        "cache eviction",
+    ]
     index.build(list(range(len(texts))), texts)
     ids = np.arange(len(texts))
     # plain words held in order by four candidates (0, 1, 3, 4): a common phrase, no guard; held by one: counted

@@ -1,5 +1,4 @@
 import pytest
-
 from hybrid_memory.graph import GraphIndex
 
 

@@ -30,10 +30,12 @@ def test_delete_removes_entities_and_edges_unless_other_chunks_support_them(memo
 
 def test_incremental_update_equals_a_full_rebuild(memory):
     index = GraphIndex.build(memory, save=False)
-    memory.upsert([
-        {"chunk_id": "n2", "text": "billing-service now talks to db-prod-4 and logs HTTP 503."},
-        {"chunk_id": "n6", "text": "search-indexer on es-node-1 recovered after ETIMEDOUT."},
-    ])
+    memory.upsert(
+        [
+            {"chunk_id": "n2", "text": "billing-service now talks to db-prod-4 and logs HTTP 503."},
+            {"chunk_id": "n6", "text": "search-indexer on es-node-1 recovered after ETIMEDOUT."},
+        ]
+    )
     memory.delete(["n4"])
     stats = index.refresh(memory, save=False)
     assert (stats.added, stats.changed, stats.deleted) == (["n6"], ["n2"], ["n4"])

@@ -1,7 +1,6 @@
 import json
 
 import pytest
-
 from hybrid_memory.cli.app import main
 
 from .conftest import NOTES
@@ -101,9 +100,13 @@ def test_a_missing_graph_names_the_graphs_that_exist(tmp_path, capsys):
     assert main(["graph", "build", "--memory", memory, *dim, "--scope", "tenant=acme"]) == 0
     capsys.readouterr()
     assert main(["graph", "ask", "ERR_CONN_RESET", "--memory", memory, *dim]) == 2
-    assert capsys.readouterr().err.strip().endswith(
-        f"no graph in {memory}/graph; run `hybrid-memory graph build --memory {memory}` first "
-        "(this memory has graphs for: --scope tenant=acme)"
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            f"no graph in {memory}/graph; run `hybrid-memory graph build --memory {memory}` first "
+            "(this memory has graphs for: --scope tenant=acme)"
+        )
     )
     assert main(["graph", "build", "--memory", memory, *dim]) == 0  # the whole memory's graph too
     capsys.readouterr()

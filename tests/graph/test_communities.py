@@ -1,19 +1,19 @@
 import random
 import subprocess
 import sys
-
 from importlib import metadata
 
 import networkx as nx
 import pytest
-
 from hybrid_memory.graph.communities import BACKENDS, clustering_graph, hierarchical_leiden
 
 HAS_CDLIB = all(__import__("importlib").util.find_spec(n) is not None for n in ("cdlib", "leidenalg", "igraph"))
 backends = pytest.mark.parametrize(
     "backend",
-    [pytest.param(b, marks=pytest.mark.skipif(b == "cdlib" and not HAS_CDLIB, reason="graph-cdlib extra absent"))
-     for b in BACKENDS],
+    [
+        pytest.param(b, marks=pytest.mark.skipif(b == "cdlib" and not HAS_CDLIB, reason="graph-cdlib extra absent"))
+        for b in BACKENDS
+    ],
 )
 
 
@@ -65,17 +65,23 @@ def test_same_seed_same_communities_whatever_the_insertion_order(backend):
         assert _shape(shuffled) == reference
 
 
-@pytest.mark.skipif(metadata.version("graspologic-native") != "1.3.1",
-                    reason="exact partition pinned to graspologic-native 1.3.1")
+@pytest.mark.skipif(
+    metadata.version("graspologic-native") != "1.3.1", reason="exact partition pinned to graspologic-native 1.3.1"
+)
 def test_exact_partition_for_graspologic_native_1_3_1():
     """The one exact-partition assertion, pinned to the backend version: two triangles joined by one edge and
     a path; the triangles are the two level-0 communities, nothing is split further."""
     graph = nx.MultiDiGraph()
-    graph.add_edges_from([("a", "b"), ("b", "c"), ("c", "a"), ("d", "e"), ("e", "f"), ("f", "d"), ("c", "d"),
-                          ("p", "q"), ("q", "r")], weight=1.0)
+    graph.add_edges_from(
+        [("a", "b"), ("b", "c"), ("c", "a"), ("d", "e"), ("e", "f"), ("f", "d"), ("c", "d"), ("p", "q"), ("q", "r")],
+        weight=1.0,
+    )
     got = [(c.community_id, c.parent, c.children, c.entities) for c in hierarchical_leiden(graph, seed=42)]
-    assert got == [("L0-C0", None, [], ["a", "b", "c"]), ("L0-C1", None, [], ["d", "e", "f"]),
-                   ("L0-C2", None, [], ["p", "q", "r"])]
+    assert got == [
+        ("L0-C0", None, [], ["a", "b", "c"]),
+        ("L0-C1", None, [], ["d", "e", "f"]),
+        ("L0-C2", None, [], ["p", "q", "r"]),
+    ]
 
 
 def test_unknown_backend_is_refused():
@@ -129,10 +135,7 @@ def test_max_cluster_size_is_validated():
 
 @pytest.mark.skipif(not HAS_CDLIB, reason="graph-cdlib extra absent")
 def test_cdlib_import_notices_stay_off_the_terminal():
-    code = (
-        "from hybrid_memory.graph.communities import _cdlib_leiden\n"
-        "_cdlib_leiden()\n"
-    )
+    code = "from hybrid_memory.graph.communities import _cdlib_leiden\n_cdlib_leiden()\n"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""

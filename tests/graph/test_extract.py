@@ -1,5 +1,4 @@
 import pytest
-
 from hybrid_memory.graph import GraphIndex, LLMExtractor, OfflineExtractor
 from hybrid_memory.graph.patterns import split_sentences
 
@@ -34,7 +33,11 @@ def test_offline_extractor_proper_nouns():
         "Scott Derrickson directed Doctor Strange. In 1994 Ed Wood was played by Johnny Depp; the demon Gallu appears."
     )
     assert [e.name for e in entities] == [
-        "Scott Derrickson", "Doctor Strange", "Ed Wood", "Johnny Depp", "Gallu",
+        "Scott Derrickson",
+        "Doctor Strange",
+        "Ed Wood",
+        "Johnny Depp",
+        "Gallu",
     ]
     technical_only, _ = OfflineExtractor(proper_nouns=False).extract("Scott Derrickson directed Doctor Strange.")
     assert technical_only == []
@@ -56,17 +59,29 @@ def test_offline_relations_carry_the_verb_phrase_else_co_occurrence():
     [
         ("search-api was rolled back by Marco Rossi.", [("search-api", "Marco Rossi", "was rolled back by")]),
         ("GitHub Actions blocked the release of auth-api.", [("GitHub Actions", "auth-api", "blocked the release of")]),
-        ("storage-service stores objects in the media-prod bucket.",
-         [("storage-service", "media-prod", "stores objects in")]),
+        (
+            "storage-service stores objects in the media-prod bucket.",
+            [("storage-service", "media-prod", "stores objects in")],
+        ),
         ("The auth-api kept calling getUserById() now.", [("auth-api", "getUserById()", "kept calling")]),
         ("Stripe webhooks failed with HTTP 401.", [("Stripe", "HTTP 401", "failed with")]),  # noun before verb
-        ("s1a-service and s1b-service call s2a-service.",
-         [("s1a-service", "s2a-service", "call"), ("s1b-service", "s2a-service", "call")]),  # coordinated subjects
+        (
+            "s1a-service and s1b-service call s2a-service.",
+            [("s1a-service", "s2a-service", "call"), ("s1b-service", "s2a-service", "call")],
+        ),  # coordinated subjects
         ("Chen paged the team when db-prod-3 ran out of disk.", []),  # the object is in another clause
         ("Restart search-indexer on es-node-1.", []),  # imperative: no subject, no verb between them
     ],
-    ids=["passive", "reverb-v-w-p", "determiner-before-object", "kept-calling", "plural-noun-subject",
-         "coordination", "clause-break", "imperative"],
+    ids=[
+        "passive",
+        "reverb-v-w-p",
+        "determiner-before-object",
+        "kept-calling",
+        "plural-noun-subject",
+        "coordination",
+        "clause-break",
+        "imperative",
+    ],
 )
 def test_relation_phrases(text, expected):
     _, relations = OfflineExtractor().extract(text)
@@ -79,8 +94,13 @@ def test_sentence_initial_names_are_kept_and_openers_dropped():
         "Check the dashboard. Yesterday Alice Chen paged Dr. Okafor. Customers reported errors."
     )
     assert [(e.name, e.type) for e in entities] == [
-        ("FEMA", "PROPER_NOUN"), ("Kowalski", "PROPER_NOUN"), ("payments-worker", "SERVICE"), ("Kafka", "PROPER_NOUN"),
-        ("kafka-prod-2", "HOST"), ("Alice Chen", "PROPER_NOUN"), ("Dr. Okafor", "PROPER_NOUN"),
+        ("FEMA", "PROPER_NOUN"),
+        ("Kowalski", "PROPER_NOUN"),
+        ("payments-worker", "SERVICE"),
+        ("Kafka", "PROPER_NOUN"),
+        ("kafka-prod-2", "HOST"),
+        ("Alice Chen", "PROPER_NOUN"),
+        ("Dr. Okafor", "PROPER_NOUN"),
     ]
 
 
@@ -97,23 +117,41 @@ def test_protocol_time_and_log_words_are_stop_entities():
         "on the TLS terminator of NGINX."
     )
     assert [(e.name, e.type) for e in entities] == [
-        ("Ops", "PROPER_NOUN"), ("POST /v1/charges", "ENDPOINT"), ("HTTP 503", "HTTP_STATUS"), ("NGINX", "PROPER_NOUN"),
+        ("Ops", "PROPER_NOUN"),
+        ("POST /v1/charges", "ENDPOINT"),
+        ("HTTP 503", "HTTP_STATUS"),
+        ("NGINX", "PROPER_NOUN"),
     ]
     assert {STOP_ENTITIES[w] for w in ("UTC", "FATAL", "POST", "SQL")} == {
-        "time zone or time word", "log level", "HTTP method", "protocol, format or generic acronym"}
+        "time zone or time word",
+        "log level",
+        "HTTP method",
+        "protocol, format or generic acronym",
+    }
 
 
 def test_split_sentences_keeps_dotted_tokens():
     assert split_sentences("Upgraded to v2.3.1 on 10.0.0.12. Then getUser() failed!\n\nNext") == [
-        "Upgraded to v2.3.1 on 10.0.0.12.", "Then getUser() failed!", "Next",
+        "Upgraded to v2.3.1 on 10.0.0.12.",
+        "Then getUser() failed!",
+        "Next",
     ]
 
 
 def test_offline_graph_of_the_notes(memory):
     index = GraphIndex.build(memory, save=False)
     assert sorted(index.graph.nodes) == [
-        "auth-api", "billing-service", "db-prod-3", "err_conn_reset", "es-node-1", "etimedout",
-        "getuserbyid()", "http 504", "pg_stat_activity", "search-indexer", "v2.3.1",
+        "auth-api",
+        "billing-service",
+        "db-prod-3",
+        "err_conn_reset",
+        "es-node-1",
+        "etimedout",
+        "getuserbyid()",
+        "http 504",
+        "pg_stat_activity",
+        "search-indexer",
+        "v2.3.1",
     ]
     # n1: 4 entities -> 6 pairs ("returned", "hit", 4 co-occurrences); n2: 3 pairs ("retries on" and 2
     # co-occurrences, one of them n1's billing-service / ERR_CONN_RESET); n3, n4, n5: 3 pairs each

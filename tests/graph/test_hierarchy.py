@@ -1,7 +1,6 @@
 import json
 
 import pytest
-
 from hybrid_memory import HybridMemory
 from hybrid_memory.graph import GraphIndex, LLMSummarizer
 
@@ -13,7 +12,7 @@ def _ring_chunks(version=""):
         {
             "chunk_id": f"r{i:02d}",
             "text": f"s{i}a-service, s{i}b-service and s{i}c-service share a pool{version}. "
-                    f"s{i}c-service calls s{(i + 1) % N}a-service.",
+            f"s{i}c-service calls s{(i + 1) % N}a-service.",
         }
         for i in range(N)
     ]
@@ -41,7 +40,7 @@ def _triangles(community):
     """The ring triangles (s<i>) a community holds; asserts it holds whole triangles only."""
     by_triangle = {}
     for entity in community.entities:
-        by_triangle.setdefault(entity[1:-len("a-service")], set()).add(entity)
+        by_triangle.setdefault(entity[1 : -len("a-service")], set()).add(entity)
     assert all(len(members) == 3 for members in by_triangle.values()), community.entities
     return set(by_triangle)
 
@@ -52,8 +51,9 @@ def test_parents_are_written_from_their_children_reports(ring_memory):
     max_cluster_size are split into children that partition them, and each parent's prompt holds its
     children's reports, written before it."""
     llm = TitledReports()
-    index = GraphIndex.build(ring_memory, summarizer=LLMSummarizer(llm, max_context_tokens=100),
-                             max_cluster_size=4, save=False)
+    index = GraphIndex.build(
+        ring_memory, summarizer=LLMSummarizer(llm, max_context_tokens=100), max_cluster_size=4, save=False
+    )
     communities = index.communities
     levels = index.stats()["communities_per_level"]
     assert len(llm.prompts) == sum(levels.values()) == len(communities)  # one call per community
@@ -75,8 +75,9 @@ def test_parents_are_written_from_their_children_reports(ring_memory):
 
 def test_refresh_calls_the_summariser_once_per_stale_community(ring_memory):
     llm = TitledReports()
-    index = GraphIndex.build(ring_memory, summarizer=LLMSummarizer(llm, max_context_tokens=100),
-                             max_cluster_size=4, save=False)
+    index = GraphIndex.build(
+        ring_memory, summarizer=LLMSummarizer(llm, max_context_tokens=100), max_cluster_size=4, save=False
+    )
     llm.prompts.clear()
     ring_memory.upsert([_ring_chunks(version=" (resized)")[5]])
     stats = index.refresh(ring_memory, save=False)

@@ -7,8 +7,10 @@ def _run(code):
 
 
 def test_core_import_does_not_import_the_graph_layer():
-    done = _run("import sys, hybrid_memory; print(any(m.startswith(('hybrid_memory.graph', 'networkx', 'cdlib'))"
-                " for m in sys.modules))")
+    done = _run(
+        "import sys, hybrid_memory; print(any(m.startswith(('hybrid_memory.graph', 'networkx', 'cdlib'))"
+        " for m in sys.modules))"
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
 

@@ -1,5 +1,4 @@
 import pytest
-
 from hybrid_memory.graph.errors import LLMOutputError
 from hybrid_memory.graph.extract import validate_extraction
 from hybrid_memory.graph.llm import as_llm_callable, call_json, parse_llm_json
@@ -12,7 +11,7 @@ from .conftest import ScriptedLLM
     [
         ('{"a": 1}', {"a": 1}),
         ('```json\n{"a": 1}\n```', {"a": 1}),
-        ('```\n[1, 2]\n```\nDone.', [1, 2]),
+        ("```\n[1, 2]\n```\nDone.", [1, 2]),
         ('Sure! Here is the JSON you asked for:\n{"a": [1, 2]}\nHope this helps.', {"a": [1, 2]}),
         ('{"a": [1, 2,], "b": {"c": 3,},}', {"a": [1, 2], "b": {"c": 3}}),
         ('{"s": "a \\" } b", "t": "x\\\\",}', {"s": 'a " } b', "t": "x\\"}),
@@ -25,8 +24,21 @@ from .conftest import ScriptedLLM
         ('{"ok": True, "none": None}', {"ok": True, "none": None}),
         ('{"a": }', {"a": ""}),
     ],
-    ids=["plain", "fence", "fence-array", "preamble", "trailing-commas", "escapes", "brackets-in-string",
-         "single-quotes", "missing-commas", "unquoted-keys", "comment", "python-literals", "missing-value"],
+    ids=[
+        "plain",
+        "fence",
+        "fence-array",
+        "preamble",
+        "trailing-commas",
+        "escapes",
+        "brackets-in-string",
+        "single-quotes",
+        "missing-commas",
+        "unquoted-keys",
+        "comment",
+        "python-literals",
+        "missing-value",
+    ],
 )
 def test_parse_llm_json_repairs(reply, expected):
     assert parse_llm_json(reply) == expected
@@ -36,8 +48,10 @@ def test_parse_llm_json_repairs(reply, expected):
     ("reply", "expected"),
     [
         ('{"entities": [{"name": "a", "type": "S"}, {"name": "Bil', {"entities": [{"name": "a", "type": "S"}]}),
-        ('{"entities": [{"name": "a", "type": "S"}, {"name": "b", "ty',
-         {"entities": [{"name": "a", "type": "S"}, {"name": "b"}]}),
+        (
+            '{"entities": [{"name": "a", "type": "S"}, {"name": "b", "ty',
+            {"entities": [{"name": "a", "type": "S"}, {"name": "b"}]},
+        ),
         ('{"entities": [{"name": "a", "type": "S"}', {"entities": [{"name": "a", "type": "S"}]}),
         ('{"entities": [', {"entities": []}),
         ('```json\n{"entities": [{"name": "a"},', {"entities": [{"name": "a"}]}),

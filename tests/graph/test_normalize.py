@@ -34,11 +34,13 @@ def _extraction(cid, entities, relations=()):
 
 
 def test_spellings_merge_into_one_node_with_display_form_and_aliases():
-    graph = build_graph({
-        "c1": _extraction("c1", [("Café API", "SERVICE")]),
-        "c2": _extraction("c2", [("Cafe\u0301 API", "SERVICE")]),
-        "c3": _extraction("c3", [("ＣＡＦＥ　ＡＰＩ", "SERVICE"), ('"Café API "', "SERVICE")]),
-    })
+    graph = build_graph(
+        {
+            "c1": _extraction("c1", [("Café API", "SERVICE")]),
+            "c2": _extraction("c2", [("Cafe\u0301 API", "SERVICE")]),
+            "c3": _extraction("c3", [("ＣＡＦＥ　ＡＰＩ", "SERVICE"), ('"Café API "', "SERVICE")]),
+        }
+    )
     assert list(graph.nodes) == ["cafe api"]
     node = graph.nodes["cafe api"]
     assert node["name"] == "Café API"  # NFKC composes Cafe\u0301 into Café: 3 of 4 mentions
@@ -48,12 +50,18 @@ def test_spellings_merge_into_one_node_with_display_form_and_aliases():
 
 
 def test_same_name_two_types_is_one_node_and_no_edge_is_dropped():
-    graph = build_graph({
-        "c1": _extraction("c1", [("Redis", "DATABASE"), ("cache-api", "SERVICE")],
-                          [("cache-api", "Redis", "reads from")]),
-        "c2": _extraction("c2", [("redis", "SERVICE"), ("billing-service", "SERVICE")],
-                          [("billing-service", "redis", "calls"), ("billing-service", "REDIS", "calls")]),
-    })
+    graph = build_graph(
+        {
+            "c1": _extraction(
+                "c1", [("Redis", "DATABASE"), ("cache-api", "SERVICE")], [("cache-api", "Redis", "reads from")]
+            ),
+            "c2": _extraction(
+                "c2",
+                [("redis", "SERVICE"), ("billing-service", "SERVICE")],
+                [("billing-service", "redis", "calls"), ("billing-service", "REDIS", "calls")],
+            ),
+        }
+    )
     assert graph.nodes["redis"]["types"] == ["DATABASE", "SERVICE"]
     assert sorted(graph.edges(keys=True)) == [
         ("billing-service", "redis", "calls"),

@@ -1,5 +1,4 @@
 import pytest
-
 from hybrid_memory.graph import ExtractiveSummarizer, GraphIndex, LLMSummarizer
 from hybrid_memory.graph.reports import CommunityContext, pack_community_context
 from hybrid_memory.graph.tokens import count_tokens
@@ -45,8 +44,13 @@ def test_extractive_sentences_cover_the_chunks_before_repeating_the_hub(embedder
     three sentences, greedy budgeted coverage takes one sentence from each of three chunks, not c0's three."""
     from hybrid_memory import HybridMemory
 
-    chunks = [{"chunk_id": "c0", "text": "db-prod-3 hit ERR_DISK_FULL. db-prod-3 hit ERR_DISK_FULL again. "
-                                         "db-prod-3 hit ERR_DISK_FULL once more."}]
+    chunks = [
+        {
+            "chunk_id": "c0",
+            "text": "db-prod-3 hit ERR_DISK_FULL. db-prod-3 hit ERR_DISK_FULL again. "
+            "db-prod-3 hit ERR_DISK_FULL once more.",
+        }
+    ]
     chunks += [{"chunk_id": f"c{i}", "text": f"s{i}-service reads db-prod-3."} for i in range(1, 6)]
     with HybridMemory(None, embedder=embedder) as mem:
         mem.add(chunks)
@@ -55,7 +59,7 @@ def test_extractive_sentences_cover_the_chunks_before_repeating_the_hub(embedder
     (report,) = index.reports.values()
     quoted = [f.explanation for f in report.findings]
     assert len(quoted) == len(set(quoted)) == 3  # every sentence from a different chunk
-    assert report.quoted_chunk_ids == sorted(q[len("source "):] for q in quoted)
+    assert report.quoted_chunk_ids == sorted(q[len("source ") :] for q in quoted)
     assert [f.explanation for f in report.sources] == [f"source c{i}" for i in range(6)]
     assert report.tokens <= 110
 
@@ -122,7 +126,9 @@ def test_pack_uses_child_reports_when_the_community_does_not_fit(memory):
     community = next(c for c in index.communities.values() if "billing-service" in c.entities)
     child = next(r for r in index.reports.values() if r.community_id != community.community_id)
     context = CommunityContext(
-        community=community, graph=index.graph.subgraph(community.entities), chunks={"n1": "x"},
+        community=community,
+        graph=index.graph.subgraph(community.entities),
+        chunks={"n1": "x"},
         child_reports=[child],
     )
     text, used_children = pack_community_context(context, max_tokens=30)
@@ -142,8 +148,14 @@ def test_llm_report_is_cut_to_max_report_tokens(memory):
 
     from hybrid_memory.graph import GraphIndex, LLMSummarizer
 
-    reply = _json.dumps({"title": "T", "summary": "word " * 5000, "rating": 5,
-                         "findings": [{"summary": "finding " * 50} for _ in range(10)]})
+    reply = _json.dumps(
+        {
+            "title": "T",
+            "summary": "word " * 5000,
+            "rating": 5,
+            "findings": [{"summary": "finding " * 50} for _ in range(10)],
+        }
+    )
     summarizer = LLMSummarizer(lambda prompt: reply, max_report_tokens=200)
     graph = GraphIndex.build(memory, summarizer=summarizer)
     assert graph.reports and all(r.tokens <= 200 for r in graph.reports.values())

@@ -1,7 +1,6 @@
 import json
 
 import pytest
-
 from hybrid_memory import HybridMemory, InvalidRequestError
 from hybrid_memory.graph import GraphIndex
 from hybrid_memory.graph.resolve import AUTO_MERGE_THRESHOLD, alias_candidates
@@ -21,7 +20,7 @@ def _memory(embedder, notes):
 
 
 def test_exact_duplicates_across_chunks_are_one_node(embedder):
-    notes = {"a": "Café API calls auth-api.", "b": "CAFÉ API calls auth-api again.", "c": "\"Café  API\" is slow."}
+    notes = {"a": "Café API calls auth-api.", "b": "CAFÉ API calls auth-api again.", "c": '"Café  API" is slow.'}
     with _memory(embedder, notes) as mem:
         index = GraphIndex.build(mem, save=False)
     assert index.graph.nodes["café api".replace("é", "e")]["chunk_ids"] == ["a", "b", "c"]
@@ -39,7 +38,8 @@ def test_surname_and_title_forms_merge_into_the_full_name_with_evidence(embedder
     assert node["chunk_ids"] == ["n1", "n2", "n3"]
     merges = sorted(index.merges.values(), key=lambda m: m.alias)
     assert [(m.alias, m.canonical, m.source) for m in merges] == [
-        ("chen", "alice chen", "auto"), ("dr. chen", "alice chen", "auto"),
+        ("chen", "alice chen", "auto"),
+        ("dr. chen", "alice chen", "auto"),
     ]
     first = merges[0].evidence
     assert (first.kind, first.shared_chunks, first.shared_neighbours) == ("surname", [], ["checkout-service"])
@@ -68,8 +68,12 @@ def test_without_evidence_a_candidate_waits_for_the_caller_and_a_merge_can_be_un
     with _memory(embedder, notes) as mem:
         index = GraphIndex.build(mem, save=False)
         (candidate,) = index.alias_candidates()
-        assert (candidate.alias, candidate.canonical, candidate.score, candidate.auto) == ("smith", "anna smith",
-                                                                                           0.0, False)
+        assert (candidate.alias, candidate.canonical, candidate.score, candidate.auto) == (
+            "smith",
+            "anna smith",
+            0.0,
+            False,
+        )
         assert "smith" in index.graph
         merge = index.merge_entities("Smith", "Anna Smith")
         assert (merge.alias, merge.canonical, merge.source) == ("smith", "anna smith", "caller")
@@ -99,14 +103,19 @@ def test_an_undone_automatic_merge_is_not_redone(embedder):
 
 
 def test_acronym_to_its_expansion(embedder):
-    notes = {"x": "FEMA issued a warning to coastal-api.", "y": "The Federal Emergency Management Agency "
-                                                               "coordinates coastal-api."}
+    notes = {
+        "x": "FEMA issued a warning to coastal-api.",
+        "y": "The Federal Emergency Management Agency coordinates coastal-api.",
+    }
     with _memory(embedder, notes) as mem:
         index = GraphIndex.build(mem, save=False)
     assert [(m.alias, m.canonical, m.evidence.kind) for m in index.merges.values()] == [
-        ("fema", "federal emergency management agency", "acronym")]
+        ("fema", "federal emergency management agency", "acronym")
+    ]
     assert index.graph.nodes["federal emergency management agency"]["aliases"] == [
-        "FEMA", "Federal Emergency Management Agency"]
+        "FEMA",
+        "Federal Emergency Management Agency",
+    ]
 
 
 def test_merges_are_saved_and_reopened(tmp_path, embedder):
@@ -140,12 +149,20 @@ def test_alias_candidates_is_a_pure_function_of_the_graph():
     import networkx as nx
 
     graph = nx.MultiDiGraph()
-    for key, name in (("fema", "FEMA"), ("federal emergency management agency", "Federal Emergency Management Agency"),
-                      ("billing-service", "billing-service")):
-        graph.add_node(key, name=name, types=["SERVICE"] if key == "billing-service" else ["PROPER_NOUN"],
-                       chunk_ids=["c1"])
+    for key, name in (
+        ("fema", "FEMA"),
+        ("federal emergency management agency", "Federal Emergency Management Agency"),
+        ("billing-service", "billing-service"),
+    ):
+        graph.add_node(
+            key, name=name, types=["SERVICE"] if key == "billing-service" else ["PROPER_NOUN"], chunk_ids=["c1"]
+        )
     graph.add_edge("fema", "billing-service", key="calls", weight=1.0, chunk_ids=["c1"])
     (candidate,) = alias_candidates(graph)
     assert (candidate.alias, candidate.kind, candidate.shared_chunks, candidate.chunk_overlap) == (
-        "fema", "acronym", ["c1"], 1.0)
+        "fema",
+        "acronym",
+        ["c1"],
+        1.0,
+    )
     assert candidate.neighbour_jaccard == 0.0 and candidate.auto

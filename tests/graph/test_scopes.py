@@ -15,8 +15,10 @@ U2 = {
 
 def test_a_scoped_graph_sees_only_its_scope(embedder):
     with HybridMemory(None, embedder=embedder) as memory:
-        memory.add([{"chunk_id": c, "text": t, "user_id": "u1"} for c, t in U1.items()]
-                   + [{"chunk_id": c, "text": t, "user_id": "u2"} for c, t in U2.items()])
+        memory.add(
+            [{"chunk_id": c, "text": t, "user_id": "u1"} for c, t in U1.items()]
+            + [{"chunk_id": c, "text": t, "user_id": "u2"} for c, t in U2.items()]
+        )
         graph = GraphIndex.build(memory.scoped(user_id="u1"), save=False)
         assert graph.scope == {"user_id": "u1"}
         assert sorted(graph.extractions) == ["u1-a", "u1-b"]

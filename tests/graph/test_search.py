@@ -1,7 +1,5 @@
 import pytest
-
 from hybrid_memory import InvalidRequestError
-
 from hybrid_memory.graph import NO_DATA_ANSWER, GraphIndex
 from hybrid_memory.graph.tokens import count_tokens, tokenizer_name
 
@@ -177,10 +175,14 @@ def test_reports_are_ranked_by_the_store_free_searcher(monkeypatch):
 
     monkeypatch.setattr(hybrid_memory.HybridMemory, "__init__", no_memory)
     reports = [
-        CommunityReport(community_id="c2", level=0, title="Billing", summary="billing-service HTTP 504 pool exhaustion"),
+        CommunityReport(
+            community_id="c2", level=0, title="Billing", summary="billing-service HTTP 504 pool exhaustion"
+        ),
         CommunityReport(community_id="c1", level=1, title="Auth", summary="auth-api getUserById returns null"),
         CommunityReport(community_id="c3", level=0, title="Failed", summary="x", status="failed"),
-        CommunityReport(community_id="c0", level=0, title="Billing", summary="billing-service HTTP 504 pool exhaustion"),
+        CommunityReport(
+            community_id="c0", level=0, title="Billing", summary="billing-service HTTP 504 pool exhaustion"
+        ),
     ]
     ranker = ReportRanker(reports, HashingEmbedder(64))
     assert ranker.size == 3  # the failed report is not indexed
@@ -203,10 +205,11 @@ def test_global_search_adds_the_best_source_sentences_the_budget_allows(embedder
     chunks += [{"chunk_id": f"c{i}", "text": f"s{i}-service reads db-prod-3."} for i in range(1, 6)]
     with HybridMemory(None, embedder=embedder) as mem:
         mem.add(chunks)
-        index = GraphIndex.build(mem, summarizer=ExtractiveSummarizer(max_report_tokens=110, top_relations=0),
-                                 save=False)
+        index = GraphIndex.build(
+            mem, summarizer=ExtractiveSummarizer(max_report_tokens=110, top_relations=0), save=False
+        )
     (report,) = index.reports.values()
-    unquoted = [f for f in report.sources if f.explanation[len("source "):] not in report.quoted_chunk_ids]
+    unquoted = [f for f in report.sources if f.explanation[len("source ") :] not in report.quoted_chunk_ids]
     assert unquoted  # the report could not quote every chunk
     target = unquoted[-1]
     service = target.summary.split()[0]
@@ -217,7 +220,7 @@ def test_global_search_adds_the_best_source_sentences_the_budget_allows(embedder
     assert [(f.summary, f.explanation) for f in hit.evidence] == [(target.summary, target.explanation)]
     assert hit.text == report.text() + "\nEvidence:\n" + line
     assert hit.tokens == count_tokens(hit.text) <= budget
-    assert result.quoted_chunk_ids == sorted(report.quoted_chunk_ids + [target.explanation[len("source "):]])
+    assert result.quoted_chunk_ids == sorted(report.quoted_chunk_ids + [target.explanation[len("source ") :]])
     assert result.tokens.report_tokens == hit.tokens
     plain = index.global_search(f"what does {service} read?", token_budget=budget, evidence=False, focus=None)
     assert plain.hits[0].evidence == [] and plain.hits[0].text == report.text()
@@ -240,16 +243,23 @@ def test_focus_report_keeps_the_title_and_the_findings_matching_the_question():
     from hybrid_memory.graph.search import focus_report
 
     report = CommunityReport(
-        community_id="L0-C0", level=0, title="db-prod-3, billing-service", summary="3 entities.",
-        findings=[Finding(summary="billing-service retries on db-prod-3", explanation="weight 2 from 2 chunk(s)"),
-                  Finding(summary="auth-api reads pg_stat_activity.", explanation="source n4"),
-                  Finding(summary="ledger-service writes invoices.", explanation="source n7"),
-                  Finding(summary="auth-api calls getUserById().", explanation="source n3")],
+        community_id="L0-C0",
+        level=0,
+        title="db-prod-3, billing-service",
+        summary="3 entities.",
+        findings=[
+            Finding(summary="billing-service retries on db-prod-3", explanation="weight 2 from 2 chunk(s)"),
+            Finding(summary="auth-api reads pg_stat_activity.", explanation="source n4"),
+            Finding(summary="ledger-service writes invoices.", explanation="source n7"),
+            Finding(summary="auth-api calls getUserById().", explanation="source n3"),
+        ],
         quoted_chunk_ids=["n3", "n4", "n7"],
     )
     text, quoted = focus_report(report, "what does auth-api call and read?")
-    assert text == ("db-prod-3, billing-service\n- auth-api reads pg_stat_activity. (source n4)\n"
-                    "- auth-api calls getUserById(). (source n3)")  # report order kept
+    assert text == (
+        "db-prod-3, billing-service\n- auth-api reads pg_stat_activity. (source n4)\n"
+        "- auth-api calls getUserById(). (source n3)"
+    )  # report order kept
     assert quoted == ["n3", "n4"]
     text, quoted = focus_report(report, "unrelated words only", max_findings=2)
     assert text == "db-prod-3, billing-service\n- billing-service retries on db-prod-3 (weight 2 from 2 chunk(s))"

@@ -1,7 +1,6 @@
 import json
 
 import pytest
-
 from hybrid_memory.graph import GraphFormatError, GraphIndex
 
 
@@ -9,8 +8,14 @@ def test_save_and_reopen_in_the_memory_directory(disk_memory):
     built = GraphIndex.build(disk_memory)
     folder = disk_memory.path / "graph"
     assert sorted(p.name for p in folder.iterdir()) == [
-        "communities.json", "extractions.json", "failures.json", "graph.graphml", "manifest.json",
-        "report_vectors.json", "report_vectors.npy", "reports.json",
+        "communities.json",
+        "extractions.json",
+        "failures.json",
+        "graph.graphml",
+        "manifest.json",
+        "report_vectors.json",
+        "report_vectors.npy",
+        "reports.json",
     ]
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["format_version"] == 1 and manifest["seed"] == 42 and manifest["max_cluster_size"] == 10

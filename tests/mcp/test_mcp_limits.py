@@ -18,9 +18,17 @@ async def test_global_search_and_search_memory_refuse_the_same_inputs(tmp_path):
     from hybrid_memory.graph import GraphIndex
 
     with HybridMemory(tmp_path / "m", embedder=HashingEmbedder(64)) as memory:
-        memory.add([{"chunk_id": f"u1-{i}", "text": t, "user_id": "u1"} for i, t in enumerate([
-            "Kafka lag on billing-service delays invoices from db-prod-3",
-            "billing-service retries Kafka consumers when db-prod-3 is slow"])])
+        memory.add(
+            [
+                {"chunk_id": f"u1-{i}", "text": t, "user_id": "u1"}
+                for i, t in enumerate(
+                    [
+                        "Kafka lag on billing-service delays invoices from db-prod-3",
+                        "billing-service retries Kafka consumers when db-prod-3 is slow",
+                    ]
+                )
+            ]
+        )
         GraphIndex.build(memory.scoped(user_id="u1"))
         async with Client(InMemoryTransport(build_server(memory, scope={"user_id": "u1"}))) as c:
             for question in ("x" * 100_000, "Kafka\x00lag", "   "):
@@ -31,8 +39,11 @@ async def test_global_search_and_search_memory_refuse_the_same_inputs(tmp_path):
             assert "10000" in long.content[0].text or "10,000" in long.content[0].text
             nul = await c.call_tool("global_search", {"question": "Kafka\x00lag"})
             assert "NUL character" in nul.content[0].text
-            for level, words in [(-1, "level"), (99, "level 99 is not a level of this graph (its levels: 0..0)"),
-                                 (True, "level")]:
+            for level, words in [
+                (-1, "level"),
+                (99, "level 99 is not a level of this graph (its levels: 0..0)"),
+                (True, "level"),
+            ]:
                 result = await c.call_tool("global_search", {"question": "Kafka lag", "level": level})
                 assert result.is_error and words in result.content[0].text, (level, result.content[0].text)
                 assert "Error executing tool" not in result.content[0].text
@@ -42,4 +53,5 @@ async def test_global_search_and_search_memory_refuse_the_same_inputs(tmp_path):
                 paged = await c.call_tool("list_memories", {"cursor": cursor})
                 assert paged.is_error and paged.content[0].text.endswith(  # a scoped server's cursors are sealed tokens
                     f"cursor {cursor!r} is not one this server gave (a scoped view's cursors are opaque, bound to its "
-                    "scope, and last while the memory stays open); start the listing again without a cursor")
+                    "scope, and last while the memory stays open); start the listing again without a cursor"
+                )

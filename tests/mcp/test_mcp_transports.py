@@ -12,21 +12,34 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from mcp import Client, StdioServerParameters  # noqa: E402
-
 from hybrid_memory import HashingEmbedder, HybridMemory, __version__  # noqa: E402
+from mcp import Client, StdioServerParameters  # noqa: E402
 
 
 @pytest.fixture
 def folder(tmp_path):
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as memory:
-        memory.add([{"chunk_id": "a", "text": "ERR_CONN_RESET on db-prod-3", "user_id": "u1"},
-                    {"chunk_id": "b", "text": "ERR_CONN_RESET on db-prod-4", "user_id": "u2"}])
+        memory.add(
+            [
+                {"chunk_id": "a", "text": "ERR_CONN_RESET on db-prod-3", "user_id": "u1"},
+                {"chunk_id": "b", "text": "ERR_CONN_RESET on db-prod-4", "user_id": "u2"},
+            ]
+        )
     return tmp_path / "mem"
 
 
 def _command(folder, *extra):
-    return [sys.executable, "-m", "hybrid_memory.cli.app", "mcp", "--memory", str(folder), "--hashing-dim", "16", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "hybrid_memory.cli.app",
+        "mcp",
+        "--memory",
+        str(folder),
+        "--hashing-dim",
+        "16",
+        *extra,
+    ]
 
 
 async def test_stdio_server_is_scoped_and_read_only(folder):
@@ -47,8 +60,12 @@ def _free_port() -> int:
 
 async def test_streamable_http_on_localhost(folder):
     port = _free_port()
-    child = subprocess.Popen(_command(folder, "--http", "--port", str(port)), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, env=dict(os.environ))
+    child = subprocess.Popen(
+        _command(folder, "--http", "--port", str(port)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ),
+    )
     try:
         deadline = time.monotonic() + 60  # start-up (imports) on a loaded machine; readiness, not a speed test
         while True:
@@ -75,8 +92,15 @@ def test_a_malformed_stdio_line_gets_no_reply_and_the_server_keeps_serving(folde
     import queue
     import threading
 
-    child = subprocess.Popen(_command(folder), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, env=dict(os.environ), text=True, bufsize=1)
+    child = subprocess.Popen(
+        _command(folder),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=dict(os.environ),
+        text=True,
+        bufsize=1,
+    )
     replies: queue.Queue = queue.Queue()
     reader = threading.Thread(target=lambda: [replies.put(json.loads(line)) for line in child.stdout], daemon=True)
     reader.start()
@@ -86,8 +110,18 @@ def test_a_malformed_stdio_line_gets_no_reply_and_the_server_keeps_serving(folde
         child.stdin.flush()
 
     try:
-        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}})
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "test", "version": "1"},
+                },
+            }
+        )
         hello = replies.get(timeout=120)  # start-up on a loaded machine: a deadline, not a speed test
         assert hello["id"] == 1
         # the server names its version in the handshake (a fresh user's finding: the SDK's default is "")
@@ -96,8 +130,14 @@ def test_a_malformed_stdio_line_gets_no_reply_and_the_server_keeps_serving(folde
         send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         send("{not json")
         send({"id": 2, "method": "tools/list"})  # JSON, but not JSON-RPC (no "jsonrpc")
-        send({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
-            "name": "get_memory", "arguments": {"chunk_ids": ["a"]}}})
+        send(
+            {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "tools/call",
+                "params": {"name": "get_memory", "arguments": {"chunk_ids": ["a"]}},
+            }
+        )
         reply = replies.get(timeout=120)
         assert reply["id"] == 3  # nothing came back for the two malformed lines, in between
         assert [m["chunk_id"] for m in reply["result"]["structuredContent"]["result"]] == ["a"]

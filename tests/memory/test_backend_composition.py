@@ -26,7 +26,12 @@ def test_a_folder_and_ram_compose_the_embedded_backend(tmp_path):
             assert isinstance(memory.backend, EmbeddedBackend) and isinstance(memory.backend, Backend)
             assert memory.backend.path == (None if path is None else path.resolve())
             memory.add(CHUNKS)
-            assert (len(memory), memory.backend.store.count(), len(memory.backend.sparse), len(memory.backend.dense)) == (2, 2, 2, 2)
+            assert (
+                len(memory),
+                memory.backend.store.count(),
+                len(memory.backend.sparse),
+                len(memory.backend.dense),
+            ) == (2, 2, 2, 2)
 
 
 def test_qdrant_is_the_same_class_over_another_backend(tmp_path):

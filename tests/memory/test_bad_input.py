@@ -8,11 +8,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from hybrid_memory import (
+    MAX_SEARCH_TEXT_CHARS,
+    HashingEmbedder,
+    HybridMemory,
+    HybridMemoryError,
+    InvalidFilterError,
+    InvalidRequestError,
+)
+from hybrid_memory.cli.app import main
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from hybrid_memory import MAX_SEARCH_TEXT_CHARS, HashingEmbedder, HybridMemory, HybridMemoryError, InvalidFilterError, InvalidRequestError
-from hybrid_memory.cli.app import main
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import fuzz  # noqa: E402
@@ -35,7 +41,9 @@ def _search_cli(path: Path, request_text: str, tmp_path: Path, capsys) -> tuple[
 
 @pytest.mark.parametrize("params", ["5", "[0.5, 0.5]", "true", "Infinity", '"fast"'])
 def test_cli_hybrid_params_of_the_wrong_type_is_a_one_line_error(cli_memory, tmp_path, capsys, params):
-    code, out, err = _search_cli(cli_memory, f'{{"search_text": "HTTP 504", "hybrid_params": {params}}}', tmp_path, capsys)
+    code, out, err = _search_cli(
+        cli_memory, f'{{"search_text": "HTTP 504", "hybrid_params": {params}}}', tmp_path, capsys
+    )
     assert (code, out) == (2, "")
     assert err.startswith("hybrid-memory: error: hybrid_params must be a JSON object") and "Traceback" not in err
 
@@ -53,8 +61,11 @@ def test_api_deep_values_surrogate_query_ids_and_huge_weights_are_library_errors
     deep: object = 1
     for _ in range(5_000):
         deep = [deep]
-    with pytest.raises(InvalidRequestError, match=r"\$in on 'tags' takes a string, number, boolean or null, got "
-                                                   r"list: \[\[\[\[\.\.\.\]\]\]\]"):  # a bounded repr
+    with pytest.raises(
+        InvalidRequestError,
+        match=r"\$in on 'tags' takes a string, number, boolean or null, got "
+        r"list: \[\[\[\[\.\.\.\]\]\]\]",
+    ):  # a bounded repr
         memory.search({"search_text": "x", "metadata_filter": {"tags": {"$in": deep}}})
     with pytest.raises(InvalidRequestError, match="values may nest lists and objects at most 32 levels deep"):
         memory.search({"search_text": "x", "metadata_filter": {"tags": {"$eq": deep}}})
@@ -131,10 +142,29 @@ _json = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=20,
 )
-_operators = st.sampled_from(["$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$contains", "$exists",
-                              "$and", "$or", "$not", "$regex", "$"])
+_operators = st.sampled_from(
+    [
+        "$eq",
+        "$ne",
+        "$gt",
+        "$gte",
+        "$lt",
+        "$lte",
+        "$in",
+        "$nin",
+        "$contains",
+        "$exists",
+        "$and",
+        "$or",
+        "$not",
+        "$regex",
+        "$",
+    ]
+)
 _filters = st.recursive(
-    st.dictionaries(st.sampled_from(["environment", "severity", "tags", "labels", "score", "", "a\nb"]), _json, max_size=3),
+    st.dictionaries(
+        st.sampled_from(["environment", "severity", "tags", "labels", "score", "", "a\nb"]), _json, max_size=3
+    ),
     lambda inner: st.dictionaries(_operators, inner | st.lists(inner, max_size=3) | _json, max_size=2),
     max_leaves=12,
 )
@@ -144,8 +174,12 @@ _requests = st.fixed_dictionaries(
         "search_text": st.text(max_size=40) | _json,
         "query_id": st.text(max_size=8) | _json,
         "top_k": st.integers(-5, 2**70) | _json,
-        "hybrid_params": st.dictionaries(st.sampled_from(["dense_weight", "sparse_weight", "rrf_k_constant", "x"]),
-                                         st.floats() | st.integers() | _json, max_size=3) | _json,
+        "hybrid_params": st.dictionaries(
+            st.sampled_from(["dense_weight", "sparse_weight", "rrf_k_constant", "x"]),
+            st.floats() | st.integers() | _json,
+            max_size=3,
+        )
+        | _json,
         "metadata_filter": _filters | _json,
         "as_of": _json,
     },

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError
 from hybrid_memory.dedup import DedupPolicy, token_overlap
 
@@ -23,13 +22,23 @@ def test_default_policy_keeps_exact_duplicates_and_reports_them(memory):
     assert memory.count() == 2
     result = memory.write([{"chunk_id": "third", "text": "User prefers dark mode in the editor"}])
     (decision,) = result.decisions
-    assert (decision.action, decision.stored_id, decision.duplicate_of, decision.kind) == ("kept", "third", "orig", "exact")
+    assert (decision.action, decision.stored_id, decision.duplicate_of, decision.kind) == (
+        "kept",
+        "third",
+        "orig",
+        "exact",
+    )
 
 
 def test_skip_returns_the_stored_id_and_writes_nothing(memory):
-    ids = memory.add([{"chunk_id": "dup", "text": "User prefers dark mode in the editor"},
-                      {"chunk_id": "fresh", "text": "User works in Berlin"},
-                      {"chunk_id": "fresh2", "text": "User works in Berlin"}], dedup="skip")
+    ids = memory.add(
+        [
+            {"chunk_id": "dup", "text": "User prefers dark mode in the editor"},
+            {"chunk_id": "fresh", "text": "User works in Berlin"},
+            {"chunk_id": "fresh2", "text": "User works in Berlin"},
+        ],
+        dedup="skip",
+    )
     assert ids == ["orig", "fresh", "fresh"]
     assert sorted(memory.chunk_hashes()) == ["fresh", "orig"]
     assert memory.search("dark mode", top_k=5).total_retrieved == 2
@@ -38,11 +47,17 @@ def test_skip_returns_the_stored_id_and_writes_nothing(memory):
 def test_merge_records_ids_and_sources_on_the_kept_chunk(tmp_path):
     with HybridMemory(tmp_path / "m", embedder=HashingEmbedder(64)) as memory:
         memory.add([{"chunk_id": "orig", "text": "User prefers dark mode in the editor", "source": "chat-1"}])
-        result = memory.write([{"chunk_id": "m1", "text": "User prefers dark mode in the editor", "source": "chat-2"},
-                               {"chunk_id": "m2", "text": "user prefers DARK mode in the editor!", "source": "chat-3"}],
-                              dedup="merge")
+        result = memory.write(
+            [
+                {"chunk_id": "m1", "text": "User prefers dark mode in the editor", "source": "chat-2"},
+                {"chunk_id": "m2", "text": "user prefers DARK mode in the editor!", "source": "chat-3"},
+            ],
+            dedup="merge",
+        )
         assert [(d.action, d.kind, d.stored_id) for d in result.decisions] == [
-            ("merged", "exact", "orig"), ("merged", "near", "orig")]
+            ("merged", "exact", "orig"),
+            ("merged", "near", "orig"),
+        ]
         assert result.decisions[1].overlap == 1.0 and result.decisions[1].cosine == pytest.approx(1.0)
     with HybridMemory.open(tmp_path / "m", embedder=HashingEmbedder(64)) as memory:
         kept = memory.get(["orig"])[0]
@@ -62,13 +77,16 @@ def test_near_needs_both_cosine_and_token_overlap(memory):
     same_vector = np.ones((1, 64), dtype=np.float32)
     memory.upsert([{"chunk_id": "orig", "text": "User prefers dark mode in the editor"}], vectors=same_vector)
     # cosine 1.0 (the same vector), but different words: a different fact, written
-    result = memory.write([{"chunk_id": "other", "text": "Deploys happen on Fridays at noon"}], vectors=same_vector,
-                          dedup="skip")
+    result = memory.write(
+        [{"chunk_id": "other", "text": "Deploys happen on Fridays at noon"}], vectors=same_vector, dedup="skip"
+    )
     assert result.decisions[0].action == "written"
     # same words but far apart in vector space: also written
     far = np.zeros((1, 64), dtype=np.float32)
     far[0, 0] = 1.0
-    result = memory.write([{"chunk_id": "o2", "text": "the user prefers dark mode in editor"}], vectors=far, dedup="skip")
+    result = memory.write(
+        [{"chunk_id": "o2", "text": "the user prefers dark mode in editor"}], vectors=far, dedup="skip"
+    )
     assert result.decisions[0].action == "written"
     assert memory.count() == 3
 
@@ -98,4 +116,7 @@ def test_near_duplicates_are_looked_for_in_exactly_the_same_scope(memory):
     assert (result.decisions[0].action, result.decisions[0].duplicate_of) == ("skipped", "u1")
     result = memory.write([{"chunk_id": "top", "text": near}], dedup="skip")
     assert (result.decisions[0].action, result.decisions[0].kind, result.decisions[0].duplicate_of) == (
-        "skipped", "near", "orig")
+        "skipped",
+        "near",
+        "orig",
+    )

@@ -60,7 +60,8 @@ def test_a_write_and_close_on_a_full_disk_raise_library_errors_and_lose_nothing(
     assert str(err.value) == (
         f"write: the disk holding the memory at {store.path} is full (SQLite: database or disk is full); this write "
         "was rolled back whole, so none of it was stored, and every write acknowledged before it is kept; free disk "
-        "space and repeat it (searches still work)")
+        "space and repeat it (searches still work)"
+    )
     assert memory.count() == 20
     assert [r.chunk_id for r in memory.search("note 7 billing-service", top_k=1).results] == ["n7"]
     store._connection = real
@@ -71,7 +72,8 @@ def test_a_write_and_close_on_a_full_disk_raise_library_errors_and_lose_nothing(
     assert str(err.value) == (
         f"saving the indexes: the disk holding the memory at {tmp_path / 'm'} is full (No space left on device); "
         "every acknowledged write is in the store (20 chunks), and the indexes, derived from it, are rebuilt at the "
-        "next open; free disk space (searches still work)")
+        "next open; free disk space (searches still work)"
+    )
     with pytest.raises(HybridMemoryError, match="closed"):
         memory.search("note")  # closed all the same: the store was released
     assert not list((tmp_path / "m").glob(".*.tmp"))  # no half-written index folder left

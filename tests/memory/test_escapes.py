@@ -11,7 +11,6 @@ import re
 import threading
 
 import pytest
-
 from hybrid_memory import (
     HybridMemory,
     HybridMemoryError,
@@ -19,8 +18,8 @@ from hybrid_memory import (
     InvalidRequestError,
     MemoryClosedError,
 )
-from hybrid_memory.filters import validate_filter
 from hybrid_memory.engines.bm25.index import BM25Index
+from hybrid_memory.filters import validate_filter
 
 
 # -- a scoped view takes no scope argument ----------------------------------------------------------------
@@ -30,19 +29,25 @@ def view(memory):
     return memory.scoped(user_id="alice")
 
 
-@pytest.mark.parametrize("call", [
-    lambda v: v.search("password", scope={"user_id": "bob"}),
-    lambda v: v.search({"search_text": "password"}, scope=None),
-    lambda v: v.get(["alice-1"], scope={"user_id": "bob"}),
-    lambda v: v.count(scope={"user_id": "bob"}),
-    lambda v: v.iter_chunks(scope={"user_id": "bob"}),
-    lambda v: v.delete(["alice-1"], scope={"user_id": "bob"}),
-    lambda v: v.upsert([{"chunk_id": "x", "text": "y"}], scope={"user_id": "bob"}),
-    lambda v: v.chunk_hashes(scope={"user_id": "bob"}),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda v: v.search("password", scope={"user_id": "bob"}),
+        lambda v: v.search({"search_text": "password"}, scope=None),
+        lambda v: v.get(["alice-1"], scope={"user_id": "bob"}),
+        lambda v: v.count(scope={"user_id": "bob"}),
+        lambda v: v.iter_chunks(scope={"user_id": "bob"}),
+        lambda v: v.delete(["alice-1"], scope={"user_id": "bob"}),
+        lambda v: v.upsert([{"chunk_id": "x", "text": "y"}], scope={"user_id": "bob"}),
+        lambda v: v.chunk_hashes(scope={"user_id": "bob"}),
+    ],
+)
 def test_a_scope_argument_to_a_view_is_an_invalid_request_naming_the_fix(view, call):
-    with pytest.raises(InvalidRequestError, match=r"takes no scope argument: this view is already bound to "
-                                                   r"\{'user_id': 'alice'\}; drop scope="):
+    with pytest.raises(
+        InvalidRequestError,
+        match=r"takes no scope argument: this view is already bound to "
+        r"\{'user_id': 'alice'\}; drop scope=",
+    ):
         call(view)
     assert [c.chunk_id for c in view.iter_chunks()] == ["alice-1"]  # nothing deleted, nothing written
 
@@ -55,8 +60,11 @@ def test_a_scope_argument_to_an_async_view_search_is_refused(view):
 
 
 def test_other_unexpected_keywords_of_a_view_are_invalid_requests(view):
-    with pytest.raises(InvalidRequestError, match=r"get\(\) of a scoped view got unexpected keyword argument\(s\) "
-                                                   r"limit, order"):
+    with pytest.raises(
+        InvalidRequestError,
+        match=r"get\(\) of a scoped view got unexpected keyword argument\(s\) "
+        r"limit, order",
+    ):
         view.get(["alice-1"], order="asc", limit=3)
     with pytest.raises(InvalidRequestError, match="invalid search request: bogus: Extra inputs are not permitted"):
         view.search("password", bogus=1)
@@ -68,12 +76,20 @@ def test_every_call_on_a_closed_memory_is_a_memory_closed_error(tmp_path, embedd
     memory = HybridMemory(tmp_path / "mem", embedder=embedder)
     memory.add(note_chunks())
     memory.close()
-    for call in (lambda: memory.search("HTTP 504"), lambda: memory.get(["prod-504"]), lambda: memory.count(),
-                 lambda: list(memory.iter_chunks()), lambda: memory.upsert([{"chunk_id": "a", "text": "b"}]),
-                 lambda: memory.delete(["prod-504"]), lambda: memory.stats()):
+    for call in (
+        lambda: memory.search("HTTP 504"),
+        lambda: memory.get(["prod-504"]),
+        lambda: memory.count(),
+        lambda: list(memory.iter_chunks()),
+        lambda: memory.upsert([{"chunk_id": "a", "text": "b"}]),
+        lambda: memory.delete(["prod-504"]),
+        lambda: memory.stats(),
+    ):
         with pytest.raises(MemoryClosedError, match=r"this memory is closed; open it again with HybridMemory.open"):
             call()
-    with pytest.raises(MemoryClosedError, match=r"HybridMemory.open\(path\) \(" + str(tmp_path / "mem").replace("/", "\\/")):
+    with pytest.raises(
+        MemoryClosedError, match=r"HybridMemory.open\(path\) \(" + str(tmp_path / "mem").replace("/", "\\/")
+    ):
         memory.search("x")  # the folder to reopen is named
     in_ram = HybridMemory(embedder=embedder)
     in_ram.close()
@@ -183,8 +199,11 @@ def test_a_search_that_reaches_the_store_after_close_gets_memory_closed(tmp_path
 # -- impossible or unwritable memory paths ------------------------------------------------------------------
 @pytest.mark.parametrize("path", ["/proc/nope", "/proc/self/nope/deeper"])
 def test_an_impossible_memory_path_is_an_invalid_request_naming_it(path, embedder):
-    with pytest.raises(InvalidRequestError, match=rf"cannot create the memory folder {path} \(No such file or "
-                                                  r"directory\); give a folder this process can create and write"):
+    with pytest.raises(
+        InvalidRequestError,
+        match=rf"cannot create the memory folder {path} \(No such file or "
+        r"directory\); give a folder this process can create and write",
+    ):
         HybridMemory(path, embedder=embedder)
 
 
@@ -215,8 +234,9 @@ def test_global_search_of_a_blank_question_is_an_invalid_request(memory):
 
     graph = GraphIndex.build(memory)
     for question in ("", "   ", None):
-        with pytest.raises(InvalidRequestError, match="question must be a non-empty string, got .*: ask about the "
-                                                      "memory"):
+        with pytest.raises(
+            InvalidRequestError, match="question must be a non-empty string, got .*: ask about the memory"
+        ):
             graph.global_search(question)
     with pytest.raises(InvalidRequestError, match="token_budget must be an int >= 1"):
         graph.global_search("database timeouts", token_budget=0)
@@ -233,8 +253,11 @@ def test_filter_errors_show_deep_and_huge_values_shortened():
     with pytest.raises(InvalidFilterError, match=r"\$and takes a non-empty list of filters, got 'x+\.\.\.x+'") as info:
         validate_filter({"$and": "x" * 100_000})
     assert len(str(info.value)) < 200
-    with pytest.raises(InvalidFilterError, match=r"\$gt on 'n' takes a number or a string, got \[0, 1, 2, 3, 4, 5, "
-                                                 r"\.\.\.\]"):
+    with pytest.raises(
+        InvalidFilterError,
+        match=r"\$gt on 'n' takes a number or a string, got \[0, 1, 2, 3, 4, 5, "
+        r"\.\.\.\]",
+    ):
         validate_filter({"n": {"$gt": list(range(300_000))}})
 
 
@@ -281,20 +304,28 @@ def test_a_bm25_merge_survives_rows_another_process_deleted_meanwhile(tmp_path, 
         live = writer.backend.store.rowids()
         fresh.build(live, writer.backend.store.texts(live))
         for query in ("restart the queue", "ERR_5 worker-5", "runbook 11"):
-            assert dict(writer.backend.sparse.search(query, k=20)) == pytest.approx(dict(fresh.search(query, k=20)), rel=1e-6)
+            assert dict(writer.backend.sparse.search(query, k=20)) == pytest.approx(
+                dict(fresh.search(query, k=20)), rel=1e-6
+            )
     finally:
         writer.close()
         other.close()
 
 
 # -- NUL characters --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("field, chunk", [
-    ("text", {"chunk_id": "n1", "text": "alpha\x00beta"}),
-    ("source", {"chunk_id": "n1", "text": "alpha beta", "source": "notes\x00.md"}),
-])
+@pytest.mark.parametrize(
+    "field, chunk",
+    [
+        ("text", {"chunk_id": "n1", "text": "alpha\x00beta"}),
+        ("source", {"chunk_id": "n1", "text": "alpha beta", "source": "notes\x00.md"}),
+    ],
+)
 def test_nul_in_stored_text_is_refused_with_its_position(memory, field, chunk):
-    with pytest.raises(InvalidRequestError, match=rf"{field}: {field} contains a NUL character "
-                                                  rf"\('\\x00'\) at position 5; remove it"):
+    with pytest.raises(
+        InvalidRequestError,
+        match=rf"{field}: {field} contains a NUL character "
+        rf"\('\\x00'\) at position 5; remove it",
+    ):
         memory.upsert([chunk])
     assert memory.get(["n1"]) == [] and memory.count() == 6
 
@@ -315,7 +346,6 @@ def test_nul_free_text_round_trips_unchanged_through_the_store(tmp_path, embedde
         assert row == (len(text),)  # SQLite sees the whole text (a NUL would have cut length() there)
 
 
-
 # -- a Qdrant Edge shard and an embedded memory never share a folder (fresh-user review, session 3) -----------
 @pytest.fixture
 def embedded_folder(tmp_path, embedder, note_chunks):
@@ -334,10 +364,13 @@ def test_an_edge_shard_inside_an_embedded_memory_is_refused(embedded_folder, emb
     before = _listing(embedded_folder)
     edge_path = embedded_folder / inside if inside else embedded_folder
     where = "is the embedded memory folder" if not inside else f"is inside the embedded memory folder {embedded_folder}"
-    with pytest.raises(InvalidRequestError, match=rf"edge_path {edge_path} {where} "
-                                                  rf"\(it holds store.sqlite3\); a Qdrant Edge "
-                                                  r"shard must not share a memory's folder: use another folder, e.g. "
-                                                  rf"{embedded_folder}-edge"):
+    with pytest.raises(
+        InvalidRequestError,
+        match=rf"edge_path {edge_path} {where} "
+        rf"\(it holds store.sqlite3\); a Qdrant Edge "
+        r"shard must not share a memory's folder: use another folder, e.g. "
+        rf"{embedded_folder}-edge",
+    ):
         HybridMemory.qdrant(edge_path=edge_path, embedder=embedder)
     assert _listing(embedded_folder) == before  # no shard file written, nothing of the memory touched
     with HybridMemory.open(embedded_folder, embedder=embedder) as memory:
@@ -348,8 +381,18 @@ def test_export_to_an_edge_path_inside_the_memory_is_exit_2_naming_the_fix(embed
     from hybrid_memory.cli.app import main
 
     before = _listing(embedded_folder)
-    code = main(["export-qdrant", "--memory", str(embedded_folder), "--hashing-dim", "64", "--edge-path",
-                 str(embedded_folder), "-q"])
+    code = main(
+        [
+            "export-qdrant",
+            "--memory",
+            str(embedded_folder),
+            "--hashing-dim",
+            "64",
+            "--edge-path",
+            str(embedded_folder),
+            "-q",
+        ]
+    )
     assert code == 2
     assert "a Qdrant Edge shard must not share a memory's folder: use another folder" in capsys.readouterr().err
     assert _listing(embedded_folder) == before
@@ -357,11 +400,17 @@ def test_export_to_an_edge_path_inside_the_memory_is_exit_2_naming_the_fix(embed
 
 def test_an_edge_path_that_is_a_file_is_an_invalid_request(tmp_path, embedder):
     (tmp_path / "notes.txt").write_text("x")
-    with pytest.raises(InvalidRequestError, match=r"edge_path .*notes.txt is a file; a Qdrant Edge shard is a folder "
-                                                  r"\(created when absent\): give a folder path"):
+    with pytest.raises(
+        InvalidRequestError,
+        match=r"edge_path .*notes.txt is a file; a Qdrant Edge shard is a folder "
+        r"\(created when absent\): give a folder path",
+    ):
         HybridMemory.qdrant(edge_path=tmp_path / "notes.txt", embedder=embedder)
-    with pytest.raises(InvalidRequestError, match=r"edge_path .*notes.txt/shard lies below the file .*notes.txt; a "
-                                                  r"Qdrant Edge shard is a folder"):
+    with pytest.raises(
+        InvalidRequestError,
+        match=r"edge_path .*notes.txt/shard lies below the file .*notes.txt; a "
+        r"Qdrant Edge shard is a folder",
+    ):
         HybridMemory.qdrant(edge_path=tmp_path / "notes.txt" / "shard", embedder=embedder)
     assert (tmp_path / "notes.txt").read_text() == "x"
 
@@ -372,8 +421,11 @@ def test_an_embedded_memory_is_not_created_in_an_edge_shard_folder(tmp_path, emb
     with HybridMemory.qdrant(edge_path=shard, embedder=embedder, payload_indexes=False) as edge:
         edge.add([{"chunk_id": "a", "text": "kept in the shard"}])
     before = _listing(shard)
-    with pytest.raises(InvalidRequestError, match=r"holds a Qdrant Edge shard \(edge_config.json\), not an embedded "
-                                                  r"memory; open the shard with HybridMemory.qdrant\(edge_path="):
+    with pytest.raises(
+        InvalidRequestError,
+        match=r"holds a Qdrant Edge shard \(edge_config.json\), not an embedded "
+        r"memory; open the shard with HybridMemory.qdrant\(edge_path=",
+    ):
         HybridMemory(shard, embedder=embedder)
     assert _listing(shard) == before
     with HybridMemory.qdrant(edge_path=shard, embedder=embedder, payload_indexes=False) as edge:
@@ -383,15 +435,20 @@ def test_an_embedded_memory_is_not_created_in_an_edge_shard_folder(tmp_path, emb
 # -- open() of a file, and a path that is not a path -------------------------------------------------------------
 def test_open_of_a_regular_file_says_a_memory_is_a_folder(tmp_path, embedder):
     (tmp_path / "notes.jsonl").write_text("{}\n")
-    with pytest.raises(InvalidRequestError, match=r"memory path .*notes.jsonl is a file; give a directory: a memory "
-                                                  r"is a folder \(holding store.sqlite3 and its index files\), not one "
-                                                  r"file$"):
+    with pytest.raises(
+        InvalidRequestError,
+        match=r"memory path .*notes.jsonl is a file; give a directory: a memory "
+        r"is a folder \(holding store.sqlite3 and its index files\), not one "
+        r"file$",
+    ):
         HybridMemory.open(tmp_path / "notes.jsonl", embedder=embedder)
     assert (tmp_path / "notes.jsonl").read_text() == "{}\n"
 
 
 def test_open_of_the_store_file_names_its_folder(embedded_folder, embedder):
-    with pytest.raises(InvalidRequestError, match=rf"is a file; give a directory: .*: its folder is {embedded_folder}$"):
+    with pytest.raises(
+        InvalidRequestError, match=rf"is a file; give a directory: .*: its folder is {embedded_folder}$"
+    ):
         HybridMemory.open(embedded_folder / "store.sqlite3", embedder=embedder)
     with HybridMemory.open(embedded_folder, embedder=embedder) as memory:
         assert memory.count() == 6
@@ -407,8 +464,10 @@ def test_cli_memory_that_is_a_file_is_exit_2_saying_a_memory_is_a_folder(tmp_pat
 
 @pytest.mark.parametrize("path, shown", [(5, "int: 5"), (b"mem", "bytes: b'mem'"), (["mem"], "list: ['mem']")])
 def test_a_path_that_is_not_a_path_is_an_invalid_request_naming_what_is_accepted(path, shown, embedder):
-    message = (rf"path must be a memory folder path, a str or os.PathLike such as pathlib.Path \(or None for a memory "
-               rf"kept in process memory only\), got {re.escape(shown)}; a Qdrant memory is HybridMemory.qdrant")
+    message = (
+        rf"path must be a memory folder path, a str or os.PathLike such as pathlib.Path \(or None for a memory "
+        rf"kept in process memory only\), got {re.escape(shown)}; a Qdrant memory is HybridMemory.qdrant"
+    )
     with pytest.raises(InvalidRequestError, match=message):
         HybridMemory(path, embedder=embedder)
     with pytest.raises(InvalidRequestError, match=message):
@@ -430,9 +489,12 @@ def test_a_dollar_metadata_key_in_jsonl_names_the_file_and_line(tmp_path):
     corpus.write_text('{"_id": "a", "text": "fine"}\n\n{"_id": "b", "text": "x", "metadata": {"$gt": 1}}\n')
     chunks = read_beir_corpus(corpus)
     assert next(chunks).chunk_id == "a"
-    with pytest.raises(InvalidRequestError, match=rf"^{re.escape(str(corpus))}, line 3: document 'b': metadata key "
-                                                  r"'\$gt' cannot be filtered on: a key may not start with '\$' "
-                                                  r"\(reserved for operators\); rename it$"):
+    with pytest.raises(
+        InvalidRequestError,
+        match=rf"^{re.escape(str(corpus))}, line 3: document 'b': metadata key "
+        r"'\$gt' cannot be filtered on: a key may not start with '\$' "
+        r"\(reserved for operators\); rename it$",
+    ):
         next(chunks)
 
 
@@ -474,14 +536,25 @@ def _request_file(tmp_path, name, content):
     return path
 
 
-@pytest.mark.parametrize("name, content, message", [
-    ("missing.json", "skip", r"--request {path}: no such file \(give the path of a JSON file holding the request"),
-    ("folder.json", None, r"--request {path} is a folder; give the path of a JSON file holding the request"),
-    ("latin1.json", b'{"search_text": "caf\xe9"}', r"--request {path}: not UTF-8 text \(invalid continuation byte "
-                                                    r"at byte 20\); save it as UTF-8 JSON"),
-    ("bad.json", "{bad", r"--request {path}: invalid JSON \(Expecting property name enclosed in double quotes at "
-                         r"line 1 column 2\)"),
-])
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("missing.json", "skip", r"--request {path}: no such file \(give the path of a JSON file holding the request"),
+        ("folder.json", None, r"--request {path} is a folder; give the path of a JSON file holding the request"),
+        (
+            "latin1.json",
+            b'{"search_text": "caf\xe9"}',
+            r"--request {path}: not UTF-8 text \(invalid continuation byte "
+            r"at byte 20\); save it as UTF-8 JSON",
+        ),
+        (
+            "bad.json",
+            "{bad",
+            r"--request {path}: invalid JSON \(Expecting property name enclosed in double quotes at "
+            r"line 1 column 2\)",
+        ),
+    ],
+)
 def test_a_bad_request_file_is_exit_2_naming_the_file(tmp_path, capsys, cli_memory, name, content, message):
     from hybrid_memory.cli.app import main
 
@@ -517,8 +590,10 @@ def test_a_positional_text_and_a_request_files_search_text_are_refused(tmp_path,
 
     path = _request_file(tmp_path, "req.json", '{"search_text": "ERR_A", "top_k": 1}')
     assert main(["search", "ERR_B", "--memory", cli_memory, "--hashing-dim", "8", "--request", str(path)]) == 2
-    assert (f"two search texts: 'ERR_B' on the command line and search_text 'ERR_A' in --request {path}; give one "
-            "(drop the positional text, or the file's search_text)") in capsys.readouterr().err
+    assert (
+        f"two search texts: 'ERR_B' on the command line and search_text 'ERR_A' in --request {path}; give one "
+        "(drop the positional text, or the file's search_text)"
+    ) in capsys.readouterr().err
     # either alone works; a file without search_text takes the positional text, and --top-k replaces the file's
     assert main(["search", "--memory", cli_memory, "--hashing-dim", "8", "--request", str(path)]) == 0
     assert [r["chunk_id"] for r in json.loads(capsys.readouterr().out)["results"]] == ["a"]
@@ -546,8 +621,11 @@ def test_empty_files_of_a_folder_are_counted_and_logged(tmp_path, capsys, caplog
     messages = [(r.levelname, r.getMessage()) for r in caplog.records if r.name.startswith("hybrid_memory")]
     assert ("INFO", f"{docs / 'blank.txt'} holds no text (empty or white space only): no chunk") in messages
     assert ("INFO", f"{docs / 'empty.md'} holds no text (empty or white space only): no chunk") in messages
-    assert ("WARNING", f"2 files held no text (empty or white space only) and gave no chunk: {docs / 'blank.txt'}, "
-                       f"{docs / 'empty.md'}") in messages
+    assert (
+        "WARNING",
+        f"2 files held no text (empty or white space only) and gave no chunk: {docs / 'blank.txt'}, "
+        f"{docs / 'empty.md'}",
+    ) in messages
 
 
 def test_read_text_folder_reports_empty_files_to_on_empty(tmp_path):
@@ -568,16 +646,23 @@ def test_export_qdrant_help_says_where_the_api_key_goes(capsys):
     with pytest.raises(SystemExit):
         main(["export-qdrant", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert ("API key of the Qdrant server given by --url, sent to that server only (qdrant-client's api-key header); "
-            "when the flag is absent the QDRANT_API_KEY environment variable is read") in help_text
+    assert (
+        "API key of the Qdrant server given by --url, sent to that server only (qdrant-client's api-key header); "
+        "when the flag is absent the QDRANT_API_KEY environment variable is read"
+    ) in help_text
 
 
-@pytest.mark.parametrize("flag, env, sent", [(None, "from-env", "from-env"), ("from-flag", "from-env", "from-flag"),
-                                             (None, None, None), (None, "", None)])
-def test_export_qdrant_sends_the_flag_or_the_environment_key(tmp_path, capsys, cli_memory, monkeypatch, flag, env, sent):
-    pytest.importorskip("qdrant_client", reason="the qdrant extra is not installed: pip install 'hybrid-memory[qdrant]'")
+@pytest.mark.parametrize(
+    "flag, env, sent",
+    [(None, "from-env", "from-env"), ("from-flag", "from-env", "from-flag"), (None, None, None), (None, "", None)],
+)
+def test_export_qdrant_sends_the_flag_or_the_environment_key(
+    tmp_path, capsys, cli_memory, monkeypatch, flag, env, sent
+):
+    pytest.importorskip(
+        "qdrant_client", reason="the qdrant extra is not installed: pip install 'hybrid-memory[qdrant]'"
+    )
     import qdrant_client
-
     from hybrid_memory.cli.app import main
 
     seen = {}
@@ -594,31 +679,52 @@ def test_export_qdrant_sends_the_flag_or_the_environment_key(tmp_path, capsys, c
         monkeypatch.setenv("QDRANT_API_KEY", env)
     argv = ["export-qdrant", "--memory", cli_memory, "--hashing-dim", "8", "--url", "http://127.0.0.1:1", "-q"]
     assert main(argv + (["--api-key", flag] if flag else [])) == 2
-    assert seen == {"url": "http://127.0.0.1:1", "api_key": sent, "check_compatibility": False}  # no version-check warning
+    assert seen == {
+        "url": "http://127.0.0.1:1",
+        "api_key": sent,
+        "check_compatibility": False,
+    }  # no version-check warning
     capsys.readouterr()
 
 
 def test_export_qdrant_refuses_an_api_key_with_an_edge_path(tmp_path, capsys, cli_memory):
     from hybrid_memory.cli.app import main
 
-    argv = ["export-qdrant", "--memory", cli_memory, "--hashing-dim", "8", "--edge-path", str(tmp_path / "shard"),
-            "--api-key", "k"]
+    argv = [
+        "export-qdrant",
+        "--memory",
+        cli_memory,
+        "--hashing-dim",
+        "8",
+        "--edge-path",
+        str(tmp_path / "shard"),
+        "--api-key",
+        "k",
+    ]
     assert main(argv) == 2
     assert "--edge-path takes no --url, --api-key or cluster options" in capsys.readouterr().err
     assert not (tmp_path / "shard").exists()
 
 
 def test_a_qdrant_local_mode_folder_inside_an_embedded_memory_is_refused(embedded_folder, embedder, tmp_path):
-    pytest.importorskip("qdrant_client", reason="the qdrant extra is not installed: pip install 'hybrid-memory[qdrant]'")
+    pytest.importorskip(
+        "qdrant_client", reason="the qdrant extra is not installed: pip install 'hybrid-memory[qdrant]'"
+    )
     before = _listing(embedded_folder)
-    with pytest.raises(InvalidRequestError, match=rf"client_or_url {embedded_folder} is the embedded memory "
-                                                  r"folder \(it holds store.sqlite3\); a "
-                                                  r"qdrant-client local-mode folder must not share a memory's folder: "
-                                                  rf"use another folder, e.g. {embedded_folder}-qdrant$"):
+    with pytest.raises(
+        InvalidRequestError,
+        match=rf"client_or_url {embedded_folder} is the embedded memory "
+        r"folder \(it holds store.sqlite3\); a "
+        r"qdrant-client local-mode folder must not share a memory's folder: "
+        rf"use another folder, e.g. {embedded_folder}-qdrant$",
+    ):
         HybridMemory.qdrant(str(embedded_folder), embedder=embedder)
     (tmp_path / "notes.txt").write_text("x")
-    with pytest.raises(InvalidRequestError, match=r"client_or_url .*notes.txt is a file; a qdrant-client local-mode "
-                                                  r"folder is a folder \(created when absent\)"):
+    with pytest.raises(
+        InvalidRequestError,
+        match=r"client_or_url .*notes.txt is a file; a qdrant-client local-mode "
+        r"folder is a folder \(created when absent\)",
+    ):
         HybridMemory.qdrant(str(tmp_path / "notes.txt"), embedder=embedder)
     assert _listing(embedded_folder) == before
     with HybridMemory.qdrant(str(tmp_path / "local"), embedder=embedder, payload_indexes=False) as local:
@@ -629,9 +735,12 @@ def test_a_qdrant_local_mode_folder_inside_an_embedded_memory_is_refused(embedde
 # -- two search texts: one in the request, another as search_text= ------------------------------------------
 @pytest.mark.parametrize("request_", [{"search_text": "PostgreSQL"}, "PostgreSQL"])
 def test_two_different_search_texts_are_refused_naming_both_and_the_fix(memory, request_):
-    with pytest.raises(InvalidRequestError, match=r"two search texts: 'PostgreSQL' in the request and "
-                                                   r"search_text='Elasticsearch' as a keyword; give the search "
-                                                   r"text once \(drop search_text=, or leave it out of the request\)"):
+    with pytest.raises(
+        InvalidRequestError,
+        match=r"two search texts: 'PostgreSQL' in the request and "
+        r"search_text='Elasticsearch' as a keyword; give the search "
+        r"text once \(drop search_text=, or leave it out of the request\)",
+    ):
         memory.search(request_, search_text="Elasticsearch")
     model = memory.make_request("PostgreSQL", top_k=2)
     with pytest.raises(InvalidRequestError, match="two search texts"):
@@ -647,6 +756,10 @@ def test_the_same_search_text_twice_is_accepted_and_documented_overrides_still_o
     response = memory.search({"search_text": text, "top_k": 5}, search_text=text, top_k=1, dense_weight=0)
     assert len(response.results) == 1  # top_k= overrides the request's top_k, as documented
     # metadata_filter= is documented as an override of the request's filter: the keyword's filter is the one used
-    response = memory.search({"search_text": "PostgreSQL HTTP 504", "metadata_filter": {"environment": "staging"}},
-                             metadata_filter={"environment": "production"}, top_k=5, dense_weight=0)
+    response = memory.search(
+        {"search_text": "PostgreSQL HTTP 504", "metadata_filter": {"environment": "staging"}},
+        metadata_filter={"environment": "production"},
+        top_k=5,
+        dense_weight=0,
+    )
     assert [r.chunk_id for r in response.results] == ["prod-504"]

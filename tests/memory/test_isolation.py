@@ -21,7 +21,6 @@ import asyncio
 import math
 
 import pytest
-
 from hybrid_memory import HashingEmbedder, InvalidRequestError
 from hybrid_memory.isolation import CursorSeal
 from hybrid_memory.scopes import Scope
@@ -46,8 +45,14 @@ VICTIM_NOTES = [
     "Kafka billing-service PostgreSQL db-prod-3 pool exhausted again and again",
     "victim passphrase marigold-orbit-4471",
 ]
-QUERIES = ["zebra", "Kafka lag billing-service", "ERR_LEDGER_7", "diagnosis: type 2 diabetes", "db-prod-3 pool",
-           "marigold-orbit-4471"]
+QUERIES = [
+    "zebra",
+    "Kafka lag billing-service",
+    "ERR_LEDGER_7",
+    "diagnosis: type 2 diabetes",
+    "db-prod-3 pool",
+    "marigold-orbit-4471",
+]
 TIMES = ("created_at", "updated_at", "query_id")  # query_id: a random id per request
 
 
@@ -81,12 +86,20 @@ def _build(engine, path, with_victim):
     attacker = memory.scoped(ATTACKER)
     if with_victim:
         _victim_writes(memory, 0)
-    attacker.add([{"chunk_id": f"m-{i}", "text": t, "metadata": {"kind": "note", "n": i}}
-                  for i, t in enumerate(ATTACKER_NOTES[:3])])
+    attacker.add(
+        [
+            {"chunk_id": f"m-{i}", "text": t, "metadata": {"kind": "note", "n": i}}
+            for i, t in enumerate(ATTACKER_NOTES[:3])
+        ]
+    )
     if with_victim:
         _victim_writes(memory, 1)
-    attacker.add([{"chunk_id": f"m-{i + 3}", "text": t, "metadata": {"kind": "note", "n": i + 3}}
-                  for i, t in enumerate(ATTACKER_NOTES[3:])])
+    attacker.add(
+        [
+            {"chunk_id": f"m-{i + 3}", "text": t, "metadata": {"kind": "note", "n": i + 3}}
+            for i, t in enumerate(ATTACKER_NOTES[3:])
+        ]
+    )
     return memory
 
 
@@ -134,8 +147,9 @@ def _writes(memory):
     view = memory.scoped(ATTACKER)
     out = [
         _outcome(lambda: view.supersede(["v-0"], {"chunk_id": "s-1", "text": "replacement"})),
-        _outcome(lambda: view.supersede(["m-1"], {"chunk_id": "v-1", "text": "Kafka consumers fixed",
-                                                    "valid_from": 1.7e9})),
+        _outcome(
+            lambda: view.supersede(["m-1"], {"chunk_id": "v-1", "text": "Kafka consumers fixed", "valid_from": 1.7e9})
+        ),
         _outcome(lambda: view.upsert([{"chunk_id": "v-0", "text": "diagnosis: type 2 diabetes"}])),
         _outcome(lambda: view.add([{"chunk_id": "fresh-1", "text": "attacker fresh"}])),
         _outcome(lambda: view.add([{"chunk_id": "m-9", "text": "attacker m-9"}])),
@@ -144,9 +158,18 @@ def _writes(memory):
         _outcome(lambda: view.add([{"chunk_id": "x", "text": "other owner", "user_id": "victim"}])),
         _outcome(lambda: view.delete(["v-1", "w-2", "plain-1", "nothing"])),
         _outcome(lambda: view.delete(["m-2"])),
-        _outcome(lambda: [vars(d) for d in view.write(
-            [{"chunk_id": "dup-1", "text": "victim passphrase marigold-orbit-4471"},
-             {"chunk_id": "dup-2", "text": "the on-call SRE rotates weekly"}], dedup="skip").decisions]),
+        _outcome(
+            lambda: [
+                vars(d)
+                for d in view.write(
+                    [
+                        {"chunk_id": "dup-1", "text": "victim passphrase marigold-orbit-4471"},
+                        {"chunk_id": "dup-2", "text": "the on-call SRE rotates weekly"},
+                    ],
+                    dedup="skip",
+                ).decisions
+            ]
+        ),
         _outcome(lambda: view.add_texts(["attacker text"], ids=["w-1"])),
     ]
     return out, _reads(memory)
@@ -166,7 +189,12 @@ def test_writes_answer_the_same_whoever_holds_the_id(pair):
     assert _writes(alone) == _writes(shared)
     victim = shared.scoped(VICTIM)
     assert [c.text for c in victim.get(["v-0", "m-1", "fresh-1", "m-9", "v-1"])] == [
-        VICTIM_NOTES[0], "victim's m-1", "victim's fresh", "victim's m-9", VICTIM_NOTES[1]]
+        VICTIM_NOTES[0],
+        "victim's m-1",
+        "victim's fresh",
+        "victim's m-9",
+        VICTIM_NOTES[1],
+    ]
     assert [c.text for c in shared.get(["plain-1"])] == ["victim's plain chunk"]
 
 
@@ -176,8 +204,20 @@ def test_write_answers_are_the_ones_a_fresh_memory_gives(pair):
     _, alone, _ = pair
     out, _ = _writes(alone)
     kinds = [o[0] if o[0] == "ok" else o[1] for o in out]
-    assert kinds == ["InvalidRequestError", "ok", "ok", "ok", "ok", "ok", "DuplicateChunkError", "ScopeError", "ok",
-                     "ok", "ok", "ok"]
+    assert kinds == [
+        "InvalidRequestError",
+        "ok",
+        "ok",
+        "ok",
+        "ok",
+        "ok",
+        "DuplicateChunkError",
+        "ScopeError",
+        "ok",
+        "ok",
+        "ok",
+        "ok",
+    ]
     assert out[0][2] == "cannot supersede unknown chunk ids ['v-0']; nothing was written"
     assert out[6][2] == "chunk ids already stored: ['m-0']; use upsert() to replace them"
     assert out[8] == ("ok", 2) and out[9] == ("ok", 1)  # its own v-1 (the supersede's) and plain-1 (the add's)
@@ -189,15 +229,20 @@ def _searches(memory):
     view = memory.scoped(ATTACKER)
     out = []
     for q in QUERIES:
-        for fields in ({}, {"fusion": "rrf"}, {"metadata_filter": {"kind": "note"}}, {"sparse_weight": 1.0,
-                                                                                           "dense_weight": 0.0}):
+        for fields in (
+            {},
+            {"fusion": "rrf"},
+            {"metadata_filter": {"kind": "note"}},
+            {"sparse_weight": 1.0, "dense_weight": 0.0},
+        ):
             out.append(_dump(view.search(q, top_k=10, **fields)))
     out.append(_dump(asyncio.run(view.asearch("Kafka lag zebra", top_k=5))))
     return out
 
 
 QDRANT_STATISTICS = pytest.mark.xfail(
-    strict=True, reason="issue 35 class 2 is done on the embedded backend only: Qdrant's IDF stays collection-wide")
+    strict=True, reason="issue 35 class 2 is done on the embedded backend only: Qdrant's IDF stays collection-wide"
+)
 
 
 def _engine_marks(engine):
@@ -249,8 +294,10 @@ def test_cursors_are_opaque_scope_bound_and_refuse_forgeries(pair):
     page2, _ = view.page_chunks(after=cursor, limit=2)
     assert [c.chunk_id for c in page2] == ["m-2", "m-3"]
     _, theirs = other.page_chunks(limit=1)
-    message = ("is not one this server gave (a scoped view's cursors are opaque, bound to its scope, and last while "
-               "the memory stays open); start the listing again without a cursor")
+    message = (
+        "is not one this server gave (a scoped view's cursors are opaque, bound to its scope, and last while "
+        "the memory stays open); start the listing again without a cursor"
+    )
     altered = cursor[:-2] + ("AA" if cursor[-2:] != "AA" else "BB")
     for bad in (theirs, altered, "c" + "A" * 43, "k12", 12, "2"):
         with pytest.raises(InvalidRequestError) as info:
@@ -259,8 +306,10 @@ def test_cursors_are_opaque_scope_bound_and_refuse_forgeries(pair):
     with pytest.raises(InvalidRequestError):  # the victim cannot use the attacker's cursor either
         other.page_chunks(after=cursor)
     # the memory without the victim: its own key, the same pages
-    assert [c.chunk_id for c in alone.scoped(ATTACKER).page_chunks(after=alone.scoped(ATTACKER).page_chunks(
-        limit=2)[1], limit=2)[0]] == ["m-2", "m-3"]
+    assert [
+        c.chunk_id
+        for c in alone.scoped(ATTACKER).page_chunks(after=alone.scoped(ATTACKER).page_chunks(limit=2)[1], limit=2)[0]
+    ] == ["m-2", "m-3"]
 
 
 def test_the_cursor_seal_hides_the_position():
@@ -281,7 +330,10 @@ def test_the_administrator_sees_stored_ids(pair):
     key = Scope(**ATTACKER).key()
     victim_key = Scope(**VICTIM).key()
     assert [c.chunk_id for c in shared.get(["m-1", f"{key}:m-1", f"{victim_key}:m-1", "plain-1"])] == [
-        f"{key}:m-1", f"{victim_key}:m-1", "plain-1"]
+        f"{key}:m-1",
+        f"{victim_key}:m-1",
+        "plain-1",
+    ]
     assert shared.get([f"{key}:m-1"])[0].text == ATTACKER_NOTES[1]
     # the victim's view reads its plain (unscoped-written) chunk by its id, and updates it in place
     victim = shared.scoped(VICTIM)
@@ -319,13 +371,13 @@ def test_adapters_learn_nothing(pair, request):
 
 async def _mcp(memory):
     pytest.importorskip("mcp")
+    from hybrid_memory.mcp_server import build_server
     from mcp import Client
     from mcp.client._memory import InMemoryTransport
 
-    from hybrid_memory.mcp_server import build_server
-
     out = []
     async with Client(InMemoryTransport(build_server(memory, scope=ATTACKER, graph=None))) as c:
+
         async def call(tool, arguments):
             result = await c.call_tool(tool, arguments)
             content = result.structured_content if not result.is_error else result.content[0].text

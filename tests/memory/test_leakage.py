@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 
 import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory
 
 TENANTS, USERS = ("acme", "globex"), ("u1", "u2")
@@ -20,8 +19,12 @@ def _tag(scope):
 def _chunks(scope):
     """The same vocabulary in every scope (services, hosts, errors), plus one secret with words of its own."""
     tag = _tag(scope)
-    secret_words = {"acme-u1": "marigold orbit 4471", "acme-u2": "basalt heron 9025",
-                    "globex-u1": "saffron comet 1183", "globex-u2": "cobalt lynx 6642"}[tag]
+    secret_words = {
+        "acme-u1": "marigold orbit 4471",
+        "acme-u2": "basalt heron 9025",
+        "globex-u1": "saffron comet 1183",
+        "globex-u2": "cobalt lynx 6642",
+    }[tag]
     notes = [
         "billing-service answered HTTP 504 while Kafka lag grew on db-prod-3",
         "billing-service retries Kafka consumers when db-prod-3 is slow",
@@ -84,8 +87,9 @@ def test_a_tenant_sees_only_its_users(world):
     ids = [r.chunk_id for r in memory.scoped(tenant="acme").search("vault passphrase", top_k=50).results]
     # a wider view shows the chunks of a narrower view by their stored ids: that view's namespace and its id
     keys = {memory.scoped(tenant="acme", user_id=u).scope.key(): u for u in ("u1", "u2")}
-    assert len(ids) == 10 and all(i.split(":", 1)[0] in keys and i.split(":", 1)[1].startswith(
-        f"acme-{keys[i.split(':', 1)[0]]}:") for i in ids)
+    assert len(ids) == 10 and all(
+        i.split(":", 1)[0] in keys and i.split(":", 1)[1].startswith(f"acme-{keys[i.split(':', 1)[0]]}:") for i in ids
+    )
     # the same user id in another tenant is another scope
     assert memory.scoped(tenant="globex", user_id="u1").count() == 5
     assert memory.scoped(user_id="u1").count() == 10
@@ -132,8 +136,12 @@ def test_graph_global_search_and_ask(world, graphs, scope):
     assert graph.reports and all(_own(scope, r.chunk_ids) for r in graph.reports.values())
     result = graph.global_search("how are Kafka lag and db-prod-3 timeouts on billing-service handled?")
     assert result.hits and all(_own(scope, h.chunk_ids) for h in result.hits)
-    answer = graph.ask("what happens to billing-service when db-prod-3 is slow?", llm=lambda prompt: (
-        '{"points": [{"description": "retries", "score": 80}]}' if "points" in prompt else "It retries."))
+    answer = graph.ask(
+        "what happens to billing-service when db-prod-3 is slow?",
+        llm=lambda prompt: (
+            '{"points": [{"description": "retries", "score": 80}]}' if "points" in prompt else "It retries."
+        ),
+    )
     assert all(_own(scope, h.chunk_ids) for h in answer.search.hits)
     reopened = GraphIndex.open(memory.scoped(scope))
     assert set(reopened.extractions) == set(graph.extractions) and _own(scope, list(reopened.extractions))
@@ -147,10 +155,9 @@ def test_graph_global_search_and_ask(world, graphs, scope):
 @pytest.mark.parametrize("scope", SCOPES, ids=_tag)
 async def test_mcp_tools(world, graphs, scope):
     pytest.importorskip("mcp")
+    from hybrid_memory.mcp_server import build_server
     from mcp import Client
     from mcp.client._memory import InMemoryTransport
-
-    from hybrid_memory.mcp_server import build_server
 
     memory, secrets = world
     async with Client(InMemoryTransport(build_server(memory, scope=scope, read_only=True))) as c:
@@ -158,7 +165,9 @@ async def test_mcp_tools(world, graphs, scope):
             found = await c.call_tool("search_memory", {"request": {"search_text": f"vault {words}", "top_k": 50}})
             assert _own(scope, [r["chunk_id"] for r in found.structured_content["results"]])
         got = await c.call_tool("get_memory", {"chunk_ids": ALL_IDS})
-        assert len(got.structured_content["result"]) == 5 and _own(scope, [m["chunk_id"] for m in got.structured_content["result"]])
+        assert len(got.structured_content["result"]) == 5 and _own(
+            scope, [m["chunk_id"] for m in got.structured_content["result"]]
+        )
         listed = await c.call_tool("list_memories", {"page_size": 100})
         assert _own(scope, [m["chunk_id"] for m in listed.structured_content["memories"]])
         reports = await c.call_tool("global_search", {"question": "Kafka lag on billing-service"})

@@ -1,15 +1,12 @@
 """add / upsert / delete / get / count, and what the engines see after each."""
 
 import pytest
-
 from hybrid_memory import (
     DimensionMismatchError,
     DuplicateChunkError,
     HybridMemory,
     InvalidRequestError,
 )
-
-
 
 
 def sparse_ids(memory, text, top_k=10, **kw):
@@ -59,8 +56,15 @@ def test_bad_chunks_name_the_field(embedder):
 
 def test_upsert_replaces_text_in_both_engines(memory):
     assert sparse_ids(memory, "getUserById") == ["auth-user"]
-    memory.upsert([{"chunk_id": "auth-user", "text": "auth-api rotates JWT signing keys weekly",
-                    "metadata": {"environment": "production", "service": "auth-api"}}])
+    memory.upsert(
+        [
+            {
+                "chunk_id": "auth-user",
+                "text": "auth-api rotates JWT signing keys weekly",
+                "metadata": {"environment": "production", "service": "auth-api"},
+            }
+        ]
+    )
     assert memory.count() == 6
     assert sparse_ids(memory, "getUserById") == []
     assert sparse_ids(memory, "JWT signing keys") == ["auth-user"]
@@ -101,13 +105,25 @@ def test_a_lone_string_is_one_id_for_delete_get_and_a_scoped_view(memory):
     assert memory.count() == 5
 
 
-@pytest.mark.parametrize("chunk_ids, message", [
-    (5, "chunk_ids must be a list of chunk ids (str), or one id as a str, got int 5; pass e.g. ['c1', 'c2'] or 'c1'"),
-    (b"reset", "chunk_ids must be a list of chunk ids (str), or one id as a str, got bytes b'reset'; pass e.g. "
-               "['c1', 'c2'] or 'c1'"),
-    (["reset", None], "chunk_ids must be chunk ids (str), got NoneType None at position 1; pass the ids as str, e.g. "
-                      "['c1', 'c2']"),
-])
+@pytest.mark.parametrize(
+    "chunk_ids, message",
+    [
+        (
+            5,
+            "chunk_ids must be a list of chunk ids (str), or one id as a str, got int 5; pass e.g. ['c1', 'c2'] or 'c1'",
+        ),
+        (
+            b"reset",
+            "chunk_ids must be a list of chunk ids (str), or one id as a str, got bytes b'reset'; pass e.g. "
+            "['c1', 'c2'] or 'c1'",
+        ),
+        (
+            ["reset", None],
+            "chunk_ids must be chunk ids (str), got NoneType None at position 1; pass the ids as str, e.g. "
+            "['c1', 'c2']",
+        ),
+    ],
+)
 def test_ids_that_are_not_strings_are_refused_naming_value_and_position(memory, chunk_ids, message):
     """bytes iterated as ints (the message quoted [114, 101, ...]), and the message named no fix."""
     with pytest.raises(InvalidRequestError) as info:
@@ -120,12 +136,15 @@ def test_a_chunk_object_given_as_an_id_names_its_chunk_id_and_supersede_names_ol
     stored = memory.get(["reset"])
     with pytest.raises(InvalidRequestError) as info:
         memory.delete(stored)
-    assert str(info.value) == ("chunk_ids must be chunk ids (str), got a StoredChunk (chunk_id 'reset') at position 0; "
-                               "pass the ids: [c.chunk_id for c in chunks]")
+    assert str(info.value) == (
+        "chunk_ids must be chunk ids (str), got a StoredChunk (chunk_id 'reset') at position 0; "
+        "pass the ids: [c.chunk_id for c in chunks]"
+    )
     with pytest.raises(InvalidRequestError) as info:
         memory.supersede(7, {"chunk_id": "new", "text": "a new fact"})
-    assert str(info.value) == ("old_ids must be a list of chunk ids (str), or one id as a str, got int 7; pass e.g. "
-                               "['c1', 'c2'] or 'c1'")
+    assert str(info.value) == (
+        "old_ids must be a list of chunk ids (str), or one id as a str, got int 7; pass e.g. ['c1', 'c2'] or 'c1'"
+    )
     assert memory.count() == 6
 
 
@@ -208,11 +227,13 @@ def test_one_chunk_given_where_a_list_is_taken_names_the_call_that_was_made(memo
         with pytest.raises(InvalidRequestError) as info:
             getattr(memory, call)(chunk)
         assert str(info.value) == (
-            f"chunks must be a list of Chunk objects or mappings, got dict; wrap one chunk in a list: {call}([chunk])")
+            f"chunks must be a list of Chunk objects or mappings, got dict; wrap one chunk in a list: {call}([chunk])"
+        )
         with pytest.raises(InvalidRequestError) as info:
             getattr(memory.scoped(user_id="u1"), call)("y")
         assert str(info.value) == (
-            f"chunks must be a list of Chunk objects or mappings, got str; wrap one chunk in a list: {call}([chunk])")
+            f"chunks must be a list of Chunk objects or mappings, got str; wrap one chunk in a list: {call}([chunk])"
+        )
     assert memory.count() == before == 6
 
 
@@ -225,8 +246,9 @@ def test_wrong_argument_shapes_are_clear_errors(memory):
         memory.delete(None)
     with pytest.raises(InvalidRequestError) as info:
         memory.get([1, 2])
-    assert str(info.value) == ("chunk_ids must be chunk ids (str), got int 1 at position 0; pass the ids as str, e.g. "
-                               "['c1', 'c2']")
+    assert str(info.value) == (
+        "chunk_ids must be chunk ids (str), got int 1 at position 0; pass the ids as str, e.g. ['c1', 'c2']"
+    )
     with pytest.raises(InvalidRequestError, match="chunk_id"):
         memory.add([{"chunk_id": "   ", "text": "x"}])
     with pytest.raises(InvalidRequestError, match="not valid Unicode"):

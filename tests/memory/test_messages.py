@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError
 from hybrid_memory.cli.app import main
 from hybrid_memory.ingest import read_beir_corpus
 
-SURROGATE_FIX = ("which UTF-8 cannot encode); remove it, or decode the original bytes as UTF-8 "
-                 "(bytes.decode('utf-8', errors='replace') turns bad bytes into U+FFFD)")
+SURROGATE_FIX = (
+    "which UTF-8 cannot encode); remove it, or decode the original bytes as UTF-8 "
+    "(bytes.decode('utf-8', errors='replace') turns bad bytes into U+FFFD)"
+)
 
 
 def test_a_lone_surrogate_in_search_text_names_its_position_and_the_fix(memory):
@@ -20,11 +21,14 @@ def test_a_lone_surrogate_in_search_text_names_its_position_and_the_fix(memory):
             memory.search(request)
         assert str(info.value) == (
             "invalid search request: search_text: search_text is not valid Unicode text (surrogates not allowed at "
-            f"position 5: a lone surrogate '\\ud800', {SURROGATE_FIX} (got '故乡 🎉 \\ud800')")
+            f"position 5: a lone surrogate '\\ud800', {SURROGATE_FIX} (got '故乡 🎉 \\ud800')"
+        )
     with pytest.raises(InvalidRequestError) as info:  # the chunk text says the same
         memory.add([{"chunk_id": "s", "text": "故 \ud800"}])
-    assert f"text: text is not valid Unicode text (surrogates not allowed at position 2: a lone surrogate '\\ud800', " \
-           f"{SURROGATE_FIX}" in str(info.value)
+    assert (
+        f"text: text is not valid Unicode text (surrogates not allowed at position 2: a lone surrogate '\\ud800', "
+        f"{SURROGATE_FIX}" in str(info.value)
+    )
     assert memory.count() == 6
 
 
@@ -32,25 +36,36 @@ def test_a_lone_surrogate_in_search_text_names_its_position_and_the_fix(memory):
 def test_a_bad_weight_shows_its_value_once(memory, value, shown):
     with pytest.raises(InvalidRequestError) as info:
         memory.search("HTTP 504", dense_weight=value)
-    assert str(info.value) == ("invalid search request: hybrid_params.dense_weight: must be a number in [0, 1e+06] "
-                               f"(only the ratio of the weights matters), got {shown}")
+    assert str(info.value) == (
+        "invalid search request: hybrid_params.dense_weight: must be a number in [0, 1e+06] "
+        f"(only the ratio of the weights matters), got {shown}"
+    )
 
 
 def test_supersede_refusal_shows_iso_utc_times(memory):
     memory.upsert([{"chunk_id": "old", "text": "Dana prefers PostgreSQL", "valid_from": 1717200000.0}])
     with pytest.raises(InvalidRequestError) as info:
         memory.supersede("old", {"chunk_id": "new", "text": "Dana prefers SQLite", "valid_from": 1672531200.0})
-    assert str(info.value) == ("chunks ['old'] are valid from 2024-06-01T00:00:00Z, not before the new fact's "
-                               "valid_from 2023-01-01T00:00:00Z; give the new chunk a later valid_from")
+    assert str(info.value) == (
+        "chunks ['old'] are valid from 2024-06-01T00:00:00Z, not before the new fact's "
+        "valid_from 2023-01-01T00:00:00Z; give the new chunk a later valid_from"
+    )
     assert memory.get(["new"]) == [] and memory.get(["old"])[0].valid_to is None
 
 
 def test_a_utf8_bom_is_skipped_in_jsonl_request_and_text_files(tmp_path, capsys):
     corpus = tmp_path / "notes.jsonl"
-    corpus.write_bytes(b"\xef\xbb\xbf" + json.dumps({"_id": "a", "text": "kafka lag on orders"}).encode() + b"\n"
-                       + json.dumps({"_id": "b", "text": "disk full on indexer"}).encode() + b"\n")
-    assert [(c.chunk_id, c.text) for c in read_beir_corpus(corpus)] == [("a", "kafka lag on orders"),
-                                                                       ("b", "disk full on indexer")]
+    corpus.write_bytes(
+        b"\xef\xbb\xbf"
+        + json.dumps({"_id": "a", "text": "kafka lag on orders"}).encode()
+        + b"\n"
+        + json.dumps({"_id": "b", "text": "disk full on indexer"}).encode()
+        + b"\n"
+    )
+    assert [(c.chunk_id, c.text) for c in read_beir_corpus(corpus)] == [
+        ("a", "kafka lag on orders"),
+        ("b", "disk full on indexer"),
+    ]
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "x.md").write_bytes(b"\xef\xbb\xbfkafka runbook")
@@ -74,18 +89,23 @@ def test_export_to_the_memory_folder_itself_says_so(tmp_path, capsys):
     assert capsys.readouterr().err == (
         f"hybrid-memory: error: edge_path {folder} is the embedded memory folder (it holds store.sqlite3); a Qdrant "
         f"Edge shard must not share a memory's folder: use another folder, e.g. {folder}-edge (hybrid-memory "
-        "export-qdrant --edge-path copies the memory there)\n")
+        "export-qdrant --edge-path copies the memory there)\n"
+    )
 
 
 def test_search_help_lists_the_default_fusion_first(capsys):
     with pytest.raises(SystemExit):
         main(["search", "--help"])
     out = capsys.readouterr().out
-    assert "[--fusion {adaptive,rrf,rrf_guard,dbsf,tm2c2,zscore,confidence,zscore_guard,adaptive_uncalibrated,adaptive_v1}]" in out
+    assert (
+        "[--fusion {adaptive,rrf,rrf_guard,dbsf,tm2c2,zscore,confidence,zscore_guard,adaptive_uncalibrated,adaptive_v1}]"
+        in out
+    )
 
 
-@pytest.mark.parametrize("vector, got", [("abc", "got str 'abc'"), ([1.0, "x"], "got list [1.0, 'x']"),
-                                         ({"a": 1}, "got dict {'a': 1}")])
+@pytest.mark.parametrize(
+    "vector, got", [("abc", "got str 'abc'"), ([1.0, "x"], "got list [1.0, 'x']"), ({"a": 1}, "got dict {'a': 1}")]
+)
 def test_a_query_vector_that_is_not_numbers_is_a_clear_error(vector, got):
     from hybrid_memory import InvalidRequestError
 
@@ -93,8 +113,10 @@ def test_a_query_vector_that_is_not_numbers_is_a_clear_error(vector, got):
         mem.add([{"chunk_id": "a", "text": "kafka lag"}])
         with pytest.raises(InvalidRequestError) as raised:
             mem.search("kafka", query_vector=vector)
-    assert str(raised.value) == (f"query_vector must be numbers, {got}; pass 4 finite floats (this memory's "
-                                 "embedding size), or None to embed search_text")
+    assert str(raised.value) == (
+        f"query_vector must be numbers, {got}; pass 4 finite floats (this memory's "
+        "embedding size), or None to embed search_text"
+    )
 
 
 def test_the_qdrant_order_filter_hint_names_the_cli_flag_too():
@@ -104,18 +126,26 @@ def test_the_qdrant_order_filter_hint_names_the_cli_flag_too():
 
     with pytest.raises(InvalidFilterError) as raised:
         translate(parse_filter({"severity": {"$lte": 1}}), set())
-    assert str(raised.value).endswith("declare it: HybridMemory.qdrant(..., indexed_keys={'severity': 'float'}), or "
-                                      "on the command line --index-key severity=float")
+    assert str(raised.value).endswith(
+        "declare it: HybridMemory.qdrant(..., indexed_keys={'severity': 'float'}), or "
+        "on the command line --index-key severity=float"
+    )
 
 
-NONE_FIX = ('invalid search request: got None (and no search_text=); pass a request dict or SearchRequest, e.g. '
-            '{"search_text": "..."}, or the search text itself')
+NONE_FIX = (
+    "invalid search request: got None (and no search_text=); pass a request dict or SearchRequest, e.g. "
+    '{"search_text": "..."}, or the search text itself'
+)
 
 
 async def test_search_of_none_says_none_was_passed_and_what_to_pass(memory):
     """A fresh user's finding: memory.search(None) read "search_text: Field required (got {})", a {} never passed."""
-    for call in (lambda: memory.search(None), lambda: memory.search(), lambda: memory.search(None, top_k=3),
-                 lambda: memory.scoped({"user_id": "u1"}).search(None)):
+    for call in (
+        lambda: memory.search(None),
+        lambda: memory.search(),
+        lambda: memory.search(None, top_k=3),
+        lambda: memory.scoped({"user_id": "u1"}).search(None),
+    ):
         with pytest.raises(InvalidRequestError) as info:
             call()
         assert str(info.value) == NONE_FIX
@@ -123,8 +153,9 @@ async def test_search_of_none_says_none_was_passed_and_what_to_pass(memory):
         await memory.asearch(None)
     assert str(info.value) == NONE_FIX
     # None with search_text= is a request, as before
-    assert [r.chunk_id for r in memory.search(None, search_text="HTTP 504", top_k=2).results] == \
-        [r.chunk_id for r in memory.search("HTTP 504", top_k=2).results]
+    assert [r.chunk_id for r in memory.search(None, search_text="HTTP 504", top_k=2).results] == [
+        r.chunk_id for r in memory.search("HTTP 504", top_k=2).results
+    ]
 
 
 def test_a_nan_in_given_vectors_names_the_first_bad_row_its_chunk_and_the_fix(memory):
@@ -140,9 +171,11 @@ def test_a_nan_in_given_vectors_names_the_first_bad_row_its_chunk_and_the_fix(me
     assert str(info.value) == (
         "vectors row 2 (chunk 'v2') holds NaN or infinite values as float32 (2 of 4 rows do); nothing was stored: "
         "give finite rows (np.isfinite(vectors).all(axis=1) finds the bad ones), or leave vectors= out to embed the "
-        "texts with the memory's embedder")
-    with pytest.raises(InvalidRequestError,
-                       match=r"^vectors row 0 \(chunk 'v0'\) holds NaN or infinite values as float32 \(1 of 1 "):
+        "texts with the memory's embedder"
+    )
+    with pytest.raises(
+        InvalidRequestError, match=r"^vectors row 0 \(chunk 'v0'\) holds NaN or infinite values as float32 \(1 of 1 "
+    ):
         memory.upsert(chunks[:1], vectors=np.full((1, 64), 1e39))  # finite in float64, infinite as float32
     assert memory.count() == 6 and memory.get(["v0", "v2"]) == []
     vectors[2, 5] = vectors[3, 0] = 0.5

@@ -9,7 +9,6 @@ import warnings
 
 import numpy as np
 import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError
 from hybrid_memory.embedders import query_vector
 
@@ -28,24 +27,33 @@ def _refusal(vector) -> str:
     return str(raised.value)
 
 
-@pytest.mark.parametrize("vector, message", [
-    (np.full(4, np.nan, dtype=np.float32), f"query_vector holds NaN at index 0 (4 values are not finite); {FIX}"),
-    ([0.5, 0.5, float("inf"), 0.5], f"query_vector holds inf at index 2; {FIX}"),
-    (np.array([0.1, -np.inf, np.nan, 0.1]), f"query_vector holds -inf at index 1 (2 values are not finite); {FIX}"),
-    (np.array([0.1, 0.2, 1e39, 0.1]), f"query_vector holds 1e+39 (beyond float32's range) at index 2; {FIX}"),
-])
+@pytest.mark.parametrize(
+    "vector, message",
+    [
+        (np.full(4, np.nan, dtype=np.float32), f"query_vector holds NaN at index 0 (4 values are not finite); {FIX}"),
+        ([0.5, 0.5, float("inf"), 0.5], f"query_vector holds inf at index 2; {FIX}"),
+        (np.array([0.1, -np.inf, np.nan, 0.1]), f"query_vector holds -inf at index 1 (2 values are not finite); {FIX}"),
+        (np.array([0.1, 0.2, 1e39, 0.1]), f"query_vector holds 1e+39 (beyond float32's range) at index 2; {FIX}"),
+    ],
+)
 def test_a_non_finite_vector_says_what_and_where(vector, message):
     assert _refusal(vector) == message
 
 
-@pytest.mark.parametrize("shape, message", [
-    ((1, 4), f"query_vector must be one-dimensional (4,), got shape (1, 4); {ROW_FIX}"),
-    ((4, 1), f"query_vector must be one-dimensional (4,), got shape (4, 1); {ROW_FIX}"),
-    ((2, 4), "query_vector must be one-dimensional (4,), got shape (2, 4); search one query at a time, each a 1-D "
-             "vector of 4 floats, or None to embed search_text"),
-    ((2, 2), f"query_vector must be one-dimensional (4,), got shape (2, 2); {FIX}"),
-    ((1, 1, 4), f"query_vector must be one-dimensional (4,), got shape (1, 1, 4); {FIX}"),
-])
+@pytest.mark.parametrize(
+    "shape, message",
+    [
+        ((1, 4), f"query_vector must be one-dimensional (4,), got shape (1, 4); {ROW_FIX}"),
+        ((4, 1), f"query_vector must be one-dimensional (4,), got shape (4, 1); {ROW_FIX}"),
+        (
+            (2, 4),
+            "query_vector must be one-dimensional (4,), got shape (2, 4); search one query at a time, each a 1-D "
+            "vector of 4 floats, or None to embed search_text",
+        ),
+        ((2, 2), f"query_vector must be one-dimensional (4,), got shape (2, 2); {FIX}"),
+        ((1, 1, 4), f"query_vector must be one-dimensional (4,), got shape (1, 1, 4); {FIX}"),
+    ],
+)
 def test_a_vector_of_more_than_one_dimension_is_refused_with_its_shape(shape, message):
     assert _refusal(np.ones(shape, dtype=np.float32)) == message
 
@@ -57,18 +65,29 @@ def test_a_wrong_length_shows_the_length():
 def test_a_complex_vector_is_refused_without_a_complex_warning():
     assert _refusal(np.array([1, 0, 0, 0], dtype=np.complex64) + 1j) == (
         "query_vector holds complex numbers (dtype complex64); an embedding is real: pass its real part if that is "
-        f"what you mean (vector.real); {FIX}")
+        f"what you mean (vector.real); {FIX}"
+    )
 
 
-@pytest.mark.parametrize("vector, got", [([True, False, True, False], "got list [True, False, True, False]"),
-                                         (["1", "0", "0", "0"], "got list ['1', '0', '0', '0']"),
-                                         ([1.0, None, 0.0, 0.0], "got list [1.0, None, 0.0, 0.0]")])
+@pytest.mark.parametrize(
+    "vector, got",
+    [
+        ([True, False, True, False], "got list [True, False, True, False]"),
+        (["1", "0", "0", "0"], "got list ['1', '0', '0', '0']"),
+        ([1.0, None, 0.0, 0.0], "got list [1.0, None, 0.0, 0.0]"),
+    ],
+)
 def test_booleans_digit_strings_and_none_are_not_numbers(vector, got):
     assert _refusal(vector) == f"query_vector must be numbers, {got}; {FIX}"
 
 
-@pytest.mark.parametrize("vector, got", [([True, 0.5, 0.0, 0.0], "got list holding bool True at index 0"),
-                                         ((0.5, 0.0, np.False_, 1.0), "got tuple holding bool False at index 2")])
+@pytest.mark.parametrize(
+    "vector, got",
+    [
+        ([True, 0.5, 0.0, 0.0], "got list holding bool True at index 0"),
+        ((0.5, 0.0, np.False_, 1.0), "got tuple holding bool False at index 2"),
+    ],
+)
 def test_a_bool_among_floats_is_not_a_number(vector, got):
     """numpy reads [True, 0.5, ...] as floats (dtype float64), so the dtype alone let it through as 1.0."""
     assert _refusal(vector) == f"query_vector must be numbers, {got}; {FIX}"
@@ -82,8 +101,10 @@ def test_what_langchain_and_llamaindex_pass_is_accepted():
         assert out.dtype == np.float32 and out.shape == (4,)
         assert out.tolist() == [np.float32(0.6), np.float32(0.8), 0.0, 0.0]
     with HybridMemory(embedder=HashingEmbedder(4)) as mem:
-        mem.add([{"chunk_id": "x", "text": "alpha"}, {"chunk_id": "y", "text": "beta"}],
-                vectors=np.array([[1, 0, 0, 0], [0, 1, 0, 0]], dtype=np.float32))
+        mem.add(
+            [{"chunk_id": "x", "text": "alpha"}, {"chunk_id": "y", "text": "beta"}],
+            vectors=np.array([[1, 0, 0, 0], [0, 1, 0, 0]], dtype=np.float32),
+        )
         hits = mem.search("zzz", query_vector=[0.0, 2.0, 0.0, 0.0], sparse_weight=0.0, top_k=2).results
         assert [(h.chunk_id, h.dense_score) for h in hits] == [("y", 1.0), ("x", 0.0)]
 
@@ -92,8 +113,10 @@ def test_the_qdrant_backend_uses_the_same_checker(tmp_path):
     pytest.importorskip("qdrant_client", reason="qdrant-client is not installed (pip install 'hybrid-memory[qdrant]')")
     with HybridMemory.qdrant(":memory:", collection="t", embedder=HashingEmbedder(4), payload_indexes=False) as mem:
         mem.add([{"chunk_id": "a", "text": "kafka lag"}])
-        for vector, message in ((np.ones((1, 4)), f"query_vector must be one-dimensional (4,), got shape (1, 4); {ROW_FIX}"),
-                                ([0.1, float("nan"), 0.1, 0.1], f"query_vector holds NaN at index 1; {FIX}")):
+        for vector, message in (
+            (np.ones((1, 4)), f"query_vector must be one-dimensional (4,), got shape (1, 4); {ROW_FIX}"),
+            ([0.1, float("nan"), 0.1, 0.1], f"query_vector holds NaN at index 1; {FIX}"),
+        ):
             with pytest.raises(InvalidRequestError) as raised:
                 mem.search("kafka", query_vector=vector)
             assert str(raised.value) == message
@@ -129,13 +152,16 @@ def test_a_query_vector_of_huge_or_tiny_entries_is_scaled_like_any_other(scale):
     from hybrid_memory.embedders import l2_normalize
 
     with HybridMemory(embedder=HashingEmbedder(8)) as memory:
-        memory.add([{"chunk_id": f"c{i}", "text": t} for i, t in enumerate(["postgres pool", "redis cache", "kafka lag"])])
+        memory.add(
+            [{"chunk_id": f"c{i}", "text": t} for i, t in enumerate(["postgres pool", "redis cache", "kafka lag"])]
+        )
         direction = np.full(8, 1.0, dtype=np.float32)
         expected = memory.search("postgres pool", top_k=3, query_vector=direction)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             got = memory.search("postgres pool", top_k=3, query_vector=direction * np.float32(scale))
         assert [(r.chunk_id, r.dense_rank, r.dense_score) for r in got.results] == [
-            (r.chunk_id, r.dense_rank, r.dense_score) for r in expected.results]
+            (r.chunk_id, r.dense_rank, r.dense_score) for r in expected.results
+        ]
         assert got.effective_weights == expected.effective_weights and got.effective_weights["dense"] > 0
     assert l2_normalize(np.array([[scale, 0.0]], dtype=np.float32)).tolist() == [[1.0, 0.0]]

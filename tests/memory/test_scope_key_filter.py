@@ -6,7 +6,6 @@ chunk searched has the key in its metadata, on every backend; when some chunk's 
 from __future__ import annotations
 
 import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidFilterError
 
 from tests.backends.test_backends import ENGINES, open_memory
@@ -15,11 +14,13 @@ from tests.backends.test_backends import ENGINES, open_memory
 def _message(name: str, value: str | None, where: str = "this memory", shell: str | None = None) -> str:
     python = f"{name}={value!r}" if value is not None else f"{name}=..."
     shell = shell or (value if value is not None else "VALUE")
-    return (f"metadata_filter key {name!r} is a scope field, not metadata: no chunk in {where} has {name!r} in its "
-            "metadata (scope fields are stored apart from it), so this filter tests a key no chunk has. Restrict by "
-            f"scope instead: memory.scoped({python}) in Python, --scope {name}={shell} on the command line "
-            "(hybrid-memory search, and hybrid-memory mcp for an MCP server) (scope fields: tenant, user_id, agent_id, "
-            "session_id)")
+    return (
+        f"metadata_filter key {name!r} is a scope field, not metadata: no chunk in {where} has {name!r} in its "
+        "metadata (scope fields are stored apart from it), so this filter tests a key no chunk has. Restrict by "
+        f"scope instead: memory.scoped({python}) in Python, --scope {name}={shell} on the command line "
+        "(hybrid-memory search, and hybrid-memory mcp for an MCP server) (scope fields: tenant, user_id, agent_id, "
+        "session_id)"
+    )
 
 
 @pytest.fixture(params=ENGINES)
@@ -28,26 +29,44 @@ def memory(request, tmp_path):
     mem = open_memory(request.param, tmp_path, embedder=HashingEmbedder(16))
     # written unscoped with their scope fields, so the administrator's view lists them by these ids (a view
     # would store them under its namespace, hybrid_memory.isolation)
-    mem.add([{"chunk_id": "s1", "text": "kafka consumer lag", "tenant": "small"},
-             {"chunk_id": "s2", "text": "kafka broker disk", "tenant": "small"}])
-    mem.add([{"chunk_id": "b1", "text": "kafka topic retention", "metadata": {"team": "sre"}, "tenant": "big",
-              "user_id": "alice"}])
+    mem.add(
+        [
+            {"chunk_id": "s1", "text": "kafka consumer lag", "tenant": "small"},
+            {"chunk_id": "s2", "text": "kafka broker disk", "tenant": "small"},
+        ]
+    )
+    mem.add(
+        [
+            {
+                "chunk_id": "b1",
+                "text": "kafka topic retention",
+                "metadata": {"team": "sre"},
+                "tenant": "big",
+                "user_id": "alice",
+            }
+        ]
+    )
     yield mem
     mem.close()
 
 
-@pytest.mark.parametrize("metadata_filter, name, value, shell", [
-    ({"tenant": "small"}, "tenant", "small", None),
-    ({"tenant": {"$eq": "small"}}, "tenant", "small", None),
-    ({"user_id": "alice"}, "user_id", "alice", None),
-    ({"agent_id": {"$in": ["bot", "cron"]}}, "agent_id", None, None),
-    ({"$or": [{"team": "sre"}, {"$not": {"session_id": "s 1"}}]}, "session_id", "s 1", "'s 1'"),
-])
+@pytest.mark.parametrize(
+    "metadata_filter, name, value, shell",
+    [
+        ({"tenant": "small"}, "tenant", "small", None),
+        ({"tenant": {"$eq": "small"}}, "tenant", "small", None),
+        ({"user_id": "alice"}, "user_id", "alice", None),
+        ({"agent_id": {"$in": ["bot", "cron"]}}, "agent_id", None, None),
+        ({"$or": [{"team": "sre"}, {"$not": {"session_id": "s 1"}}]}, "session_id", "s 1", "'s 1'"),
+    ],
+)
 def test_a_scope_field_no_chunk_holds_as_metadata_is_refused(memory, metadata_filter, name, value, shell):
-    for call in (lambda: memory.search("kafka", metadata_filter=metadata_filter),
-                 lambda: memory.count(metadata_filter),
-                 lambda: memory.page_chunks(metadata_filter),
-                 lambda: list(memory.iter_chunks(metadata_filter))):
+    for call in (
+        lambda: memory.search("kafka", metadata_filter=metadata_filter),
+        lambda: memory.count(metadata_filter),
+        lambda: memory.page_chunks(metadata_filter),
+        lambda: list(memory.iter_chunks(metadata_filter)),
+    ):
         with pytest.raises(InvalidFilterError) as raised:
             call()
         assert str(raised.value) == _message(name, value, shell=shell)
@@ -59,8 +78,12 @@ def test_the_scope_is_the_fix(memory):
 
 
 def test_when_some_chunk_has_the_key_as_metadata_the_filter_runs_unchanged(memory):
-    memory.add([{"chunk_id": "m1", "text": "kafka lag alert", "metadata": {"tenant": "small"}},
-                {"chunk_id": "m2", "text": "kafka rebalance", "metadata": {"tenant": "other"}}])
+    memory.add(
+        [
+            {"chunk_id": "m1", "text": "kafka lag alert", "metadata": {"tenant": "small"}},
+            {"chunk_id": "m2", "text": "kafka rebalance", "metadata": {"tenant": "other"}},
+        ]
+    )
     # metadata, not the scope: s1 and s2 (scope tenant=small, no metadata tenant) do not match
     assert [r.chunk_id for r in memory.search("kafka", top_k=10, metadata_filter={"tenant": "small"}).results] == ["m1"]
     assert memory.count({"tenant": "small"}) == 1
@@ -79,7 +102,9 @@ def test_in_a_scoped_view_the_view_is_what_is_searched(memory):
     memory.add([{"chunk_id": "b2", "text": "kafka quota", "metadata": {"tenant": "legacy"}, "tenant": "big"}])
     # the unscoped memory and tenant big's view hold a metadata tenant: the filter runs
     assert [r.chunk_id for r in memory.search("kafka", metadata_filter={"tenant": "legacy"}).results] == ["b2"]
-    assert [r.chunk_id for r in memory.scoped(tenant="big").search("kafka", metadata_filter={"tenant": "legacy"}).results] == ["b2"]
+    assert [
+        r.chunk_id for r in memory.scoped(tenant="big").search("kafka", metadata_filter={"tenant": "legacy"}).results
+    ] == ["b2"]
     # tenant small's view holds none: refused, saying "this scope"
     with pytest.raises(InvalidFilterError) as raised:
         memory.scoped(tenant="small").search("kafka", metadata_filter={"tenant": "legacy"})
@@ -89,8 +114,14 @@ def test_in_a_scoped_view_the_view_is_what_is_searched(memory):
 def test_the_scale_benchmarks_metadata_tenant_still_filters(tmp_path):
     """benchmarks/scale.py's tenant filters (metadata tenant t0..t99; here 200 chunks, tenant t{i % 20}), also
     after a reopen (the key list is saved with the filter index)."""
-    chunks = [{"chunk_id": f"c{i:03d}", "text": f"INC-{i:07d} kafka note", "metadata": {"tenant": f"t{i % 20}",
-               "env": ("prod", "staging", "dev")[i % 3], "sev": i % 5}} for i in range(200)]
+    chunks = [
+        {
+            "chunk_id": f"c{i:03d}",
+            "text": f"INC-{i:07d} kafka note",
+            "metadata": {"tenant": f"t{i % 20}", "env": ("prod", "staging", "dev")[i % 3], "sev": i % 5},
+        }
+        for i in range(200)
+    ]
     with HybridMemory(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:
         mem.add(chunks)
     with HybridMemory.open(tmp_path / "mem", embedder=HashingEmbedder(16)) as mem:

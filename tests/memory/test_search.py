@@ -4,7 +4,6 @@ import asyncio
 import threading
 
 import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidFilterError, InvalidRequestError, SearchResponse
 
 
@@ -15,7 +14,9 @@ def test_rrf_scores_are_the_weighted_formula(memory):
     assert all(r.score is None for r in response.results)  # the order is rrf_score's
     assert response.total_retrieved == len(response.results) == 6
     for r in response.results:
-        expected = (0.4 / (60 + r.sparse_rank) if r.sparse_rank else 0) + (0.6 / (60 + r.dense_rank) if r.dense_rank else 0)
+        expected = (0.4 / (60 + r.sparse_rank) if r.sparse_rank else 0) + (
+            0.6 / (60 + r.dense_rank) if r.dense_rank else 0
+        )
         assert r.rrf_score == pytest.approx(expected, abs=1e-15)
     scores = [r.rrf_score for r in response.results]
     assert scores == sorted(scores, reverse=True)
@@ -38,7 +39,14 @@ def test_the_reference_request_shape(memory):
     top = response.results[0]
     assert (top.sparse_rank, top.dense_rank) == (1, 1)
     assert top.rrf_score == pytest.approx(0.4 / 61 + 0.6 / 61)
-    assert set(response.model_dump()) == {"query_id", "total_retrieved", "results", "fusion", "effective_weights", "calibrated"}
+    assert set(response.model_dump()) == {
+        "query_id",
+        "total_retrieved",
+        "results",
+        "fusion",
+        "effective_weights",
+        "calibrated",
+    }
     assert response.fusion == "adaptive"
     assert top.score is not None
     assert {"chunk_id", "rrf_score", "text", "source"} <= set(response.model_dump()["results"][0])
@@ -70,10 +78,26 @@ def test_bm25_padding_never_reaches_fusion(memory):
 
 def test_selective_filter_still_fills_top_k_inside_both_engines():
     with HybridMemory(embedder=HashingEmbedder(64)) as mem:
-        mem.add([{"chunk_id": f"noise-{i:03d}", "text": f"HTTP 504 connection pool timeout number {i}",
-                  "metadata": {"team": "noise"}} for i in range(200)])
-        mem.add([{"chunk_id": f"rare-{i}", "text": f"unrelated gardening note {i} about tomatoes",
-                  "metadata": {"team": "rare"}} for i in range(3)])
+        mem.add(
+            [
+                {
+                    "chunk_id": f"noise-{i:03d}",
+                    "text": f"HTTP 504 connection pool timeout number {i}",
+                    "metadata": {"team": "noise"},
+                }
+                for i in range(200)
+            ]
+        )
+        mem.add(
+            [
+                {
+                    "chunk_id": f"rare-{i}",
+                    "text": f"unrelated gardening note {i} about tomatoes",
+                    "metadata": {"team": "rare"},
+                }
+                for i in range(3)
+            ]
+        )
         response = mem.search("HTTP 504 connection pool timeout", top_k=3, metadata_filter={"team": "rare"})
         assert sorted(r.chunk_id for r in response.results) == ["rare-0", "rare-1", "rare-2"]
         assert response.total_retrieved == 3
@@ -174,7 +198,12 @@ def test_results_are_deterministic_across_calls(memory):
 def test_large_and_deep_filters(memory):
     many = {"severity": {"$in": list(range(5000))}}
     assert sorted(r.chunk_id for r in memory.search("service", top_k=20, metadata_filter=many).results) == [
-        "auth-user", "prod-504", "reset", "stage-504", "upgrade"]
+        "auth-user",
+        "prod-504",
+        "reset",
+        "stage-504",
+        "upgrade",
+    ]
     with pytest.raises(InvalidFilterError, match="more than 256 field tests"):
         memory.search("x", metadata_filter={"$or": [{"n": i} for i in range(1000)]})
     deep = {"service": "auth-api"}
@@ -186,7 +215,11 @@ def test_large_and_deep_filters(memory):
         memory.count({"severity": 2**70})
     mixed = {"severity": {"$in": [2, "1", None, True]}}  # type-strict per element; None matches missing
     assert sorted(r.chunk_id for r in memory.search("service", top_k=20, metadata_filter=mixed).results) == [
-        "auth-user", "poem", "reset", "upgrade"]
+        "auth-user",
+        "poem",
+        "reset",
+        "upgrade",
+    ]
 
 
 def test_equal_scores_rank_by_chunk_id_whatever_the_insertion_history():

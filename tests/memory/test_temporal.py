@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory, HybridMemoryError, InvalidRequestError
 from hybrid_memory.temporal import RecencyPrior, to_timestamp
 
@@ -90,10 +89,12 @@ def test_supersede_persists(tmp_path):
 
 def test_recency_prior_is_off_by_default_and_reorders_only_near_ties(memory):
     as_of = JUN
-    memory.add([
-        {"chunk_id": "a", "text": "kafka consumer lag alert", "valid_from": as_of - 365 * DAY},
-        {"chunk_id": "b", "text": "kafka consumer lag alert", "valid_from": as_of},
-    ])
+    memory.add(
+        [
+            {"chunk_id": "a", "text": "kafka consumer lag alert", "valid_from": as_of - 365 * DAY},
+            {"chunk_id": "b", "text": "kafka consumer lag alert", "valid_from": as_of},
+        ]
+    )
     plain = memory.search("kafka lag", as_of=as_of, sparse_weight=1.0, dense_weight=0.0)
     assert [r.chunk_id for r in plain.results] == ["a", "b"]  # equal BM25 scores: ties by chunk_id
     prior = memory.search("kafka lag", as_of=as_of, dense_weight=0.0, recency=RecencyPrior(weight=0.1))
@@ -106,8 +107,9 @@ def test_recency_prior_never_moves_a_fact_past_one_better_by_more_than_its_bound
     """The guarantee: if fused(x) - fused(y) > weight * top, x stays above y, whatever their ages."""
     as_of = JUN
     memory.add([{"chunk_id": "old", "text": "ERR_CONN_RESET on db-prod-3 postgres", "valid_from": as_of - 900 * DAY}])
-    memory.add([{"chunk_id": f"new{i}", "text": f"postgres note {i} db " * (i + 1), "valid_from": as_of}
-                for i in range(9)])
+    memory.add(
+        [{"chunk_id": f"new{i}", "text": f"postgres note {i} db " * (i + 1), "valid_from": as_of} for i in range(9)]
+    )
     query, prior = "ERR_CONN_RESET postgres db-prod-3", RecencyPrior(weight=0.05)
     # RRF, whose fused scores are rrf_score (the adaptive default's fused score is SearchResult.score)
     plain = memory.search(query, as_of=as_of, top_k=10, fusion="rrf").results
@@ -127,8 +129,13 @@ def test_recency_prior_never_moves_a_fact_past_one_better_by_more_than_its_bound
 
 def test_recency_prior_arguments_are_checked(memory):
     # the library's error (a fresh user's finding: a plain ValueError, outside HybridMemoryError), still a ValueError
-    for bad, field in ((dict(weight=2.0), "weight"), (dict(weight=float("nan")), "weight"), (dict(weight=-1), "weight"),
-                       (dict(half_life_days=0), "half_life_days"), (dict(half_life_days=float("nan")), "half_life_days")):
+    for bad, field in (
+        (dict(weight=2.0), "weight"),
+        (dict(weight=float("nan")), "weight"),
+        (dict(weight=-1), "weight"),
+        (dict(half_life_days=0), "half_life_days"),
+        (dict(half_life_days=float("nan")), "half_life_days"),
+    ):
         with pytest.raises(InvalidRequestError, match=f"RecencyPrior.{field} must be") as raised:
             RecencyPrior(**bad)
         assert isinstance(raised.value, HybridMemoryError) and isinstance(raised.value, ValueError)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from hybrid_memory.fusion import FUSION_METHODS
 from hybrid_memory.models import convex_weights
 
@@ -30,13 +29,16 @@ def test_rrf_scores_use_the_request_weights_not_the_reported_ones(memory):
     both = [r for r in response.results if r.sparse_rank and r.dense_rank]
     assert both, "the query must have a chunk found by both engines"
     for r in response.results:
-        expected = (3.0 / (60 + r.dense_rank) if r.dense_rank else 0.0) + (1.0 / (60 + r.sparse_rank) if r.sparse_rank else 0.0)
+        expected = (3.0 / (60 + r.dense_rank) if r.dense_rank else 0.0) + (
+            1.0 / (60 + r.sparse_rank) if r.sparse_rank else 0.0
+        )
         assert r.rrf_score == pytest.approx(expected, rel=1e-12)
     # defaults (1, 1): reported 0.5 / 0.5, scored 1 / (60 + rank) per engine
     first = memory.search(QUERY, top_k=1, fusion="rrf").results[0]
     assert memory.search(QUERY, top_k=1, fusion="rrf").effective_weights == {"dense": 0.5, "sparse": 0.5}
     assert first.rrf_score == pytest.approx(
-        sum(1.0 / (60 + rank) for rank in (first.sparse_rank, first.dense_rank) if rank), rel=1e-12)
+        sum(1.0 / (60 + rank) for rank in (first.sparse_rank, first.dense_rank) if rank), rel=1e-12
+    )
 
 
 def test_convex_weights_rule():

@@ -8,11 +8,10 @@ from pathlib import Path
 import bm25s
 import numpy as np
 import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory
-from hybrid_memory.search.engine import Query
-from hybrid_memory.memory.hybrid import RANK_FLOOR
 from hybrid_memory.engines.bm25.index import BM25Index
+from hybrid_memory.memory.hybrid import RANK_FLOOR
+from hybrid_memory.search.engine import Query
 from hybrid_memory.tokenizer import TechnicalTokenizer
 
 
@@ -51,9 +50,13 @@ def test_ties_at_the_cut_are_kept_in_the_mixed_main_and_delta_state():
     # two copies in the main segment, two in the delta: they tie to the bit, so the key decides at every cut
     memory = HybridMemory(embedder=HashingEmbedder(64), compact_min=2, compact_ratio=0.0, background_compaction=False)
     with memory:
-        memory.add([{"chunk_id": "filler-1", "text": "certificate rotation schedule"},
-                    {"chunk_id": "d", "text": "worker pool drained after deploy"},
-                    {"chunk_id": "c", "text": "worker pool drained after deploy"}])
+        memory.add(
+            [
+                {"chunk_id": "filler-1", "text": "certificate rotation schedule"},
+                {"chunk_id": "d", "text": "worker pool drained after deploy"},
+                {"chunk_id": "c", "text": "worker pool drained after deploy"},
+            ]
+        )
         assert memory.stats()["bm25_delta_documents"] == 0  # compacted into the main segment
         memory.add([{"chunk_id": "b", "text": "worker pool drained after deploy"}])
         memory.backend.sparse.compact_min = 10_000  # keep the next one in the delta
@@ -64,15 +67,25 @@ def test_ties_at_the_cut_are_kept_in_the_mixed_main_and_delta_state():
         for fusion in ("rrf", "adaptive"):
             assert [r.chunk_id for r in memory.search("worker pool drained", top_k=1, fusion=fusion).results] == ["a"]
             assert [r.chunk_id for r in memory.search("worker pool drained", top_k=3, fusion=fusion).results] == [
-                "a", "b", "c"]
+                "a",
+                "b",
+                "c",
+            ]
 
 
 MAIN = [  # four tokens each once tokenized, so avgdl is 4 in every state below
-    "disk quota exceeded tenant", "gateway latency budget spent", "replica lag alarm fired",
-    "tenant E4012 rejected upload", "cache eviction storm observed", "tenant E4012 quota report",
+    "disk quota exceeded tenant",
+    "gateway latency budget spent",
+    "replica lag alarm fired",
+    "tenant E4012 rejected upload",
+    "cache eviction storm observed",
+    "tenant E4012 quota report",
 ]
 BURST = [  # new chunks sharing the same new error code, also four tokens each
-    "upload E4012 rejected again", "tenant E4012 rejected upload", "E4012 seen during upload", "E4012 retry upload failed",
+    "upload E4012 rejected again",
+    "tenant E4012 rejected upload",
+    "E4012 seen during upload",
+    "E4012 retry upload failed",
 ]
 QUERIES = ["E4012 upload", "tenant quota", "rejected upload tenant E4012", "replica lag", "nothing here"]
 
@@ -161,7 +174,9 @@ def test_cross_scores_are_the_engines_exact_scores():
 def test_aligned_scores_read_the_columns_and_leave_out_nan():
     from hybrid_memory.search.searcher import AlignedScores
 
-    scores = AlignedScores(["a", "b", "c"], {"sparse": [2.5, 0.0, math.nan]}, {"sparse": {"a": 2.5}, "dense": {"b": 0.25}})
+    scores = AlignedScores(
+        ["a", "b", "c"], {"sparse": [2.5, 0.0, math.nan]}, {"sparse": {"a": 2.5}, "dense": {"b": 0.25}}
+    )
     assert scores["sparse"] == {"a": 2.5, "b": 0.0}  # c: nan, an id the engine does not hold
     assert scores["dense"] == {"b": 0.25}  # no column: the engine's own scores
     assert scores["sparse"] is scores["sparse"]  # built once
@@ -208,13 +223,17 @@ def test_exact_matches_count_rare_identifiers_and_whole_query_matches():
     assert index.exact_matches("tenant upload", ids, max_df=3).tolist() == [0, 0, 0, 0]  # under 3 terms
 
 
-@pytest.mark.parametrize(("ids", "expected"), [
-    ([0, 3, 5, 100], [[0, 1, 1, 0], [0, 3, 1, 0], [0, 0, 0, 1]]),
-    ([100, 5, 3, 0], [[0, 1, 1, 0], [0, 1, 3, 0], [1, 0, 0, 0]]),
-    # 3 and 100 hold all of "tenant upload rejected" (100 in order): 4 of the 5 candidates hold them all, more
-    # than max_df 3, so that conjunction is not rare here and adds nothing
-    ([3, 100, 3, 0, 100], [[1, 0, 1, 0, 0], [3, 0, 3, 0, 0], [0, 0, 0, 0, 0]]),
-], ids=["sorted", "reversed", "repeated"])
+@pytest.mark.parametrize(
+    ("ids", "expected"),
+    [
+        ([0, 3, 5, 100], [[0, 1, 1, 0], [0, 3, 1, 0], [0, 0, 0, 1]]),
+        ([100, 5, 3, 0], [[0, 1, 1, 0], [0, 1, 3, 0], [1, 0, 0, 0]]),
+        # 3 and 100 hold all of "tenant upload rejected" (100 in order): 4 of the 5 candidates hold them all, more
+        # than max_df 3, so that conjunction is not rare here and adds nothing
+        ([3, 100, 3, 0, 100], [[1, 0, 1, 0, 0], [3, 0, 3, 0, 0], [0, 0, 0, 0, 0]]),
+    ],
+    ids=["sorted", "reversed", "repeated"],
+)
 def test_prepared_exact_matches_equal_the_direct_ones(ids, expected):
     """What the search thread prepares (prepare_exact_matches, then set lookups) gives the direct counts, for
     candidates in any order and with repeated ids."""
@@ -222,7 +241,9 @@ def test_prepared_exact_matches_equal_the_direct_ones(ids, expected):
     index.build(list(range(len(MAIN))), MAIN)
     index.add([100], ["tenant upload rejected twice"])
     ids = np.array(ids)
-    for text, counts in zip(["E4012 tenant", "tenant E4012 rejected upload", "tenant upload rejected"], expected, strict=True):
+    for text, counts in zip(
+        ["E4012 tenant", "tenant E4012 rejected upload", "tenant upload rejected"], expected, strict=True
+    ):
         cache: dict = {}
         index.prepare_exact_matches(text, 3, 0.25, cache=cache)
         assert cache["bm25_exact"][2] is not None  # the prepared path is the one tested
@@ -320,8 +341,14 @@ def test_score_through_the_id_lookup_is_nan_for_ids_that_are_not_live_main_docum
 
 def test_the_default_puts_the_chunk_quoting_an_error_message_first():
     notes = [
-        ("zip-close", "def close(self): raise ValueError(\"Can't close the ZIP file while there is an open writing handle\")"),
-        ("zip-open", "def open(self, name): open a member of the ZIP archive for writing; one writing handle at a time"),
+        (
+            "zip-close",
+            'def close(self): raise ValueError("Can\'t close the ZIP file while there is an open writing handle")',
+        ),
+        (
+            "zip-open",
+            "def open(self, name): open a member of the ZIP archive for writing; one writing handle at a time",
+        ),
         ("zip-write", "def write(self, data): write to the open writing handle of the ZIP file"),
     ]
     with HybridMemory(embedder=HashingEmbedder(64)) as memory:
@@ -334,11 +361,14 @@ def test_the_default_puts_the_chunk_quoting_an_error_message_first():
 def test_whole_query_matches_count_only_in_the_query_order():
     """holds_in_order: every query token, in the query's order, gaps allowed; exact_matches uses it."""
     index = BM25Index()
-    index.build([1, 2, 3], [
-        "upload rejected for tenant E4012 by the gateway",  # rejected .. tenant .. E4012 in order, with gaps
-        "tenant E4012 saw the upload rejected",  # same tokens, rejected after tenant
-        "rejected rejected tenant",  # no E4012
-    ])
+    index.build(
+        [1, 2, 3],
+        [
+            "upload rejected for tenant E4012 by the gateway",  # rejected .. tenant .. E4012 in order, with gaps
+            "tenant E4012 saw the upload rejected",  # same tokens, rejected after tenant
+            "rejected rejected tenant",  # no E4012
+        ],
+    )
     ids = np.array([1, 2, 3], dtype=np.int64)
     assert index.holds_all_terms("rejected tenant E4012", ids).tolist() == [True, True, False]
     assert index.holds_in_order("rejected tenant E4012", ids).tolist() == [True, False, False]
@@ -377,8 +407,10 @@ ZERO_QUERY = np.array([1.0, 1.0, 1.0, 0.0], dtype=np.float32) / np.sqrt(3.0)
 
 def _zero_vector_memory(path=None):
     memory = HybridMemory(path, embedder=HashingEmbedder(4))
-    memory.add([{"chunk_id": cid, "text": text} for cid, text, _ in ZERO_NOTES],
-               vectors=np.array([v for _, _, v in ZERO_NOTES], dtype=np.float32))
+    memory.add(
+        [{"chunk_id": cid, "text": text} for cid, text, _ in ZERO_NOTES],
+        vectors=np.array([v for _, _, v in ZERO_NOTES], dtype=np.float32),
+    )
     return memory
 
 
@@ -402,7 +434,8 @@ def _assert_zero_vector_chunk_judged_by_bm25_alone(memory):
     # rrf: z scores 1/61 from its BM25 rank alone (no dense rank), as a, whose dense rank 1 also gives 1/61
     rrf = memory.search("quasar", top_k=4, query_vector=ZERO_QUERY, fusion="rrf")
     assert {r.chunk_id: r.rrf_score for r in rrf.results} == pytest.approx(
-        {"a": 1 / 61, "z": 1 / 61, "b": 1 / 62, "c": 1 / 63})
+        {"a": 1 / 61, "z": 1 / 61, "b": 1 / 62, "c": 1 / 63}
+    )
     assert [r.chunk_id for r in rrf.results] == ["a", "z", "b", "c"]  # the tie at 1/61 by chunk id
 
 
@@ -484,15 +517,23 @@ def test_a_word_typed_alone_is_looked_up_as_a_name():
     texts["poem"] = "床前明月光，疑是地上霜。举头望明月，低头思故乡。"
     texts["decoy"] = "rotating credentials for the batch jobs"
     texts["decoy-zh"] = "数据库连接失败"
-    query_vectors = {"kerberos": rng.standard_normal(16), "故乡": rng.standard_normal(16), "deploy": rng.standard_normal(16)}
+    query_vectors = {
+        "kerberos": rng.standard_normal(16),
+        "故乡": rng.standard_normal(16),
+        "deploy": rng.standard_normal(16),
+    }
     vectors = {cid: rng.standard_normal(16) for cid in texts}
     vectors["decoy"] = query_vectors["kerberos"]  # the dense engine's clear top
     vectors["decoy-zh"] = query_vectors["故乡"]
     by_text = {text: vectors[cid] for cid, text in texts.items()}
     from hybrid_memory import CallableEmbedder
 
-    embedder = CallableEmbedder(lambda batch: [by_text[t].tolist() for t in batch],
-                                lambda text: query_vectors.get(text, np.ones(16)).tolist(), name="fixed-16", dim=16)
+    embedder = CallableEmbedder(
+        lambda batch: [by_text[t].tolist() for t in batch],
+        lambda text: query_vectors.get(text, np.ones(16)).tolist(),
+        name="fixed-16",
+        dim=16,
+    )
     with HybridMemory(embedder=embedder) as memory:
         memory.add([{"chunk_id": cid, "text": text} for cid, text in texts.items()])
         for query, holder, decoy in (("kerberos", "holder", "decoy"), ("故乡", "poem", "decoy-zh")):
@@ -505,7 +546,10 @@ def test_a_word_typed_alone_is_looked_up_as_a_name():
             assert guard.identifier_matches == {holder: 1}, query
         # "deploy" alone is held by 30 chunks (more than max(top_k, 10)): no name, no guard
         q = Query("deploy")
-        assert memory._searcher.candidates(q, top_k=3, depth=20, weights={}, fusion="adaptive").input.identifier_matches == {}
+        assert (
+            memory._searcher.candidates(q, top_k=3, depth=20, weights={}, fusion="adaptive").input.identifier_matches
+            == {}
+        )
     tokenizer = TechnicalTokenizer()
     assert tokenizer.names("kerberos") == ["kerbero"] and tokenizer.names("the kerberos") == ["kerbero"]
     assert tokenizer.names("故乡") == ["故乡"] and tokenizer.names("低头思故乡") == []  # four CJK pairs: no lone token

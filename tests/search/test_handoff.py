@@ -6,7 +6,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-
 from hybrid_memory.search.engine import Query, RowSet
 from hybrid_memory.search.searcher import HandoffPolicy, HybridSearcher, size_class
 
@@ -34,8 +33,14 @@ def test_the_faster_arm_runs_and_every_probe_th_search_the_other():
 
 
 def test_size_classes_are_measured_apart():
-    assert [size_class(None), size_class(RowSet([])), size_class(RowSet([1, 2])), size_class(RowSet(range(15))),
-            size_class(RowSet(range(16))), size_class(RowSet(range(100_000)))] == [None, 0, 1, 2, 2, 8]
+    assert [
+        size_class(None),
+        size_class(RowSet([])),
+        size_class(RowSet([1, 2])),
+        size_class(RowSet(range(15))),
+        size_class(RowSet(range(16))),
+        size_class(RowSet(range(100_000))),
+    ] == [None, 0, 1, 2, 2, 8]
     policy = HandoffPolicy(probe=1000)
     policy.record(True, 0.004)
     policy.record(False, 0.009)  # unfiltered: concurrency pays

@@ -1,7 +1,6 @@
 """A tie at an engine's candidate cut is broken by key, reading at most TIE_DEPTH_LIMIT hits of the engine."""
 
 import numpy as np
-
 from hybrid_memory.search.engine import Query
 from hybrid_memory.search.searcher import TIE_DEPTH_LIMIT, HybridSearcher
 
@@ -48,6 +47,7 @@ def test_a_tie_within_the_limit_is_broken_exactly_by_key():
 
 def test_a_small_tie_ends_at_twice_the_depth():
     """A tie of a few documents at the cut (prose) costs one more read at twice the depth, not the limit."""
+
     class SmallTie(TiedEngine):
         def search(self, query, k, allowed):  # ids 0..9 score 10 - i, but ids 3, 4, 5 tie at 7.0
             self.asked.append(k)

@@ -107,10 +107,19 @@ def check_embedder(embedder: Any) -> None:
     Raises:
         InvalidRequestError: an attribute of the protocol is missing.
     """
+    if isinstance(embedder, str):  # a model name, as other libraries take it
+        raise InvalidRequestError(
+            f"embedder must be an Embedder object, not a model name ({embedder!r:.80}); leave it out for the packaged "
+            "all-MiniLM-L6-v2 (OnnxEmbedder()), or pass SentenceTransformerEmbedder(model_path=...) from the "
+            "[torch] extra for another sentence-transformers model"
+        )
     for attribute in ("name", "dim", "embed_documents", "embed_query"):
         if not hasattr(embedder, attribute):
-            given = (f"the class {embedder.__name__}" if isinstance(embedder, type)
-                     else f"{type(embedder).__name__} {embedder!r}"[:120])
+            given = (
+                f"the class {embedder.__name__}"
+                if isinstance(embedder, type)
+                else f"{type(embedder).__name__} {embedder!r}"[:120]
+            )
             raise InvalidRequestError(
                 f"embedder {given} lacks {attribute!r}; it must follow the Embedder protocol (name, dim, "
                 "embed_documents, embed_query): pass an instance such as OnnxEmbedder() (the packaged "
@@ -185,8 +194,9 @@ class Backend(Protocol):
         :class:`~hybrid_memory.models.HybridParams` need (e.g. which legs run); returns ``query``."""
         ...
 
-    def resolve(self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None,
-                as_of: float | None) -> Any:
+    def resolve(
+        self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None, as_of: float | None
+    ) -> Any:
         """The ``allowed`` set a search hands its engines for the metadata filter, the bound scope fields and the
         facts valid at ``as_of`` (Unix seconds), or None when nothing restricts. Caller holds :attr:`index_lock`
         shared.
@@ -201,7 +211,9 @@ class Backend(Protocol):
         :func:`~hybrid_memory.scopes.check_scope_keys`); ``catch_up``: apply other processes' commits first."""
         ...
 
-    def hit_rows(self, chunk_ids: Sequence[str], ids: Sequence[int] | None = None) -> dict[str, tuple[str, str | None, dict[str, Any]]]:
+    def hit_rows(
+        self, chunk_ids: Sequence[str], ids: Sequence[int] | None = None
+    ) -> dict[str, tuple[str, str | None, dict[str, Any]]]:
         """chunk_id -> (text, source, metadata) of stored chunks (unknown ids left out): what a search result
         shows, read for the top_k only. ``ids``: the chunks' engine ids (a search's hits), when at hand."""
         ...
@@ -257,8 +269,9 @@ class Backend(Protocol):
         """chunk_id -> system fields (as in :data:`StoredState`) of the stored ids."""
         ...
 
-    def listing(self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None,
-                as_of: float | None) -> Any:
+    def listing(
+        self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None, as_of: float | None
+    ) -> Any:
         """The restriction :meth:`count`, :meth:`iter_chunks` and :meth:`page_chunks` read (validated filter).
 
         Raises:

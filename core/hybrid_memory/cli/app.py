@@ -59,9 +59,15 @@ def _parse_metadata(pairs: Sequence[str]) -> dict[str, Any]:
         except json.JSONDecodeError:
             metadata[key] = value
         if key in SCOPE_FIELDS:  # legal metadata, but most likely meant as the scope
-            logger.warning("--metadata %s=... writes a metadata key, not the scope field %s: search --%s (or --scope "
-                           "%s=...) will not find these chunks by it; to stamp the scope, give --%s instead",
-                           key, key, key.replace("_", "-"), key, key.replace("_", "-"))
+            logger.warning(
+                "--metadata %s=... writes a metadata key, not the scope field %s: search --%s (or --scope "
+                "%s=...) will not find these chunks by it; to stamp the scope, give --%s instead",
+                key,
+                key,
+                key.replace("_", "-"),
+                key,
+                key.replace("_", "-"),
+            )
     return metadata
 
 
@@ -86,8 +92,9 @@ def _search_scope(args: argparse.Namespace) -> Any:
     fields = own.bound() if own else {}
     for name, value in (pairs.bound() if pairs else {}).items():
         if fields.get(name, value) != value:
-            raise InvalidRequestError(f"--{name.replace('_', '-')} {fields[name]} and --scope {name}={value} disagree; "
-                                      f"give {name} once")
+            raise InvalidRequestError(
+                f"--{name.replace('_', '-')} {fields[name]} and --scope {name}={value} disagree; give {name} once"
+            )
         fields[name] = value
     return as_scope(fields)
 
@@ -105,7 +112,9 @@ def _check_ingest_args(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     for raw in args.paths:
         path = Path(raw)
         if not path.exists():
-            raise HybridMemoryError(f"{path}: no such file or folder (check the path; ingest reads .jsonl files and folders)")
+            raise HybridMemoryError(
+                f"{path}: no such file or folder (check the path; ingest reads .jsonl files and folders)"
+            )
         if not path.is_dir() and path.suffix != ".jsonl":
             raise HybridMemoryError(f"{path}: give a BEIR-style .jsonl file or a folder of .md/.txt files")
         memory = Path(args.memory).absolute()
@@ -117,7 +126,9 @@ def _check_ingest_args(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
                 f"folder of its own, e.g. --memory {path.absolute().parent / (path.absolute().name + '-memory')}"
             )
         if path.is_dir():
-            read_text_folder(path, chunk_size=1, chunk_overlap=0)  # its checks run now (a memory's own folder is refused)
+            read_text_folder(
+                path, chunk_size=1, chunk_overlap=0
+            )  # its checks run now (a memory's own folder is refused)
     if args.chunk_size < 1:
         raise HybridMemoryError(f"--chunk-size must be >= 1 (characters), got {args.chunk_size}")
     extra = _parse_metadata(args.metadata)
@@ -128,9 +139,15 @@ def _check_ingest_args(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     return extra, _search_scope(args)  # --scope pairs as search reads them, with its conflict rules
 
 
-def _read_inputs(paths: Sequence[str], args: argparse.Namespace, extra: dict[str, Any],
-                 skipped: list[str], empty: list[str] | None = None, linked: list[str] | None = None,
-                 outside: list[str] | None = None) -> Iterator[Chunk]:
+def _read_inputs(
+    paths: Sequence[str],
+    args: argparse.Namespace,
+    extra: dict[str, Any],
+    skipped: list[str],
+    empty: list[str] | None = None,
+    linked: list[str] | None = None,
+    outside: list[str] | None = None,
+) -> Iterator[Chunk]:
     """Chunks of every path, in order. A folder's file that cannot be read as text (not UTF-8, binary, no
     permission) is skipped with a warning and its path appended to ``skipped``; a file with no text (empty,
     white space only) gives no chunk and its path is appended to ``empty``; a symbolic link to a folder is not
@@ -164,21 +181,31 @@ def _read_inputs(paths: Sequence[str], args: argparse.Namespace, extra: dict[str
                 if linked is not None:
                     linked.append(str(p))
 
-            def _outside(p: Path) -> None:
+            def _outside(p: Path, seen: list[int] = seen) -> None:
                 seen[0] += 1
                 if outside is not None:
                     outside.append(str(p))
 
-            for chunk in read_text_folder(path, chunk_size=args.chunk_size, chunk_overlap=chunk_overlap, metadata=extra,
-                                          id_prefix=args.id_prefix, on_unreadable=_skip, on_empty=_empty,
-                                          on_symlinked_folder=_linked,
-                                          follow_symlinks=getattr(args, "follow_symlinks", False),
-                                          on_outside_link=_outside):
+            for chunk in read_text_folder(
+                path,
+                chunk_size=args.chunk_size,
+                chunk_overlap=chunk_overlap,
+                metadata=extra,
+                id_prefix=args.id_prefix,
+                on_unreadable=_skip,
+                on_empty=_empty,
+                on_symlinked_folder=_linked,
+                follow_symlinks=getattr(args, "follow_symlinks", False),
+                on_outside_link=_outside,
+            ):
                 seen[0] += 1
                 yield chunk
             if not seen[0]:
-                logger.warning("no file under %s was read: only names ending in .md or .txt, as written, are read "
-                               "(a.MD and notes.markdown are not); rename the files to read them", path)
+                logger.warning(
+                    "no file under %s was read: only names ending in .md or .txt, as written, are read "
+                    "(a.MD and notes.markdown are not); rename the files to read them",
+                    path,
+                )
         else:
             for chunk in read_beir_corpus(path):
                 yield chunk.model_copy(update={"metadata": {**chunk.metadata, **extra}}) if extra else chunk
@@ -215,7 +242,9 @@ def logs_above_bar(enabled: bool, tqdm_class: Any = None) -> Iterator[None]:
     tqdm_class = tqdm if tqdm_class is None else tqdm_class
 
     def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
-        tqdm_class.write(warnings.formatwarning(message, category, filename, lineno, line).rstrip("\n"), file=sys.stderr)
+        tqdm_class.write(
+            warnings.formatwarning(message, category, filename, lineno, line).rstrip("\n"), file=sys.stderr
+        )
 
     with logging_redirect_tqdm(tqdm_class=tqdm_class), warnings.catch_warnings():
         warnings.showwarning = show
@@ -236,8 +265,11 @@ def _ingest(memory: Any, chunks: Iterable[Chunk], *, progress: bool, target: Any
     target = memory if target is None else target
     total = repeated = 0
     seen: set[str] = set()
-    with memory.bulk(), tqdm(desc="ingesting", unit="chunk", disable=None if progress else True,
-                             file=sys.stderr) as bar, logs_above_bar(not bar.disable, tqdm):
+    with (
+        memory.bulk(),
+        tqdm(desc="ingesting", unit="chunk", disable=None if progress else True, file=sys.stderr) as bar,
+        logs_above_bar(not bar.disable, tqdm),
+    ):
         for batch in _batched(chunks, _BATCH):
             unique, _ = _last_of_each_id(batch)
             _refuse_cross_folder_overwrite(target, unique)
@@ -285,7 +317,9 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     except BaseException as exc:
         if not (discard[0] and created is not None and created.exists()):
             if isinstance(exc, KeyboardInterrupt):  # main prints this one line instead of a traceback
-                raise type(exc)("what was stored before stays (ingest is an upsert); run the same command again") from exc
+                raise type(exc)(
+                    "what was stored before stays (ingest is an upsert); run the same command again"
+                ) from exc
             raise
         what = _discard_new_folder(created, Path(args.memory).absolute())
         if isinstance(exc, KeyboardInterrupt):
@@ -306,12 +340,12 @@ def _discard_new_folder(created: Path, memory: Path) -> str:
     outcome = remove_new_memory(created, memory)
     if outcome.removed:
         return f"nothing was stored, so the folder this run created for the memory, {created}, was removed"
-    return (f"this run stored nothing, but the folder it created for the memory, {created}, was kept: "
-            f"{outcome.reason}")
+    return f"this run stored nothing, but the folder it created for the memory, {created}, was kept: {outcome.reason}"
 
 
-def _run_ingest(args: argparse.Namespace, extra: dict[str, Any], scope: Any, created: Path | None,
-                discard: list[bool]) -> int:
+def _run_ingest(
+    args: argparse.Namespace, extra: dict[str, Any], scope: Any, created: Path | None, discard: list[bool]
+) -> int:
     """The ingest itself; ``discard[0]`` is left True only when the run fails with nothing stored in a memory
     folder it created (``created``), which :func:`_cmd_ingest` then removes if that loses nothing. A run that
     succeeds with nothing stored in such a folder (no file held text) removes it itself once the memory is closed,
@@ -325,8 +359,12 @@ def _run_ingest(args: argparse.Namespace, extra: dict[str, Any], scope: Any, cre
         discard[0] = created is not None and before == 0
         target = memory.scoped(scope) if scope else memory
         try:
-            count, repeated = _ingest(memory, _read_inputs(args.paths, args, extra, skipped, empty, linked, outside),
-                                      progress=not args.quiet, target=target)
+            count, repeated = _ingest(
+                memory,
+                _read_inputs(args.paths, args, extra, skipped, empty, linked, outside),
+                progress=not args.quiet,
+                target=target,
+            )
         except BaseException as exc:
             new_folder, discard[0] = discard[0], False  # kept if the count below fails: nothing is known then
             total = memory.count()
@@ -339,21 +377,37 @@ def _run_ingest(args: argparse.Namespace, extra: dict[str, Any], scope: Any, cre
             ) from exc
         discard[0] = False
         if repeated:
-            logger.warning("%s repeated an earlier chunk id; the last line of each id was kept", _count(repeated, "line"))
+            logger.warning(
+                "%s repeated an earlier chunk id; the last line of each id was kept", _count(repeated, "line")
+            )
         if skipped:
-            logger.warning("%s skipped (listed above); fix %s and run the same command again",
-                           _count(len(skipped), "unreadable file", was=True), "it" if len(skipped) == 1 else "them")
+            logger.warning(
+                "%s skipped (listed above); fix %s and run the same command again",
+                _count(len(skipped), "unreadable file", was=True),
+                "it" if len(skipped) == 1 else "them",
+            )
         if outside:
-            logger.warning("%s not read (listed above): a symbolic link that leads out of the folder being read; pass "
-                           "--follow-symlinks to read such files", _count(len(outside), "linked file", was=True))
+            logger.warning(
+                "%s not read (listed above): a symbolic link that leads out of the folder being read; pass "
+                "--follow-symlinks to read such files",
+                _count(len(outside), "linked file", was=True),
+            )
         if empty:
             shown = ", ".join(empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
-            logger.warning("%s held no text (empty or white space only) and gave no chunk: %s", _count(len(empty), "file"),
-                           shown)
+            logger.warning(
+                "%s held no text (empty or white space only) and gave no chunk: %s", _count(len(empty), "file"), shown
+            )
         total = memory.count()
-        summary = {"ingested": count, "repeated_ids": repeated, "skipped_files": len(skipped), "empty_files": len(empty),
-                   "symlinked_folders": len(linked), "outside_links": len(outside), "chunks": total,
-                   "memory": str(memory.path)}
+        summary = {
+            "ingested": count,
+            "repeated_ids": repeated,
+            "skipped_files": len(skipped),
+            "empty_files": len(empty),
+            "symlinked_folders": len(linked),
+            "outside_links": len(outside),
+            "chunks": total,
+            "memory": str(memory.path),
+        }
         if scope:
             summary["scope"] = scope.bound()
     if created is not None and before == total == 0 and created.exists():  # no text was read: an empty memory
@@ -382,14 +436,16 @@ def _request_from_args(args: argparse.Namespace) -> dict[str, Any]:
         request["top_k"] = args.top_k
     if args.filter:
         request["metadata_filter"] = _load_json(
-            args.filter, "--filter",
+            args.filter,
+            "--filter",
             fix="give a JSON object in single quotes for the shell, with double quotes inside: "
-                "--filter '{\"environment\": \"production\"}'")
+            '--filter \'{"environment": "production"}\'',
+        )
     params = request.get("hybrid_params") or {}
     if not isinstance(params, dict):
         raise HybridMemoryError(
-            f"hybrid_params must be a JSON object such as {{\"dense_weight\": 0.6, \"sparse_weight\": 0.4, "
-            f"\"rrf_k_constant\": 60}}, got a JSON {type(params).__name__}"
+            f'hybrid_params must be a JSON object such as {{"dense_weight": 0.6, "sparse_weight": 0.4, '
+            f'"rrf_k_constant": 60}}, got a JSON {type(params).__name__}'
         )
     params = dict(params)
     for name in ("dense_weight", "sparse_weight", "rrf_k_constant", "fusion"):
@@ -414,19 +470,26 @@ def _read_request_file(path: str) -> str:
             raise HybridMemoryError(
                 f"--request {path} holds more than MAX_REQUEST_BYTES ({limits.MAX_REQUEST_BYTES:,} bytes, "
                 "hybrid_memory.limits); a request is one JSON object with a query of at most "
-                f"{limits.MAX_SEARCH_TEXT_CHARS:,} characters and a filter: give the request's file, not a data file")
+                f"{limits.MAX_SEARCH_TEXT_CHARS:,} characters and a filter: give the request's file, not a data file"
+            )
         return data.decode("utf-8-sig")  # a leading BOM is skipped
     except FileNotFoundError:
-        raise HybridMemoryError(f"--request {path}: no such file (give the path of a JSON file holding the request, "
-                                "e.g. examples/incident_memory/request.json)") from None
+        raise HybridMemoryError(
+            f"--request {path}: no such file (give the path of a JSON file holding the request, "
+            "e.g. examples/incident_memory/request.json)"
+        ) from None
     except IsADirectoryError:
-        raise HybridMemoryError(f"--request {path} is a folder; give the path of a JSON file holding the request") from None
+        raise HybridMemoryError(
+            f"--request {path} is a folder; give the path of a JSON file holding the request"
+        ) from None
     except UnicodeDecodeError as exc:
-        raise HybridMemoryError(f"--request {path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as "
-                                "UTF-8 JSON") from None
+        raise HybridMemoryError(
+            f"--request {path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8 JSON"
+        ) from None
     except OSError as exc:
-        raise HybridMemoryError(f"--request {path}: cannot be read ({exc.strerror or exc}); check its "
-                                "permissions") from None
+        raise HybridMemoryError(
+            f"--request {path}: cannot be read ({exc.strerror or exc}); check its permissions"
+        ) from None
 
 
 def _load_json(text: str, where: str, fix: str | None = None) -> Any:
@@ -435,8 +498,9 @@ def _load_json(text: str, where: str, fix: str | None = None) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise HybridMemoryError(f"{where}: invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
-                                + (f"; {fix}" if fix else "")) from exc
+        raise HybridMemoryError(
+            f"{where}: invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})" + (f"; {fix}" if fix else "")
+        ) from exc
     except RecursionError as exc:
         raise HybridMemoryError(f"{where}: JSON nested too deeply (thousands of levels); flatten it") from exc
 
@@ -466,8 +530,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         target = Path(args.memory) if args.memory else Path(tmp) / "memory"
         with HybridMemory(target) as memory:
             if memory.count() == 0:
-                _ingest(memory, read_beir_corpus(data / "notes.jsonl", source="examples/incident_memory/notes.jsonl"),
-                        progress=not args.quiet)
+                _ingest(
+                    memory,
+                    read_beir_corpus(data / "notes.jsonl", source="examples/incident_memory/notes.jsonl"),
+                    progress=not args.quiet,
+                )
             response = memory.search(request)
     print(response.model_dump_json(indent=2))
     return 0
@@ -492,68 +559,126 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
     def memory_args(p: argparse.ArgumentParser, *, creates: bool = False, shard: bool = False) -> None:
         where = p.add_mutually_exclusive_group(required=True) if shard else p
-        where.add_argument("--memory", help=(
-            "memory directory (created if absent)" if creates else
-            "an existing memory directory (never created: a missing one is an error, exit code 2; "
-            "create it with `hybrid-memory ingest`)"
-        ), required=not shard)
+        where.add_argument(
+            "--memory",
+            help=(
+                "memory directory (created if absent)"
+                if creates
+                else "an existing memory directory (never created: a missing one is an error, exit code 2; "
+                "create it with `hybrid-memory ingest`)"
+            ),
+            required=not shard,
+        )
         if shard:
-            where.add_argument("--edge-path", dest="shard", metavar="DIR", help=(
-                "a Qdrant Edge shard instead of --memory (written by `hybrid-memory export-qdrant --edge-path DIR`)"))
+            where.add_argument(
+                "--edge-path",
+                dest="shard",
+                metavar="DIR",
+                help=(
+                    "a Qdrant Edge shard instead of --memory (written by `hybrid-memory export-qdrant --edge-path DIR`)"
+                ),
+            )
             add_index_key_argument(p, "with --edge-path: the shard's indexes (as given to export-qdrant)")
         p.add_argument(
-            "--hashing-dim", type=int, default=None,
+            "--hashing-dim",
+            type=int,
+            default=None,
             help="use the offline HashingEmbedder of this dimension instead of all-MiniLM-L6-v2 (tests, demos)",
         )
 
     demo = sub.add_parser("demo", help="build the bundled incident memory and answer the bundled request")
     demo.add_argument("--memory", default=None, help="keep the demo memory in this directory (default: temporary)")
-    demo.add_argument("-q", "--quiet", action="store_true",
-                      help="no progress bar (none is drawn when stderr is not a terminal)")
+    demo.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress bar (none is drawn when stderr is not a terminal)"
+    )
     demo.set_defaults(func=_cmd_demo)
 
     ingest = sub.add_parser("ingest", help="add BEIR-style .jsonl files or folders of .md/.txt files (upsert)")
-    ingest.add_argument("paths", nargs="+", help=".jsonl files (_id, title, text, metadata, and optionally tenant, "
-                        "user_id, agent_id, session_id, valid_from, valid_to) or folders of .md/.txt files")
+    ingest.add_argument(
+        "paths",
+        nargs="+",
+        help=".jsonl files (_id, title, text, metadata, and optionally tenant, "
+        "user_id, agent_id, session_id, valid_from, valid_to) or folders of .md/.txt files",
+    )
     memory_args(ingest, creates=True)
-    ingest.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE",
-                        help="metadata added to every chunk (VALUE parsed as JSON when it is JSON); repeatable")
+    ingest.add_argument(
+        "--metadata",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="metadata added to every chunk (VALUE parsed as JSON when it is JSON); repeatable",
+    )
     ingest.add_argument("--chunk-size", type=int, default=1000, help="characters per chunk for .md/.txt (default 1000)")
-    ingest.add_argument("--id-prefix", default=None,
-                        help="put before folder chunk ids and sources (default: the folder's name and a slash)")
-    add_scope_field_arguments(ingest, "stamp {name}=VALUE on every chunk (a line with another {name} is refused; ids "
-                                      "held by another scope are refused)")
-    ingest.add_argument("--scope", action="append", default=[], metavar="FIELD=VALUE",
-                        help="stamp this scope on every chunk (tenant, user_id, agent_id, session_id); repeatable, as "
-                             "for search, mcp and graph build; the same as the field options above")
-    ingest.add_argument("--follow-symlinks", action="store_true",
-                        help="read files in a folder whose symbolic link leads out of that folder (default: skipped "
-                             "with a warning and counted as outside_links, so a link cannot make any file on the "
-                             "machine searchable)")
-    ingest.add_argument("-q", "--quiet", action="store_true",
-                        help="no progress bar (none is drawn when stderr is not a terminal)")
+    ingest.add_argument(
+        "--id-prefix",
+        default=None,
+        help="put before folder chunk ids and sources (default: the folder's name and a slash)",
+    )
+    add_scope_field_arguments(
+        ingest,
+        "stamp {name}=VALUE on every chunk (a line with another {name} is refused; ids "
+        "held by another scope are refused)",
+    )
+    ingest.add_argument(
+        "--scope",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="stamp this scope on every chunk (tenant, user_id, agent_id, session_id); repeatable, as "
+        "for search, mcp and graph build; the same as the field options above",
+    )
+    ingest.add_argument(
+        "--follow-symlinks",
+        action="store_true",
+        help="read files in a folder whose symbolic link leads out of that folder (default: skipped "
+        "with a warning and counted as outside_links, so a link cannot make any file on the "
+        "machine searchable)",
+    )
+    ingest.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress bar (none is drawn when stderr is not a terminal)"
+    )
     ingest.set_defaults(func=_cmd_ingest)
 
     search = sub.add_parser("search", help="search and print the response JSON")
-    search.add_argument("text", nargs="?", help="search text (or give --request; not both texts: a positional text "
-                        "with a --request file holding search_text is refused)")
+    search.add_argument(
+        "text",
+        nargs="?",
+        help="search text (or give --request; not both texts: a positional text "
+        "with a --request file holding search_text is refused)",
+    )
     memory_args(search, shard=True)
-    search.add_argument("--request", metavar="FILE", help=(
-        "a JSON file in the request shape (query_id, search_text, top_k, ...); --top-k, --filter, the weight "
-        "options and --fusion replace the file's fields of the same name"))
+    search.add_argument(
+        "--request",
+        metavar="FILE",
+        help=(
+            "a JSON file in the request shape (query_id, search_text, top_k, ...); --top-k, --filter, the weight "
+            "options and --fusion replace the file's fields of the same name"
+        ),
+    )
     search.add_argument("--top-k", type=int, default=None)
     add_scope_field_arguments(search, "search only chunks with {name}=VALUE (as ingest's option stamped them)")
-    search.add_argument("--scope", action="append", default=[], metavar="FIELD=VALUE",
-                        help="search only this scope's chunks (tenant, user_id, agent_id, session_id); repeatable, as "
-                             "for mcp and graph build; the same as the field options above")
+    search.add_argument(
+        "--scope",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="search only this scope's chunks (tenant, user_id, agent_id, session_id); repeatable, as "
+        "for mcp and graph build; the same as the field options above",
+    )
     search.add_argument("--filter", help='metadata filter as JSON, e.g. \'{"environment": "production"}\'')
     search.add_argument("--dense-weight", dest="dense_weight", type=float, default=None)
     search.add_argument("--sparse-weight", dest="sparse_weight", type=float, default=None)
     search.add_argument("--rrf-k", dest="rrf_k_constant", type=float, default=None)
     fusions = [DEFAULT_FUSION, *(name for name in FUSION_METHODS if name != DEFAULT_FUSION)]  # the default first
-    search.add_argument("--fusion", choices=fusions, default=None, help=(
-        f"fusion method (hybrid_params.fusion; default {DEFAULT_FUSION!r}): "
-        + "; ".join(f"{name}: {FUSION_METHODS[name].summary}" for name in fusions).replace("%", "%%")))
+    search.add_argument(
+        "--fusion",
+        choices=fusions,
+        default=None,
+        help=(
+            f"fusion method (hybrid_params.fusion; default {DEFAULT_FUSION!r}): "
+            + "; ".join(f"{name}: {FUSION_METHODS[name].summary}" for name in fusions).replace("%", "%%")
+        ),
+    )
     search.set_defaults(func=_cmd_search)
 
     stats = sub.add_parser("stats", help="counts and parameters of a memory")
@@ -598,8 +723,11 @@ def _fail(message: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 success, 2 bad input)."""
     args = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
     if not args.verbose:
         logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s logs index builds at DEBUG
     previous = _on_sigterm_interrupt()

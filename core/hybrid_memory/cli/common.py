@@ -16,8 +16,15 @@ from ..scopes import Scope, as_scope
 if TYPE_CHECKING:
     from ..memory.hybrid import HybridMemory
 
-__all__ = ["INDEX_KINDS", "add_index_key_argument", "add_scope_field_arguments", "index_key", "indexed_keys",
-           "open_memory", "parse_scope"]
+__all__ = [
+    "INDEX_KINDS",
+    "add_index_key_argument",
+    "add_scope_field_arguments",
+    "index_key",
+    "indexed_keys",
+    "open_memory",
+    "parse_scope",
+]
 
 
 def open_memory(args: argparse.Namespace, *, must_exist: bool = True, show_progress: bool = True) -> HybridMemory:
@@ -44,11 +51,15 @@ def open_memory(args: argparse.Namespace, *, must_exist: bool = True, show_progr
     if shard is not None:
         folder = Path(shard)
         if (folder / STORE_FILE).is_file():
-            raise HybridMemoryError(f"--edge-path {shard} is an embedded memory's folder, not a Qdrant Edge shard; "
-                                    f"give it as --memory {shard}")
+            raise HybridMemoryError(
+                f"--edge-path {shard} is an embedded memory's folder, not a Qdrant Edge shard; "
+                f"give it as --memory {shard}"
+            )
         if not (folder / EDGE_CONFIG).is_file():
-            raise HybridMemoryError(f"no Qdrant Edge shard at {shard} (no {EDGE_CONFIG}); write one with: "
-                                    f"hybrid-memory export-qdrant --memory DIR --edge-path {shard}")
+            raise HybridMemoryError(
+                f"no Qdrant Edge shard at {shard} (no {EDGE_CONFIG}); write one with: "
+                f"hybrid-memory export-qdrant --memory DIR --edge-path {shard}"
+            )
         from ..backends.qdrant.edge_info import read_export_info
 
         written = (read_export_info(folder) or {}).get("embedder") or {}
@@ -62,10 +73,15 @@ def open_memory(args: argparse.Namespace, *, must_exist: bool = True, show_progr
         return HybridMemory.qdrant(edge_path=folder, embedder=embedder, show_progress=show_progress, **options)
     folder = memory_path(args.memory, "--memory")  # a file, not a folder: refused with the fix
     if not (folder / STORE_FILE).is_file() and (folder / EDGE_CONFIG).is_file():
-        fix = (f"give it as --edge-path {args.memory}" if hasattr(args, "shard") else
-               f"give the embedded memory as --memory; open the shard with "
-               f"HybridMemory.qdrant(edge_path={args.memory!r})")
-        raise HybridMemoryError(f"{args.memory} holds a Qdrant Edge shard ({EDGE_CONFIG}), not an embedded memory; {fix}")
+        fix = (
+            f"give it as --edge-path {args.memory}"
+            if hasattr(args, "shard")
+            else f"give the embedded memory as --memory; open the shard with "
+            f"HybridMemory.qdrant(edge_path={args.memory!r})"
+        )
+        raise HybridMemoryError(
+            f"{args.memory} holds a Qdrant Edge shard ({EDGE_CONFIG}), not an embedded memory; {fix}"
+        )
     if must_exist and not (folder / STORE_FILE).is_file():
         raise HybridMemoryError(
             f"no memory at {args.memory}; create it with: hybrid-memory ingest FILE_OR_FOLDER --memory {args.memory}"
@@ -102,7 +118,8 @@ def index_key(text: str) -> tuple[str, str]:
     kind = kind if sep else "keyword"
     if not key or kind not in INDEX_KINDS:
         raise argparse.ArgumentTypeError(
-            f"takes KEY or KEY=TYPE with TYPE one of {', '.join(INDEX_KINDS)} (e.g. severity=float), got {text!r}")
+            f"takes KEY or KEY=TYPE with TYPE one of {', '.join(INDEX_KINDS)} (e.g. severity=float), got {text!r}"
+        )
     return key, kind
 
 
@@ -115,33 +132,52 @@ def indexed_keys(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, kind in pairs:
         if out.get(key, kind) != kind:
-            raise HybridMemoryError(f"--index-key {key} is given as {out[key]} and as {kind}; give each key once, "
-                                    f"with the type of its values")
+            raise HybridMemoryError(
+                f"--index-key {key} is given as {out[key]} and as {kind}; give each key once, "
+                f"with the type of its values"
+            )
         out[key] = kind
     return out
 
 
 def add_index_key_argument(p: argparse.ArgumentParser, what: str) -> None:
     """``--index-key KEY[=TYPE]`` (repeatable) on ``p``; ``what`` ends its help."""
-    p.add_argument("--index-key", action="append", type=index_key, default=[], metavar="KEY[=TYPE]",
-                   help=f"metadata key with a payload index of TYPE ({', '.join(INDEX_KINDS)}; default keyword; a range "
-                        f"filter on a number needs float or integer); repeatable; {what}")
+    p.add_argument(
+        "--index-key",
+        action="append",
+        type=index_key,
+        default=[],
+        metavar="KEY[=TYPE]",
+        help=f"metadata key with a payload index of TYPE ({', '.join(INDEX_KINDS)}; default keyword; a range "
+        f"filter on a number needs float or integer); repeatable; {what}",
+    )
 
 
 def add_scope_field_arguments(p: argparse.ArgumentParser, what: str) -> None:
     """``--tenant``, ``--user-id``, ``--agent-id``, ``--session-id`` on ``p`` (read by :func:`_ingest_scope`);
     ``what`` is each one's help, with ``{name}`` for the field."""
     for name in SCOPE_FIELDS:
-        p.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, metavar=name.upper(),
-                       action=_OnceAction, help=what.format(name=name))
+        p.add_argument(
+            f"--{name.replace('_', '-')}",
+            dest=name,
+            default=None,
+            metavar=name.upper(),
+            action=_OnceAction,
+            help=what.format(name=name),
+        )
 
 
 class _OnceAction(argparse.Action):
     """A scope option given twice must give one value (argparse keeps the last, so ``--tenant a --tenant b`` would
     silently write or read tenant b): a second, different value is a usage error, exit 2."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         given = getattr(namespace, self.dest, None)
         if given is not None and given != values:
             parser.error(f"{option_string} {given} and {option_string} {values} disagree; give {option_string} once")
@@ -165,15 +201,21 @@ def parse_scope(pairs: list[str]) -> Scope | None:
         if sep and key and key == key.strip() and key not in SCOPE_FIELDS:
             as_scope({key: value})  # names the unknown field (and the closest one), whatever the value
         if sep and key in SCOPE_FIELDS and not value:
-            raise InvalidRequestError(f"--scope {pair!r} gives {key} no value; give --scope {key}=VALUE, or leave "
-                                      f"{key} out for no {key}")
+            raise InvalidRequestError(
+                f"--scope {pair!r} gives {key} no value; give --scope {key}=VALUE, or leave {key} out for no {key}"
+            )
         if not sep or not key or not value:
-            raise InvalidRequestError(f"--scope takes FIELD=VALUE (tenant, user_id, agent_id, session_id), got {pair!r}")
+            raise InvalidRequestError(
+                f"--scope takes FIELD=VALUE (tenant, user_id, agent_id, session_id), got {pair!r}"
+            )
         if key != key.strip():
-            raise InvalidRequestError(f"--scope {pair!r} has white space around its field {key!r}; give "
-                                      f"--scope {key.strip()}={value.strip()}")
+            raise InvalidRequestError(
+                f"--scope {pair!r} has white space around its field {key!r}; give --scope {key.strip()}={value.strip()}"
+            )
         as_scope({key: value})  # the field and the value, as every entry point checks them
         if key in fields and fields[key] != value:
-            raise InvalidRequestError(f"--scope {key}={fields[key]} and --scope {key}={value} disagree; give {key} once")
+            raise InvalidRequestError(
+                f"--scope {key}={fields[key]} and --scope {key}={value} disagree; give {key} once"
+            )
         fields[key] = value
     return as_scope(fields)

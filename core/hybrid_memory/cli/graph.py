@@ -98,10 +98,16 @@ def _cmd_build(args: argparse.Namespace) -> int:
         else:  # incremental: only what changed since the last build
             index = GraphIndex.open(target)
             index.show_progress = not args.quiet
-            saved = {"max_cluster_size": index.max_cluster_size, "seed": index.seed,
-                     "community_backend": index.community_backend}
-            asked = {"max_cluster_size": args.max_cluster_size, "seed": args.seed,
-                     "community_backend": args.community_backend}
+            saved = {
+                "max_cluster_size": index.max_cluster_size,
+                "seed": index.seed,
+                "community_backend": index.community_backend,
+            }
+            asked = {
+                "max_cluster_size": args.max_cluster_size,
+                "seed": args.seed,
+                "community_backend": args.community_backend,
+            }
             if any(value is not None and value != saved[key] for key, value in asked.items()):
                 raise GraphStateError(
                     f"the graph was built with {saved}; to change them rebuild it: add --rebuild "
@@ -161,8 +167,11 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     if args.text:
         print(answer.answer)
         t = answer.tokens
-        print(f"\n[{len(answer.search.hits)} reports, {t.report_tokens} tokens, standing for {t.source_chunks} "
-              f"chunks of {t.source_chunk_tokens} tokens ({t.tokenizer})]", file=sys.stderr)
+        print(
+            f"\n[{len(answer.search.hits)} reports, {t.report_tokens} tokens, standing for {t.source_chunks} "
+            f"chunks of {t.source_chunk_tokens} tokens ({t.tokenizer})]",
+            file=sys.stderr,
+        )
     else:
         print(answer.model_dump_json(indent=2))
     return 0
@@ -176,22 +185,25 @@ def _cmd_show(args: argparse.Namespace) -> int:
     rows = []
     for community in largest[: args.top]:
         report = index.reports.get(community.community_id)
-        rows.append({
-            "community_id": community.community_id,
-            "level": community.level,
-            "entities": len(community.entities),
-            "chunks": len(community.chunk_ids),
-            "title": report.title if report else "",
-            "rating": report.rating if report else None,
-        })
+        rows.append(
+            {
+                "community_id": community.community_id,
+                "level": community.level,
+                "entities": len(community.entities),
+                "chunks": len(community.chunk_ids),
+                "title": report.title if report else "",
+                "rating": report.rating if report else None,
+            }
+        )
     stats = index.stats()
     if args.text:
         print(f"entities {stats['entities']}, edges {stats['edges']}, coverage {stats['coverage']:.0%}")
         for level, count in stats["communities_per_level"].items():
             print(f"level {level}: {count} communities")
         for row in rows:
-            print(f"{row['community_id']:>10}  {row['entities']:>5} entities  {row['chunks']:>5} chunks  "
-                  f"{row['title']}")
+            print(
+                f"{row['community_id']:>10}  {row['entities']:>5} entities  {row['chunks']:>5} chunks  {row['title']}"
+            )
     else:
         print(json.dumps({"graph": stats, "largest_communities": rows}, indent=2, ensure_ascii=False))
     return 0
@@ -221,25 +233,44 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
     def memory_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--memory", required=True, help="memory directory (the graph is kept in MEMORY/graph)")
-        p.add_argument("--hashing-dim", type=int, default=None,
-                       help="open the memory with the HashingEmbedder of this dimension (tests, demos)")
-        p.add_argument("--scope", action="append", default=[], metavar="FIELD=VALUE",
-                       help="the graph of this scope only (tenant, user_id, agent_id, session_id; repeatable), "
-                            "kept in MEMORY/graph_scopes/")
+        p.add_argument(
+            "--hashing-dim",
+            type=int,
+            default=None,
+            help="open the memory with the HashingEmbedder of this dimension (tests, demos)",
+        )
+        p.add_argument(
+            "--scope",
+            action="append",
+            default=[],
+            metavar="FIELD=VALUE",
+            help="the graph of this scope only (tenant, user_id, agent_id, session_id; repeatable), "
+            "kept in MEMORY/graph_scopes/",
+        )
 
     build = sub.add_parser("build", help="extract entities, cluster, write reports (incremental after the first)")
     memory_args(build)
-    build.add_argument("--max-cluster-size", type=int, default=None,
-                       help="split communities above this size (10; a refresh keeps the saved value)")
+    build.add_argument(
+        "--max-cluster-size",
+        type=int,
+        default=None,
+        help="split communities above this size (10; a refresh keeps the saved value)",
+    )
     build.add_argument("--seed", type=int, default=None, help="Leiden seed (42; a refresh keeps the saved value)")
-    build.add_argument("--community-backend", choices=("graspologic", "cdlib"), default=None,
-                       help="Leiden implementation: graspologic (graspologic-native, MIT; default) or cdlib "
-                            "(leidenalg/igraph, GPL; extra graph-cdlib); a refresh keeps the saved value")
-    build.add_argument("--technical", action="store_true",
-                       help="offline extractor without capitalised proper nouns (logs, code)")
+    build.add_argument(
+        "--community-backend",
+        choices=("graspologic", "cdlib"),
+        default=None,
+        help="Leiden implementation: graspologic (graspologic-native, MIT; default) or cdlib "
+        "(leidenalg/igraph, GPL; extra graph-cdlib); a refresh keeps the saved value",
+    )
+    build.add_argument(
+        "--technical", action="store_true", help="offline extractor without capitalised proper nouns (logs, code)"
+    )
     build.add_argument("--rebuild", action="store_true", help="start from scratch instead of refreshing")
-    build.add_argument("-q", "--quiet", action="store_true",
-                       help="no progress bars (they are drawn only when stderr is a terminal)")
+    build.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress bars (they are drawn only when stderr is a terminal)"
+    )
     build.set_defaults(func=_cmd_build)
 
     ask = sub.add_parser("ask", help="answer a question about the whole memory from community reports")

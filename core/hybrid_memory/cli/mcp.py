@@ -14,18 +14,29 @@ from .common import open_memory, parse_scope
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_PORT = 8765
+"""TCP port of ``hybrid-memory mcp --http`` when ``--port`` is not given."""
+
 __all__ = ["register"]
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:
     scope = parse_scope(args.scope)
+    if args.port is not None and not args.http:  # stdio has no port: a --port alone would be silently ignored
+        raise InvalidRequestError(
+            f"--port {args.port} is for --http; add --http to serve on 127.0.0.1:{args.port}, "
+            "or leave --port out for stdio"
+        )
+    if args.port is None:
+        args.port = DEFAULT_PORT
     if args.http:
         _check_port_free(args.port)  # before the memory opens: uvicorn's bind error is a raw traceback, exit 3
     if args.shard is not None and args.avgdl is None and not args.read_only and not _has_export_record(args.shard):
         raise InvalidRequestError(
             "--edge-path with the write tools needs --avgdl TOKENS, the BM25 average length the shard was written "
             "with (export-qdrant printed it; a shard it writes now records it), so added memories score like the "
-            "stored ones; or give --read-only")
+            "stored ones; or give --read-only"
+        )
     with open_memory(args, show_progress=False) as memory:
         server = build_server(memory, scope=scope, read_only=args.read_only)
         settle(memory)
@@ -65,7 +76,8 @@ def _check_port_free(port: int, host: str = "127.0.0.1") -> None:
             if exc.errno == errno.EADDRINUSE:
                 raise InvalidRequestError(f"port {port} is in use; choose another --port") from None
             raise InvalidRequestError(
-                f"cannot listen on {host}:{port} ({exc.strerror or exc}); choose another --port") from None
+                f"cannot listen on {host}:{port} ({exc.strerror or exc}); choose another --port"
+            ) from None
 
 
 def _port(text: str) -> int:
@@ -83,12 +95,24 @@ def register(sub: Any, memory_args: Callable[..., None]) -> None:
     """Add the ``mcp`` subcommand to the ``hybrid-memory`` parser."""
     mcp = sub.add_parser("mcp", help="serve the memory to agents over MCP (stdio, or --http on 127.0.0.1)")
     memory_args(mcp, shard=True)
-    mcp.add_argument("--avgdl", type=float, default=None, metavar="TOKENS", help=(
-        "with --edge-path and the write tools: the BM25 average document length the shard was written with (the "
-        "avgdl export-qdrant printed), so added memories are scored like the copied ones"))
-    mcp.add_argument("--scope", action="append", default=[], metavar="FIELD=VALUE",
-                     help="bind every tool to this scope (tenant, user_id, agent_id, session_id); repeatable")
+    mcp.add_argument(
+        "--avgdl",
+        type=float,
+        default=None,
+        metavar="TOKENS",
+        help=(
+            "with --edge-path and the write tools: the BM25 average document length the shard was written with (the "
+            "avgdl export-qdrant printed), so added memories are scored like the copied ones"
+        ),
+    )
+    mcp.add_argument(
+        "--scope",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="bind every tool to this scope (tenant, user_id, agent_id, session_id); repeatable",
+    )
     mcp.add_argument("--read-only", action="store_true", help="serve only the read tools")
     mcp.add_argument("--http", action="store_true", help="Streamable HTTP on 127.0.0.1 instead of stdio")
-    mcp.add_argument("--port", type=_port, default=8765, help="TCP port of --http, 1-65535 (default 8765)")
+    mcp.add_argument("--port", type=_port, default=None, help=f"TCP port of --http, 1-65535 (default {DEFAULT_PORT})")
     mcp.set_defaults(func=_cmd_mcp)

@@ -151,7 +151,7 @@ class VectorMoments:
         total = grid.sum(axis=0)
         outer = np.zeros((self.dim, self.dim), dtype=np.float64)
         for start in range(0, len(grid), _CHUNK):
-            block = grid[start:start + _CHUNK]
+            block = grid[start : start + _CHUNK]
             outer += block.T @ block
         with self._lock:
             if sign > 0:

@@ -61,7 +61,8 @@ def confidence_weights(
 
 def surprise_factor(nats: float) -> float:
     """An engine's calibrated weight (before its prior and the convex normalisation) for a top hit of surprise
-    ``nats`` (:mod:`hybrid_memory.engines.calibration`: ``S = -ln(n P)``, ``n P`` the expected number of chance documents
+    ``nats`` (:mod:`hybrid_memory.engines.calibration`: ``S = -ln(n P)``, ``n P`` the expected number of chance
+    documents
     scoring at least the top)::
 
         factor(S) = softplus(S) = ln(1 + e^S)

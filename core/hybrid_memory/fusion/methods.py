@@ -176,8 +176,10 @@ def _zscores(inp: FusionInput, alphas: Mapping[str, float], *, log_bm25: bool = 
     columns = {
         # log(1 + max(0, s)); nan (no score) stays nan
         name: [log1p(s) if s > 0 else (s if s != s else 0.0) for s in table[name]]
-        if log_bm25 and inp.lower_bounds.get(name) == 0 else table[name]
-        for name in alphas if name in table
+        if log_bm25 and inp.lower_bounds.get(name) == 0
+        else table[name]
+        for name in alphas
+        if name in table
     }
     return keys, zscore_columns(columns, alphas, len(keys))
 
@@ -280,7 +282,8 @@ def fuse_adaptive_v1(inp: FusionInput) -> FusionOutcome:
        in nats, that the engine's top is not a chance hit. A measure within the list (``top_outlier``) is
        scale-free and cannot see an engine that is weak on the whole corpus (a list of compressed, noisy cosines
        looks as peaked as a good one); the surprise is in one unit for both engines and near 0 for an engine at
-       chance level. It runs only when every engine can be judged; when one cannot (an engine without a ``surprise`` method,
+       chance level. It runs only when every engine can be judged; when one cannot (an engine without a ``surprise``
+       method,
        no corpus moments above :data:`~hybrid_memory.engines.calibration.MOMENTS_MAX_DIM` dimensions, or no spread,
        as in a memory of identical chunks) the weights are those of :func:`fuse_adaptive_uncalibrated`,
        ``prior_e x (1 + top_outlier(list_e))`` (:func:`confidence_weights`), since nats and plain confidence do
@@ -349,19 +352,42 @@ FUSION_METHODS: dict[str, FusionMethod] = {
         FusionMethod("rrf", fuse_rrf, False, False, "weighted Reciprocal Rank Fusion (Cormack et al. 2009)"),
         FusionMethod("rrf_guard", fuse_guarded_rrf, False, True, "weighted RRF plus the exact-identifier guard"),
         FusionMethod("dbsf", fuse_dbsf, False, False, "distribution-based score fusion, mean +- 3 sigma (Qdrant)"),
-        FusionMethod("tm2c2", fuse_tm2c2, True, False, "convex combination of theoretical min-max scores (Bruch et al. 2023)"),
-        FusionMethod("zscore", fuse_zscore, True, False, "CombSUM of z-scores over exact scores (Montague and Aslam 2001)"),
+        FusionMethod(
+            "tm2c2", fuse_tm2c2, True, False, "convex combination of theoretical min-max scores (Bruch et al. 2023)"
+        ),
+        FusionMethod(
+            "zscore", fuse_zscore, True, False, "CombSUM of z-scores over exact scores (Montague and Aslam 2001)"
+        ),
         FusionMethod("confidence", fuse_confidence, True, False, "z-score fusion with per-query confidence weights"),
-        FusionMethod("zscore_guard", fuse_zscore_guard, True, True, "z-score fusion over exact scores plus the exact-match guard"),
-        FusionMethod("adaptive_uncalibrated", fuse_adaptive_uncalibrated, True, True,
-                     "z-score fusion of log-scaled BM25 and cosines with per-query confidence weights, plus the exact-match guard"),
-        FusionMethod("adaptive_v1", fuse_adaptive_v1, True, True,
-                     "z-score fusion of log-scaled BM25 and cosines weighted by each engine's top-hit evidence against chance, plus the exact-match guard",
-                     surprise=True),
-        FusionMethod("adaptive", fuse_adaptive, True, True,
-                     "adaptive_v1 with the engines judged on the query: weights toward the request's where their tops agree "
-                     "and the query names nothing exact",
-                     surprise=True),
+        FusionMethod(
+            "zscore_guard", fuse_zscore_guard, True, True, "z-score fusion over exact scores plus the exact-match guard"
+        ),
+        FusionMethod(
+            "adaptive_uncalibrated",
+            fuse_adaptive_uncalibrated,
+            True,
+            True,
+            "z-score fusion of log-scaled BM25 and cosines with per-query confidence weights, "
+            "plus the exact-match guard",
+        ),
+        FusionMethod(
+            "adaptive_v1",
+            fuse_adaptive_v1,
+            True,
+            True,
+            "z-score fusion of log-scaled BM25 and cosines weighted by each engine's top-hit evidence against chance, "
+            "plus the exact-match guard",
+            surprise=True,
+        ),
+        FusionMethod(
+            "adaptive",
+            fuse_adaptive,
+            True,
+            True,
+            "adaptive_v1 with the engines judged on the query: weights toward the request's where their tops agree "
+            "and the query names nothing exact",
+            surprise=True,
+        ),
     )
 }
 """Every method a request may name in ``hybrid_params.fusion``."""

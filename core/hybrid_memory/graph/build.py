@@ -83,8 +83,11 @@ def chunk_contributions(
             continue
         for key, surface, merged in ((u, relation.source, u_merged), (v, relation.target, v_merged)):
             if key not in nodes:
-                nodes[key] = (_NodePart(alias_surfaces=[clean_surface(surface)]) if merged
-                              else _NodePart(surfaces=[clean_surface(surface)]))
+                nodes[key] = (
+                    _NodePart(alias_surfaces=[clean_surface(surface)])
+                    if merged
+                    else _NodePart(surfaces=[clean_surface(surface)])
+                )
         rel_key = normalize_name(relation.description) or "related to"
         part_e = edges.setdefault((u, v, rel_key), _EdgePart())
         if relation.description and relation.description not in part_e.descriptions:

@@ -96,7 +96,9 @@ def _cdlib_leiden() -> Any:
             warnings.simplefilter("ignore")
             from cdlib import algorithms
     except ImportError as exc:
-        raise MissingDependencyError(f"the cdlib community backend needs cdlib, leidenalg and igraph: {_CDLIB_HINT}") from exc
+        raise MissingDependencyError(
+            f"the cdlib community backend needs cdlib, leidenalg and igraph: {_CDLIB_HINT}"
+        ) from exc
     if sink.getvalue():
         logger.debug("cdlib import output: %s", sink.getvalue().strip())
     return algorithms.leiden
@@ -130,8 +132,10 @@ def leiden_partition(graph: nx.Graph, *, seed: int) -> list[list[str]]:
     import igraph as ig
 
     index = {n: i for i, n in enumerate(nodes)}
-    edges = sorted((min(index[u], index[v]), max(index[u], index[v]), float(d.get("weight", 1.0)))
-                   for u, v, d in graph.edges(data=True))
+    edges = sorted(
+        (min(index[u], index[v]), max(index[u], index[v]), float(d.get("weight", 1.0)))
+        for u, v, d in graph.edges(data=True)
+    )
     ig_graph = ig.Graph(n=len(nodes), edges=[(a, b) for a, b, _ in edges], directed=False)
     ig_graph.vs["name"] = nodes
     ig_graph.es["weight"] = [w for _, _, w in edges]
@@ -155,8 +159,11 @@ def _cdlib_trees(component: nx.Graph, max_cluster_size: int, seed: int, depth: i
         children: list[_Tree] = []
         if len(part) > max_cluster_size and depth + 1 < MAX_LEVELS:
             sub = component.subgraph(part)
-            pieces = [t for piece in sorted((sorted(c) for c in nx.connected_components(sub)), key=lambda c: c[0])
-                      for t in _cdlib_trees(sub.subgraph(piece), max_cluster_size, seed, depth + 1)]
+            pieces = [
+                t
+                for piece in sorted((sorted(c) for c in nx.connected_components(sub)), key=lambda c: c[0])
+                for t in _cdlib_trees(sub.subgraph(piece), max_cluster_size, seed, depth + 1)
+            ]
             children = pieces if len(pieces) > 1 else []  # Leiden keeps it whole: a leaf
         trees.append((part, _order(children)))
     return _order(trees)
@@ -170,8 +177,13 @@ def _graspologic_trees(component: nx.Graph, max_cluster_size: int, seed: int) ->
         return [([n], []) for n in nodes]
     edges = sorted((min(u, v), max(u, v), float(d.get("weight", 1.0))) for u, v, d in component.edges(data=True))
     entries = _graspologic().hierarchical_leiden(
-        edges, max_cluster_size=max_cluster_size + 1, seed=seed, resolution=1.0, randomness=0.001,
-        use_modularity=True, iterations=1,
+        edges,
+        max_cluster_size=max_cluster_size + 1,
+        seed=seed,
+        resolution=1.0,
+        randomness=0.001,
+        use_modularity=True,
+        iterations=1,
     )
     members: dict[tuple[int, int], list[str]] = {}
     parent_of: dict[tuple[int, int], tuple[int, int] | None] = {}

@@ -1,10 +1,10 @@
 """Exceptions of the GraphRAG layer, grafted onto the core tree when it is importable.
 
-    HybridMemoryError                 (hybrid_memory._exceptions)
-    ├── MissingDependencyError(ImportError)   networkx / graspologic-native / json-repair (or cdlib) absent
-    ├── GraphFormatError              graph/ folder of an unknown format version or damaged
-    ├── GraphStateError               e.g. global_search() before any community report exists
-    └── LLMOutputError(ValueError)    a model reply that stayed unusable after the retry
+HybridMemoryError                 (hybrid_memory._exceptions)
+├── MissingDependencyError(ImportError)   networkx / graspologic-native / json-repair (or cdlib) absent
+├── GraphFormatError              graph/ folder of an unknown format version or damaged
+├── GraphStateError               e.g. global_search() before any community report exists
+└── LLMOutputError(ValueError)    a model reply that stayed unusable after the retry
 """
 
 from __future__ import annotations

@@ -65,8 +65,9 @@ def export_html(index: GraphIndex, path: str | Path, *, level: int = 0, height: 
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     membership = _membership(index, level)
-    colors = community_colors(sorted({*membership.values()}, key=lambda c: (int(c[1:].split("-")[0]),
-                                                                              int(c.split("-C")[1]))))
+    colors = community_colors(
+        sorted({*membership.values()}, key=lambda c: (int(c[1:].split("-")[0]), int(c.split("-C")[1])))
+    )
     net = Network(height=height, width="100%", directed=True, cdn_resources="in_line", notebook=False)
     for node, data in sorted(index.graph.nodes(data=True)):
         community = membership.get(node, "")
@@ -75,14 +76,23 @@ def export_html(index: GraphIndex, path: str | Path, *, level: int = 0, height: 
             f"community: {community}\naliases: {', '.join(data.get('aliases', []))}\n"
             f"chunks: {', '.join(data.get('chunk_ids', [])[:20])}"
         )
-        net.add_node(node, label=str(data.get("name", node)), title=title, color=colors.get(community, "#cccccc"),
-                     value=int(data.get("mentions", 1)), group=community)
+        net.add_node(
+            node,
+            label=str(data.get("name", node)),
+            title=title,
+            color=colors.get(community, "#cccccc"),
+            value=int(data.get("mentions", 1)),
+            group=community,
+        )
     for u, v, k, data in sorted(index.graph.edges(keys=True, data=True), key=lambda e: e[:3]):
-        net.add_edge(u, v, title=f"{data.get('description', k)} (weight {data.get('weight', 1.0):g})",
-                     value=float(data.get("weight", 1.0)))
+        net.add_edge(
+            u,
+            v,
+            title=f"{data.get('description', k)} (weight {data.get('weight', 1.0):g})",
+            value=float(data.get("weight", 1.0)),
+        )
     net.set_options('{"physics": {"stabilization": {"iterations": 200}}}')
     page = _REMOTE_TAG.sub("", net.generate_html())
     page = page.replace("<title>", f"<title>hybrid-memory graph, level {level} ", 1) if "<title>" in page else page
     target.write_text(page, encoding="utf-8")
     return target
-

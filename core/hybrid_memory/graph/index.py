@@ -19,6 +19,7 @@ summarised without mixing. Each chunk belongs to one scope, so per-scope graphs 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import reprlib
 import time
@@ -31,8 +32,6 @@ from tqdm.auto import tqdm
 
 from .._exceptions import InvalidRequestError, MemoryClosedError
 from ..limits import check_graph_level, check_question
-import hashlib
-
 from .build import build_graph, update_graph
 from .communities import DEFAULT_BACKEND, check_backend, describe_communities, hierarchical_leiden
 from .errors import GraphStateError
@@ -47,9 +46,10 @@ from .models import (
     GlobalSearchResult,
     RefreshStats,
 )
+from .normalize import normalize_name
 from .patterns import OfflineExtractor
-from .resolve import AUTO_MERGE_THRESHOLD, AliasCandidate, Merge, alias_candidates, resolve_key
 from .reports import CommunityContext, ExtractiveSummarizer, Summarizer, sort_for_summarising
+from .resolve import AUTO_MERGE_THRESHOLD, AliasCandidate, Merge, alias_candidates, resolve_key
 from .search import (
     BUDGET_TOO_SMALL_ANSWER,
     NO_DATA_ANSWER,
@@ -60,7 +60,6 @@ from .search import (
     map_reduce_answer,
     select_reports,
 )
-from .normalize import normalize_name
 from .tokens import count_tokens
 
 _SHORT = reprlib.Repr()
@@ -86,6 +85,7 @@ def graph_path(memory: Any) -> Path | None:
     if getattr(memory, "graph_path", None) is not None:
         return Path(memory.graph_path)
     return Path(memory.path) / "graph" if getattr(memory, "path", None) is not None else None
+
 
 _FETCH_BATCH = 256
 _CONTEXT_ENTITIES = 20
@@ -235,8 +235,9 @@ class GraphIndex:
             after.pop(cid, None)
             self.failures.pop(cid, None)
         chunks = self._fetch(memory, sorted(todo))
-        for chunk in tqdm(chunks, total=len(todo), desc="extracting", unit="chunk",
-                          disable=None if self.show_progress else True):  # None: off unless stderr is a terminal
+        for chunk in tqdm(
+            chunks, total=len(todo), desc="extracting", unit="chunk", disable=None if self.show_progress else True
+        ):  # None: off unless stderr is a terminal
             extraction = self._extract(chunk)
             if extraction is None:
                 after.pop(chunk.chunk_id, None)
@@ -255,8 +256,14 @@ class GraphIndex:
         stats.seconds = time.perf_counter() - started
         logger.info(
             "graph sync: +%d ~%d -%d chunks, %d failed, %d entities, %d edges, %d communities, %d stale",
-            len(stats.added), len(stats.changed), len(stats.deleted), len(stats.failed),
-            self.graph.number_of_nodes(), self.graph.number_of_edges(), len(self.communities), len(stats.stale),
+            len(stats.added),
+            len(stats.changed),
+            len(stats.deleted),
+            len(stats.failed),
+            self.graph.number_of_nodes(),
+            self.graph.number_of_edges(),
+            len(self.communities),
+            len(stats.stale),
         )
         return stats
 
@@ -406,8 +413,9 @@ class GraphIndex:
         calls = 0
         failed: list[str] = []
         ordered = sort_for_summarising(stale)
-        for community in tqdm(ordered, desc="summarising", unit="community",
-                              disable=None if self.show_progress else True):
+        for community in tqdm(
+            ordered, desc="summarising", unit="community", disable=None if self.show_progress else True
+        ):
             context = self._context(memory, community)
             calls += 1
             try:
@@ -526,15 +534,18 @@ class GraphIndex:
         if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 1:
             raise InvalidRequestError(f"token_budget must be an int >= 1 (tokens), got {_SHORT.repr(token_budget)}")
         check_graph_level(level, (c.level for c in self.communities.values()))
-        if max_reports is not None and (isinstance(max_reports, bool) or not isinstance(max_reports, int)
-                                        or max_reports < 1):
+        if max_reports is not None and (
+            isinstance(max_reports, bool) or not isinstance(max_reports, int) or max_reports < 1
+        ):
             raise InvalidRequestError(f"max_reports must be an int >= 1 or None, got {_SHORT.repr(max_reports)}")
         if focus is not None and (isinstance(focus, bool) or not isinstance(focus, int) or focus < 1):
             raise InvalidRequestError(
                 f"focus must be an int >= 1 (findings per report) or None, got {_SHORT.repr(focus)}"
             )
-        if isinstance(evidence_share, bool) or not isinstance(evidence_share, (int, float)) or not (
-            0.0 <= float(evidence_share) < 1.0
+        if (
+            isinstance(evidence_share, bool)
+            or not isinstance(evidence_share, (int, float))
+            or not (0.0 <= float(evidence_share) < 1.0)
         ):
             raise InvalidRequestError(f"evidence_share must be a number in [0, 1), got {_SHORT.repr(evidence_share)}")
         chunk_tokens = {cid: e.tokens for cid, e in self.extractions.items()}
@@ -543,26 +554,46 @@ class GraphIndex:
         parents = {cid: c.parent for cid, c in self.communities.items()} if dedupe_hierarchy else None
         render: Callable[[CommunityReport], tuple[str, list[str]]] | None = None
         if focus is not None:
+
             def render(report: CommunityReport) -> tuple[str, list[str]]:
                 return focus_report(report, question, max_findings=focus)
+
         share = evidence_share if evidence else 0.0
         hits = select_reports(
-            ranked, reports, token_budget=max(1, int(token_budget * (1.0 - share))), parents=parents,
-            min_dense_score=min_dense_score, max_reports=max_reports, render=render,
+            ranked,
+            reports,
+            token_budget=max(1, int(token_budget * (1.0 - share))),
+            parents=parents,
+            min_dense_score=min_dense_score,
+            max_reports=max_reports,
+            render=render,
         )
         if evidence and hits:  # the budget the reports left: their best source sentences for this question
             hits = add_evidence(question, hits, reports, token_budget=token_budget)
         left = token_budget - sum(h.tokens for h in hits)
         if share and left > 0 and (max_reports is None or len(hits) < max_reports):  # unused share: more reports
             more = select_reports(
-                ranked, reports, token_budget=left, parents=parents, min_dense_score=min_dense_score,
-                max_reports=None if max_reports is None else max_reports - len(hits), chosen=hits, render=render,
+                ranked,
+                reports,
+                token_budget=left,
+                parents=parents,
+                min_dense_score=min_dense_score,
+                max_reports=None if max_reports is None else max_reports - len(hits),
+                chosen=hits,
+                render=render,
             )
             hits = hits + [h.model_copy(update={"rank": len(hits) + i + 1}) for i, h in enumerate(more)]
         smallest = None
         if not hits:  # nothing fits: is nothing relevant, or is the budget too small?
-            unbounded = select_reports(ranked, reports, token_budget=10**12, parents=None,
-                                       min_dense_score=min_dense_score, max_reports=None, render=render)
+            unbounded = select_reports(
+                ranked,
+                reports,
+                token_budget=10**12,
+                parents=None,
+                min_dense_score=min_dense_score,
+                max_reports=None,
+                render=render,
+            )
             smallest = min((h.tokens for h in unbounded), default=None)
         return GlobalSearchResult(
             question=question,
@@ -586,10 +617,17 @@ class GraphIndex:
         gone |= {cid for cid, f in self.failures.items() if cid not in current}
         if not gone:
             return self.reports
-        kept = {cid: r for cid, r in self.reports.items() if gone.isdisjoint(r.chunk_ids)
-                and gone.isdisjoint(r.quoted_chunk_ids)}
-        logger.info("global_search: %d reports cite %d deleted or replaced chunks and are not served; refresh the "
-                    "graph to rewrite them", len(self.reports) - len(kept), len(gone))
+        kept = {
+            cid: r
+            for cid, r in self.reports.items()
+            if gone.isdisjoint(r.chunk_ids) and gone.isdisjoint(r.quoted_chunk_ids)
+        }
+        logger.info(
+            "global_search: %d reports cite %d deleted or replaced chunks and are not served; refresh the "
+            "graph to rewrite them",
+            len(self.reports) - len(kept),
+            len(gone),
+        )
         return kept
 
     def ask(
@@ -614,14 +652,20 @@ class GraphIndex:
             answer = BUDGET_TOO_SMALL_ANSWER.format(tokens=search.smallest_relevant_report_tokens, budget=token_budget)
             return GlobalAnswer(question=question, answer=answer, search=search, tokens=search.tokens)
         if search.no_relevant_reports:
-            return GlobalAnswer(question=question, answer=NO_DATA_ANSWER, no_data=True, search=search,
-                                tokens=search.tokens)
+            return GlobalAnswer(
+                question=question, answer=NO_DATA_ANSWER, no_data=True, search=search, tokens=search.tokens
+            )
         if llm is None:
             answer = "\n\n".join(f"[{h.community_id}] {h.text}" for h in search.hits)
             return GlobalAnswer(question=question, answer=answer, search=search, tokens=search.tokens)
         return map_reduce_answer(
-            search, as_llm_callable(llm), chunk_tokens, max_calls=max_calls, max_llm_tokens=max_llm_tokens,
-            map_context_tokens=map_context_tokens, reduce_context_tokens=reduce_context_tokens,
+            search,
+            as_llm_callable(llm),
+            chunk_tokens,
+            max_calls=max_calls,
+            max_llm_tokens=max_llm_tokens,
+            map_context_tokens=map_context_tokens,
+            reduce_context_tokens=reduce_context_tokens,
         )
 
     # -- inspection -----------------------------------------------------------------------------------
@@ -657,8 +701,14 @@ class GraphIndex:
         from .store import GraphState
 
         return GraphState(
-            scope=self.scope, extractions=self.extractions, failures=self.failures, communities=self.communities,
-            reports=self.reports, merges=self.merges, rejected_merges=self.rejected_merges, graph=self.graph,
+            scope=self.scope,
+            extractions=self.extractions,
+            failures=self.failures,
+            communities=self.communities,
+            reports=self.reports,
+            merges=self.merges,
+            rejected_merges=self.rejected_merges,
+            graph=self.graph,
             parameters={
                 "max_cluster_size": self.max_cluster_size,
                 "seed": self.seed,
@@ -667,7 +717,8 @@ class GraphIndex:
                 "extractor": getattr(self.extractor, "name", type(self.extractor).__name__),
                 "summarizer": getattr(self.summarizer, "name", type(self.summarizer).__name__),
             },
-            report_vectors=self._report_vectors, report_vectors_for=self._report_vectors_for,
+            report_vectors=self._report_vectors,
+            report_vectors_for=self._report_vectors_for,
         )
 
     def restore(self, state: GraphState) -> None:
@@ -712,8 +763,11 @@ class GraphIndex:
             current = getattr(getattr(index, role), "name", "")
             if manifest.get(role) and manifest[role] != current:
                 logger.warning(
-                    "graph at %s was built with %s %r; refreshing it with %r mixes both", directory, role,
-                    manifest[role], current,
+                    "graph at %s was built with %s %r; refreshing it with %r mixes both",
+                    directory,
+                    role,
+                    manifest[role],
+                    current,
                 )
         index.restore(load_state(directory, manifest, getattr(index.embedder, "name", None)))
         return index

@@ -40,25 +40,86 @@ CO_OCCURS = "co-occurs with"
 
 _SENTENCE = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[^\W_])|\n\s*\n|\n(?=\s*[-*#>|])|(?<=[:;])\n")
 _ABBREVIATIONS = {
-    "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "gen", "col", "lt", "sgt", "capt", "gov", "sen", "rep",
-    "inc", "ltd", "co", "corp", "vs", "no", "fig", "approx", "e.g", "i.e", "etc", "u.s", "u.k",
+    "mr",
+    "mrs",
+    "ms",
+    "dr",
+    "prof",
+    "sr",
+    "jr",
+    "st",
+    "mt",
+    "gen",
+    "col",
+    "lt",
+    "sgt",
+    "capt",
+    "gov",
+    "sen",
+    "rep",
+    "inc",
+    "ltd",
+    "co",
+    "corp",
+    "vs",
+    "no",
+    "fig",
+    "approx",
+    "e.g",
+    "i.e",
+    "etc",
+    "u.s",
+    "u.k",
 }
-_TITLES = {"mr", "mrs", "ms", "miss", "dr", "prof", "professor", "sir", "dame", "lord", "lady", "president",
-           "senator", "governor", "general", "colonel", "captain", "judge", "mayor", "minister", "chancellor"}
+_TITLES = {
+    "mr",
+    "mrs",
+    "ms",
+    "miss",
+    "dr",
+    "prof",
+    "professor",
+    "sir",
+    "dame",
+    "lord",
+    "lady",
+    "president",
+    "senator",
+    "governor",
+    "general",
+    "colonel",
+    "captain",
+    "judge",
+    "mayor",
+    "minister",
+    "chancellor",
+}
 
 STOP_ENTITIES: dict[str, str] = {
-    **{w: "time zone or time word" for w in (
-        "UTC GMT Z TZ PST PDT EST EDT CST CDT MST MDT HST AKST CET CEST EET EEST WET BST IST JST KST AEST AEDT "
-        "NZST AM PM ETA EOD").split()},
-    **{w: "log level" for w in (
-        "TRACE DEBUG INFO NOTICE WARN WARNING ERROR ERR FATAL CRITICAL CRIT ALERT EMERG EMERGENCY PANIC SEVERE").split()},
+    **{
+        w: "time zone or time word"
+        for w in (
+            "UTC GMT Z TZ PST PDT EST EDT CST CDT MST MDT HST AKST CET CEST EET EEST WET BST IST JST KST AEST AEDT "
+            "NZST AM PM ETA EOD"
+        ).split()
+    },
+    **{
+        w: "log level"
+        for w in (
+            "TRACE DEBUG INFO NOTICE WARN WARNING ERROR ERR FATAL CRITICAL CRIT ALERT EMERG EMERGENCY PANIC SEVERE"
+        ).split()
+    },
     **{w: "HTTP method" for w in "GET POST PUT PATCH DELETE HEAD OPTIONS CONNECT".split()},
-    **{w: "protocol, format or generic acronym" for w in (
-        "HTTP HTTPS TCP UDP IP IPV4 IPV6 DNS TLS SSL SSH SFTP FTP SMTP IMAP NTP LDAP SAML OAUTH JWT GRPC RPC REST "
-        "SOAP SQL NOSQL JSON YAML XML CSV HTML CSS API APIS URL URI "
-        "CPU GPU RAM SSD HDD IO OOM GC JVM VM VMS OS ID IDS "
-        "UUID CLI UI UX SDK SLA SLO SLI RPS QPS TPS P50 P90 P95 P99 ACL CIDR VPC VPN NAT LB CDN MB GB KB TB MS "
-        "ASAP FYI TODO FAQ OK N/A NA RCA PR CI CD QA SRE WAF DBA MFA SSO IAM").split()},
+    **{
+        w: "protocol, format or generic acronym"
+        for w in (
+            "HTTP HTTPS TCP UDP IP IPV4 IPV6 DNS TLS SSL SSH SFTP FTP SMTP IMAP NTP LDAP SAML OAUTH JWT GRPC RPC REST "
+            "SOAP SQL NOSQL JSON YAML XML CSV HTML CSS API APIS URL URI "
+            "CPU GPU RAM SSD HDD IO OOM GC JVM VM VMS OS ID IDS "
+            "UUID CLI UI UX SDK SLA SLO SLI RPS QPS TPS P50 P90 P95 P99 ACL CIDR VPC VPN NAT LB CDN MB GB KB TB MS "
+            "ASAP FYI TODO FAQ OK N/A NA RCA PR CI CD QA SRE WAF DBA MFA SSO IAM"
+        ).split()
+    },
 }
 """Words never taken as entities on their own (upper-case key) -> why: time zones/time words, log levels, HTTP
 methods, protocols/formats/units/generic acronyms. They occur in nearly every incident note, so as entities they
@@ -112,16 +173,103 @@ NOT_VERBS = set(
     ratings reviews notes steps results items docs logs_ red bed need speed seed feed indeed hundred""".split()
 )
 
-_AUX = {"is", "are", "was", "were", "be", "been", "being", "has", "have", "had", "do", "does", "did", "can",
-        "could", "will", "would", "shall", "should", "may", "might", "must", "not", "never", "n't", "cannot"}
-_MODALS = {"can", "could", "will", "would", "shall", "should", "may", "might", "must", "to", "did", "does", "do",
-           "cannot"}
-_PARTICLES = {"on", "to", "from", "with", "into", "onto", "over", "at", "for", "by", "after", "out", "up", "down",
-              "back", "off", "in", "of", "against", "via", "through", "behind", "across", "as", "about", "under",
-              "above", "below", "within", "without", "per", "toward", "towards", "upon"}
+_AUX = {
+    "is",
+    "are",
+    "was",
+    "were",
+    "be",
+    "been",
+    "being",
+    "has",
+    "have",
+    "had",
+    "do",
+    "does",
+    "did",
+    "can",
+    "could",
+    "will",
+    "would",
+    "shall",
+    "should",
+    "may",
+    "might",
+    "must",
+    "not",
+    "never",
+    "n't",
+    "cannot",
+}
+_MODALS = {
+    "can",
+    "could",
+    "will",
+    "would",
+    "shall",
+    "should",
+    "may",
+    "might",
+    "must",
+    "to",
+    "did",
+    "does",
+    "do",
+    "cannot",
+}
+_PARTICLES = {
+    "on",
+    "to",
+    "from",
+    "with",
+    "into",
+    "onto",
+    "over",
+    "at",
+    "for",
+    "by",
+    "after",
+    "out",
+    "up",
+    "down",
+    "back",
+    "off",
+    "in",
+    "of",
+    "against",
+    "via",
+    "through",
+    "behind",
+    "across",
+    "as",
+    "about",
+    "under",
+    "above",
+    "below",
+    "within",
+    "without",
+    "per",
+    "toward",
+    "towards",
+    "upon",
+}
 _DETERMINERS = {"the", "a", "an", "its", "their", "his", "her", "our", "your", "this", "that", "these", "those"}
-_CLAUSE_BREAKS = {"when", "while", "because", "if", "although", "though", "whereas", "unless", "until", "where",
-                  "which", "who", "whom", "whose"}
+_CLAUSE_BREAKS = {
+    "when",
+    "while",
+    "because",
+    "if",
+    "although",
+    "though",
+    "whereas",
+    "unless",
+    "until",
+    "where",
+    "which",
+    "who",
+    "whom",
+    "whose",
+}
 _GROUP_GAP = re.compile(r"^[\s,()\[\]/&]*(?:(?:and|or|and/or|nor|plus|&)[\s,()\[\]]*)?$", re.I)
 _GAP_WORD = re.compile(r"[A-Za-z]+(?:'[a-z]+)?")
 _MAX_GAP_WORDS = 8
@@ -221,8 +369,10 @@ def _is_stop_entity(name: str) -> bool:
 def _name_shaped(word: str) -> bool:
     """All capitals (>= 2 letters), an inner capital or a digit: ``FEMA``, ``PostgreSQL``, ``K8s``."""
     letters = [c for c in word if c.isalpha()]
-    return (len(letters) >= 2 and all(c.isupper() for c in letters)) or any(c.isupper() for c in word[1:]) or any(
-        c.isdigit() for c in word
+    return (
+        (len(letters) >= 2 and all(c.isupper() for c in letters))
+        or any(c.isupper() for c in word[1:])
+        or any(c.isdigit() for c in word)
     )
 
 
@@ -265,8 +415,9 @@ def _opener_is_name(word: str, next_word: str, context: _ChunkContext | None) ->
     return bool(next_word) and next_word[0].islower() and _verb_like(next_word)
 
 
-def _proper_nouns(sentence: str, masked: list[tuple[int, int]], context: _ChunkContext | None = None
-                  ) -> list[tuple[int, str]]:
+def _proper_nouns(
+    sentence: str, masked: list[tuple[int, int]], context: _ChunkContext | None = None
+) -> list[tuple[int, str]]:
     """(start, name) of the capitalised names of one sentence."""
     tokens = [(m.group(0), m.start()) for m in _WORD.finditer(sentence)]
     names: list[tuple[int, str]] = []
@@ -348,7 +499,7 @@ def _verb_phrase(gap: str) -> str:
                 continue  # "webhooks failed", "call returned": a noun before the verb
             verb = i
             break
-    if verb is None or any(w in _CLAUSE_BREAKS for w in words[verb + 1:]):
+    if verb is None or any(w in _CLAUSE_BREAKS for w in words[verb + 1 :]):
         return ""  # "paged the team when db-prod-3 ran out": the object is in another clause
     start = verb
     while start > 0 and words[start - 1] in _AUX | _MODALS:
@@ -360,7 +511,9 @@ def _verb_phrase(gap: str) -> str:
         return " ".join(words[start:tail])  # V W* P
     end = verb + 1
     while end < len(words) and (
-        words[end] in _PARTICLES or words[end] in _AUX or words[end].endswith("ing")
+        words[end] in _PARTICLES
+        or words[end] in _AUX
+        or words[end].endswith("ing")
         or (_verb_like(words[end]) and words[end - 1] in _AUX)  # "was rolled", not "reported degraded"
     ):
         end += 1
@@ -406,20 +559,21 @@ class OfflineExtractor:
         """(surface form, type) of the entities of one sentence, in order of first appearance."""
         return [(name, entity_type) for _, _, name, entity_type in self.spans_in(sentence)]
 
-    def _sentence_relations(self, sentence: str, spans: list[tuple[int, int, str, str]]
-                            ) -> dict[tuple[str, str], tuple[str, str, str]]:
+    def _sentence_relations(
+        self, sentence: str, spans: list[tuple[int, int, str, str]]
+    ) -> dict[tuple[str, str], tuple[str, str, str]]:
         """(key a, key b) sorted -> (source, target, description) for every pair of distinct entities."""
         keyed = [(s, e, name, normalize_name(name)) for s, e, name, _ in spans if normalize_name(name)]
         groups: list[list[tuple[int, int, str, str]]] = []
         for span in keyed:
-            if groups and _GROUP_GAP.match(sentence[groups[-1][-1][1]:span[0]]):
+            if groups and _GROUP_GAP.match(sentence[groups[-1][-1][1] : span[0]]):
                 groups[-1].append(span)
             else:
                 groups.append([span])
         out: dict[tuple[str, str], tuple[str, str, str]] = {}
         if self.verb_relations:
             for left, right in pairwise(groups):
-                phrase = _verb_phrase(sentence[left[-1][1]:right[0][0]])
+                phrase = _verb_phrase(sentence[left[-1][1] : right[0][0]])
                 if not phrase:
                     continue
                 for a in left:
@@ -428,7 +582,7 @@ class OfflineExtractor:
                         if a[3] != b[3] and pair not in out:
                             out[pair] = (a[2], b[2], phrase)
         for i, a in enumerate(keyed):
-            for b in keyed[i + 1:]:
+            for b in keyed[i + 1 :]:
                 pair = (min(a[3], b[3]), max(a[3], b[3]))
                 if a[3] != b[3] and pair not in out:
                     first, second = (a, b) if a[3] < b[3] else (b, a)
@@ -451,7 +605,8 @@ class OfflineExtractor:
                 counts[(source, target, description)] += 1
         relations = [
             ExtractedRelation(source=s, target=t, description=d, strength=float(n))
-            for (s, t, d), n in sorted(counts.items(), key=lambda x: (normalize_name(x[0][0]),
-                                                                      normalize_name(x[0][1]), x[0][2]))
+            for (s, t, d), n in sorted(
+                counts.items(), key=lambda x: (normalize_name(x[0][0]), normalize_name(x[0][1]), x[0][2])
+            )
         ]
         return list(entities.values()), relations

@@ -99,9 +99,7 @@ def pack_community_context(context: CommunityContext, max_tokens: int) -> tuple[
         sections.append(["-Sub-community reports-"] + [r.text() for r in children if r.status == "ok"])
     sections += [entity_lines, relation_lines]
     if not use_children:
-        sections.append(
-            ["-Sources-"] + [f"[{cid}] {text}" for cid, text in sorted(context.chunks.items())]
-        )
+        sections.append(["-Sources-"] + [f"[{cid}] {text}" for cid, text in sorted(context.chunks.items())])
     out: list[str] = []
     used = 0
     for section in sections:
@@ -269,8 +267,15 @@ class ExtractiveSummarizer:
     report reused after a refresh keeps a consistent rating.
     """
 
-    def __init__(self, *, max_report_tokens: int = 300, top_entities: int = 5, top_relations: int = 2,
-                 max_sentences: int = 12, max_sentence_tokens: int = 60):
+    def __init__(
+        self,
+        *,
+        max_report_tokens: int = 300,
+        top_entities: int = 5,
+        top_relations: int = 2,
+        max_sentences: int = 12,
+        max_sentence_tokens: int = 60,
+    ):
         if max_report_tokens < 20:
             raise ValueError(f"max_report_tokens must be >= 20, got {max_report_tokens}")
         self.max_report_tokens = max_report_tokens
@@ -295,8 +300,10 @@ class ExtractiveSummarizer:
             f"source chunks. Most central: {', '.join(names[n] for n in central[: self.top_entities])}."
         )
         findings: list[Finding] = []
-        edges = sorted(graph.edges(keys=True, data=True),
-                       key=lambda e: (e[2] == normalize_name(CO_OCCURS), -e[3].get("weight", 0.0), e[0], e[1], e[2]))
+        edges = sorted(
+            graph.edges(keys=True, data=True),
+            key=lambda e: (e[2] == normalize_name(CO_OCCURS), -e[3].get("weight", 0.0), e[0], e[1], e[2]),
+        )
         for u, v, k, d in edges[: self.top_relations]:
             findings.append(
                 Finding(
@@ -326,13 +333,15 @@ class ExtractiveSummarizer:
             report.findings = report.findings[:-1]
         if count_tokens(report.text()) > self.max_report_tokens:
             report.summary = truncate_to_tokens(report.summary, self.max_report_tokens - count_tokens(title) - 2)
-        report.quoted_chunk_ids = sorted({f.explanation[len("source "):] for f in report.findings
-                                          if f.explanation.startswith("source ")})
+        report.quoted_chunk_ids = sorted(
+            {f.explanation[len("source ") :] for f in report.findings if f.explanation.startswith("source ")}
+        )
         report.tokens = count_tokens(report.text())
         return report
 
-    def _candidates(self, context: CommunityContext, rank: dict[str, float], names: dict[str, str]
-                    ) -> list[tuple[str, int, str, frozenset[str], int]]:
+    def _candidates(
+        self, context: CommunityContext, rank: dict[str, float], names: dict[str, str]
+    ) -> list[tuple[str, int, str, frozenset[str], int]]:
         """(chunk id, position, sentence (cut to max_sentence_tokens), members it names, tokens) of every
         sentence of the member chunks that names at least one member (by any alias)."""
         aliases = {
@@ -366,8 +375,13 @@ class ExtractiveSummarizer:
                 best[cid] = key
         return [Finding(summary=best[cid][2], explanation=f"source {cid}") for cid in sorted(best)]
 
-    def _cover(self, candidates: list[tuple[str, int, str, frozenset[str], int]], rank: dict[str, float],
-               n_members: int, budget: int) -> list[tuple[str, str]]:
+    def _cover(
+        self,
+        candidates: list[tuple[str, int, str, frozenset[str], int]],
+        rank: dict[str, float],
+        n_members: int,
+        budget: int,
+    ) -> list[tuple[str, str]]:
         """Greedy budgeted maximum coverage of chunks and members (see the class notes); in chosen order."""
         covered_chunks: set[str] = set()
         covered_members: set[str] = set()
@@ -378,8 +392,9 @@ class ExtractiveSummarizer:
             for j, (cid, i, _text, members, cost) in enumerate(remaining):
                 if cost > budget:
                     continue
-                gain = (cid not in covered_chunks) + sum(rank.get(m, 0.0) * n_members
-                                                         for m in members - covered_members)
+                gain = (cid not in covered_chunks) + sum(
+                    rank.get(m, 0.0) * n_members for m in members - covered_members
+                )
                 if gain <= 0:
                     continue
                 key = (-gain / cost, i, cid)  # best ratio; ties: earlier sentence, then smaller chunk id

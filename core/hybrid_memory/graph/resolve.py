@@ -37,10 +37,51 @@ AUTO_MERGE_THRESHOLD = 0.5
 """Evidence score at or above which an unambiguous alias candidate is merged without a caller."""
 
 NAME_TYPES = {"PROPER_NOUN", "PERSON", "ORGANIZATION", "LOCATION"}
-_TITLES = {"mr", "mrs", "ms", "miss", "dr", "prof", "professor", "sir", "dame", "lord", "lady", "president",
-           "senator", "governor", "general", "colonel", "captain", "judge", "mayor", "minister", "chancellor"}
-_MINOR = {"of", "the", "and", "for", "de", "du", "des", "la", "le", "van", "von", "der", "den", "a", "an", "&", "on",
-          "in", "at", "to"}
+_TITLES = {
+    "mr",
+    "mrs",
+    "ms",
+    "miss",
+    "dr",
+    "prof",
+    "professor",
+    "sir",
+    "dame",
+    "lord",
+    "lady",
+    "president",
+    "senator",
+    "governor",
+    "general",
+    "colonel",
+    "captain",
+    "judge",
+    "mayor",
+    "minister",
+    "chancellor",
+}
+_MINOR = {
+    "of",
+    "the",
+    "and",
+    "for",
+    "de",
+    "du",
+    "des",
+    "la",
+    "le",
+    "van",
+    "von",
+    "der",
+    "den",
+    "a",
+    "an",
+    "&",
+    "on",
+    "in",
+    "at",
+    "to",
+}
 _TOKEN = re.compile(r"[^\W_]+(?:['’.-][^\W_]+)*", re.UNICODE)
 
 

@@ -47,8 +47,7 @@ MODEL_FAILED_ANSWER = (
     "after a retry); see the log, or try another model."
 )
 OUT_OF_BUDGET_ANSWER = (
-    "No answer: the call or token budget ran out before an answer could be written; raise max_calls or "
-    "max_llm_tokens."
+    "No answer: the call or token budget ran out before an answer could be written; raise max_calls or max_llm_tokens."
 )
 
 
@@ -64,11 +63,11 @@ class ReportRanker:
     """
 
     def __init__(self, reports: Iterable[CommunityReport], embedder: Any, *, vector_cache: dict | None = None):
-        from hybrid_memory.engines.dense.index import FaissIndex
         from hybrid_memory.embedders import l2_normalize
+        from hybrid_memory.engines.bm25.index import BM25Index
+        from hybrid_memory.engines.dense.index import FaissIndex
         from hybrid_memory.search.engine import DenseEngine, SparseEngine
         from hybrid_memory.search.searcher import HybridSearcher
-        from hybrid_memory.engines.bm25.index import BM25Index
 
         kept = [r for r in sorted(reports, key=lambda r: r.community_id) if r.status == "ok" and r.text().strip()]
         self._keys = [r.community_id for r in kept]
@@ -218,7 +217,7 @@ def focus_report(report: CommunityReport, question: str, *, max_findings: int = 
     keep = sorted(i for score, i in scored[:max_findings] if score < 0) or [0]
     findings = [report.findings[i] for i in keep]
     lines = [report.title] + [f"- {f.summary}" + (f" ({f.explanation})" if f.explanation else "") for f in findings]
-    quoted = sorted({f.explanation[len("source "):] for f in findings if f.explanation.startswith("source ")})
+    quoted = sorted({f.explanation[len("source ") :] for f in findings if f.explanation.startswith("source ")})
     return "\n".join(line for line in lines if line), quoted
 
 
@@ -290,9 +289,12 @@ def add_evidence(
                 out.append(hit)
                 continue
             text = hit.text + f"\n{_EVIDENCE_HEADER}\n" + "\n".join(_evidence_line(f) for f in extra)
-            quoted = sorted(set(hit.quoted_chunk_ids) | {f.explanation[len("source "):] for f in extra})
-            out.append(hit.model_copy(update={"text": text, "tokens": count_tokens(text), "evidence": extra,
-                                              "quoted_chunk_ids": quoted}))
+            quoted = sorted(set(hit.quoted_chunk_ids) | {f.explanation[len("source ") :] for f in extra})
+            out.append(
+                hit.model_copy(
+                    update={"text": text, "tokens": count_tokens(text), "evidence": extra, "quoted_chunk_ids": quoted}
+                )
+            )
         if sum(h.tokens for h in out) <= token_budget or not added:
             return out
         last = max(added)  # joined text may count a token more than its parts: drop the last line added
@@ -363,7 +365,7 @@ def validate_points(data: Any) -> list[tuple[str, int]]:
     Raises ValueError for another shape or a non-numeric score."""
     items = data.get("points") if isinstance(data, dict) else data
     if not isinstance(items, list):
-        raise ValueError("expected {\"points\": [...]}")
+        raise ValueError('expected {"points": [...]}')
     out = []
     for item in items:
         if not isinstance(item, dict) or not str(item.get("description", "")).strip():
@@ -453,8 +455,14 @@ def map_reduce_answer(
             search.hits, chunk_tokens, llm_calls=calls, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
         )
         return GlobalAnswer(
-            question=search.question, answer=answer, no_data=no_data, points=used, search=search, tokens=tokens,
-            truncated=truncated, model_failed=model_failed,
+            question=search.question,
+            answer=answer,
+            no_data=no_data,
+            points=used,
+            search=search,
+            tokens=tokens,
+            truncated=truncated,
+            model_failed=model_failed,
         )
 
     if not kept:

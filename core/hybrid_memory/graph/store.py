@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import logging
 import os
+import shutil
 import time
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 import networkx as nx
@@ -39,6 +39,7 @@ from .errors import GraphFormatError
 from .models import ChunkExtraction, Community, CommunityReport, ExtractionFailure
 from .resolve import AUTO_MERGE_THRESHOLD, Merge
 from .tokens import tokenizer_name
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["FORMAT_VERSION", "GraphState", "load_state", "read_graphml", "read_manifest", "save_state", "write_graphml"]
@@ -114,8 +115,9 @@ def write_graphml(
         attrs.update((extra_node_attributes or {}).get(node, {}))
         out.add_node(node, **attrs)
     for u, v, k, data in graph.edges(keys=True, data=True):
-        out.add_edge(u, v, key=k, **{a: json.dumps(x, ensure_ascii=False) if isinstance(x, list) else x
-                                      for a, x in data.items()})
+        out.add_edge(
+            u, v, key=k, **{a: json.dumps(x, ensure_ascii=False) if isinstance(x, list) else x for a, x in data.items()}
+        )
     tmp = path.with_name(path.name + ".tmp")
     nx.write_graphml(out, tmp, encoding="utf-8")
     os.replace(tmp, path)
@@ -165,10 +167,17 @@ def _save_files(state: GraphState, directory: Path) -> None:
     _write(directory / "communities.json", _dump(communities))
     _write(directory / "reports.json", _dump([state.reports[c] for c in sorted(state.reports)]))
     if state.merges or state.rejected_merges:
-        _write(directory / "merges.json", json.dumps({
-            "merges": [state.merges[t].model_dump(mode="json") for t in sorted(state.merges)],
-            "rejected": [list(pair) for pair in sorted(state.rejected_merges)],
-        }, ensure_ascii=False, indent=1))
+        _write(
+            directory / "merges.json",
+            json.dumps(
+                {
+                    "merges": [state.merges[t].model_dump(mode="json") for t in sorted(state.merges)],
+                    "rejected": [list(pair) for pair in sorted(state.rejected_merges)],
+                },
+                ensure_ascii=False,
+                indent=1,
+            ),
+        )
     else:
         (directory / "merges.json").unlink(missing_ok=True)
     level0 = {n: {"community": c.community_id} for c in communities if c.level == 0 for n in c.entities}
@@ -176,8 +185,17 @@ def _save_files(state: GraphState, directory: Path) -> None:
     manifest = {
         "format_version": FORMAT_VERSION,
         "saved_at": time.time(),
-        **{key: state.parameters[key] for key in ("max_cluster_size", "seed", "community_backend",
-                                                   "auto_merge_threshold", "extractor", "summarizer")},
+        **{
+            key: state.parameters[key]
+            for key in (
+                "max_cluster_size",
+                "seed",
+                "community_backend",
+                "auto_merge_threshold",
+                "extractor",
+                "summarizer",
+            )
+        },
         "tokenizer": tokenizer_name(),
         "scope": state.scope,
         "versions": _versions(state.parameters["community_backend"]),
@@ -211,8 +229,16 @@ def _save_report_vectors(state: GraphState, directory: Path) -> None:
     tmp = directory / "report_vectors.tmp.npy"
     np.save(tmp, matrix, allow_pickle=False)
     os.replace(tmp, vectors_path)
-    _write(keys_path, json.dumps({"embedder": state.report_vectors_for, "dim": int(matrix.shape[1]),
-                                  "keys": [_text_key(t) for t, _ in cached]}))
+    _write(
+        keys_path,
+        json.dumps(
+            {
+                "embedder": state.report_vectors_for,
+                "dim": int(matrix.shape[1]),
+                "keys": [_text_key(t) for t, _ in cached],
+            }
+        ),
+    )
 
 
 def _load_report_vectors(state: GraphState, directory: Path, embedder_name: str | None) -> None:

@@ -28,10 +28,10 @@ from ..backends.embedded.backend import EmbeddedBackend
 from ..backends.qdrant.edge_info import read_export_info, remove_export_info, shard_dim, write_export_info
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .hybrid import HybridMemory
     from ..backends.embedded.store import SQLiteStore
     from ..backends.qdrant.backend import QdrantBackend
     from ..models import StoredChunk
+    from .hybrid import HybridMemory
 
 __all__ = ["check_bm25", "check_target", "export_to_qdrant", "open_target"]
 
@@ -51,8 +51,11 @@ def check_target(backend: QdrantBackend, *, replace: bool = False) -> int:
         info = read_export_info(folder) if folder is not None else None
         origin = ""
         if info:
-            state = (f"a complete copy of {info.get('memory')}, {info.get('chunks')} chunks" if info.get("complete") else
-                     f"a partial copy of {info.get('memory')} (interrupted)")
+            state = (
+                f"a complete copy of {info.get('memory')}, {info.get('chunks')} chunks"
+                if info.get("complete")
+                else f"a partial copy of {info.get('memory')} (interrupted)"
+            )
             origin = f": {state}, avgdl {info['avgdl']:.6g}"
         what = f"Qdrant Edge shard {folder}" if folder is not None else f"Qdrant collection {backend.collection.name!r}"
         other = "another --edge-path" if folder is not None else "another --collection"
@@ -101,6 +104,7 @@ def check_bm25(memory: HybridMemory, backend: QdrantBackend, *, avgdl: float | N
         have["avgdl"] = float(backend.encoder.avgdl)
     names = [name for name in want if want[name] != have[name]]
     if names:
+
         def values(of: dict[str, float]) -> str:
             return ", ".join(f"{name}={of[name]!r}" for name in names)
 
@@ -202,12 +206,16 @@ def _checked_backend(backend: object) -> None:
         if not backend.closed:
             return
         if backend.path is not None:
-            what, fix = (f"of the Qdrant Edge shard {str(backend.path)!r}",
-                         f"QdrantBackend.edge({str(backend.path)!r}, **memory.bm25_params)")
+            what, fix = (
+                f"of the Qdrant Edge shard {str(backend.path)!r}",
+                f"QdrantBackend.edge({str(backend.path)!r}, **memory.bm25_params)",
+            )
         else:
             name = getattr(backend.collection, "name", None)
-            what, fix = (f"of the Qdrant collection {name!r}",
-                         f"QdrantBackend.client(url_or_client, collection={name!r}, **memory.bm25_params)")
+            what, fix = (
+                f"of the Qdrant collection {name!r}",
+                f"QdrantBackend.client(url_or_client, collection={name!r}, **memory.bm25_params)",
+            )
         raise InvalidRequestError(
             f"export_to_qdrant was given a closed QdrantBackend ({what}: backend.close() was called); nothing was "
             f"written: open it again, {fix}, and pass that"
@@ -344,10 +352,17 @@ def export_to_qdrant(
 
     def record(chunks: int, complete: bool) -> None:
         if folder is not None:
-            write_export_info(folder, avgdl=backend.encoder.avgdl, k1=backend.encoder.k1, b=backend.encoder.b,
-                              memory=None if memory.path is None else str(Path(memory.path).absolute()),
-                              chunks=chunks, complete=complete,
-                              embedder={"name": memory.embedder.name, "dim": dim}, indexed_keys=backend.indexed_keys)
+            write_export_info(
+                folder,
+                avgdl=backend.encoder.avgdl,
+                k1=backend.encoder.k1,
+                b=backend.encoder.b,
+                memory=None if memory.path is None else str(Path(memory.path).absolute()),
+                chunks=chunks,
+                complete=complete,
+                embedder={"name": memory.embedder.name, "dim": dim},
+                indexed_keys=backend.indexed_keys,
+            )
 
     record(0, False)
     store = _embedded(memory).store  # the embedded store: the vectors live there, keyed by rowid

@@ -108,7 +108,8 @@ class HybridMemory:
             fraction in [0, 1] (0 leaves ``compact_min`` alone to decide).
         faiss_threads: OpenMP threads for FAISS, set in every thread that searches (1 is fastest for single
             queries on 2 cores, measured by ``benchmarks/scale.py``).
-        dense_index: ``"auto"`` (default: an exact scan below :data:`~hybrid_memory.engines.dense.index.ANN_MIN` vectors,
+        dense_index: ``"auto"`` (default: an exact scan below :data:`~hybrid_memory.engines.dense.index.ANN_MIN`
+        vectors,
             a FAISS IVF index with 8-bit codes and exact re-ranking above), ``"flat"`` (always exact) or
             ``"ivf"`` (always approximate once there are enough vectors to train on); see
             :class:`~hybrid_memory.engines.dense.index.FaissIndex`.
@@ -130,7 +131,8 @@ class HybridMemory:
         StoreFormatError: the directory was written by another format version or another embedder.
         InvalidRequestError: a numeric option of the wrong type or out of its range (``k1="x"``, ``b=2``,
             ``compact_min=-1``, ``compact_ratio=5``, ``faiss_threads=0``, ``busy_timeout="x"``, a bool for an int,
-            ``show_progress="yes"``), before the folder is created; ``path`` is a file, cannot be created (``/proc/nope``, a path below a file), is
+            ``show_progress="yes"``), before the folder is created; ``path`` is a file, cannot be created
+            (``/proc/nope``, a path below a file), is
             a folder this process cannot write, holds a Qdrant Edge shard, or is not a str / os.PathLike
             (``HybridMemory(5)``) or is empty; the message names the path and the fix.
             With ``backend``: a ``path`` too, or an option of the embedded indexes.
@@ -176,11 +178,17 @@ class HybridMemory:
         """
         from ..backends.qdrant.backend import QdrantBackend
 
-        memory_options = {k: options.pop(k) for k in ("candidate_multiplier", "dedup", "recency_prior", "show_progress")
-                          if k in options}
+        memory_options = {
+            k: options.pop(k)
+            for k in ("candidate_multiplier", "dedup", "recency_prior", "show_progress")
+            if k in options
+        }
         if edge_path is not None:
-            cluster = [k for k in ("shard_number", "replication_factor", "write_consistency_factor", "write_ordering")
-                       if k in options]
+            cluster = [
+                k
+                for k in ("shard_number", "replication_factor", "write_consistency_factor", "write_ordering")
+                if k in options
+            ]
             if cluster:
                 raise InvalidRequestError(f"{cluster} configure a Qdrant cluster; an Edge shard takes none of them")
             backend = QdrantBackend.edge(edge_path, **options)
@@ -208,18 +216,28 @@ class HybridMemory:
         synchronous: str = "full",
         busy_timeout: float = 30.0,
     ) -> None:
-        embedded = {"k1": (k1, 1.5), "b": (b, 0.75), "compact_min": (compact_min, 500),
-                    "compact_ratio": (compact_ratio, 0.1), "faiss_threads": (faiss_threads, 1),
-                    "dense_index": (dense_index, "auto"), "background_compaction": (background_compaction, True),
-                    "synchronous": (synchronous, "full"), "busy_timeout": (busy_timeout, 30.0)}
+        embedded = {
+            "k1": (k1, 1.5),
+            "b": (b, 0.75),
+            "compact_min": (compact_min, 500),
+            "compact_ratio": (compact_ratio, 0.1),
+            "faiss_threads": (faiss_threads, 1),
+            "dense_index": (dense_index, "auto"),
+            "background_compaction": (background_compaction, True),
+            "synchronous": (synchronous, "full"),
+            "busy_timeout": (busy_timeout, 30.0),
+        }
         if backend is not None:
             if path is not None:
                 raise InvalidRequestError(
                     f"a memory on a backend keeps no directory (got path {path!r}); pass backend=... alone, or a "
                     "path alone for the embedded memory"
                 )
-            given = [name for name, (value, default) in embedded.items()
-                     if type(value) is not type(default) or value != default]
+            given = [
+                name
+                for name, (value, default) in embedded.items()
+                if type(value) is not type(default) or value != default
+            ]
             if given:
                 raise InvalidRequestError(
                     f"{', '.join(given)} configure the embedded memory's own indexes; a memory on a backend takes "
@@ -230,9 +248,17 @@ class HybridMemory:
         else:
             if dense_index not in DENSE_KINDS:
                 raise InvalidRequestError(f"dense_index must be one of {DENSE_KINDS}, got {dense_index!r}")
-            check_memory_options(k1=k1, b=b, candidate_multiplier=candidate_multiplier, compact_min=compact_min,
-                                 compact_ratio=compact_ratio, faiss_threads=faiss_threads, busy_timeout=busy_timeout,
-                                 show_progress=show_progress, background_compaction=background_compaction)
+            check_memory_options(
+                k1=k1,
+                b=b,
+                candidate_multiplier=candidate_multiplier,
+                compact_min=compact_min,
+                compact_ratio=compact_ratio,
+                faiss_threads=faiss_threads,
+                busy_timeout=busy_timeout,
+                show_progress=show_progress,
+                background_compaction=background_compaction,
+            )
             if synchronous not in ("full", "normal"):
                 raise InvalidRequestError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
         self.path = memory_path(path) if path is not None else None
@@ -246,9 +272,17 @@ class HybridMemory:
             check_embedder(embedder)  # before any folder exists: a refused call leaves nothing behind
         if backend is None:
             backend = EmbeddedBackend(
-                self.path, k1=k1, b=b, compact_min=compact_min, compact_ratio=compact_ratio,
-                faiss_threads=faiss_threads, dense_index=dense_index, background_compaction=background_compaction,
-                show_progress=show_progress, synchronous=synchronous, busy_timeout=busy_timeout,
+                self.path,
+                k1=k1,
+                b=b,
+                compact_min=compact_min,
+                compact_ratio=compact_ratio,
+                faiss_threads=faiss_threads,
+                dense_index=dense_index,
+                background_compaction=background_compaction,
+                show_progress=show_progress,
+                synchronous=synchronous,
+                busy_timeout=busy_timeout,
             )
         self._backend: Backend = backend
         self.embedder = backend.embedder_for(embedder)
@@ -282,8 +316,12 @@ class HybridMemory:
                 (the message says to open it with ``HybridMemory.qdrant(edge_path=...)``).
         """
         folder = memory_path(path)
-        if (not create and not (folder / STORE_FILE).exists() and not (folder / "manifest.json").exists()
-                and not (folder / EDGE_CONFIG).exists()):  # a shard: the constructor names HybridMemory.qdrant
+        if (
+            not create
+            and not (folder / STORE_FILE).exists()
+            and not (folder / "manifest.json").exists()
+            and not (folder / EDGE_CONFIG).exists()
+        ):  # a shard: the constructor names HybridMemory.qdrant
             raise MemoryNotFoundError(
                 f"no memory at {folder}; create one with HybridMemory({str(folder)!r}) or "
                 f"HybridMemory.open(..., create=True)"
@@ -451,8 +489,9 @@ class HybridMemory:
         backend stores now, then applied by it (:meth:`Backend.apply_write
         <hybrid_memory.backends.base.Backend.apply_write>`); ``closes``: system-field updates by chunk id (a
         supersede's closed facts), in the same batch."""
-        scope, policy, items, vectors = self._prepare_write(chunks, vectors, dedup, scope, int(self.embedder.dim),
-                                                            checked)
+        scope, policy, items, vectors = self._prepare_write(
+            chunks, vectors, dedup, scope, int(self.embedder.dim), checked
+        )
         if not items:
             return WriteResult([])
         backend = self._backend
@@ -460,9 +499,16 @@ class HybridMemory:
 
         def plan(stored: Mapping[str, tuple[str, Mapping[str, Any]]]) -> WritePlan:
             return plan_write(
-                items, stored, vectors=vectors, replace=replace, policy=policy, scope=scope,
-                embed=self._embed, find_hashes=backend.find_hashes,
-                near_search=lambda: backend.near_search(tokenize, policy.cosine_threshold), tokenize=tokenize,
+                items,
+                stored,
+                vectors=vectors,
+                replace=replace,
+                policy=policy,
+                scope=scope,
+                embed=self._embed,
+                find_hashes=backend.find_hashes,
+                near_search=lambda: backend.near_search(tokenize, policy.cosine_threshold),
+                tokenize=tokenize,
             )
 
         with self._write_lock:
@@ -513,7 +559,9 @@ class HybridMemory:
             return self._backend.delete(ids)
 
     # -- reads --------------------------------------------------------------------------------------
-    def get(self, chunk_ids: Iterable[str] | str, *, scope: Scope | Mapping[str, Any] | None = None) -> list[StoredChunk]:
+    def get(
+        self, chunk_ids: Iterable[str] | str, *, scope: Scope | Mapping[str, Any] | None = None
+    ) -> list[StoredChunk]:
         """Stored chunks in the order of ``chunk_ids`` (a list of ids; a lone str is one id); unknown ids (and ids
         outside ``scope``) are skipped. Raises InvalidRequestError as :meth:`delete` does."""
         self._check_open()
@@ -553,7 +601,10 @@ class HybridMemory:
         return ids
 
     def count(
-        self, metadata_filter: Mapping[str, Any] | None = None, *, scope: Scope | Mapping[str, Any] | None = None,
+        self,
+        metadata_filter: Mapping[str, Any] | None = None,
+        *,
+        scope: Scope | Mapping[str, Any] | None = None,
         as_of: Any = None,
     ) -> int:
         """Number of stored chunks matching the filter (all when None), in ``scope``, valid at ``as_of`` (Unix
@@ -571,7 +622,10 @@ class HybridMemory:
         return self.count()
 
     def iter_chunks(
-        self, metadata_filter: Mapping[str, Any] | None = None, *, scope: Scope | Mapping[str, Any] | None = None,
+        self,
+        metadata_filter: Mapping[str, Any] | None = None,
+        *,
+        scope: Scope | Mapping[str, Any] | None = None,
         as_of: Any = None,
     ) -> Iterator[StoredChunk]:
         """Stored chunks matching the filter, in ``scope``, valid at ``as_of``, in order of first insertion,
@@ -588,8 +642,13 @@ class HybridMemory:
         return self._backend.iter_chunks(self._backend.listing(metadata_filter, bound, _instant(as_of)))
 
     def page_chunks(
-        self, metadata_filter: Mapping[str, Any] | None = None, *, after: int | None = None, limit: int = 100,
-        scope: Scope | Mapping[str, Any] | None = None, as_of: Any = None,
+        self,
+        metadata_filter: Mapping[str, Any] | None = None,
+        *,
+        after: int | None = None,
+        limit: int = 100,
+        scope: Scope | Mapping[str, Any] | None = None,
+        as_of: Any = None,
     ) -> tuple[list[StoredChunk], int | None]:
         """One page of :meth:`iter_chunks` (same order, filter, scope and ``as_of``), by keyset: the chunks after
         position ``after`` (None: the first page), at most ``limit`` (1..10,000), and the position to pass as
@@ -620,7 +679,8 @@ class HybridMemory:
         base = dict(scope) if isinstance(scope, Mapping) else (scope.bound() if isinstance(scope, Scope) else {})
         if scope is not None and not isinstance(scope, (Mapping, Scope)):
             raise InvalidRequestError(
-                f"scope must be a Scope or a mapping of {', '.join(SCOPE_FIELDS)}, got {type(scope).__name__}")
+                f"scope must be a Scope or a mapping of {', '.join(SCOPE_FIELDS)}, got {type(scope).__name__}"
+            )
         bound = as_scope({**base, **fields})
         return ScopedMemory(self, bound or Scope())
 
@@ -691,7 +751,7 @@ class HybridMemory:
         elif request is None:
             if "search_text" not in fields:  # search(None): "got {}" named nothing the caller passed
                 raise InvalidRequestError(
-                    'invalid search request: got None (and no search_text=); pass a request dict or SearchRequest, '
+                    "invalid search request: got None (and no search_text=); pass a request dict or SearchRequest, "
                     'e.g. {"search_text": "..."}, or the search text itself'
                 )
             data = {}
@@ -737,7 +797,9 @@ class HybridMemory:
         return req, self._resolve_filter(req.metadata_filter, _bound(scope), req.as_of)
 
     def _resolve_filter(
-        self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None = None,
+        self,
+        metadata_filter: Mapping[str, Any] | None,
+        scope: Mapping[str, str] | None = None,
         as_of: float | None = None,
     ) -> Any:
         """The ``allowed`` set of a search (:meth:`Backend.resolve <hybrid_memory.backends.base.Backend.resolve>`):
@@ -753,8 +815,9 @@ class HybridMemory:
         self._check_scope_keys(metadata_filter, scope)
         return allowed
 
-    def _check_scope_keys(self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None,
-                          catch_up: bool = False) -> None:
+    def _check_scope_keys(
+        self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None, catch_up: bool = False
+    ) -> None:
         """:func:`~hybrid_memory.scopes.check_scope_keys` against the backend (the filter index's key bitmaps, a
         count on Qdrant); ``catch_up``: apply other processes' commits first (a search has), only when the filter
         names a scope field."""
@@ -836,7 +899,8 @@ class HybridMemory:
                 ``rrf_k_constant``, ``fusion``, which override those of ``hybrid_params``). ``search_text`` is
                 not overridden: given in ``request`` too, it must be the same text (else InvalidRequestError).
 
-        Each engine returns ``candidate_multiplier × max(top_k, RANK_FLOOR)`` candidates (:data:`RANK_FLOOR`: the results of any top_k up to 10 are the first top_k of the same list); an engine whose weight is 0 is not
+        Each engine returns ``candidate_multiplier × max(top_k, RANK_FLOOR)`` candidates (:data:`RANK_FLOOR`: the
+        results of any top_k up to 10 are the first top_k of the same list); an engine whose weight is 0 is not
         run. Results are ordered by score descending, ties by chunk_id.
 
         Consistency: every write that returned before this call began, in this process or any other, is
@@ -895,13 +959,13 @@ class HybridMemory:
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:
+
             def release_when_acquired(t: asyncio.Future[None]) -> None:
                 if not t.cancelled() and t.exception() is None:
                     lock.release_read()
 
             task.add_done_callback(release_when_acquired)
             raise
-
 
     def _query(self, req: SearchRequest, query_vector: np.ndarray | Sequence[float] | None) -> Query:
         if query_vector is None:
@@ -937,9 +1001,13 @@ class HybridMemory:
         ``candidate_multiplier``."""
         self._check_open()
         folder = self._backend.path
-        return {"path": None if folder is None else str(folder), "chunks": self.count(), **self._backend.stats(),
-                "embedder": {"name": self.embedder.name, "dim": int(self.embedder.dim)},
-                "candidate_multiplier": self.candidate_multiplier}
+        return {
+            "path": None if folder is None else str(folder),
+            "chunks": self.count(),
+            **self._backend.stats(),
+            "embedder": {"name": self.embedder.name, "dim": int(self.embedder.dim)},
+            "candidate_multiplier": self.candidate_multiplier,
+        }
 
     @property
     def bm25_params(self) -> dict[str, float]:
@@ -1010,9 +1078,7 @@ def _checked_filter(metadata_filter: Mapping[str, Any] | None) -> Mapping[str, A
     try:
         validate_filter(metadata_filter)
     except RecursionError as exc:
-        raise InvalidFilterError(
-            "metadata filter nests too deeply (thousands of levels); flatten its values"
-        ) from exc
+        raise InvalidFilterError("metadata filter nests too deeply (thousands of levels); flatten its values") from exc
     return metadata_filter
 
 

@@ -104,8 +104,11 @@ class ScopedMemory:
         """A narrower view (more fields bound). Raises ScopeError when a field would be re-bound."""
         if scope is not None and not isinstance(scope, (Mapping, Scope)):
             raise InvalidRequestError(
-                f"scope must be a Scope or a mapping of {', '.join(SCOPE_FIELDS)}, got {type(scope).__name__}")
-        extra = as_scope({**(dict(scope) if isinstance(scope, Mapping) else (scope.bound() if scope else {})), **fields})
+                f"scope must be a Scope or a mapping of {', '.join(SCOPE_FIELDS)}, got {type(scope).__name__}"
+            )
+        extra = as_scope(
+            {**(dict(scope) if isinstance(scope, Mapping) else (scope.bound() if scope else {})), **fields}
+        )
         return ScopedMemory(self._memory, self.scope.narrow(extra or Scope()))
 
     def make_request(self, request: Any = None, /, **fields: Any) -> SearchRequest:
@@ -162,8 +165,11 @@ class ScopedMemory:
         items = list(chunks)
         given: list[str | None] = []
         for item in items:
-            cid = item.chunk_id if isinstance(item, Chunk) else (
-                item.get("chunk_id") if isinstance(item, Mapping) else None)
+            cid = (
+                item.chunk_id
+                if isinstance(item, Chunk)
+                else (item.get("chunk_id") if isinstance(item, Mapping) else None)
+            )
             given.append(cid if isinstance(cid, str) and cid else None)
         present, space = self._present([g for g in given if g is not None]), self._ids
         out: list[Any] = []
@@ -198,8 +204,11 @@ class ScopedMemory:
             caller_id = named if named is not None else space.shown(d.chunk_id)
             stored = caller_id if d.stored_id == d.chunk_id else space.shown(d.stored_id)
             duplicate = None if d.duplicate_of is None else space.shown(d.duplicate_of)
-            decisions.append(WriteDecision(caller_id, d.action, stored, duplicate_of=duplicate, kind=d.kind,
-                                           cosine=d.cosine, overlap=d.overlap))
+            decisions.append(
+                WriteDecision(
+                    caller_id, d.action, stored, duplicate_of=duplicate, kind=d.kind, cosine=d.cosine, overlap=d.overlap
+                )
+            )
         return WriteResult(decisions)
 
     def _shown_response(self, response: SearchResponse) -> SearchResponse:
@@ -208,21 +217,40 @@ class ScopedMemory:
         return response.model_copy(update={"results": results})
 
     # -- writes -----------------------------------------------------------------------------------
-    def add(self, chunks: Iterable[Chunk | Mapping[str, Any]], *, vectors: np.ndarray | None = None,
-            dedup: DedupPolicy | str | None = None, **extra: Any) -> list[str]:
+    def add(
+        self,
+        chunks: Iterable[Chunk | Mapping[str, Any]],
+        *,
+        vectors: np.ndarray | None = None,
+        dedup: DedupPolicy | str | None = None,
+        **extra: Any,
+    ) -> list[str]:
         """:meth:`HybridMemory.add` in this scope (bound fields stamped, ids namespaced to the scope). Raises
         ScopeError for a chunk that states another scope, DuplicateChunkError for an id this scope holds."""
         self._no_extra("add", extra)
         return self._write_view("add", chunks, vectors, dedup, replace=False).ids
 
-    def upsert(self, chunks: Iterable[Chunk | Mapping[str, Any]], *, vectors: np.ndarray | None = None,
-               dedup: DedupPolicy | str | None = None, **extra: Any) -> list[str]:
+    def upsert(
+        self,
+        chunks: Iterable[Chunk | Mapping[str, Any]],
+        *,
+        vectors: np.ndarray | None = None,
+        dedup: DedupPolicy | str | None = None,
+        **extra: Any,
+    ) -> list[str]:
         """:meth:`HybridMemory.upsert` in this scope; an id another scope holds is a fresh id here."""
         self._no_extra("upsert", extra)
         return self._write_view("upsert", chunks, vectors, dedup, replace=True).ids
 
-    def write(self, chunks: Iterable[Chunk | Mapping[str, Any]], *, vectors: np.ndarray | None = None,
-              dedup: DedupPolicy | str | None = None, replace: bool = True, **extra: Any) -> WriteResult:
+    def write(
+        self,
+        chunks: Iterable[Chunk | Mapping[str, Any]],
+        *,
+        vectors: np.ndarray | None = None,
+        dedup: DedupPolicy | str | None = None,
+        replace: bool = True,
+        **extra: Any,
+    ) -> WriteResult:
         """:meth:`HybridMemory.write` in this scope: the dedup decision for every chunk."""
         self._no_extra("write", extra)
         return self._write_view("write", chunks, vectors, dedup, replace=replace)
@@ -235,8 +263,14 @@ class ScopedMemory:
             result = self._memory.write(mapped, vectors=vectors, dedup=dedup, replace=replace, scope=self.scope)
         return self._shown_result(result, given)
 
-    def add_texts(self, texts: Sequence[str], metadatas: Sequence[Mapping[str, Any]] | None = None,
-                  ids: Sequence[str] | None = None, sources: Sequence[str] | None = None, **extra: Any) -> list[str]:
+    def add_texts(
+        self,
+        texts: Sequence[str],
+        metadatas: Sequence[Mapping[str, Any]] | None = None,
+        ids: Sequence[str] | None = None,
+        sources: Sequence[str] | None = None,
+        **extra: Any,
+    ) -> list[str]:
         """:meth:`HybridMemory.add_texts` in this scope (ids default to random uuid4 hex)."""
         self._no_extra("add_texts", extra)
         if isinstance(texts, str) or not hasattr(texts, "__len__"):
@@ -245,15 +279,26 @@ class ScopedMemory:
         for name, values in (("metadatas", metadatas), ("ids", ids), ("sources", sources)):
             if values is not None and len(values) != n:
                 raise InvalidRequestError(f"{name} has {len(values)} items for {n} texts; give one per text")
-        return self.upsert([
-            {"chunk_id": ids[i] if ids is not None else uuid.uuid4().hex, "text": texts[i],
-             "source": sources[i] if sources is not None else "",
-             "metadata": dict(metadatas[i]) if metadatas is not None else {}}
-            for i in range(n)
-        ])
+        return self.upsert(
+            [
+                {
+                    "chunk_id": ids[i] if ids is not None else uuid.uuid4().hex,
+                    "text": texts[i],
+                    "source": sources[i] if sources is not None else "",
+                    "metadata": dict(metadatas[i]) if metadatas is not None else {},
+                }
+                for i in range(n)
+            ]
+        )
 
-    def supersede(self, old_ids: Iterable[str] | str, new_chunk: Chunk | Mapping[str, Any], *,
-                  vector: np.ndarray | None = None, **extra: Any) -> str:
+    def supersede(
+        self,
+        old_ids: Iterable[str] | str,
+        new_chunk: Chunk | Mapping[str, Any],
+        *,
+        vector: np.ndarray | None = None,
+        **extra: Any,
+    ) -> str:
         """:meth:`HybridMemory.supersede` in this scope: old ids of other scopes are unknown here."""
         self._no_extra("supersede", extra)
         ids = [old_ids] if isinstance(old_ids, str) else old_ids
@@ -292,15 +337,23 @@ class ScopedMemory:
     def __len__(self) -> int:
         return self.count()
 
-    def iter_chunks(self, metadata_filter: Mapping[str, Any] | None = None, *, as_of: Any = None,
-                    **extra: Any) -> Iterator[StoredChunk]:
+    def iter_chunks(
+        self, metadata_filter: Mapping[str, Any] | None = None, *, as_of: Any = None, **extra: Any
+    ) -> Iterator[StoredChunk]:
         """This scope's chunks matching the filter, in the memory's iteration order."""
         self._no_extra("iter_chunks", extra)
         chunks = self._memory.iter_chunks(metadata_filter, scope=self.scope, as_of=as_of)
         return (self._shown_chunk(c) for c in chunks)
 
-    def page_chunks(self, metadata_filter: Mapping[str, Any] | None = None, *, after: str | None = None,
-                    limit: int = 100, as_of: Any = None, **extra: Any) -> tuple[list[StoredChunk], str | None]:
+    def page_chunks(
+        self,
+        metadata_filter: Mapping[str, Any] | None = None,
+        *,
+        after: str | None = None,
+        limit: int = 100,
+        as_of: Any = None,
+        **extra: Any,
+    ) -> tuple[list[StoredChunk], str | None]:
         """:meth:`HybridMemory.page_chunks` of this scope's chunks: ``(page, cursor of the next page or None)``.
 
         The cursor is opaque and bound to this scope (:class:`~hybrid_memory.isolation.CursorSeal`): it reveals
@@ -313,8 +366,9 @@ class ScopedMemory:
         self._no_extra("page_chunks", extra)
         seal, key = cursor_seal(self._memory), self.scope.key()
         position = None if after is None else seal.open(after, key)
-        page, last = self._memory.page_chunks(metadata_filter, after=position, limit=limit, scope=self.scope,
-                                              as_of=as_of)
+        page, last = self._memory.page_chunks(
+            metadata_filter, after=position, limit=limit, scope=self.scope, as_of=as_of
+        )
         return [self._shown_chunk(c) for c in page], None if last is None else seal.seal(last, key)
 
     def chunk_hashes(self, **extra: Any) -> dict[str, str]:
@@ -323,22 +377,36 @@ class ScopedMemory:
         space = self._ids
         return {space.shown(k): v for k, v in self._memory.chunk_hashes(scope=self.scope).items()}
 
-    def search(self, request: SearchRequest | Mapping[str, Any] | str | None = None, /, *,
-               query_vector: np.ndarray | Sequence[float] | None = None,
-               recency: RecencyPrior | None | bool = None, **fields: Any) -> SearchResponse:
+    def search(
+        self,
+        request: SearchRequest | Mapping[str, Any] | str | None = None,
+        /,
+        *,
+        query_vector: np.ndarray | Sequence[float] | None = None,
+        recency: RecencyPrior | None | bool = None,
+        **fields: Any,
+    ) -> SearchResponse:
         """:meth:`HybridMemory.search` restricted to this scope before both engines rank. ``fields`` are
         request fields; a ``scope`` among them is refused (InvalidRequestError): the view is bound already."""
         self._no_scope("search", fields)
         return self._shown_response(
-            self._memory.search(request, query_vector=query_vector, scope=self.scope, recency=recency, **fields))
+            self._memory.search(request, query_vector=query_vector, scope=self.scope, recency=recency, **fields)
+        )
 
-    async def asearch(self, request: SearchRequest | Mapping[str, Any] | str | None = None, /, *,
-                      query_vector: np.ndarray | Sequence[float] | None = None,
-                      recency: RecencyPrior | None | bool = None, **fields: Any) -> SearchResponse:
+    async def asearch(
+        self,
+        request: SearchRequest | Mapping[str, Any] | str | None = None,
+        /,
+        *,
+        query_vector: np.ndarray | Sequence[float] | None = None,
+        recency: RecencyPrior | None | bool = None,
+        **fields: Any,
+    ) -> SearchResponse:
         """:meth:`HybridMemory.asearch` restricted to this scope."""
         self._no_scope("asearch", fields)
-        return self._shown_response(await self._memory.asearch(
-            request, query_vector=query_vector, scope=self.scope, recency=recency, **fields))
+        return self._shown_response(
+            await self._memory.asearch(request, query_vector=query_vector, scope=self.scope, recency=recency, **fields)
+        )
 
     def stats(self) -> dict[str, Any]:
         """``{"scope": bound fields, "chunks": count}`` (engine internals are the memory's, not the view's)."""
@@ -346,4 +414,3 @@ class ScopedMemory:
 
     def __repr__(self) -> str:
         return f"ScopedMemory({self._memory!r}, scope={self.scope.bound()!r})"
-

@@ -11,7 +11,8 @@ depend on where chunks are stored:
 - which chunks need a new vector: new ids, changed texts, or all when the caller passes vectors; an unchanged
   text keeps its stored vector and is not re-embedded (a metadata-only change).
 
-:func:`plan_supersede` checks and plans the closing of facts that a new one replaces. :class:`~hybrid_memory.HybridMemory`
+:func:`plan_supersede` checks and plans the closing of facts that a new one replaces.
+:class:`~hybrid_memory.HybridMemory`
 runs the rules above its backend: every :class:`~hybrid_memory.backends.base.Backend` (embedded, Qdrant) applies the
 plans to its storage (``Backend.apply_write``); none restates a rule.
 """
@@ -27,7 +28,17 @@ from typing import Any, Literal
 import numpy as np
 
 from .._exceptions import DimensionMismatchError, DuplicateChunkError, InvalidRequestError, ScopeError
-from ..dedup import DedupPolicy, Match, Span, WriteDecision, WriteResult, content_hash, dedup_span, find_exact, find_near
+from ..dedup import (
+    DedupPolicy,
+    Match,
+    Span,
+    WriteDecision,
+    WriteResult,
+    content_hash,
+    dedup_span,
+    find_exact,
+    find_near,
+)
 from ..embedders import Embedder, holds_bool, l2_normalize
 from ..models import SCOPE_FIELDS, TIME_FIELDS, Chunk
 from ..scopes import Scope
@@ -65,8 +76,11 @@ def keep_unstated(chunk: Chunk, stored: Mapping[str, Any] | None) -> Chunk:
     """
     if stored is None:
         return chunk
-    kept = {name: stored[name] for name in _KEPT_ON_UPSERT
-            if name not in chunk.model_fields_set and stored.get(name) is not None}
+    kept = {
+        name: stored[name]
+        for name in _KEPT_ON_UPSERT
+        if name not in chunk.model_fields_set and stored.get(name) is not None
+    }
     if not kept:
         return chunk
     out = chunk.model_copy(update=kept)
@@ -133,8 +147,10 @@ def check_vectors(vectors: Any, n: int, dim: int, ids: Sequence[str] | None = No
     search)
     with a warning logged naming their chunks: they are found by BM25 only.
     """
-    fix = ("nothing was stored: give real numbers, float32 rows of the memory's dimension, or leave vectors= out to "
-           "embed the texts with the memory's embedder")
+    fix = (
+        "nothing was stored: give real numbers, float32 rows of the memory's dimension, or leave vectors= out to "
+        "embed the texts with the memory's embedder"
+    )
     if callable(getattr(vectors, "detach", None)) and callable(getattr(vectors, "cpu", None)):
         vectors = vectors.detach().cpu()  # a torch tensor, perhaps requiring grad or on a GPU: read its values only
     try:
@@ -142,17 +158,20 @@ def check_vectors(vectors: Any, n: int, dim: int, ids: Sequence[str] | None = No
     except (TypeError, ValueError) as exc:  # rows of unequal lengths (numpy refuses a ragged array)
         raise DimensionMismatchError(
             f"vectors must have shape ({n}, {dim}) (one row per chunk, the memory's dimension), got rows of unequal "
-            f"lengths ({type(vectors).__name__}); {fix}") from exc
+            f"lengths ({type(vectors).__name__}); {fix}"
+        ) from exc
     if given.dtype.kind == "c":
         raise InvalidRequestError(
             f"vectors hold complex numbers (dtype {given.dtype}); an embedding is real: pass their real part if that "
-            f"is what you mean (vectors.real); {fix}")
+            f"is what you mean (vectors.real); {fix}"
+        )
     if given.dtype.kind not in "iuf" or holds_bool(vectors):  # numpy reads [[True, 2.0]] as floats
         where, bad = _first_non_number(vectors, given)
         if bad is not _NONE:
             raise InvalidRequestError(
                 f"vectors must be real numbers, got {type(vectors).__name__} holding {type(bad).__name__} "
-                f"{bad!r:.40}{_element(where, ids)} (dtype {given.dtype}); {fix}")
+                f"{bad!r:.40}{_element(where, ids)} (dtype {given.dtype}); {fix}"
+            )
     with np.errstate(over="ignore"):  # a float64 beyond float32's range becomes inf: reported below, not warned
         vectors = given.astype(np.float32, copy=False)
     if vectors.ndim != 2 or vectors.shape != (n, dim):
@@ -196,7 +215,11 @@ def _warn_zero_rows(vectors: np.ndarray, ids: Sequence[str] | None) -> None:
         "vectors= holds all-zero rows for %d of %d chunks (%s%s): an all-zero vector has no direction, so dense "
         "search never returns those chunks and they are found by BM25 only; pass the embedder's vectors for them, "
         "or leave vectors= out to embed the texts with the memory's embedder",
-        len(zero), len(vectors), ", ".join(names), more)
+        len(zero),
+        len(vectors),
+        ", ".join(names),
+        more,
+    )
 
 
 _NONE = object()
@@ -300,12 +323,23 @@ class WritePlan:
             if match is None:
                 decisions.append(WriteDecision(chunk.chunk_id, "written", chunk.chunk_id))
                 continue
-            kinds: dict[str, Literal["kept", "skipped", "merged"]] = {"keep": "kept", "skip": "skipped", "merge": "merged"}
+            kinds: dict[str, Literal["kept", "skipped", "merged"]] = {
+                "keep": "kept",
+                "skip": "skipped",
+                "merge": "merged",
+            }
             action = kinds[self.policy.action]
-            decisions.append(WriteDecision(
-                chunk.chunk_id, action, chunk.chunk_id if action == "kept" else match.duplicate_of,
-                duplicate_of=match.duplicate_of, kind=match.kind, cosine=match.cosine, overlap=match.overlap,
-            ))
+            decisions.append(
+                WriteDecision(
+                    chunk.chunk_id,
+                    action,
+                    chunk.chunk_id if action == "kept" else match.duplicate_of,
+                    duplicate_of=match.duplicate_of,
+                    kind=match.kind,
+                    cosine=match.cosine,
+                    overlap=match.overlap,
+                )
+            )
         return WriteResult(decisions)
 
 
@@ -375,24 +409,34 @@ def plan_write(
     )
     dropped = {i for i in matches if policy.action != "keep"}
     changed = [
-        i for i, c in enumerate(items)
+        i
+        for i, c in enumerate(items)
         if i not in dropped and (vectors is not None or c.chunk_id not in stored or stored[c.chunk_id][0] != hashes[i])
     ]
     if vectors is not None:
-        new_vectors = l2_normalize(np.asarray(vectors, dtype=np.float32)[changed]) if changed else \
-            np.zeros((0, np.asarray(vectors).shape[1]), np.float32)
+        new_vectors = (
+            l2_normalize(np.asarray(vectors, dtype=np.float32)[changed])
+            if changed
+            else np.zeros((0, np.asarray(vectors).shape[1]), np.float32)
+        )
     else:
         new_vectors = embed([items[i].text for i in changed])
     if policy.near:
         vector_of = {i: new_vectors[j] for j, i in enumerate(changed)}
-        candidates = [(i, items[i].chunk_id, hashes[i], scope_keys[i], intervals[i], spans[i])
-                      for i in new_positions if i not in matches]
+        candidates = [
+            (i, items[i].chunk_id, hashes[i], scope_keys[i], intervals[i], spans[i])
+            for i in new_positions
+            if i not in matches
+        ]
         if candidates:
-            rewritten = [(i if i in vector_of else None, items[i].chunk_id, hashes[i], scope_keys[i], intervals[i])
-                         for i in rewrites]
+            rewritten = [
+                (i if i in vector_of else None, items[i].chunk_id, hashes[i], scope_keys[i], intervals[i])
+                for i in rewrites
+            ]
             compared = [row[0] for row in candidates] + [i for i in rewrites if i in vector_of]
-            near = find_near(candidates, vector_of, {i: tokenize(items[i].text) for i in compared}, policy,
-                             near_search(), rewritten)
+            near = find_near(
+                candidates, vector_of, {i: tokenize(items[i].text) for i in compared}, policy, near_search(), rewritten
+            )
             matches.update(near)
             if policy.action != "keep" and near:
                 dropped |= set(near)
@@ -448,8 +492,13 @@ def plan_supersede(
             f"fact's valid_from {iso_utc(start)}; give the new chunk a later valid_from"
         )
     closes = [
-        (cid, {"valid_to": min(start, stored[cid]["valid_to"]) if stored[cid].get("valid_to") is not None else start,
-               "superseded_by": chunk.chunk_id})
+        (
+            cid,
+            {
+                "valid_to": min(start, stored[cid]["valid_to"]) if stored[cid].get("valid_to") is not None else start,
+                "superseded_by": chunk.chunk_id,
+            },
+        )
         for cid in old
     ]
     return chunk.model_copy(update={"valid_from": start}), closes

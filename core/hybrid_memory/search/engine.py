@@ -22,9 +22,9 @@ from ..embedders import l2_normalize
 from ..engines.rowset import RowSet
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..engines.dense.index import FaissIndex
     from ..embedders import Embedder
     from ..engines.bm25.index import BM25Index
+    from ..engines.dense.index import FaissIndex
 
 __all__ = ["EXACT_MATCH_ARGS", "DenseEngine", "Engine", "Hit", "Query", "RowSet", "SparseEngine"]
 

@@ -7,7 +7,8 @@ the graph layer). Composition as in pyserini's ``HybridSearcher(dense, sparse)``
 
 A search is two steps, both public so an evaluation can apply every fusion method to the same candidates
 exactly as the library does: :meth:`HybridSearcher.candidates` (run the engines, cut each list at the
-depth with ties broken by key, add exact cross-scores and exact matches (rare identifiers, whole query) when the method needs
+depth with ties broken by key, add exact cross-scores and exact matches (rare identifiers, whole query) when the method
+needs
 them) and :meth:`HybridSearcher.fuse` (apply a method of :data:`~hybrid_memory.fusion.FUSION_METHODS`, order
 by score then key, cut to ``top_k``).
 """
@@ -25,8 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .engine import EXACT_MATCH_ARGS, Engine, Hit, Query, RowSet
 from ..fusion import DEFAULT_FUSION, DEFAULT_RRF_K, FUSION_METHODS, FusionInput, FusionMethod, rank_by_score, rrf_table
+from .engine import EXACT_MATCH_ARGS, Engine, Hit, Query, RowSet
 
 #: at most this many hits are read from one engine to break a tie at its candidate cut (see ``_run``)
 TIE_DEPTH_LIMIT = 512
@@ -36,7 +37,18 @@ SURPRISE = "surprise"
 method reads them (:attr:`~hybrid_memory.fusion.FusionMethod.surprise`): each engine's is computed in the thread
 that ran it, right after its search."""
 
-__all__ = ["SURPRISE", "TIE_DEPTH_LIMIT", "AlignedScores", "Candidates", "EngineRun", "HandoffPolicy", "HybridHit", "HybridResult", "HybridSearcher", "size_class"]
+__all__ = [
+    "SURPRISE",
+    "TIE_DEPTH_LIMIT",
+    "AlignedScores",
+    "Candidates",
+    "EngineRun",
+    "HandoffPolicy",
+    "HybridHit",
+    "HybridResult",
+    "HybridSearcher",
+    "size_class",
+]
 
 
 class HandoffPolicy:
@@ -203,7 +215,9 @@ class AlignedScores(Mapping[str, Mapping[str, float]]):
 
     __slots__ = ("_built", "_columns", "_keys", "_own")
 
-    def __init__(self, keys: Sequence[str], columns: Mapping[str, Sequence[float]], own: Mapping[str, Mapping[str, float]]) -> None:
+    def __init__(
+        self, keys: Sequence[str], columns: Mapping[str, Sequence[float]], own: Mapping[str, Mapping[str, float]]
+    ) -> None:
         self._keys = keys
         self._columns = columns
         self._own = own
@@ -226,7 +240,7 @@ class AlignedScores(Mapping[str, Mapping[str, float]]):
         return len(self._own)
 
     def __repr__(self) -> str:
-        return f"AlignedScores({ {name: dict(self[name]) for name in self._own} !r})"
+        return f"AlignedScores({ {name: dict(self[name]) for name in self._own}!r})"
 
 
 class HybridSearcher:
@@ -237,7 +251,8 @@ class HybridSearcher:
         keys: maps engine ids to string keys; ids it leaves out are dropped (deleted meanwhile).
         executor: runs the engines of :meth:`search` in parallel: the calling thread runs the engine with
             the largest measured time (the first in ``engines`` order until both are measured) while the
-            executor runs the others, when the ``policy`` finds that this pays (None: always one after the other in the caller's thread). :meth:`asearch` uses
+            executor runs the others, when the ``policy`` finds that this pays (None: always one after the other in the
+            caller's thread). :meth:`asearch` uses
             ``asyncio.to_thread`` instead.
         identifier_max_df: an identifier of the query is *rare* when at most this many documents hold it,
             and a whole-query (conjunctive) match counts when at most this many candidates hold every query
@@ -408,9 +423,7 @@ class HybridSearcher:
                 *(asyncio.to_thread(self._run_named, name, query, depth, allowed) for name in active)
             )
             hits = dict(zip(active, results, strict=True))
-        candidates = await asyncio.to_thread(
-            self._candidates, query, hits, depth, weights, rrf_k, method.name, max_df
-        )
+        candidates = await asyncio.to_thread(self._candidates, query, hits, depth, weights, rrf_k, method.name, max_df)
         return self.fuse(candidates, method.name, top_k)
 
     def candidates(
@@ -494,7 +507,9 @@ class HybridSearcher:
                 finder = getattr(self.engines[name], "exact_matches", None)
                 if finder is not None:
                     counts = finder(query, union_ids, max_df, self.identifier_min_share).tolist()
-                    strength = counts if strength is None else [max(a, b) for a, b in zip(strength, counts, strict=True)]
+                    strength = (
+                        counts if strength is None else [max(a, b) for a, b in zip(strength, counts, strict=True)]
+                    )
             if strength is not None:
                 matches = {union[j]: int(c) for j, c in enumerate(strength) if c}
         priors = {name: float(weights.get(name, 1.0)) for name in self.engines}

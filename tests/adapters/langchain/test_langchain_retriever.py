@@ -7,13 +7,13 @@ import pytest
 
 pytest.importorskip("langchain_core")
 
+from hybrid_memory import HashingEmbedder, HybridMemory, InvalidEmbedderError, InvalidFilterError, InvalidRequestError  # noqa: E402
 from langchain_core.documents import Document  # noqa: E402
 from langchain_core.embeddings import DeterministicFakeEmbedding  # noqa: E402
 from langchain_core.language_models.fake_chat_models import ParrotFakeChatModel  # noqa: E402
 from langchain_core.prompts import ChatPromptTemplate  # noqa: E402
 from langchain_core.runnables import RunnableLambda  # noqa: E402
 
-from hybrid_memory import HashingEmbedder, HybridMemory, InvalidEmbedderError, InvalidFilterError, InvalidRequestError  # noqa: E402
 from langchain_hybrid_memory import HybridMemoryRetriever, LangChainEmbedder  # noqa: E402
 
 QUERY = "HTTP 504 billing"
@@ -135,8 +135,14 @@ async def test_ainvoke_uses_core_asearch_not_a_thread(memory, monkeypatch):
     docs = await HybridMemoryRetriever(memory=memory, k=2).ainvoke(QUERY, k=3, filter={"service": "billing"})
     assert len(docs) == 3
     assert calls == [
-        {"top_k": 3, "metadata_filter": {"service": "billing"}, "dense_weight": 1.0, "sparse_weight": 1.0,
-         "rrf_k_constant": 60, "fusion": "adaptive"}
+        {
+            "top_k": 3,
+            "metadata_filter": {"service": "billing"},
+            "dense_weight": 1.0,
+            "sparse_weight": 1.0,
+            "rrf_k_constant": 60,
+            "fusion": "adaptive",
+        }
     ]
 
 
@@ -214,7 +220,8 @@ def test_langchain_embedder_bridge_shapes_and_dtype():
         LangChainEmbedder(HashingEmbedder(dim=4))  # type: ignore[arg-type]
     assert str(err.value) == (
         "embeddings must be a langchain_core Embeddings (for example HuggingFaceEmbeddings(...), an instance), got "
-        "HashingEmbedder; for a hybrid_memory Embedder pass it to the retriever or memory directly")
+        "HashingEmbedder; for a hybrid_memory Embedder pass it to the retriever or memory directly"
+    )
     assert isinstance(err.value, TypeError) and isinstance(err.value, InvalidRequestError)
 
 
@@ -250,26 +257,35 @@ def test_constructor_accepts_filter_alias_and_refuses_unknown_fields(memory):
     retriever = HybridMemoryRetriever(memory=memory, k=7, filter={"service": "search"})
     assert retriever.metadata_filter == {"service": "search"}
     assert [d.id for d in retriever.invoke(QUERY)] == ["inc-4"]
-    with pytest.raises(InvalidRequestError, match=r"^invalid HybridMemoryRetriever argument: top_n: not an argument "
-                                                  r"of HybridMemoryRetriever \(check the spelling\)$") as caught:
+    with pytest.raises(
+        InvalidRequestError,
+        match=r"^invalid HybridMemoryRetriever argument: top_n: not an argument "
+        r"of HybridMemoryRetriever \(check the spelling\)$",
+    ) as caught:
         HybridMemoryRetriever(memory=memory, top_n=3)  # a typo is an error, never a silent no-op
     assert isinstance(caught.value.__cause__, ValidationError)  # pydantic's report stays attached
 
 
 def test_bad_settings_fail_at_construction_with_the_core_error():
+    from hybrid_memory import HashingEmbedder, HybridMemory, InvalidFilterError, InvalidRequestError
     from langchain_core.documents import Document
 
-    from hybrid_memory import HashingEmbedder, HybridMemory, InvalidFilterError, InvalidRequestError
     from langchain_hybrid_memory import HybridMemoryRetriever, document_to_chunk
 
     memory = HybridMemory(embedder=HashingEmbedder(16))
     # the library's errors, not pydantic's ValidationError that wraps them (both are ValueErrors), named as
     # the retriever names its fields (k, rrf_k), with the accepted range
-    with pytest.raises(InvalidRequestError, match=r"^HybridMemoryRetriever: k must be an integer from 1 to 1000 "
-                                                  r"\(the number of results\), got 0$"):
+    with pytest.raises(
+        InvalidRequestError,
+        match=r"^HybridMemoryRetriever: k must be an integer from 1 to 1000 "
+        r"\(the number of results\), got 0$",
+    ):
         HybridMemoryRetriever(memory=memory, k=0)
-    with pytest.raises(InvalidRequestError, match=r"^HybridMemoryRetriever: dense_weight: must be a number in "
-                                                  r"\[0, 1e\+06\] \(only the ratio of the weights matters\), got -1.0$"):
+    with pytest.raises(
+        InvalidRequestError,
+        match=r"^HybridMemoryRetriever: dense_weight: must be a number in "
+        r"\[0, 1e\+06\] \(only the ratio of the weights matters\), got -1.0$",
+    ):
         HybridMemoryRetriever(memory=memory, dense_weight=-1.0)
     with pytest.raises(InvalidFilterError, match=r"unknown operator '\$regex'"):
         HybridMemoryRetriever(memory=memory, filter={"a": {"$regex": "x"}})
@@ -289,16 +305,20 @@ def test_from_documents_on_an_existing_folder_without_embedding_reuses_the_store
         pass
     # no embedding: the folder's hashing-24 embedder is rebuilt (the default MiniLM, 384 dimensions, would
     # fail the dimension check)
-    with HybridMemoryRetriever.from_documents([Document(id="t1", page_content="kafka consumer lag")], path=folder,
-                                              k=5) as retriever:
+    with HybridMemoryRetriever.from_documents(
+        [Document(id="t1", page_content="kafka consumer lag")], path=folder, k=5
+    ) as retriever:
         assert (retriever.memory.embedder.name, retriever.memory.embedder.dim) == ("hashing-24", 24)
         assert sorted(c.chunk_id for c in retriever.memory.iter_chunks()) == ["t0", "t1"]
         assert [d.id for d in retriever.invoke("kafka lag", k=1)] == ["t1"]
     with HybridMemoryRetriever.from_texts(["auth token expired"], ids=["t2"], path=folder) as retriever:
         assert retriever.memory.embedder.name == "hashing-24" and retriever.memory.count() == 3
     # an explicit embedder that differs is refused naming both and the fix; nothing stored is lost
-    with pytest.raises(StoreFormatError, match=r"was built with embedder 'hashing-24' \(dim 24\), not 'hashing-32' "
-                                               r"\(dim 32\); open it with the same embedder"):
+    with pytest.raises(
+        StoreFormatError,
+        match=r"was built with embedder 'hashing-24' \(dim 24\), not 'hashing-32' "
+        r"\(dim 32\); open it with the same embedder",
+    ):
         HybridMemoryRetriever.from_texts(["never stored"], HashingEmbedder(dim=32), ids=["t3"], path=folder)
     with HybridMemory.open(folder) as memory:
         assert sorted(c.chunk_id for c in memory.iter_chunks()) == ["t0", "t1", "t2"]
@@ -311,22 +331,31 @@ def test_a_folder_built_with_a_langchain_model_needs_that_model_again(tmp_path):
     fake = DeterministicFakeEmbedding(size=16)
     with HybridMemoryRetriever.from_texts(["HTTP 504 billing"], fake, ids=["t0"], path=folder):
         pass
-    with pytest.raises(StoreFormatError, match=r"was built with embedder 'langchain:DeterministicFakeEmbedding.*"
-                                               r"open it with the same embedder"):
+    with pytest.raises(
+        StoreFormatError,
+        match=r"was built with embedder 'langchain:DeterministicFakeEmbedding.*"
+        r"open it with the same embedder",
+    ):
         HybridMemoryRetriever.from_texts(["kafka lag"], ids=["t1"], path=folder)
     with HybridMemoryRetriever.from_texts(["kafka lag"], fake, ids=["t1"], path=folder) as retriever:
         assert retriever.memory.count() == 2
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"k": -1}, r"k must be an integer from 1 to 1000 \(the number of results\), got -1"),
-    ({"k": 1001}, r"k must be an integer from 1 to 1000 \(the number of results\), got 1001"),
-    ({"k": True}, r"k must be an integer from 1 to 1000 \(the number of results\), got True"),
-    ({"k": "5"}, r"k must be an integer from 1 to 1000 \(the number of results\), got '5'"),
-    ({"rrf_k": -1}, r"rrf_k: must be a finite number >= 0 \(60 is the usual value\), got -1.0"),
-    ({"fusion": "best"}, r"fusion: unknown fusion method 'best'; choose one of \['adaptive', "),
-    ({"dense_weight": 0, "sparse_weight": 0}, r"dense_weight and sparse_weight are both 0: set at least one above 0"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"k": -1}, r"k must be an integer from 1 to 1000 \(the number of results\), got -1"),
+        ({"k": 1001}, r"k must be an integer from 1 to 1000 \(the number of results\), got 1001"),
+        ({"k": True}, r"k must be an integer from 1 to 1000 \(the number of results\), got True"),
+        ({"k": "5"}, r"k must be an integer from 1 to 1000 \(the number of results\), got '5'"),
+        ({"rrf_k": -1}, r"rrf_k: must be a finite number >= 0 \(60 is the usual value\), got -1.0"),
+        ({"fusion": "best"}, r"fusion: unknown fusion method 'best'; choose one of \['adaptive', "),
+        (
+            {"dense_weight": 0, "sparse_weight": 0},
+            r"dense_weight and sparse_weight are both 0: set at least one above 0",
+        ),
+    ],
+)
 def test_bad_fields_are_invalid_requests_naming_the_field_and_range(memory, fields, message):
     with pytest.raises(InvalidRequestError, match=rf"^HybridMemoryRetriever: {message}"):
         HybridMemoryRetriever(memory=memory, **fields)
@@ -340,18 +369,38 @@ def test_a_chunks_own_retrieval_named_keys_stay_visible_under_chunk_metadata():
     # a fresh user's finding: the chunk's own score/source/rrf_score/dense_rank were silently replaced
     memory = HybridMemory(embedder=HashingEmbedder(dim=64))
     own = {"score": 99, "source": "mine", "rrf_score": "x", "dense_rank": "keep", "chunk_metadata": [1], "team": "sre"}
-    memory.add([{"chunk_id": "c1", "text": "kafka consumer lag on orders topic", "source": "jira", "metadata": own},
-                {"chunk_id": "c2", "text": "kafka broker disk usage", "source": "jira",
-                 "metadata": {"source": "jira", "team": "sre"}}])
+    memory.add(
+        [
+            {"chunk_id": "c1", "text": "kafka consumer lag on orders topic", "source": "jira", "metadata": own},
+            {
+                "chunk_id": "c2",
+                "text": "kafka broker disk usage",
+                "source": "jira",
+                "metadata": {"source": "jira", "team": "sre"},
+            },
+        ]
+    )
     result = memory.search("kafka lag", top_k=2).results[0]
     assert result.chunk_id == "c1"
     doc = HybridMemoryRetriever(memory=memory, k=2).invoke("kafka lag")
     assert [d.id for d in doc] == ["c1", "c2"]
     assert doc[0].metadata == {
-        "team": "sre", "source": "jira", "score": result.dense_score, "fused_score": result.score,
-        "rrf_score": result.rrf_score, "sparse_rank": 1, "sparse_score": result.sparse_score, "dense_rank": result.dense_rank,
+        "team": "sre",
+        "source": "jira",
+        "score": result.dense_score,
+        "fused_score": result.score,
+        "rrf_score": result.rrf_score,
+        "sparse_rank": 1,
+        "sparse_score": result.sparse_score,
+        "dense_rank": result.dense_rank,
         "dense_score": result.dense_score,
-        "chunk_metadata": {"score": 99, "source": "mine", "rrf_score": "x", "dense_rank": "keep", "chunk_metadata": [1]},
+        "chunk_metadata": {
+            "score": 99,
+            "source": "mine",
+            "rrf_score": "x",
+            "dense_rank": "keep",
+            "chunk_metadata": [1],
+        },
     }
     # a metadata source equal to the chunk's source (what document_to_chunk stores) shadows nothing
     assert "chunk_metadata" not in doc[1].metadata and doc[1].metadata["source"] == "jira"

@@ -6,6 +6,7 @@ import pytest
 
 pytest.importorskip("llama_index.core")
 
+from hybrid_memory import HashingEmbedder, HybridMemory, InvalidFilterError  # noqa: E402
 from llama_index.core.vector_stores.types import (  # noqa: E402
     FilterCondition,
     FilterOperator,
@@ -14,7 +15,6 @@ from llama_index.core.vector_stores.types import (  # noqa: E402
 )
 from llama_index.core.vector_stores.utils import build_metadata_filter_fn  # noqa: E402
 
-from hybrid_memory import HashingEmbedder, HybridMemory, InvalidFilterError  # noqa: E402
 from llamaindex_hybrid_memory.filters import UNSUPPORTED_OPERATORS, to_core_filter  # noqa: E402
 
 

@@ -7,21 +7,21 @@ import pytest
 
 pytest.importorskip("llama_index.core")
 
+from hybrid_memory import HashingEmbedder, InvalidEmbedderError, InvalidFilterError, InvalidRequestError  # noqa: E402
 from llama_index.core import Document  # noqa: E402
 from llama_index.core.embeddings import MockEmbedding  # noqa: E402
 from llama_index.core.llms import MockLLM  # noqa: E402
 from llama_index.core.query_engine import RetrieverQueryEngine  # noqa: E402
 from llama_index.core.schema import (  # noqa: E402
     MetadataMode,
-    QueryBundle,
     NodeRelationship,
     NodeWithScore,
+    QueryBundle,
     RelatedNodeInfo,
     TextNode,
 )
 from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters  # noqa: E402
 
-from hybrid_memory import HashingEmbedder, InvalidEmbedderError, InvalidFilterError, InvalidRequestError  # noqa: E402
 from llamaindex_hybrid_memory import HybridMemoryRetriever, LlamaIndexEmbedder  # noqa: E402
 
 QUERY = "HTTP 504 billing"
@@ -87,7 +87,9 @@ def test_a_query_bundle_embedding_is_used_instead_of_embedding_again():
         assert embedder.queries == 1  # the bundle's embedding was used
         assert [(n.node.node_id, n.score) for n in bundled] == [(n.node.node_id, n.score) for n in plain]
         # a different vector changes the dense side: the bundle's vector is really the one searched
-        other = retriever.retrieve(QueryBundle(QUERY, embedding=list(HashingEmbedder(64).embed_query("CDN cache purge"))))
+        other = retriever.retrieve(
+            QueryBundle(QUERY, embedding=list(HashingEmbedder(64).embed_query("CDN cache purge")))
+        )
         assert [n.node.metadata["dense_score"] for n in other] != [n.node.metadata["dense_score"] for n in plain]
         assert embedder.queries == 1
 
@@ -141,7 +143,8 @@ def test_invalid_values_raise_core_errors(memory):
         assert str(info.value) == (
             f"HybridMemoryRetriever: memory must be a hybrid_memory.HybridMemory (or a scoped view of one), got {name}; "
             "open one with HybridMemory.open(path), or build the retriever with HybridMemoryRetriever.from_documents(...) "
-            "/ from_path(path)")
+            "/ from_path(path)"
+        )
 
 
 # --- async ------------------------------------------------------------------------------------------
@@ -163,8 +166,14 @@ async def test_aretrieve_uses_core_asearch(memory, monkeypatch):
     nodes = await HybridMemoryRetriever(memory, similarity_top_k=2, filters=BILLING_SEVERE).aretrieve(QUERY)
     assert {n.node.node_id for n in nodes} == {"inc-1", "inc-3"}
     assert calls == [
-        {"top_k": 2, "metadata_filter": BILLING_SEVERE_CORE, "dense_weight": 1.0, "sparse_weight": 1.0,
-         "rrf_k_constant": 60, "fusion": "adaptive"}
+        {
+            "top_k": 2,
+            "metadata_filter": BILLING_SEVERE_CORE,
+            "dense_weight": 1.0,
+            "sparse_weight": 1.0,
+            "rrf_k_constant": 60,
+            "fusion": "adaptive",
+        }
     ]
 
 
@@ -232,7 +241,8 @@ def test_llamaindex_embedder_bridge_shapes_and_dtype():
         LlamaIndexEmbedder(HashingEmbedder(dim=4))  # type: ignore[arg-type]
     assert str(err.value) == (
         "embed_model must be a llama_index BaseEmbedding (for example HuggingFaceEmbedding(...), an instance), got "
-        "HashingEmbedder; for a hybrid_memory Embedder pass it to the retriever or memory directly")
+        "HashingEmbedder; for a hybrid_memory Embedder pass it to the retriever or memory directly"
+    )
     assert isinstance(err.value, TypeError) and isinstance(err.value, InvalidRequestError)
 
 
@@ -261,9 +271,9 @@ async def test_query_engine_async(memory, monkeypatch):
 
 
 def test_bad_settings_fail_at_construction_with_the_core_error():
+    from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError
     from llama_index.core.schema import TextNode
 
-    from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError
     from llamaindex_hybrid_memory import HybridMemoryRetriever, node_to_chunk
 
     memory = HybridMemory(embedder=HashingEmbedder(16))
@@ -279,31 +289,46 @@ def test_from_documents_on_an_existing_folder_without_embed_model_reuses_the_sto
     from hybrid_memory import HybridMemory, StoreFormatError
 
     folder = tmp_path / "mem"
-    with HybridMemoryRetriever.from_documents([Document(text="HTTP 504 billing", id_="d0")], HashingEmbedder(dim=24),
-                                              path=folder):
+    with HybridMemoryRetriever.from_documents(
+        [Document(text="HTTP 504 billing", id_="d0")], HashingEmbedder(dim=24), path=folder
+    ):
         pass
-    with HybridMemoryRetriever.from_nodes([TextNode(id_="d1", text="kafka consumer lag")], path=folder,
-                                          similarity_top_k=1) as retriever:
+    with HybridMemoryRetriever.from_nodes(
+        [TextNode(id_="d1", text="kafka consumer lag")], path=folder, similarity_top_k=1
+    ) as retriever:
         assert (retriever.memory.embedder.name, retriever.memory.embedder.dim) == ("hashing-24", 24)
         assert [n.node.node_id for n in retriever.retrieve("kafka lag")] == ["d1"]
         assert retriever.memory.count() == 2
-    with pytest.raises(StoreFormatError, match=r"was built with embedder 'hashing-24' \(dim 24\), not "
-                                               r"'llamaindex:MockEmbedding:unknown' \(dim 8\); open it with the "
-                                               r"same embedder"):
-        HybridMemoryRetriever.from_documents([Document(text="never stored", id_="d2")], MockEmbedding(embed_dim=8),
-                                             path=folder)
+    with pytest.raises(
+        StoreFormatError,
+        match=r"was built with embedder 'hashing-24' \(dim 24\), not "
+        r"'llamaindex:MockEmbedding:unknown' \(dim 8\); open it with the "
+        r"same embedder",
+    ):
+        HybridMemoryRetriever.from_documents(
+            [Document(text="never stored", id_="d2")], MockEmbedding(embed_dim=8), path=folder
+        )
     with HybridMemory.open(folder) as memory:
         assert sorted(c.chunk_id for c in memory.iter_chunks()) == ["d0", "d1"]
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"similarity_top_k": -1}, r"similarity_top_k must be an integer from 1 to 1000 \(the number of results\), got -1"),
-    ({"similarity_top_k": True}, r"similarity_top_k must be an integer from 1 to 1000 \(the number of results\), "
-                                 r"got True"),
-    ({"rrf_k": -1}, r"rrf_k: must be a finite number >= 0 \(60 is the usual value\), got -1"),
-    ({"dense_weight": "a"}, r"dense_weight: Input should be a valid number \(got 'a'\)"),
-    ({"fusion": "best"}, r"fusion: unknown fusion method 'best'; choose one of \['adaptive', "),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (
+            {"similarity_top_k": -1},
+            r"similarity_top_k must be an integer from 1 to 1000 \(the number of results\), got -1",
+        ),
+        (
+            {"similarity_top_k": True},
+            r"similarity_top_k must be an integer from 1 to 1000 \(the number of results\), "
+            r"got True",
+        ),
+        ({"rrf_k": -1}, r"rrf_k: must be a finite number >= 0 \(60 is the usual value\), got -1"),
+        ({"dense_weight": "a"}, r"dense_weight: Input should be a valid number \(got 'a'\)"),
+        ({"fusion": "best"}, r"fusion: unknown fusion method 'best'; choose one of \['adaptive', "),
+    ],
+)
 def test_bad_parameters_are_invalid_requests_naming_the_parameter_and_range(memory, fields, message):
     with pytest.raises(InvalidRequestError, match=rf"^HybridMemoryRetriever: {message}"):
         HybridMemoryRetriever(memory, **fields)
@@ -320,14 +345,22 @@ def test_a_chunks_own_retrieval_named_keys_stay_visible_under_chunk_metadata():
     (item,) = HybridMemoryRetriever(memory, similarity_top_k=1).retrieve("kafka lag")
     assert item.node.node_id == "c1" and item.score == result.dense_score
     assert item.node.metadata == {
-        "team": "sre", "source": "jira", "score": result.dense_score, "fused_score": result.score,
+        "team": "sre",
+        "source": "jira",
+        "score": result.dense_score,
+        "fused_score": result.score,
         "rrf_score": result.rrf_score,
-        "sparse_rank": 1, "sparse_score": result.sparse_score, "dense_rank": 1, "dense_score": result.dense_score,
+        "sparse_rank": 1,
+        "sparse_score": result.sparse_score,
+        "dense_rank": 1,
+        "dense_score": result.dense_score,
         "chunk_metadata": {"score": 99, "source": "mine", "rrf_score": "x", "dense_rank": "keep"},
     }
     # the chunk's own values are shown to the LLM like the rest of its metadata; the retrieval keys are not
     llm_text = item.node.get_content(metadata_mode=MetadataMode.LLM)
-    assert llm_text == ("source: jira\nteam: sre\nchunk_metadata: {'source': 'mine', 'score': 99, 'rrf_score': 'x', "
-                        "'dense_rank': 'keep'}\n\nkafka consumer lag on orders topic")
+    assert llm_text == (
+        "source: jira\nteam: sre\nchunk_metadata: {'source': 'mine', 'score': 99, 'rrf_score': 'x', "
+        "'dense_rank': 'keep'}\n\nkafka consumer lag on orders topic"
+    )
     assert memory.get(["c1"])[0].metadata == own
     memory.close()

@@ -6,16 +6,21 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory
 
 
 def _chunks(rng: random.Random, n: int) -> list[dict]:
     chunks = []
     for i in range(n):
-        chunk = {"chunk_id": f"c{i}", "text": f"note {i} about service-{i % 7}",
-                 "metadata": {"env": rng.choice(["prod", "staging"]), "sev": rng.randint(1, 4),
-                              "tags": rng.sample(["db", "net", "oncall"], rng.randint(0, 2))}}
+        chunk = {
+            "chunk_id": f"c{i}",
+            "text": f"note {i} about service-{i % 7}",
+            "metadata": {
+                "env": rng.choice(["prod", "staging"]),
+                "sev": rng.randint(1, 4),
+                "tags": rng.sample(["db", "net", "oncall"], rng.randint(0, 2)),
+            },
+        }
         if rng.random() < 0.6:
             chunk["user_id"] = rng.choice(["u1", "u2"])
         if rng.random() < 0.3:
@@ -28,8 +33,17 @@ def _chunks(rng: random.Random, n: int) -> list[dict]:
     return chunks
 
 
-FILTERS = [None, {}, {"env": "prod"}, {"sev": {"$gte": 3}}, {"tags": {"$in": ["db", "x"]}}, {"tags": {"$ne": "db"}},
-           {"$or": [{"env": "staging"}, {"sev": 1}]}, {"$not": {"tags": {"$contains": "net"}}}, {"missing": None}]
+FILTERS = [
+    None,
+    {},
+    {"env": "prod"},
+    {"sev": {"$gte": 3}},
+    {"tags": {"$in": ["db", "x"]}},
+    {"tags": {"$ne": "db"}},
+    {"$or": [{"env": "staging"}, {"sev": 1}]},
+    {"$not": {"tags": {"$contains": "net"}}},
+    {"missing": None},
+]
 SCOPES = [None, {"user_id": "u1"}, {"tenant": "acme", "user_id": "u2"}]
 INSTANTS = [None, 99.0, 100.0, 250.0, 399.999, 400.0, 500.0, "1970-01-01T00:05:00Z"]
 
@@ -47,7 +61,11 @@ def test_count_from_the_filter_index_equals_the_sql_reference(tmp_path):
             for scope in SCOPES:
                 for as_of in INSTANTS:
                     expected = memory.backend.store.count(metadata_filter, scope, _instant(as_of))
-                    assert memory.count(metadata_filter, scope=scope, as_of=as_of) == expected, (metadata_filter, scope, as_of)
+                    assert memory.count(metadata_filter, scope=scope, as_of=as_of) == expected, (
+                        metadata_filter,
+                        scope,
+                        as_of,
+                    )
                     checked += expected > 0
         assert checked > 100  # most cases match something: the comparison is not between zeros
         assert memory.count() == 240 - 27 == memory.backend.store.count()
@@ -68,7 +86,10 @@ def test_count_does_not_scan_the_store_when_it_restricts(memory, monkeypatch):
 
 def test_count_sees_another_process_writes(tmp_path):
     embedder = HashingEmbedder(16)
-    with HybridMemory(tmp_path / "m", embedder=embedder) as reader, HybridMemory(tmp_path / "m", embedder=embedder) as writer:
+    with (
+        HybridMemory(tmp_path / "m", embedder=embedder) as reader,
+        HybridMemory(tmp_path / "m", embedder=embedder) as writer,
+    ):
         assert reader.count({"env": "prod"}) == 0
         writer.upsert([{"chunk_id": "a", "text": "x", "metadata": {"env": "prod"}, "valid_from": 10.0}])
         assert reader.count({"env": "prod"}) == 1

@@ -16,8 +16,12 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _child(code: str, *args: str) -> None:
-    subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], check=True, timeout=300,
-                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+    subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        check=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 def test_after_os_exit_the_next_open_rebuilds_and_saves_so_later_opens_do_not(tmp_path, caplog):
@@ -69,8 +73,10 @@ def test_an_open_that_rebuilt_saves_at_once_even_if_the_process_dies_next(tmp_pa
         str(tmp_path),
     )
     with HybridMemory(tmp_path, embedder=HashingEmbedder(32), compact_min=10) as memory:
-        assert memory.last_sync == {"bm25": {"rebuilt": False, "added": 0, "removed": 0},
-                                    "dense": {"rebuilt": False, "added": 0, "removed": 0}}
+        assert memory.last_sync == {
+            "bm25": {"rebuilt": False, "added": 0, "removed": 0},
+            "dense": {"rebuilt": False, "added": 0, "removed": 0},
+        }
         assert [r.chunk_id for r in memory.search("delta 7", top_k=1, dense_weight=0.0).results] == ["d7"]
 
 
@@ -79,8 +85,13 @@ def test_sigkill_trials_lose_nothing_acknowledged_and_heal_once(tmp_path):
     ingest, during close() and inside the index save. Every acknowledged chunk is stored, rank 1 for its
     unique token (sparse only), in the dense top 10 for its text; the second open rebuilds nothing."""
     out = tmp_path / "crash.json"
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "crash.py"), "--trials", "4", "--json", str(out)],
-                   check=True, capture_output=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "crash.py"), "--trials", "4", "--json", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     summary = json.loads(out.read_text())
     assert [r["kind"] for r in summary["reports"]] == ["upsert", "cli", "close", "close-mid-save"]
     assert summary["open_errors"] == 0

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hybrid_memory.backends.embedded.filter_index import FilterIndex
+from hybrid_memory.backends.embedded.store import NewRow, SQLiteStore
+from hybrid_memory.changes import ChangeSet
+from hybrid_memory.engines.rowset import RowSet
+from hybrid_memory.filters import system_filter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyroaring import BitMap
-
-from hybrid_memory.changes import ChangeSet
-from hybrid_memory.engines.rowset import RowSet
-from hybrid_memory.backends.embedded.filter_index import FilterIndex
-from hybrid_memory.filters import system_filter
-from hybrid_memory.backends.embedded.store import NewRow, SQLiteStore
 
 KEYS = ["a", "b", "tags", "k\\q", "é"]
 NUMBERS = [0, 1, -1, 2, 0.0, -0.0, 1.0, 1.5, -2.5, 2**53, 2**53 + 1, float(2**53), 2**62, -(2**63), 2**63 - 1]
@@ -73,13 +72,23 @@ def _index_ids(index: FilterIndex, store: SQLiteStore, flt: dict) -> list[int]:
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(rows=st.lists(METADATA, min_size=1, max_size=12), updates=st.lists(st.tuples(st.integers(0, 11), METADATA),
-       max_size=4), deletes=st.lists(st.integers(0, 11), max_size=3), filters=st.lists(FILTERS, min_size=1, max_size=6))
+@given(
+    rows=st.lists(METADATA, min_size=1, max_size=12),
+    updates=st.lists(st.tuples(st.integers(0, 11), METADATA), max_size=4),
+    deletes=st.lists(st.integers(0, 11), max_size=3),
+    filters=st.lists(FILTERS, min_size=1, max_size=6),
+)
 def test_index_equals_the_sql_reference(rows, updates, deletes, filters):
     store, rowids = _store_with(rows)
     grown = FilterIndex()
-    grown.apply(ChangeSet(added_rowids=rowids, added_texts=["t"] * len(rows),
-                          added_vectors=np.zeros((len(rows), 1), np.float32), added_metadata=rows))
+    grown.apply(
+        ChangeSet(
+            added_rowids=rowids,
+            added_texts=["t"] * len(rows),
+            added_vectors=np.zeros((len(rows), 1), np.float32),
+            added_metadata=rows,
+        )
+    )
     # metadata replaced in place (rowid kept), and deletions, through the same funnel the memory uses
     updated = [(rowids[i % len(rowids)], m) for i, m in updates]
     store.write([], metadata_updates=[(r, "", m) for r, m in updated])
@@ -101,8 +110,12 @@ def test_numeric_ranges_stay_exact_across_delta_merges():
     rng = np.random.default_rng(7)
     values = [int(v) for v in rng.integers(-50, 50, 3000)] + [float(v) for v in rng.normal(0, 20, 3000)]
     values += [2**53 + 1, 2**62, -(2**63), 2**53, float(2**53)]
-    store, rowids = _store_with([{"n": v, "t": f"x{i % 5}", "sev": i % 5} if i % 7 else
-                                 {"n": [v, v + 1], "t": ["x1", "y"], "sev": [0, 4.0]} for i, v in enumerate(values)])
+    store, rowids = _store_with(
+        [
+            {"n": v, "t": f"x{i % 5}", "sev": i % 5} if i % 7 else {"n": [v, v + 1], "t": ["x1", "y"], "sev": [0, 4.0]}
+            for i, v in enumerate(values)
+        ]
+    )
     index = FilterIndex()
     index.rebuild(store.filter_rows())
     assert index._numbers[("m", "sev")].by_value is not None  # few distinct values: a bitmap per value
@@ -110,7 +123,9 @@ def test_numeric_ranges_stay_exact_across_delta_merges():
     new_rowids = store.write([NewRow(f"m{i}", "t", "", m, VECTOR) for i, m in enumerate(more)]).rowids
     index.add(new_rowids, more)
     index._compact_forward()  # the forward dict folded into the CSR arrays mid-way (normally past 65,536 rows)
-    changed = [(int(r), {"n": int(rng.integers(-60, 60))}) for r in rng.choice(rowids + new_rowids, 3000, replace=False)]
+    changed = [
+        (int(r), {"n": int(rng.integers(-60, 60))}) for r in rng.choice(rowids + new_rowids, 3000, replace=False)
+    ]
     store.write([], metadata_updates=[(r, "", m) for r, m in changed])
     index.apply(ChangeSet(metadata_updated=changed))
     gone = [int(r) for r in rng.choice(rowids + new_rowids, 1000, replace=False)]
@@ -119,8 +134,16 @@ def test_numeric_ranges_stay_exact_across_delta_merges():
     index._compact_forward()
     assert index.stats()["forward_pending"] == 0
     assert index.stats()["rows"] == store.count() == len(values) + 5000 - 1000
-    for flt in ({"sev": 2}, {"sev": {"$in": [1, 3.0, 2**53 + 1]}}, {"sev": {"$nin": [0]}}, {"sev": {"$gte": 3}},
-                {"t": "x1"}, {"t": {"$ne": "y"}}, {"n": {"$in": [0, 3, 17, 2**53 + 1]}}, {"n": 5, "t": "x0"}):
+    for flt in (
+        {"sev": 2},
+        {"sev": {"$in": [1, 3.0, 2**53 + 1]}},
+        {"sev": {"$nin": [0]}},
+        {"sev": {"$gte": 3}},
+        {"t": "x1"},
+        {"t": {"$ne": "y"}},
+        {"n": {"$in": [0, 3, 17, 2**53 + 1]}},
+        {"n": 5, "t": "x0"},
+    ):
         assert index.resolve(flt).ids.tolist() == store.filter_rowids(flt).tolist(), flt
     for op in ("$gt", "$gte", "$lt", "$lte"):
         for x in (-100, -10.5, 0, 0.0, 3, 17.25, 2**53, 2**53 + 1, 2**62, 2**63 - 1, -(2**63)):
@@ -133,16 +156,25 @@ def test_system_fields_resolve_like_the_store_scope_sql():
     rng = np.random.default_rng(3)
     rows = []
     for i in range(400):
-        system = {"tenant": f"t{i % 3}", "user_id": None if i % 5 == 0 else f"u{i % 4}",
-                  "valid_from": None if i % 6 == 0 else float(rng.integers(0, 100)),
-                  "valid_to": None if i % 4 == 0 else float(rng.integers(50, 150))}
+        system = {
+            "tenant": f"t{i % 3}",
+            "user_id": None if i % 5 == 0 else f"u{i % 4}",
+            "valid_from": None if i % 6 == 0 else float(rng.integers(0, 100)),
+            "valid_to": None if i % 4 == 0 else float(rng.integers(50, 150)),
+        }
         rows.append(NewRow(f"c{i}", "t", "", {"tenant": "user-metadata, not the scope"}, VECTOR, system=system))
     store = SQLiteStore(None)
     rowids = store.write(rows).rowids
     index = FilterIndex()
-    index.apply(ChangeSet(added_rowids=rowids, added_texts=["t"] * len(rows),
-                          added_vectors=np.zeros((len(rows), 1), np.float32),
-                          added_metadata=[r.metadata for r in rows], added_system=[r.system for r in rows]))
+    index.apply(
+        ChangeSet(
+            added_rowids=rowids,
+            added_texts=["t"] * len(rows),
+            added_vectors=np.zeros((len(rows), 1), np.float32),
+            added_metadata=[r.metadata for r in rows],
+            added_system=[r.system for r in rows],
+        )
+    )
     closes = [(rowids[i], {"valid_to": 60.0, "superseded_by": "x"}) for i in range(0, 400, 9)]
     store.write([], system_updates=closes)
     index.apply(ChangeSet(system_updated=closes))
@@ -220,12 +252,14 @@ def test_another_process_writes_reach_the_filter_index(tmp_path):
     with HybridMemory(tmp_path / "m", embedder=HashingEmbedder(dim=16)) as writer:
         writer.add([{"chunk_id": "a", "text": "disk full on db host", "metadata": {"labels": ["db", "oncall"]}}])
         with HybridMemory(tmp_path / "m", embedder=HashingEmbedder(dim=16)) as reader:
+
             def ids(**fields):
                 return sorted(r.chunk_id for r in reader.search("disk full", top_k=10, **fields).results)
 
             assert ids(metadata_filter={"labels": "db"}) == ["a"]
-            writer.add([{"chunk_id": "b", "text": "disk full on web host", "metadata": {"labels": ["web"]},
-                         "tenant": "acme"}])
+            writer.add(
+                [{"chunk_id": "b", "text": "disk full on web host", "metadata": {"labels": ["web"]}, "tenant": "acme"}]
+            )
             assert ids(metadata_filter={"labels": {"$in": ["web", "db"]}}) == ["a", "b"]
             assert ids(scope={"tenant": "acme"}) == ["b"]
             writer.upsert([{"chunk_id": "a", "text": "disk full on db host", "metadata": {"labels": ["web"]}}])
@@ -245,8 +279,15 @@ def test_saved_index_is_loaded_and_replays_the_log(tmp_path):
     position, so in-place metadata updates and deletes made after the save are not missed."""
     from hybrid_memory import HashingEmbedder, HybridMemory
 
-    chunks = [{"chunk_id": f"c{i}", "text": f"disk note {i}", "metadata": {"env": "prod", "n": i, "tags": ["a", "é"]},
-               "tenant": "acme" if i % 2 else "other"} for i in range(6)]
+    chunks = [
+        {
+            "chunk_id": f"c{i}",
+            "text": f"disk note {i}",
+            "metadata": {"env": "prod", "n": i, "tags": ["a", "é"]},
+            "tenant": "acme" if i % 2 else "other",
+        }
+        for i in range(6)
+    ]
     writer = HybridMemory(tmp_path / "m", embedder=HashingEmbedder(dim=16))
     writer.add(chunks)
     writer.persist()
@@ -274,16 +315,31 @@ def test_saved_index_is_loaded_and_replays_the_log(tmp_path):
 
 def test_save_and_load_round_trip_every_structure(tmp_path):
     index = FilterIndex()
-    index.add([1, 2, 3, 4], [{"s": "x", "n": 2**60 + 1, "l": [1.0, "a", [True]], "o": {"k": 1}},
-                             {"s": "y", "n": -0.5, "l": []}, {"n": 3}, {"z": None}],
-              [{"tenant": "t", "valid_from": 5.0}, None, None, {"user_id": "u"}])
+    index.add(
+        [1, 2, 3, 4],
+        [
+            {"s": "x", "n": 2**60 + 1, "l": [1.0, "a", [True]], "o": {"k": 1}},
+            {"s": "y", "n": -0.5, "l": []},
+            {"n": 3},
+            {"z": None},
+        ],
+        [{"tenant": "t", "valid_from": 5.0}, None, None, {"user_id": "u"}],
+    )
     index.update(3, metadata={"n": 4})
     index.save(tmp_path / "f", seq=17)
     loaded = FilterIndex()
     assert loaded.load(tmp_path / "f") == 17
-    for flt, system in [({"s": {"$gte": "x"}}, None), ({"n": 2**60 + 1}, None), ({"n": {"$lt": 3.5}}, None),
-                        ({"l": {"$eq": [1, "a", [True]]}}, None), ({"l": {"$eq": []}}, None),
-                        ({"o": {"$exists": True}}, None), ({"z": None}, None), ({"n": 4}, None),
-                        (None, {"tenant": "t", "valid_from": {"$lte": 5}}), (None, {"user_id": {"$exists": True}})]:
+    for flt, system in [
+        ({"s": {"$gte": "x"}}, None),
+        ({"n": 2**60 + 1}, None),
+        ({"n": {"$lt": 3.5}}, None),
+        ({"l": {"$eq": [1, "a", [True]]}}, None),
+        ({"l": {"$eq": []}}, None),
+        ({"o": {"$exists": True}}, None),
+        ({"z": None}, None),
+        ({"n": 4}, None),
+        (None, {"tenant": "t", "valid_from": {"$lte": 5}}),
+        (None, {"user_id": {"$exists": True}}),
+    ]:
         assert loaded.resolve(flt, system).ids.tolist() == index.resolve(flt, system).ids.tolist(), (flt, system)
     assert FilterIndex().load(tmp_path / "missing") is None

@@ -1,17 +1,18 @@
 """The store's rowid -> chunk_id memo and the light result rows the search response reads."""
 
 import numpy as np
-
 from hybrid_memory import HashingEmbedder, HybridMemory
 from hybrid_memory.backends.embedded import store as store_module
 
 
 def _memory(tmp_path):
     memory = HybridMemory(tmp_path / "m", embedder=HashingEmbedder(dim=64))
-    memory.add([
-        {"chunk_id": "a", "text": "alpha ERR_TIMEOUT", "source": "s1", "metadata": {"k": 1}},
-        {"chunk_id": "b", "text": "beta", "source": "s2", "metadata": {"k": [1, 2]}},
-    ])
+    memory.add(
+        [
+            {"chunk_id": "a", "text": "alpha ERR_TIMEOUT", "source": "s1", "metadata": {"k": 1}},
+            {"chunk_id": "b", "text": "beta", "source": "s2", "metadata": {"k": [1, 2]}},
+        ]
+    )
     return memory
 
 
@@ -66,7 +67,11 @@ def test_opening_a_saved_memory_memoizes_every_key(tmp_path, monkeypatch):
         raise AssertionError(f"read {rowids} from the store")
 
     monkeypatch.setattr(store, "_chunk_ids_from_store", no_sql)
-    assert [hit.chunk_id for hit in reopened.search("alpha ERR_TIMEOUT beta gamma", top_k=3).results] == ["a", "b", "c\x1fd"]
+    assert [hit.chunk_id for hit in reopened.search("alpha ERR_TIMEOUT beta gamma", top_k=3).results] == [
+        "a",
+        "b",
+        "c\x1fd",
+    ]
     reopened.close()
 
 

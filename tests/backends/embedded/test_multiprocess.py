@@ -103,7 +103,12 @@ def test_the_dense_corpus_moments_are_the_same_bits_in_every_memory_and_after_re
         fresh = HybridMemory(embedder=HashingEmbedder(32))
         fresh.upsert([c for c in one.iter_chunks()])  # the live chunks only, in one batch
         sums = [m.backend.dense._moments.to_array() for m in (one, two, fresh)]
-        assert one.backend.dense._moments.count == two.backend.dense._moments.count == fresh.backend.dense._moments.count == 28
+        assert (
+            one.backend.dense._moments.count
+            == two.backend.dense._moments.count
+            == fresh.backend.dense._moments.count
+            == 28
+        )
         assert np.array_equal(sums[0], sums[1]) and np.array_equal(sums[0], sums[2])
         fresh.close()
     finally:
@@ -168,7 +173,10 @@ def test_one_writer_and_four_reader_processes(tmp_path):
     out = tmp_path / "summary.json"
     subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "multiprocess.py"), "--seconds", "3", "--json", str(out)],
-        check=True, capture_output=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        check=True,
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     summary = json.loads(out.read_text())
     assert summary["errors"] == 0, summary["error_samples"]
@@ -216,5 +224,7 @@ def test_index_files_record_the_change_log_position_they_hold(tmp_path):
     state = json.loads((tmp_path / "indexes.json").read_text())
     assert state["seq"] == seq == 3
     with _open(tmp_path) as memory:
-        assert memory.last_sync == {"bm25": {"rebuilt": False, "added": 0, "removed": 0},
-                                    "dense": {"rebuilt": False, "added": 0, "removed": 0}}
+        assert memory.last_sync == {
+            "bm25": {"rebuilt": False, "added": 0, "removed": 0},
+            "dense": {"rebuilt": False, "added": 0, "removed": 0},
+        }

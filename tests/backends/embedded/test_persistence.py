@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory, MemoryNotFoundError, StoreFormatError
 
 QUERIES = ["HTTP 504 connection pool", "user id", "故乡", "ERR_CONN_RESET restarts"]
@@ -18,8 +17,10 @@ FILTER = {"environment": "production"}
 
 
 def run_queries(memory):
-    return [memory.search(q, top_k=5, query_id=f"q{i}", metadata_filter=FILTER if i % 2 else None).model_dump()
-            for i, q in enumerate(QUERIES)]
+    return [
+        memory.search(q, top_k=5, query_id=f"q{i}", metadata_filter=FILTER if i % 2 else None).model_dump()
+        for i, q in enumerate(QUERIES)
+    ]
 
 
 @pytest.fixture
@@ -127,14 +128,21 @@ def test_every_derived_file_damaged_any_way_is_rebuilt_from_the_store(saved, tmp
     with bytes of its length: the memory opens and answers as before (a fresh user's finding: a cut
     ``filters/arrays.npz`` raised zipfile's BadZipFile, an empty one numpy's EOFError)."""
     path, expected = saved
-    files = sorted(f.relative_to(path) for f in path.rglob("*") if f.is_file() and not f.name.startswith("store.sqlite3"))
+    files = sorted(
+        f.relative_to(path) for f in path.rglob("*") if f.is_file() and not f.name.startswith("store.sqlite3")
+    )
     assert Path("filters/arrays.npz") in files and Path("indexes.json") in files
     for name in files:
         copy = tmp_path / f"{damage}-{name.as_posix().replace('/', '-')}"
         shutil.copytree(path, copy)
         data = (copy / name).read_bytes()
-        (copy / name).write_bytes({"empty": b"", "half": data[: len(data) // 2],
-                                   "garbage": bytes((i * 37 + 11) % 256 for i in range(max(16, len(data))))}[damage])
+        (copy / name).write_bytes(
+            {
+                "empty": b"",
+                "half": data[: len(data) // 2],
+                "garbage": bytes((i * 37 + 11) % 256 for i in range(max(16, len(data)))),
+            }[damage]
+        )
         with HybridMemory.open(copy) as mem:
             assert_same_results(run_queries(mem), expected)
 
@@ -146,7 +154,9 @@ def test_stale_indexes_catch_up_with_the_store(saved, tmp_path):
     shutil.copytree(path / "dense", old_indexes / "dense")
     with HybridMemory.open(path) as mem:
         mem.delete(["reset"])
-        mem.add([{"chunk_id": "late", "text": "late note about ERR_CONN_RESET", "metadata": {"environment": "production"}}])
+        mem.add(
+            [{"chunk_id": "late", "text": "late note about ERR_CONN_RESET", "metadata": {"environment": "production"}}]
+        )
         expected = run_queries(mem)
     shutil.rmtree(path / "bm25")
     shutil.copytree(old_indexes / "bm25", path / "bm25")  # indexes from before the change
@@ -213,7 +223,7 @@ def test_open_refuses_a_folder_without_a_memory(tmp_path):
         assert mem.count() == 0
 
 
-@pytest.mark.parametrize("state", ['{"seq": "x"}', '{"seq": 99999999}', '[1, 2]', '{"seq": true}', "not json"])
+@pytest.mark.parametrize("state", ['{"seq": "x"}', '{"seq": 99999999}', "[1, 2]", '{"seq": true}', "not json"])
 def test_a_damaged_index_state_file_is_treated_as_missing(tmp_path, state):
     from hybrid_memory import HashingEmbedder, HybridMemory
 
@@ -247,9 +257,14 @@ def test_a_save_after_one_upsert_links_the_big_files_and_reopens_identically(tmp
     probes = [vectors[i] / np.linalg.norm(vectors[i]) for i in (5, 17, 400)]
 
     def results(mem):
-        return [[(r.chunk_id, r.score) for r in mem.search("topic3 note", query_vector=p, top_k=8,
-                                                          metadata_filter=f).results]
-                for p in [*probes, -probes[0]] for f in (None, {"k": 1})]
+        return [
+            [
+                (r.chunk_id, r.score)
+                for r in mem.search("topic3 note", query_vector=p, top_k=8, metadata_filter=f).results
+            ]
+            for p in [*probes, -probes[0]]
+            for f in (None, {"k": 1})
+        ]
 
     with HybridMemory.open(path, **options) as mem:
         mem.upsert([{"chunk_id": "c5", "text": "note 5 rewritten", "metadata": {"k": 1}}], vectors=-vectors[5:6])
@@ -270,8 +285,16 @@ def test_a_save_after_one_upsert_links_the_big_files_and_reopens_identically(tmp
 def _filter_memory(path):
     """Eight notes with a string and a number key, saved; their filter index's folder."""
     with HybridMemory(path, embedder=HashingEmbedder(16)) as mem:
-        mem.add([{"chunk_id": f"n{i}", "text": f"retry note {i}",
-                  "metadata": {"service": "auth" if i == 3 else f"svc{i % 3}", "severity": i % 4}} for i in range(8)])
+        mem.add(
+            [
+                {
+                    "chunk_id": f"n{i}",
+                    "text": f"retry note {i}",
+                    "metadata": {"service": "auth" if i == 3 else f"svc{i % 3}", "severity": i % 4},
+                }
+                for i in range(8)
+            ]
+        )
     return path / "filters"
 
 
@@ -279,7 +302,9 @@ FILTER_QUERIES = [{"service": "auth"}, {"severity": {"$gte": 2}}, {"severity": 1
 
 
 def _filtered_ids(mem):
-    return [sorted(r.chunk_id for r in mem.search("retry", top_k=10, metadata_filter=f).results) for f in FILTER_QUERIES]
+    return [
+        sorted(r.chunk_id for r in mem.search("retry", top_k=10, metadata_filter=f).results) for f in FILTER_QUERIES
+    ]
 
 
 def _rewrite_npz(folder, **changed):
@@ -289,8 +314,9 @@ def _rewrite_npz(folder, **changed):
     np.savez(folder / "arrays.npz", **arrays)
 
 
-@pytest.mark.parametrize("damage", ["num_values cut", "terms emptied", "number keys emptied", "stale arrays",
-                                    "bitmap bytes changed"])
+@pytest.mark.parametrize(
+    "damage", ["num_values cut", "terms emptied", "number keys emptied", "stale arrays", "bitmap bytes changed"]
+)
 def test_a_filter_index_whose_files_disagree_is_rebuilt_not_trusted(tmp_path, caplog, damage):
     """Both files readable but not of one save: the layout or the recorded CRC-32s tell, and the index is rebuilt
     from the store (a fresh user's finding: each of these loaded silently and filters gave wrong ids, on every
@@ -321,7 +347,9 @@ def test_a_filter_index_whose_files_disagree_is_rebuilt_not_trusted(tmp_path, ca
     with caplog.at_level(logging.WARNING, logger="hybrid_memory.backends.embedded.filter_index"):
         with HybridMemory.open(path, embedder=HashingEmbedder(16)) as mem:
             assert _filtered_ids(mem) == expected
-    assert any("is unreadable" in r.getMessage() and "rebuilding it from the store" in r.getMessage() for r in caplog.records)
+    assert any(
+        "is unreadable" in r.getMessage() and "rebuilding it from the store" in r.getMessage() for r in caplog.records
+    )
 
 
 def test_a_filter_index_saved_before_the_checksums_still_loads(tmp_path, caplog):
@@ -331,10 +359,26 @@ def test_a_filter_index_saved_before_the_checksums_still_loads(tmp_path, caplog)
     path = tmp_path / "m"
     folder = _filter_memory(path)
     meta = json.loads((folder / "meta.json").read_text())
-    assert set(meta.pop("crc32")) == {"term_blobs", "term_offsets", "exists_blobs", "exists_offsets", "universe",
-                                      "num_values", "num_rows", "num_offsets", "csr_rows", "csr_offsets", "csr_terms"}
+    assert set(meta.pop("crc32")) == {
+        "term_blobs",
+        "term_offsets",
+        "exists_blobs",
+        "exists_offsets",
+        "universe",
+        "num_values",
+        "num_rows",
+        "num_offsets",
+        "csr_rows",
+        "csr_offsets",
+        "csr_terms",
+    }
     (folder / "meta.json").write_text(json.dumps(meta))
     with caplog.at_level(logging.WARNING, logger="hybrid_memory.backends.embedded.filter_index"):
         with HybridMemory.open(path, embedder=HashingEmbedder(16)) as mem:
-            assert _filtered_ids(mem) == [["n3"], ["n2", "n3", "n6", "n7"], ["n1", "n5"], ["n0", "n2", "n3", "n5", "n6"]]
+            assert _filtered_ids(mem) == [
+                ["n3"],
+                ["n2", "n3", "n6", "n7"],
+                ["n1", "n5"],
+                ["n0", "n2", "n3", "n5", "n6"],
+            ]
     assert caplog.records == []

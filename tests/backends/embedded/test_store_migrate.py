@@ -5,7 +5,6 @@ import sqlite3
 import threading
 
 import pytest
-
 from hybrid_memory.backends.embedded import store as store_module
 from hybrid_memory.backends.embedded.store import _SCHEMA, SYSTEM_COLUMNS, SQLiteStore
 
@@ -43,8 +42,18 @@ def test_a_store_opening_while_another_migrates_waits_and_finds_the_columns(tmp_
     opener.join(60)
     assert failed == [] and len(opened) == 1
     columns = [row[1] for row in other.execute("PRAGMA table_info(chunks)")]
-    assert columns == ["rowid", "chunk_id", "text", "source", "metadata", "content_hash", "created_at", "updated_at",
-                       "vector", *SYSTEM_COLUMNS]
+    assert columns == [
+        "rowid",
+        "chunk_id",
+        "text",
+        "source",
+        "metadata",
+        "content_hash",
+        "created_at",
+        "updated_at",
+        "vector",
+        *SYSTEM_COLUMNS,
+    ]
     opened[0].set_meta("k", 1)
     assert opened[0].get_meta("k") == 1
     opened[0].close()
@@ -65,7 +74,8 @@ def test_an_operational_error_on_open_does_not_advise_moving_the_store(tmp_path,
         HybridMemory.open(tmp_path / "m", embedder=HashingEmbedder(8))
     assert str(err.value) == (
         f"opening {tmp_path / 'm' / 'store.sqlite3'} failed (disk I/O error); the store was not changed, so do not "
-        "move or restore it: check the folder's permissions and free space, then open it again")
+        "move or restore it: check the folder's permissions and free space, then open it again"
+    )
     monkeypatch.undo()
     with HybridMemory.open(tmp_path / "m", embedder=HashingEmbedder(8)) as memory:
         assert memory.count() == 1

@@ -9,7 +9,6 @@ import math
 
 import numpy as np
 import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory
 from hybrid_memory.engines.calibration import QUANTUM, gaussian_surprise
 
@@ -99,8 +98,10 @@ def test_surprises_equal_the_embedded_backend_unfiltered_filtered_after_upsert_a
     default search's order and effective weights alike, through a filter, an upsert that changes a text and a
     delete; the values are checked against hand computations."""
     embedder = HashingEmbedder(64)
-    with HybridMemory(embedder=embedder) as embedded, open_memory(engine, tmp_path, embedder=embedder,
-                                                                          avgdl=_avgdl()) as qdrant:
+    with (
+        HybridMemory(embedder=embedder) as embedded,
+        open_memory(engine, tmp_path, embedder=embedder, avgdl=_avgdl()) as qdrant,
+    ):
         embedded.add(_chunks())
         qdrant.add(_chunks())
         for text in QUERIES:
@@ -165,7 +166,9 @@ def test_statistics_are_built_lazily_and_kept_equal_to_a_rebuild(engine, tmp_pat
         corpus.invalidate()
         qdrant.backend.calibration()  # rebuilt from the stored vectors
         assert np.array_equal(kept[0], corpus.moments.to_array())
-        assert kept[1:] == (corpus.moments.count, corpus._df, corpus.points) and corpus.points == 26  # 30 - 5 deleted + 1
+        assert (
+            kept[1:] == (corpus.moments.count, corpus._df, corpus.points) and corpus.points == 26
+        )  # 30 - 5 deleted + 1
         assert np.array_equal(kept[0], embedded.backend.dense._moments.to_array())
 
 
@@ -182,7 +185,9 @@ def test_a_shared_collection_follows_another_writer_after_the_drift_check(tmp_pa
         corpus = mem.backend.calibration()
         assert corpus.shared is True and corpus.points == 5
         other = mem.backend.encoder.document("alpha beta written elsewhere")
-        mem.backend.collection.upsert([Point(point_id("elsewhere"), [1.0] + [0.0] * 63, other, {"chunk_id": "elsewhere"})])
+        mem.backend.collection.upsert(
+            [Point(point_id("elsewhere"), [1.0] + [0.0] * 63, other, {"chunk_id": "elsewhere"})]
+        )
         assert mem.backend.calibration().points == 5  # checked less than DRIFT_SECONDS ago
         monkeypatch.setattr(qdrant_calibration, "DRIFT_SECONDS", 0.0)
         assert mem.backend.calibration().points == 6
@@ -199,8 +204,10 @@ def test_a_dimension_above_the_moments_bound_reports_no_dense_surprise(tmp_path)
     from hybrid_memory.engines.calibration import MOMENTS_MAX_DIM
 
     embedder = HashingEmbedder(MOMENTS_MAX_DIM + 8)
-    with HybridMemory(embedder=embedder) as embedded, open_memory("qdrant-edge", tmp_path, embedder=embedder,
-                                                                                 avgdl=_avgdl()) as qdrant:
+    with (
+        HybridMemory(embedder=embedder) as embedded,
+        open_memory("qdrant-edge", tmp_path, embedder=embedder, avgdl=_avgdl()) as qdrant,
+    ):
         embedded.add(_chunks())
         qdrant.add(_chunks())
         emb, qd = _search_both(embedded, qdrant, "beta gamma")
@@ -313,8 +320,10 @@ def test_sparse_surprise_and_weights_are_bit_equal_when_token_and_index_orders_d
         rows += [(f"{word}{j}", f"{word} filler{word}{j}", {}) for j in range(df - 1)]
     rows += [(f"other{j}", f"other filler{j}", {}) for j in range(20 - len(rows))]
     embedder = HashingEmbedder(16)
-    with HybridMemory(embedder=embedder) as embedded, open_memory(engine, tmp_path, embedder=embedder,
-                                                                          avgdl=_avgdl(rows)) as qdrant:
+    with (
+        HybridMemory(embedder=embedder) as embedded,
+        open_memory(engine, tmp_path, embedder=embedder, avgdl=_avgdl(rows)) as qdrant,
+    ):
         embedded.add(_chunks(rows))
         qdrant.add(_chunks(rows))
         found = []
@@ -371,8 +380,9 @@ def test_local_mode_serialises_its_calls_so_searches_racing_writes_do_not_fail()
 
     memory = HybridMemory.qdrant(":memory:", embedder=HashingEmbedder(16))
     try:
-        memory.add([{"chunk_id": f"c{i}", "text": f"alpha w{i % 5} beta{i % 3}", "metadata": {"t": i % 2}}
-                    for i in range(40)])
+        memory.add(
+            [{"chunk_id": f"c{i}", "text": f"alpha w{i % 5} beta{i % 3}", "metadata": {"t": i % 2}} for i in range(40)]
+        )
         collection = memory.backend.collection
         assert collection.local and collection._serial is not None
         inner = collection.client.query_batch_points
@@ -404,7 +414,9 @@ def test_local_mode_serialises_its_calls_so_searches_racing_writes_do_not_fail()
                 for r in range(rounds):
                     barrier.wait()
                     if r % 3 == 0:
-                        memory.upsert([{"chunk_id": f"c{(r * 7) % 40}", "text": f"gamma r{r} alpha", "metadata": {"t": r % 2}}])
+                        memory.upsert(
+                            [{"chunk_id": f"c{(r * 7) % 40}", "text": f"gamma r{r} alpha", "metadata": {"t": r % 2}}]
+                        )
                     elif r % 3 == 1:
                         memory.delete([f"c{(r * 11) % 40}"])
                     else:
@@ -559,7 +571,9 @@ def test_a_failed_save_leaves_no_temporary_file_and_the_shard_closes(tmp_path, c
     assert any("could not save the calibration statistics" in r.getMessage() for r in caplog.records)
 
 
-def test_a_new_shard_keeps_its_statistics_from_creation_and_an_old_one_builds_them_only_for_the_default(tmp_path, monkeypatch):
+def test_a_new_shard_keeps_its_statistics_from_creation_and_an_old_one_builds_them_only_for_the_default(
+    tmp_path, monkeypatch
+):
     """A shard this open creates starts with exact empty statistics and keeps them through every write, so its first
     default search scrolls nothing (0.6 s at 5,183 points, 1.2 s at 20,000, about 2 minutes at a million);
     they are saved on close. A shard opened without a saved file (as after a crash) builds them only when a default

@@ -32,7 +32,8 @@ def test_a_url_with_another_scheme_is_refused_not_made_a_local_folder(tmp_path, 
             qdrant(url)
         assert str(err.value) == (
             f"{url!r} has the scheme {scheme!r}: a Qdrant server's URL starts with 'http://' or 'https://' (for a "
-            "local-mode directory give a path without '://')")
+            "local-mode directory give a path without '://')"
+        )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -47,7 +48,8 @@ def test_a_local_mode_folder_open_elsewhere_is_store_busy(tmp_path):
         assert str(err.value) == (
             f"qdrant-client local-mode folder {folder} is open elsewhere (in this process or another); local mode is "
             "opened by one client at a time: close the other memory on it, or use a Qdrant server for several "
-            "processes")
+            "processes"
+        )
         assert first.count() == 1  # the first memory is untouched
     finally:
         first.close()
@@ -69,8 +71,9 @@ def _memory_on_a_server_that_went_away(prefer_grpc):
     up then; every later call goes through qdrant-client's real transport and meets a refused connection."""
     from qdrant_client import QdrantClient
 
-    remote = QdrantClient(url="http://127.0.0.1:1", prefer_grpc=prefer_grpc, grpc_port=1, check_compatibility=False,
-                          timeout=5)
+    remote = QdrantClient(
+        url="http://127.0.0.1:1", prefer_grpc=prefer_grpc, grpc_port=1, check_compatibility=False, timeout=5
+    )
     local = QdrantClient(":memory:")
     for name in ("collection_exists", "create_collection", "get_collection", "create_payload_index"):
         setattr(remote, name, getattr(local, name))
@@ -80,8 +83,10 @@ def _memory_on_a_server_that_went_away(prefer_grpc):
 CALLS = {
     "search": (lambda m: m.search("HTTP 504"), "query"),
     "add": (lambda m: m.add([{"chunk_id": "a", "text": "HTTP 504"}]), "retrieve points"),
-    "upsert with vectors": (lambda m: m.upsert([{"chunk_id": "a", "text": "HTTP 504"}], vectors=[[1.0] * 8],
-                                               dedup="keep"), "retrieve points"),
+    "upsert with vectors": (
+        lambda m: m.upsert([{"chunk_id": "a", "text": "HTTP 504"}], vectors=[[1.0] * 8], dedup="keep"),
+        "retrieve points",
+    ),
     "delete": (lambda m: m.delete(["a"]), "retrieve points"),
     "count": (lambda m: m.count(), "count points"),
     "get": (lambda m: m.get(["a"]), "retrieve points"),
@@ -89,18 +94,24 @@ CALLS = {
 }
 
 
-@pytest.mark.parametrize("prefer_grpc, target, cause", [
-    (False, "http://127.0.0.1:1", r"ConnectError: \[Errno 111\] Connection refused"),
-    (True, r"http://127.0.0.1:1 \(gRPC port 1\)", "gRPC UNAVAILABLE: failed to connect to all addresses"),
-])
+@pytest.mark.parametrize(
+    "prefer_grpc, target, cause",
+    [
+        (False, "http://127.0.0.1:1", r"ConnectError: \[Errno 111\] Connection refused"),
+        (True, r"http://127.0.0.1:1 \(gRPC port 1\)", "gRPC UNAVAILABLE: failed to connect to all addresses"),
+    ],
+)
 @pytest.mark.parametrize("call", sorted(CALLS))
 def test_a_server_gone_after_open_is_backend_unavailable_naming_url_and_collection(prefer_grpc, target, cause, call):
     memory = _memory_on_a_server_that_went_away(prefer_grpc)
     run, what = CALLS[call]
-    with pytest.raises(BackendUnavailableError, match=rf"^the Qdrant server at {target} could not be reached "
-                                                      rf"\({what}, collection 'notes'\): {cause}.*; check that it is "
-                                                      r"running and reachable at that URL \(and the API key\); "
-                                                      r"nothing was changed; run the call again") as info:
+    with pytest.raises(
+        BackendUnavailableError,
+        match=rf"^the Qdrant server at {target} could not be reached "
+        rf"\({what}, collection 'notes'\): {cause}.*; check that it is "
+        r"running and reachable at that URL \(and the API key\); "
+        r"nothing was changed; run the call again",
+    ) as info:
         run(memory)
     assert isinstance(info.value, ConnectionError)
     cause_error = info.value.__cause__
@@ -114,20 +125,22 @@ def test_a_write_cut_mid_batch_says_it_may_be_partly_stored_and_to_run_it_again(
     remote = memory.backend.collection.client
     remote.retrieve = lambda *args, **kwargs: []  # nothing stored yet: the upsert is the first call that travels
     remote.scroll = lambda *args, **kwargs: ([], None)  # no stored duplicate
-    with pytest.raises(BackendUnavailableError, match=r"could not be reached \(upsert points, collection 'notes'\): "
-                                                      r"ConnectError: .*this write may be partly stored \(earlier "
-                                                      r"batches of it\): writes are upserts by chunk id, so run the "
-                                                      r"same call again once the server answers"):
+    with pytest.raises(
+        BackendUnavailableError,
+        match=r"could not be reached \(upsert points, collection 'notes'\): "
+        r"ConnectError: .*this write may be partly stored \(earlier "
+        r"batches of it\): writes are upserts by chunk id, so run the "
+        r"same call again once the server answers",
+    ):
         memory.upsert([{"chunk_id": "a", "text": "HTTP 504"}], vectors=[[1.0] * 8])
     memory.close()
 
 
 def test_errors_that_are_not_a_lost_connection_pass_unchanged():
     import httpx
+    from hybrid_memory.backends.qdrant.collection import _connection_lost
     from pydantic import BaseModel, ValidationError
     from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
-
-    from hybrid_memory.backends.qdrant.collection import _connection_lost
 
     class Shape(BaseModel):
         n: int
@@ -194,12 +207,18 @@ def test_a_collection_deleted_after_open_is_a_store_format_error_naming_it(answe
     url, reply = answering_server
     reply.update(status=404, body={"status": {"error": "Not found: Collection `notes` doesn't exist!"}, "time": 0.0})
     memory = _memory_on(url)
-    for call, what in ((lambda: memory.search("HTTP 504"), "query"), (lambda: memory.count(), "count points"),
-                       (lambda: memory.add([{"chunk_id": "a", "text": "HTTP 504"}]), "retrieve points")):
-        with pytest.raises(StoreFormatError, match=rf"^the Qdrant collection 'notes' at {url} no longer exists "
-                                                   rf"\({what}: HTTP 404 Not Found: Not found: Collection `notes` "
-                                                   r"doesn't exist!\); it was deleted after this memory opened: open "
-                                                   r"the memory again to create it empty"):
+    for call, what in (
+        (lambda: memory.search("HTTP 504"), "query"),
+        (lambda: memory.count(), "count points"),
+        (lambda: memory.add([{"chunk_id": "a", "text": "HTTP 504"}]), "retrieve points"),
+    ):
+        with pytest.raises(
+            StoreFormatError,
+            match=rf"^the Qdrant collection 'notes' at {url} no longer exists "
+            rf"\({what}: HTTP 404 Not Found: Not found: Collection `notes` "
+            r"doesn't exist!\); it was deleted after this memory opened: open "
+            r"the memory again to create it empty",
+        ):
             call()
     memory.close()
 
@@ -208,10 +227,13 @@ def test_a_503_from_the_server_or_its_proxy_is_backend_unavailable(answering_ser
     url, reply = answering_server
     reply.update(status=503, body={"status": {"error": "Service Unavailable: shard is being transferred"}})
     memory = _memory_on(url)
-    with pytest.raises(BackendUnavailableError, match=rf"^the Qdrant server at {url} could not be reached \(query, "
-                                                      r"collection 'notes'\): HTTP 503 Service Unavailable: Service "
-                                                      r"Unavailable: shard is being transferred; check that it is "
-                                                      r"running"):
+    with pytest.raises(
+        BackendUnavailableError,
+        match=rf"^the Qdrant server at {url} could not be reached \(query, "
+        r"collection 'notes'\): HTTP 503 Service Unavailable: Service "
+        r"Unavailable: shard is being transferred; check that it is "
+        r"running",
+    ):
         memory.search("HTTP 504")
     memory.close()
 
@@ -220,37 +242,53 @@ def test_a_400_from_the_server_is_an_invalid_request_naming_the_collection_and_t
     from qdrant_client.http.exceptions import UnexpectedResponse
 
     url, reply = answering_server
-    reply.update(status=400, body={"status": {"error": "Wrong input: Index required but not found for \"team\""}})
+    reply.update(status=400, body={"status": {"error": 'Wrong input: Index required but not found for "team"'}})
     memory = _memory_on(url)
-    with pytest.raises(InvalidRequestError, match=rf"^the Qdrant server at {url} refused the request \(count points, "
-                                                  r"collection 'notes'\): HTTP 400 Bad Request: Wrong input: Index "
-                                                  r"required but not found for \"team\"; nothing was changed\. The "
-                                                  r"request does not fit the collection as the server has it: check "
-                                                  r"the metadata filter's keys and values \(a server in strict mode "
-                                                  r"needs a payload index on each filtered key: give it in "
-                                                  r"indexed_keys=, or --index-key\)") as caught:
+    with pytest.raises(
+        InvalidRequestError,
+        match=rf"^the Qdrant server at {url} refused the request \(count points, "
+        r"collection 'notes'\): HTTP 400 Bad Request: Wrong input: Index "
+        r"required but not found for \"team\"; nothing was changed\. The "
+        r"request does not fit the collection as the server has it: check "
+        r"the metadata filter's keys and values \(a server in strict mode "
+        r"needs a payload index on each filtered key: give it in "
+        r"indexed_keys=, or --index-key\)",
+    ) as caught:
         memory.count(metadata_filter={"team": "sre"})
     assert isinstance(caught.value.__cause__, UnexpectedResponse)  # the server's answer stays the cause
     with pytest.raises(InvalidRequestError, match=r"refused the request \(query, collection 'notes'\): HTTP 400"):
         memory.search("HTTP 504", metadata_filter={"team": "sre"})
-    with pytest.raises(InvalidRequestError, match=r"\(retrieve points, collection 'notes'\): HTTP 400 .*"
-                                                  r"nothing was changed"):
+    with pytest.raises(
+        InvalidRequestError,
+        match=r"\(retrieve points, collection 'notes'\): HTTP 400 .*"
+        r"nothing was changed",
+    ):
         memory.add([{"chunk_id": "a", "text": "HTTP 504"}])
     memory.close()
 
 
-@pytest.mark.parametrize("status, kind, fix", [
-    (401, "Unauthorized", r"Give the server's API key \(api_key=, or --api-key / QDRANT_API_KEY\)"),
-    (403, "Forbidden", r"Give the server's API key \(api_key=, or --api-key / QDRANT_API_KEY\), with write access"),
-    (500, "Internal Server Error", r"the server could not serve it \(see its log\); nothing was changed; run the call "
-                                   r"again once the server answers"),
-])
+@pytest.mark.parametrize(
+    "status, kind, fix",
+    [
+        (401, "Unauthorized", r"Give the server's API key \(api_key=, or --api-key / QDRANT_API_KEY\)"),
+        (403, "Forbidden", r"Give the server's API key \(api_key=, or --api-key / QDRANT_API_KEY\), with write access"),
+        (
+            500,
+            "Internal Server Error",
+            r"the server could not serve it \(see its log\); nothing was changed; run the call "
+            r"again once the server answers",
+        ),
+    ],
+)
 def test_other_refusals_are_backend_unavailable_naming_the_fix(answering_server, status, kind, fix):
     url, reply = answering_server
     reply.update(status=status, body={"status": {"error": "no"}})
     memory = _memory_on(url)
-    with pytest.raises(BackendUnavailableError, match=rf"^the Qdrant server at {url} refused the request \(count "
-                                                      rf"points, collection 'notes'\): HTTP {status} {kind}: no; .*{fix}"):
+    with pytest.raises(
+        BackendUnavailableError,
+        match=rf"^the Qdrant server at {url} refused the request \(count "
+        rf"points, collection 'notes'\): HTTP {status} {kind}: no; .*{fix}",
+    ):
         memory.count()
     memory.close()
 
@@ -263,8 +301,11 @@ def test_an_edge_shard_open_elsewhere_is_store_busy_naming_the_fix(tmp_path):
 
     first = HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(16))
     first.add([{"chunk_id": "a", "text": "HTTP 504 on billing"}])
-    with pytest.raises(StoreBusyError, match=r"is open elsewhere .*WouldBlock.*one process at a time: close the "
-                                             r"other memory on it, or use a Qdrant server for several processes"):
+    with pytest.raises(
+        StoreBusyError,
+        match=r"is open elsewhere .*WouldBlock.*one process at a time: close the "
+        r"other memory on it, or use a Qdrant server for several processes",
+    ):
         HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(16))
     assert [c.chunk_id for c in first.iter_chunks()] == ["a"]
     first.close()
@@ -278,12 +319,18 @@ def test_a_closed_qdrant_memory_names_how_to_open_it_again(tmp_path):
     from hybrid_memory._exceptions import MemoryClosedError
 
     cases = [
-        (HybridMemory.qdrant(edge_path=tmp_path / "edge1", embedder=HashingEmbedder(16)),
-         f"this memory is closed; open it again with HybridMemory.qdrant(edge_path={str(tmp_path / 'edge1')!r})"),
-        (HybridMemory.qdrant(str(tmp_path / "local"), collection="notes", embedder=HashingEmbedder(16)),
-         f"this memory is closed; open it again with HybridMemory.qdrant({str(tmp_path / 'local')!r}, collection='notes')"),
-        (HybridMemory.qdrant(":memory:", embedder=HashingEmbedder(16)),
-         "this memory is closed; a qdrant-client ':memory:' collection's chunks are gone with it"),
+        (
+            HybridMemory.qdrant(edge_path=tmp_path / "edge1", embedder=HashingEmbedder(16)),
+            f"this memory is closed; open it again with HybridMemory.qdrant(edge_path={str(tmp_path / 'edge1')!r})",
+        ),
+        (
+            HybridMemory.qdrant(str(tmp_path / "local"), collection="notes", embedder=HashingEmbedder(16)),
+            f"this memory is closed; open it again with HybridMemory.qdrant({str(tmp_path / 'local')!r}, collection='notes')",
+        ),
+        (
+            HybridMemory.qdrant(":memory:", embedder=HashingEmbedder(16)),
+            "this memory is closed; a qdrant-client ':memory:' collection's chunks are gone with it",
+        ),
     ]
     for memory, message in cases:
         memory.close()

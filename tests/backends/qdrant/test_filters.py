@@ -8,7 +8,6 @@ import re
 import uuid
 
 import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidFilterError
 from hybrid_memory.backends.qdrant.filters import field_name, filterable_fields, marker_paths, translate
 from hybrid_memory.filters import parse_filter
@@ -31,18 +30,30 @@ def _collection(engine, tmp_path_factory):
 
     indexes, exact = {}, None
     if engine.startswith("qdrant-edge"):
-        pytest.importorskip("qdrant_edge", reason="qdrant-edge-py is not installed (pip install 'hybrid-memory[qdrant]')")
+        pytest.importorskip(
+            "qdrant_edge", reason="qdrant-edge-py is not installed (pip install 'hybrid-memory[qdrant]')"
+        )
         collection = EdgeCollection(tmp_path_factory.mktemp("edge") / "shard")
         exact = set()
         if engine == "qdrant-edge":  # payload indexes must not change which points match
             kinds = {"s": "keyword", "n": "float", "i": "integer", "b": "keyword"}
-            indexes = {f"f.{field_name('m', key)}.{sub}": kinds[sub] for key, sub in (
-                ("labels", "s"), ("sev", "i"), ("flag", "b"), ("owner", "s"), ("n", "i"), ("mixed", "i"),
-                *((key, "n") for key in RANGE_KEYS))}
+            indexes = {
+                f"f.{field_name('m', key)}.{sub}": kinds[sub]
+                for key, sub in (
+                    ("labels", "s"),
+                    ("sev", "i"),
+                    ("flag", "b"),
+                    ("owner", "s"),
+                    ("n", "i"),
+                    ("mixed", "i"),
+                    *((key, "n") for key in RANGE_KEYS),
+                )
+            }
             # the present / null markers of every key the rows hold, as the backend indexes them: is_empty then
             # reads the index instead of each payload, and must match the same points
-            indexes.update({path: "bool" for key in {k for meta in ROWS.values() for k in meta}
-                            for path in marker_paths("m", key)})
+            indexes.update(
+                {path: "bool" for key in {k for meta in ROWS.values() for k in meta} for path in marker_paths("m", key)}
+            )
             exact = {("m", key) for key in RANGE_KEYS}
     else:
         qdrant_client = pytest.importorskip(
@@ -50,11 +61,17 @@ def _collection(engine, tmp_path_factory):
         )
         collection = ClientCollection(qdrant_client.QdrantClient(":memory:"), "filters")
     collection.ensure(4, indexes)
-    collection.upsert([
-        Point(str(uuid.uuid5(uuid.NAMESPACE_URL, cid)), [1.0, 0.0, 0.0, 0.0], ([1], [1.0]),
-              {"chunk_id": cid, "f": filterable_fields(meta, {})})
-        for cid, meta in ROWS.items()
-    ])
+    collection.upsert(
+        [
+            Point(
+                str(uuid.uuid5(uuid.NAMESPACE_URL, cid)),
+                [1.0, 0.0, 0.0, 0.0],
+                ([1], [1.0]),
+                {"chunk_id": cid, "f": filterable_fields(meta, {})},
+            )
+            for cid, meta in ROWS.items()
+        ]
+    )
     return collection, exact
 
 
@@ -77,7 +94,7 @@ def _shorter(flt):
     """The 300,000-value $in cases with their first 3,000 values and the last (same ids): the long lists test
     SQLite's binding, which Qdrant has no counterpart of, and cost seconds per engine."""
     if isinstance(flt, dict) and len(flt) == 1:
-        (key, cond), = flt.items()
+        ((key, cond),) = flt.items()
         if isinstance(cond, dict) and len(cond.get("$in", ())) > 10_000:
             return {key: {"$in": [*cond["$in"][:3000], cond["$in"][-1]]}}
     return flt
@@ -128,9 +145,15 @@ def test_every_case_equals_the_embedded_backend(collection, embedded, flt, expec
     ],
 )
 def test_numbers_are_exact(tmp_path_factory, flt, expected):
-    rows = {"p": {"big": 2**60, "x": 1}, "q": {"big": 2**60 + 1, "x": 1.0}, "r": {"x": 1.5}, "s": {},
-            # floats that Qdrant Edge re-reads 1 ULP off when unindexed (found by a probe of 2,003 random floats)
-            "t": {"y": 1694867473.8744655}, "u": {"y": 990870174.1838819}}
+    rows = {
+        "p": {"big": 2**60, "x": 1},
+        "q": {"big": 2**60 + 1, "x": 1.0},
+        "r": {"x": 1.5},
+        "s": {},
+        # floats that Qdrant Edge re-reads 1 ULP off when unindexed (found by a probe of 2,003 random floats)
+        "t": {"y": 1694867473.8744655},
+        "u": {"y": 990870174.1838819},
+    }
     with HybridMemory(embedder=HashingEmbedder(dim=8)) as mem:
         mem.add([{"chunk_id": cid, "text": "t", "metadata": meta} for cid, meta in rows.items()])
         assert {c.chunk_id for c in mem.iter_chunks(flt)} == expected
@@ -139,8 +162,17 @@ def test_numbers_are_exact(tmp_path_factory, flt, expected):
 
     coll = EdgeCollection(tmp_path_factory.mktemp("numbers") / "shard")
     coll.ensure(2, {f"f.{field_name('m', key)}.n": "float" for key in ("x", "y")})
-    coll.upsert([Point(str(uuid.uuid5(uuid.NAMESPACE_URL, cid)), [1.0, 0.0], ([1], [1.0]),
-                       {"chunk_id": cid, "f": filterable_fields(meta, {})}) for cid, meta in rows.items()])
+    coll.upsert(
+        [
+            Point(
+                str(uuid.uuid5(uuid.NAMESPACE_URL, cid)),
+                [1.0, 0.0],
+                ([1], [1.0]),
+                {"chunk_id": cid, "f": filterable_fields(meta, {})},
+            )
+            for cid, meta in rows.items()
+        ]
+    )
     try:
         assert _qdrant_ids(coll, flt, {("m", "x"), ("m", "y")}) == expected
     finally:
@@ -167,17 +199,26 @@ def test_translation_is_qdrant_rest_json():
     assert translate(parse_filter({"env": {"$nin": ["a", "b"]}})) == {
         "must_not": [{"key": "f.m656e76.s", "match": {"any": ["a", "b"]}}]
     }
-    assert translate(parse_filter({"owner": {"$exists": False}})) == {"must": [{"is_empty": {"key": "f.m6f776e6572.e"}}]}
+    assert translate(parse_filter({"owner": {"$exists": False}})) == {
+        "must": [{"is_empty": {"key": "f.m6f776e6572.e"}}]
+    }
     # integral equality: int64 match on k.i; on a float-indexed key (exact_ranges), a [v, v] range on k.n, which
     # that index answers, below 2**53 only (beyond it float64 cannot tell neighbours apart: back to k.i)
     sev = {("m", "sev")}
     assert translate(parse_filter({"sev": 3})) == {"must": [{"key": "f.m736576.i", "match": {"value": 3}}]}
-    assert translate(parse_filter({"sev": 3.0}), sev) == {"must": [{"key": "f.m736576.n", "range": {"gte": 3.0, "lte": 3.0}}]}
-    assert translate(parse_filter({"sev": {"$in": [1, 2]}}), sev) == {"should": [
-        {"key": "f.m736576.n", "range": {"gte": 1.0, "lte": 1.0}}, {"key": "f.m736576.n", "range": {"gte": 2.0, "lte": 2.0}}]}
+    assert translate(parse_filter({"sev": 3.0}), sev) == {
+        "must": [{"key": "f.m736576.n", "range": {"gte": 3.0, "lte": 3.0}}]
+    }
+    assert translate(parse_filter({"sev": {"$in": [1, 2]}}), sev) == {
+        "should": [
+            {"key": "f.m736576.n", "range": {"gte": 1.0, "lte": 1.0}},
+            {"key": "f.m736576.n", "range": {"gte": 2.0, "lte": 2.0}},
+        ]
+    }
     assert translate(parse_filter({"sev": 2**53}), sev) == {"must": [{"key": "f.m736576.i", "match": {"value": 2**53}}]}
     assert translate(parse_filter({"sev": {"$in": [1, 2**53]}}), sev) == {
-        "must": [{"key": "f.m736576.i", "match": {"any": [1, 2**53]}}]}
+        "must": [{"key": "f.m736576.i", "match": {"any": [1, 2**53]}}]
+    }
     assert ALL == set(ROWS)
 
 
@@ -187,8 +228,12 @@ def test_a_float_index_the_shard_holds_is_found_on_reopen_without_declaring_it(t
     from hybrid_memory import HashingEmbedder, HybridMemory
 
     path = tmp_path / "shard"
-    with HybridMemory.qdrant(edge_path=path, embedder=HashingEmbedder(16), indexed_keys={"severity": "float"}) as memory:
-        memory.add([{"chunk_id": f"a{i}", "text": "disk full", "metadata": {"severity": i, "rank": i}} for i in range(5)])
+    with HybridMemory.qdrant(
+        edge_path=path, embedder=HashingEmbedder(16), indexed_keys={"severity": "float"}
+    ) as memory:
+        memory.add(
+            [{"chunk_id": f"a{i}", "text": "disk full", "metadata": {"severity": i, "rank": i}} for i in range(5)]
+        )
     with HybridMemory.qdrant(edge_path=path, embedder=HashingEmbedder(16)) as memory:
         assert (("m", "severity") in memory.backend.exact_ranges) and (("m", "rank") not in memory.backend.exact_ranges)
         stats = memory.backend.stats()
@@ -202,7 +247,7 @@ def test_a_float_index_the_shard_holds_is_found_on_reopen_without_declaring_it(t
 def test_field_key_inverts_field_name():
     from hybrid_memory.backends.qdrant.filters import field_key, field_name
 
-    for namespace, key in [("m", "severity"), ("m", "a.b \"c\""), ("s", "valid_from"), ("m", "größe")]:
+    for namespace, key in [("m", "severity"), ("m", 'a.b "c"'), ("s", "valid_from"), ("m", "größe")]:
         assert field_key(field_name(namespace, key)) == (namespace, key)
     assert field_name("m", "severity") == "m7365766572697479"
     assert field_key("mzz") is None and field_key("mff") is None  # not hex; not UTF-8
@@ -226,10 +271,16 @@ def test_marker_indexes_match_the_same_points_as_payload_reads(tmp_path):
         meta = {key: value for key in ("owner", "team") if (value := rnd.choice(choices)) != "absent"}
         rows[f"r{i:04d}"] = meta
     cases = [
-        {"owner": None}, {"owner": {"$ne": None}}, {"owner": {"$exists": False}}, {"owner": {"$exists": True}},
-        {"owner": {"$in": [None, "x"]}}, {"owner": {"$nin": [None]}}, {"owner": {"$ne": "x"}},
+        {"owner": None},
+        {"owner": {"$ne": None}},
+        {"owner": {"$exists": False}},
+        {"owner": {"$exists": True}},
+        {"owner": {"$in": [None, "x"]}},
+        {"owner": {"$nin": [None]}},
+        {"owner": {"$ne": "x"}},
         {"$or": [{"owner": None}, {"team": {"$exists": False}}]},
-        {"$and": [{"owner": {"$exists": True}}, {"team": None}]}, {"$not": {"team": None}},
+        {"$and": [{"owner": {"$exists": True}}, {"team": None}]},
+        {"$not": {"team": None}},
     ]
     with HybridMemory(embedder=HashingEmbedder(dim=8)) as mem:
         mem.add([{"chunk_id": cid, "text": "t", "metadata": meta} for cid, meta in rows.items()])
@@ -238,8 +289,17 @@ def test_marker_indexes_match_the_same_points_as_payload_reads(tmp_path):
     for indexes in (markers, {}):
         coll = EdgeCollection(tmp_path / f"shard{len(indexes)}")
         coll.ensure(2, indexes)
-        coll.upsert([Point(str(uuid.uuid5(uuid.NAMESPACE_URL, cid)), [1.0, 0.0], ([1], [1.0]),
-                           {"chunk_id": cid, "f": filterable_fields(meta, {})}) for cid, meta in rows.items()])
+        coll.upsert(
+            [
+                Point(
+                    str(uuid.uuid5(uuid.NAMESPACE_URL, cid)),
+                    [1.0, 0.0],
+                    ([1], [1.0]),
+                    {"chunk_id": cid, "f": filterable_fields(meta, {})},
+                )
+                for cid, meta in rows.items()
+            ]
+        )
         try:
             for flt, want in zip(cases, expected, strict=True):
                 records, nxt = coll.scroll(translate(parse_filter(flt)), 5000, None, ["chunk_id"])
@@ -248,10 +308,12 @@ def test_marker_indexes_match_the_same_points_as_payload_reads(tmp_path):
         finally:
             coll.close()
     # null matches a missing key, a null and a list holding null (the filter language's semantics)
-    assert [len(w) for w in expected[:4]] == [sum(m.get("owner") is None or isinstance(m["owner"], list) for m in rows.values()),
-                                              3000 - len(expected[0]),
-                                              sum("owner" not in m for m in rows.values()),
-                                              sum("owner" in m for m in rows.values())]
+    assert [len(w) for w in expected[:4]] == [
+        sum(m.get("owner") is None or isinstance(m["owner"], list) for m in rows.values()),
+        3000 - len(expected[0]),
+        sum("owner" not in m for m in rows.values()),
+        sum("owner" in m for m in rows.values()),
+    ]
 
 
 def test_the_backend_indexes_the_markers_of_scopes_times_and_declared_keys(tmp_path):
@@ -260,7 +322,6 @@ def test_the_backend_indexes_the_markers_of_scopes_times_and_declared_keys(tmp_p
     written before (without them) gains them when reopened."""
     pytest.importorskip("qdrant_edge", reason="qdrant-edge-py is not installed (pip install 'hybrid-memory[qdrant]')")
     import qdrant_edge as qe
-
     from hybrid_memory.models import SCOPE_FIELDS, TIME_FIELDS
 
     path = tmp_path / "shard"
@@ -270,8 +331,12 @@ def test_the_backend_indexes_the_markers_of_scopes_times_and_declared_keys(tmp_p
         schema = memory.backend.collection.shard.info().payload_schema
         assert markers <= set(schema)
         assert {str(schema[p].data_type).rsplit(".", 1)[-1].lower() for p in markers} == {"bool"}
-        memory.add([{"chunk_id": "a", "text": "disk full", "metadata": {"env": "prod"}, "user_id": "u1"},
-                    {"chunk_id": "b", "text": "disk full", "valid_from": 100.0, "valid_to": 200.0}])
+        memory.add(
+            [
+                {"chunk_id": "a", "text": "disk full", "metadata": {"env": "prod"}, "user_id": "u1"},
+                {"chunk_id": "b", "text": "disk full", "valid_from": 100.0, "valid_to": 200.0},
+            ]
+        )
         for p in markers:  # as a shard written before this release: no marker index
             memory.backend.collection.shard.update(qe.UpdateOperation.delete_field_index(p))
         assert not markers & set(memory.backend.collection.shard.info().payload_schema)
@@ -295,10 +360,14 @@ def test_a_metadata_test_no_payload_index_answers_is_warned_of_once_naming_the_d
     import logging
 
     pytest.importorskip("qdrant_edge", reason="qdrant-edge-py is not installed (pip install 'hybrid-memory[qdrant]')")
-    chunks = [{"chunk_id": "a", "text": "disk full", "metadata": {"team": "x", "k": 3, "r": 1.5}},
-              {"chunk_id": "b", "text": "disk full", "metadata": {"k": 4}}]
+    chunks = [
+        {"chunk_id": "a", "text": "disk full", "metadata": {"team": "x", "k": 3, "r": 1.5}},
+        {"chunk_id": "b", "text": "disk full", "metadata": {"k": 4}},
+    ]
     logger = "hybrid_memory.backends.qdrant.backend"
-    with HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(16), indexed_keys={"team": "keyword"}) as memory:
+    with HybridMemory.qdrant(
+        edge_path=tmp_path / "shard", embedder=HashingEmbedder(16), indexed_keys={"team": "keyword"}
+    ) as memory:
         memory.add(chunks)
         with caplog.at_level(logging.WARNING, logger=logger):
             for flt in ({"team": "x"}, {"team": None}, {"team": {"$exists": False}}, {"r": 1.5}):
@@ -310,13 +379,17 @@ def test_a_metadata_test_no_payload_index_answers_is_warned_of_once_naming_the_d
         messages = [r.getMessage() for r in caplog.records]
         assert len(messages) == 2
         assert "metadata key 'k' without a payload index" in messages[0]
-        assert ("indexed_keys={'k': 'float'}, which answers its equality and order tests alike (or export-qdrant "
-                "--index-key k=float)") in messages[0]
+        assert (
+            "indexed_keys={'k': 'float'}, which answers its equality and order tests alike (or export-qdrant "
+            "--index-key k=float)"
+        ) in messages[0]
         assert "indexed_keys={'k': <the kind of its values>}" in messages[1]
     caplog.clear()
     # as advised: one float declaration answers equality ($eq, $in, $ne) and order tests on the key, with no warning
     # (a fresh user's finding: declared float, equality warned and advised 'integer', which refuses order tests)
-    with HybridMemory.qdrant(edge_path=tmp_path / "float", embedder=HashingEmbedder(16), indexed_keys={"k": "float"}) as memory:
+    with HybridMemory.qdrant(
+        edge_path=tmp_path / "float", embedder=HashingEmbedder(16), indexed_keys={"k": "float"}
+    ) as memory:
         memory.add(chunks)
         with caplog.at_level(logging.WARNING, logger=logger):
             assert _ids_of(memory.search("disk full", metadata_filter={"k": 3})) == ["a"]
@@ -332,9 +405,12 @@ def test_a_metadata_test_no_payload_index_answers_is_warned_of_once_naming_the_d
         assert [r.getMessage() for r in caplog.records] == [
             "the filter tests metadata key 'k' for equality with an integer of magnitude 2**53 or more, which its float "
             "payload index cannot answer (float64 does not hold such integers exactly): Qdrant reads every point's "
-            "payload to answer it, on every search with this test"]
+            "payload to answer it, on every search with this test"
+        ]
     caplog.clear()
-    with HybridMemory.qdrant(edge_path=tmp_path / "bare", embedder=HashingEmbedder(16), payload_indexes=False) as memory:
+    with HybridMemory.qdrant(
+        edge_path=tmp_path / "bare", embedder=HashingEmbedder(16), payload_indexes=False
+    ) as memory:
         memory.add(chunks)
         with caplog.at_level(logging.WARNING, logger=logger):
             assert _ids_of(memory.search("disk full", metadata_filter={"k": 3})) == ["a"]

@@ -8,7 +8,6 @@ import uuid
 
 import numpy as np
 import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError
 from hybrid_memory.tokenizer import TechnicalTokenizer
 
@@ -90,17 +89,24 @@ def test_a_format_1_collection_keeps_its_uuid_ids_and_answers_as_format_2(engine
             assert [r.chunk_id for r in a.results] == [r.chunk_id for r in b.results], (query, options)
             # equal on Edge; local mode's numpy scoring differs in the 9th digit with the points' storage order
             assert [(r.score, r.rrf_score) for r in a.results] == [
-                (pytest.approx(r.score, rel=1e-7) if r.score is not None else None, pytest.approx(r.rrf_score, rel=1e-12))
-                for r in b.results], (query, options)
+                (
+                    pytest.approx(r.score, rel=1e-7) if r.score is not None else None,
+                    pytest.approx(r.rrf_score, rel=1e-12),
+                )
+                for r in b.results
+            ], (query, options)
             assert [(r.text, r.source, r.metadata) for r in a.results] == [
-                (r.text, r.source, r.metadata) for r in b.results]
+                (r.text, r.source, r.metadata) for r in b.results
+            ]
         assert len(old.backend._ids) == 6
         # the exact-match guard's counts, read by the backend on its own (one-term queries, a retrieve)
         ids = np.array(sorted(old.backend._ids))
         assert sorted(ids.tolist()) == sorted(new.backend._ids)  # the same engine ids in both formats
         for text in ("getUserById", "v2.3.1 10.0.0.12", "billing-service HTTP 504 PostgreSQL"):
-            assert old.backend.exact_matches(text, ids, 2, 0.25, 3).tolist() == \
-                new.backend.exact_matches(text, ids, 2, 0.25, 3).tolist(), text
+            assert (
+                old.backend.exact_matches(text, ids, 2, 0.25, 3).tolist()
+                == new.backend.exact_matches(text, ids, 2, 0.25, 3).tolist()
+            ), text
         assert old.get(["auth-user"])[0].text == "auth-api: getUserById returned null for deleted accounts"
         old.upsert([{"chunk_id": "auth-user", "text": "auth-api: getUserById returned null (edited)"}])
         assert old.count() == 6  # the UUID point was replaced, not joined by an integer one
@@ -157,15 +163,20 @@ def _open_without_terms(engine: str, tmp_path) -> HybridMemory:
     if engine == "qdrant-edge":
         import qdrant_edge as qe
 
-        config = qe.EdgeConfig(vectors={"dense": qe.EdgeVectorParams(size=64, distance=qe.Distance.Cosine)},
-                               sparse_vectors={"bm25": qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)})
+        config = qe.EdgeConfig(
+            vectors={"dense": qe.EdgeVectorParams(size=64, distance=qe.Distance.Cosine)},
+            sparse_vectors={"bm25": qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+        )
         qe.EdgeShard.create(str(tmp_path / "shard"), config).close()
     else:
         from qdrant_client import QdrantClient, models
 
         client = QdrantClient(path=str(tmp_path / "local"))
-        client.create_collection("notes", vectors_config={"dense": models.VectorParams(size=64, distance=models.Distance.COSINE)},
-                                 sparse_vectors_config={"bm25": models.SparseVectorParams(modifier=models.Modifier.IDF)})
+        client.create_collection(
+            "notes",
+            vectors_config={"dense": models.VectorParams(size=64, distance=models.Distance.COSINE)},
+            sparse_vectors_config={"bm25": models.SparseVectorParams(modifier=models.Modifier.IDF)},
+        )
         client.close()
     return _open(engine, tmp_path)
 
@@ -180,10 +191,12 @@ GUARD_CASES = {  # query -> guard counts over every chunk, top_k=2 (rare: held b
     # e1243 is rare (+1); "upgrade" holds all three tokens but e1243 comes first there: not in order
     "certificate expired E1243": {"upgrade": 1},
 }
-GUARD_CHUNKS = [*_note_chunks(),
-                {"chunk_id": "pool-a", "text": "PostgreSQL connection pool exhausted again on db-prod-3"},
-                {"chunk_id": "pool-b", "text": "connection pool PostgreSQL exhausted, order differs"},
-                {"chunk_id": "ids", "text": "getUserById and ERR_CONN_RESET seen together on v2.3.1"}]
+GUARD_CHUNKS = [
+    *_note_chunks(),
+    {"chunk_id": "pool-a", "text": "PostgreSQL connection pool exhausted again on db-prod-3"},
+    {"chunk_id": "pool-b", "text": "connection pool PostgreSQL exhausted, order differs"},
+    {"chunk_id": "ids", "text": "getUserById and ERR_CONN_RESET seen together on v2.3.1"},
+]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -197,7 +210,9 @@ def test_the_presence_vector_holds_each_distinct_token_once(engine, tmp_path):
         if engine == "qdrant-edge":
             raw = coll.shard.retrieve([point_id("auth-user")], with_payload=False, with_vector=True)[0].vector
         else:
-            raw = coll.client.retrieve(coll.name, [point_id("auth-user")], with_payload=False, with_vectors=True)[0].vector
+            raw = coll.client.retrieve(coll.name, [point_id("auth-user")], with_payload=False, with_vectors=True)[
+                0
+            ].vector
         bm25 = mem.backend.encoder.document("auth-api: getUserById returned null for deleted accounts")
         tokens = set(TechnicalTokenizer().tokenize("auth-api: getUserById returned null for deleted accounts"))
         assert len(bm25[0]) == len(tokens) >= 9  # auth-api auth api getuserbyid get user id returned null ...
@@ -216,8 +231,10 @@ def test_whole_query_guard_counts_with_and_without_the_presence_vector(engine, t
     from hybrid_memory.backends.qdrant.collection import TERMS
     from hybrid_memory.search.engine import Query
 
-    with HybridMemory(embedder=HashingEmbedder(64)) as embedded, \
-            (_open(engine, tmp_path) if terms else _open_without_terms(engine, tmp_path)) as qdrant:
+    with (
+        HybridMemory(embedder=HashingEmbedder(64)) as embedded,
+        _open(engine, tmp_path) if terms else _open_without_terms(engine, tmp_path) as qdrant,
+    ):
         embedded.add(GUARD_CHUNKS)
         qdrant.add(GUARD_CHUNKS)
         assert qdrant.backend.collection.terms is terms
@@ -242,14 +259,21 @@ def test_whole_query_guard_counts_with_and_without_the_presence_vector(engine, t
         legs = [leg for call in calls for leg in call]
         # sparse vectors travel only without the presence vector, but for the sparse surprise's one: the top hit's
         # (a leg restricted to that one point)
-        guard = [leg for leg in legs if not (leg.limit == 1 and len(leg.filter["must"][0].get("has_id", ())) == 1
-                                             if leg.filter else False)]
+        guard = [
+            leg
+            for leg in legs
+            if not (leg.limit == 1 and len(leg.filter["must"][0].get("has_id", ())) == 1 if leg.filter else False)
+        ]
         assert any(leg.tokens for leg in guard) is not terms
         presence = [leg for leg in legs if leg.using == TERMS]
         if terms:  # one presence query per whole-query test: value 1 per distinct token, threshold halfway
             tokens = sorted({t for t in TechnicalTokenizer().tokenize("PostgreSQL connection pool exhausted")})
-            assert any(len(leg.vector[0]) == len(tokens) and leg.vector[1] == [1.0] * len(tokens)
-                       and leg.threshold == len(tokens) - 0.5 for leg in presence)
+            assert any(
+                len(leg.vector[0]) == len(tokens)
+                and leg.vector[1] == [1.0] * len(tokens)
+                and leg.threshold == len(tokens) - 0.5
+                for leg in presence
+            )
         else:
             assert presence == []
         collection.query_batch = real
@@ -273,6 +297,10 @@ def test_the_payload_holds_each_value_once(engine, tmp_path):
         assert sorted(record.payload) == ["chunk_id", "content_hash", "doc", "f", "seq", "text"]
         doc = json.loads(record.payload["doc"])
         assert doc["source"] == "notes" and doc["metadata"] == {
-            "environment": "production", "service": "search-indexer", "severity": 2, "tags": ["elasticsearch", "network"]}
+            "environment": "production",
+            "service": "search-indexer",
+            "severity": 2,
+            "tags": ["elasticsearch", "network"],
+        }
         assert sorted(doc) == ["created_at", "metadata", "source", "sys", "updated_at"]
         assert mem.count({"tags": "network"}) == 1 and mem.count({"severity": {"$in": [2]}}) == 3

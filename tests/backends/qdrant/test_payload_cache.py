@@ -8,7 +8,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError
 
 from tests.conftest import _note_chunks
@@ -36,8 +35,9 @@ class _CountingShard:
 
 
 def _open(tmp_path, **options) -> HybridMemory:
-    return HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(dim=64), payload_indexes=False,
-                               **options)
+    return HybridMemory.qdrant(
+        edge_path=tmp_path / "shard", embedder=HashingEmbedder(dim=64), payload_indexes=False, **options
+    )
 
 
 def _rows(response) -> list[tuple[str, str, str | None, dict]]:
@@ -60,7 +60,8 @@ def test_a_repeated_search_reads_no_payload_and_returns_the_same_rows(tmp_path):
         assert _rows(again) == _rows(first)
         notes = {c["chunk_id"]: c for c in _note_chunks()}
         assert [(t, s, m) for _, t, s, m in _rows(again)] == [
-            (notes[c]["text"], "notes", notes[c]["metadata"]) for c, _, _, _ in _rows(again)]
+            (notes[c]["text"], "notes", notes[c]["metadata"]) for c, _, _, _ in _rows(again)
+        ]
         # a caller changing a result's metadata changes nothing stored or cached
         again.results[0].metadata["service"] = "changed"
         assert _rows(mem.search("billing-service HTTP 504", top_k=3, fusion="rrf")) == _rows(first)
@@ -80,12 +81,28 @@ def test_writes_drop_their_points_from_the_cache(tmp_path):
         before = row("prod-504")
         assert point_id("prod-504") in mem.backend.collection._rows
         # a new text (vectors and payload rewritten): the new text is returned
-        mem.upsert([{"chunk_id": "prod-504", "text": "billing-service HTTP 504 upstream timeout, again",
-                     "source": "notes", "metadata": before.metadata}])
+        mem.upsert(
+            [
+                {
+                    "chunk_id": "prod-504",
+                    "text": "billing-service HTTP 504 upstream timeout, again",
+                    "source": "notes",
+                    "metadata": before.metadata,
+                }
+            ]
+        )
         assert row("prod-504").text == "billing-service HTTP 504 upstream timeout, again"
         # metadata only (the payload is replaced, the vectors kept): the new metadata is returned
-        mem.upsert([{"chunk_id": "prod-504", "text": "billing-service HTTP 504 upstream timeout, again",
-                     "source": "notes", "metadata": {**before.metadata, "severity": 9}}])
+        mem.upsert(
+            [
+                {
+                    "chunk_id": "prod-504",
+                    "text": "billing-service HTTP 504 upstream timeout, again",
+                    "source": "notes",
+                    "metadata": {**before.metadata, "severity": 9},
+                }
+            ]
+        )
         assert row("prod-504").metadata == {**before.metadata, "severity": 9}
         # deleted: gone from the results, and from the cache
         mem.delete(["prod-504"])
@@ -165,14 +182,17 @@ def test_the_client_path_keeps_no_payload_cache():
     pytest.importorskip("qdrant_client", reason="qdrant-client is not installed")
     from hybrid_memory.backends.qdrant.collection import ClientCollection
 
-    with HybridMemory.qdrant(":memory:", collection="t", embedder=HashingEmbedder(dim=16), payload_indexes=False) as mem:
+    with HybridMemory.qdrant(
+        ":memory:", collection="t", embedder=HashingEmbedder(dim=16), payload_indexes=False
+    ) as mem:
         assert isinstance(mem.backend.collection, ClientCollection)
         assert not hasattr(mem.backend.collection, "_rows")
 
 
 def test_the_shard_options_reach_the_collection(tmp_path):
-    with HybridMemory.qdrant(edge_path=tmp_path / "shard", embedder=HashingEmbedder(dim=16), payload_cache=0,
-                             payload_indexes=False) as mem:
+    with HybridMemory.qdrant(
+        edge_path=tmp_path / "shard", embedder=HashingEmbedder(dim=16), payload_cache=0, payload_indexes=False
+    ) as mem:
         assert mem.backend.collection.payload_cache == 0
     with pytest.raises(InvalidRequestError, match="payload_cache must be an int >= 0"):
         HybridMemory.qdrant(edge_path=tmp_path / "other", embedder=HashingEmbedder(dim=16), payload_cache=-5)
@@ -182,8 +202,13 @@ def test_the_shard_options_reach_the_collection(tmp_path):
 def test_result_metadata_is_a_fresh_copy_to_every_depth(tmp_path, payload_cache):
     """The rows' ``doc`` text is decoded once per distinct text (a memo keyed by the text), and every result
     gets its own copy of the metadata: changing a nested list or dict of one result changes no other."""
-    meta = {"tags": ["db", "prod"], "owner": {"team": "billing", "oncall": ["dana"]}, "severity": 2.5, "ok": True,
-            "none": None}
+    meta = {
+        "tags": ["db", "prod"],
+        "owner": {"team": "billing", "oncall": ["dana"]},
+        "severity": 2.5,
+        "ok": True,
+        "none": None,
+    }
     with _open(tmp_path, payload_cache=payload_cache) as mem:
         mem.add([{"chunk_id": "a", "text": "PostgreSQL pool exhausted", "source": "notes", "metadata": meta}])
         first = mem.search("PostgreSQL pool", top_k=1).results[0]
@@ -196,8 +221,16 @@ def test_result_metadata_is_a_fresh_copy_to_every_depth(tmp_path, payload_cache)
         info = mem.backend._decode_doc.cache_info()
         assert (info.hits, info.misses) == (1, 1)  # one decode for the two reads of the same doc text
         # a changed chunk has another doc text: decoded afresh, never a stale memo
-        mem.upsert([{"chunk_id": "a", "text": "PostgreSQL pool exhausted", "source": "notes",
-                     "metadata": {**meta, "severity": 3}}])
+        mem.upsert(
+            [
+                {
+                    "chunk_id": "a",
+                    "text": "PostgreSQL pool exhausted",
+                    "source": "notes",
+                    "metadata": {**meta, "severity": 3},
+                }
+            ]
+        )
         assert mem.search("PostgreSQL pool", top_k=1).results[0].metadata == {**meta, "severity": 3}
 
 
@@ -207,5 +240,9 @@ def test_json_copy_copies_containers_and_shares_immutables():
     value = {"a": [1, 2.5, {"b": None, "c": ["x"]}], "d": "text", "e": True}
     copy = _json_copy(value)
     assert copy == value and copy is not value
-    assert copy["a"] is not value["a"] and copy["a"][2] is not value["a"][2] and copy["a"][2]["c"] is not value["a"][2]["c"]
+    assert (
+        copy["a"] is not value["a"]
+        and copy["a"][2] is not value["a"][2]
+        and copy["a"][2]["c"] is not value["a"][2]["c"]
+    )
     assert copy["d"] is value["d"]

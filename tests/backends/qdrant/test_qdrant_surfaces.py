@@ -14,8 +14,9 @@ from tests.adapters.test_adapters_agree import NOTES  # noqa: E402
 
 @pytest.fixture(scope="module")
 def memory(tmp_path_factory):
-    mem = HybridMemory.qdrant(edge_path=tmp_path_factory.mktemp("edge") / "shard", embedder=HashingEmbedder(64),
-                              payload_indexes=False)
+    mem = HybridMemory.qdrant(
+        edge_path=tmp_path_factory.mktemp("edge") / "shard", embedder=HashingEmbedder(64), payload_indexes=False
+    )
     mem.add([{"chunk_id": cid, "text": text, "metadata": meta} for cid, text, meta in NOTES])
     yield mem
     mem.close()
@@ -38,16 +39,18 @@ async def test_adapters_agree_with_the_core_on_qdrant(memory, flt):
 
 async def test_mcp_server_serves_a_qdrant_memory(memory):
     pytest.importorskip("mcp")
+    from hybrid_memory.mcp_server import build_server
     from mcp import Client
     from mcp.client._memory import InMemoryTransport
-
-    from hybrid_memory.mcp_server import build_server
 
     expected = [r.chunk_id for r in memory.search("ERR_JWT_EXPIRED", top_k=2).results]
     async with Client(InMemoryTransport(build_server(memory, graph=None))) as c:
         found = await c.call_tool("search_memory", {"request": {"search_text": "ERR_JWT_EXPIRED", "top_k": 2}})
         assert [r["chunk_id"] for r in found.structured_content["results"]] == expected == ["n05", expected[1]]
-        added = await c.call_tool("add_memory", {"memory": {"chunk_id": "n11", "text": "Kafka consumer lag on billing events delays invoices"}})
+        added = await c.call_tool(
+            "add_memory",
+            {"memory": {"chunk_id": "n11", "text": "Kafka consumer lag on billing events delays invoices"}},
+        )
         assert (added.structured_content["action"], added.structured_content["stored_id"]) == ("skipped", "n06")
         got = await c.call_tool("get_memory", {"chunk_ids": ["n05", "missing"]})
         assert [m["chunk_id"] for m in got.structured_content["result"]] == ["n05"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import bm25s
 import numpy as np
 import pytest
-
 from hybrid_memory.engines.bm25.build import build_bm25s, lucene_scores
 
 

@@ -14,10 +14,9 @@ import zlib
 
 import numpy as np
 import pytest
-
 from hybrid_memory.engines.bm25 import index as sparse
-from hybrid_memory.engines.rowset import RowSet
 from hybrid_memory.engines.bm25.index import BM25Index
+from hybrid_memory.engines.rowset import RowSet
 
 WORDS = [f"w{i}" for i in range(60)]
 

@@ -3,7 +3,6 @@
 import bm25s
 import numpy as np
 import pytest
-
 from hybrid_memory.engines.bm25.index import BM25Index
 from hybrid_memory.tokenizer import TechnicalTokenizer
 
@@ -135,7 +134,8 @@ def test_a_save_links_an_unchanged_main_segment_and_writes_a_merged_one(tmp_path
     index.save(tmp_path / "s2", previous=tmp_path / "s1")
     assert (tmp_path / "s2" / data).stat().st_ino == (tmp_path / "s1" / data).stat().st_ino
     assert sorted(p.name for p in (tmp_path / "s2" / "bm25s").iterdir()) == sorted(
-        p.name for p in (tmp_path / "s1" / "bm25s").iterdir())
+        p.name for p in (tmp_path / "s1" / "bm25s").iterdir()
+    )
     reloaded = BM25Index(compact_min=10_000)
     assert reloaded.load(tmp_path / "s2")
     assert {query: reloaded.search(query, k=10) for query in QUERIES} == expected

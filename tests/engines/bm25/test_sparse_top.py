@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 from hybrid_memory.engines.bm25 import index as sparse
 from hybrid_memory.engines.bm25.index import BM25Index
 

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 from hybrid_memory.engines.bm25.token_cache import TokenCache
 
 

@@ -1,7 +1,6 @@
 """The technical tokenizer keeps identifiers whole and splits them into parts."""
 
 import pytest
-
 from hybrid_memory.tokenizer import TechnicalTokenizer
 
 

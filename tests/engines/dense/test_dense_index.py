@@ -8,14 +8,13 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import faiss
+import hybrid_memory.engines.dense.index as dense_module
 import numpy as np
 import pytest
-
 from hybrid_memory import HybridMemory
 from hybrid_memory._exceptions import InvalidRequestError
-import hybrid_memory.engines.dense.index as dense_module
-from hybrid_memory.engines.dense.index import FaissIndex, _ivf_ids, default_nlist
 from hybrid_memory.embedders import HashingEmbedder
+from hybrid_memory.engines.dense.index import FaissIndex, _ivf_ids, default_nlist
 from hybrid_memory.engines.rowset import RowSet
 
 DIM = 32
@@ -316,7 +315,9 @@ def test_the_cost_model_picks_exact_for_narrow_filters_and_the_ivf_for_broad_one
     assert index._exact_is_cheaper(3000, 46) is False
     exact_calls = []
     original = FaissIndex._search_exact
-    monkeypatch.setattr(FaissIndex, "_search_exact", lambda self, *a: exact_calls.append(len(a[2])) or original(self, *a))
+    monkeypatch.setattr(
+        FaissIndex, "_search_exact", lambda self, *a: exact_calls.append(len(a[2])) or original(self, *a)
+    )
     rng = np.random.default_rng(5)
     for share, path in ((0.25, "exact"), (0.5, "ivf")):
         allowed = np.sort(rng.choice(ids, size=int(N * share), replace=False))
@@ -335,15 +336,20 @@ def test_a_reopened_index_maps_its_base_file_and_never_writes_to_it(data, tmp_pa
     again = FaissIndex(DIM, kind="ivf")
     assert again.load(tmp_path / "a") is True
     head = again._vectors.head
-    assert type(head) is np.ndarray and isinstance(head.base, np.memmap) and again._vectors.split == N  # a view of the map
+    assert (
+        type(head) is np.ndarray and isinstance(head.base, np.memmap) and again._vectors.split == N
+    )  # a view of the map
     again.remove(ids[:1])
     again.add([10**6], -vectors[:1])  # reuses slot 0, inside the mapped base: a private copy of that page
     again.add([10**6 + 1, 10**6 + 2], vectors[1:3])  # beyond the base: the in-memory tail
     assert base.read_bytes() == before
     assert again.search(-vectors[0], 1)[0] == (10**6, pytest.approx(1.0, abs=1e-5))
-    assert np.array_equal(again.vectors(np.array([10**6, ids[5], 10**6 + 2])), np.stack([-vectors[0], vectors[5], vectors[2]]))
+    assert np.array_equal(
+        again.vectors(np.array([10**6, ids[5], 10**6 + 2])), np.stack([-vectors[0], vectors[5], vectors[2]])
+    )
     assert again.score(queries[0], np.array([10**6 + 1, ids[1], 7]))[:2].tolist() == pytest.approx(
-        [float(vectors[1] @ queries[0])] * 2, abs=1e-5)
+        [float(vectors[1] @ queries[0])] * 2, abs=1e-5
+    )
     third = saved_again(again, tmp_path / "a", tmp_path / "b")
     assert third["vectors"] == manifest["vectors"] and third["delta_rows"] == 3  # slot 0 and the two new rows
     final = FaissIndex(DIM, kind="ivf")
@@ -374,7 +380,9 @@ def test_saved_zero_ids_stay_bounded_by_the_live_zero_rows(tmp_path):
         with HybridMemory.open(folder, embedder=HashingEmbedder(8)) as other:  # another writer of the folder
             other.delete(["z3"])
         memory.search("placeholder")  # a search first applies what other writers committed
-        assert memory.backend.dense._n_zero == 1 and memory.backend.dense.vectors(np.array([z2])).tolist() == [[0.0] * 8]
+        assert memory.backend.dense._n_zero == 1 and memory.backend.dense.vectors(np.array([z2])).tolist() == [
+            [0.0] * 8
+        ]
     assert saved_zero_ids() == [z2]
     with HybridMemory.open(folder, embedder=HashingEmbedder(8)) as memory:
         memory.delete(["z2"])

@@ -2,7 +2,8 @@
 
 The folder holds ``manifest.json`` (format version and embedder, also kept in the store), the SQLite store
 (:class:`~hybrid_memory.backends.embedded.store.SQLiteStore`, the source of truth, with its change log), and the
-derived index files: the Roaring-bitmap filter index (:class:`~hybrid_memory.backends.embedded.filter_index.FilterIndex`,
+derived index files: the Roaring-bitmap filter index
+(:class:`~hybrid_memory.backends.embedded.filter_index.FilterIndex`,
 ``filters/``), BM25 (:class:`~hybrid_memory.engines.bm25.index.BM25Index`, ``bm25/``) and FAISS
 (:class:`~hybrid_memory.engines.dense.index.FaissIndex`, ``dense/``), with ``indexes.json`` saying at which change-log
 position they were saved. The indexes are rebuilt from the store when missing, stale or damaged (reconcile on
@@ -156,9 +157,7 @@ class EmbeddedBackend:
                     "files are written there, by readers too); fix its permissions or copy the memory elsewhere"
                 )
         self.store = self._open_store(synchronous=synchronous, busy_timeout=busy_timeout)
-        self.sparse = BM25Index(
-            TechnicalTokenizer(), k1=k1, b=b, compact_min=compact_min, compact_ratio=compact_ratio
-        )
+        self.sparse = BM25Index(TechnicalTokenizer(), k1=k1, b=b, compact_min=compact_min, compact_ratio=compact_ratio)
         self._faiss_threads = None if faiss_threads is None else int(faiss_threads)  # FAISS takes no numpy int
         self._dense_kind = dense_index
         self.dense: FaissIndex  # made by open(dim)
@@ -312,13 +311,18 @@ class EmbeddedBackend:
                 loaded["filters_seq"] = self.filters.load(self.path / "filters")
         self.last_sync = self._reconcile(store_ids, loaded)
         rebuilt = any(report["rebuilt"] for report in self.last_sync.values()) or self._filters_rebuilt
-        self._dirty = any(report["rebuilt"] or report["added"] or report["removed"] for report in self.last_sync.values())
+        self._dirty = any(
+            report["rebuilt"] or report["added"] or report["removed"] for report in self.last_sync.values()
+        )
         if rebuilt and self.path is not None and len(store_ids):
             try:
                 self._save_indexes()
             except DiskFullError as exc:  # open anyway: the rebuilt indexes serve from memory (issue 35)
-                logger.warning("%s; the memory is open and answers searches, its rebuilt indexes kept in memory "
-                               "only; writes fail until disk space is freed", exc)
+                logger.warning(
+                    "%s; the memory is open and answers searches, its rebuilt indexes kept in memory "
+                    "only; writes fail until disk space is freed",
+                    exc,
+                )
 
     def _reconcile(self, store_ids: np.ndarray, loaded: Mapping[str, bool]) -> dict[str, dict[str, Any]]:
         """Bring every derived index to exactly ``store_ids`` (int64, ascending). One call per index."""
@@ -451,8 +455,14 @@ class EmbeddedBackend:
         items, changed, new_vectors, unchanged = plan.items, plan.changed, plan.vectors, plan.unchanged
         old_rowids = [existing[items[i].chunk_id][0] for i in changed if items[i].chunk_id in existing]
         new_rows = [
-            NewRow(items[i].chunk_id, items[i].text, items[i].source, items[i].metadata, new_vectors[j],
-                   system=plan.system(i))
+            NewRow(
+                items[i].chunk_id,
+                items[i].text,
+                items[i].source,
+                items[i].metadata,
+                new_vectors[j],
+                system=plan.system(i),
+            )
             for j, i in enumerate(changed)
         ]
         updates = [(existing[items[i].chunk_id][0], items[i].source, items[i].metadata) for i in unchanged]
@@ -462,7 +472,8 @@ class EmbeddedBackend:
             stored = self.store.system_of(list(merge_targets))
             system_updates += [
                 (stored[cid]["rowid"], {"merged": stored[cid]["merged"] + refs})
-                for cid, refs in merge_targets.items() if cid in stored
+                for cid, refs in merge_targets.items()
+                if cid in stored
             ]
         if closes:
             closed = self.store.system_of([cid for cid, _ in closes])
@@ -470,8 +481,12 @@ class EmbeddedBackend:
         expected = {c.chunk_id: existing.get(c.chunk_id) for c in items}
         with self.index_lock.write():
             result = self.store.write(
-                new_rows, replace_rowids=old_rowids, metadata_updates=updates,
-                system_updates=system_updates, since_seq=self.seq, expected=expected,
+                new_rows,
+                replace_rowids=old_rowids,
+                metadata_updates=updates,
+                system_updates=system_updates,
+                since_seq=self.seq,
+                expected=expected,
             )
             self._committed(
                 result,
@@ -486,7 +501,9 @@ class EmbeddedBackend:
                     system_updated=system_updates,
                 ),
             )
-        logger.debug("stored %d chunks (%d re-indexed, %d duplicates dropped)", len(items), len(changed), len(plan.dropped))
+        logger.debug(
+            "stored %d chunks (%d re-indexed, %d duplicates dropped)", len(items), len(changed), len(plan.dropped)
+        )
         return plan
 
     def _committed(self, result: CommitResult, ours: ChangeSet) -> None:
@@ -522,8 +539,13 @@ class EmbeddedBackend:
                 hits = self.dense.search(vector, depth, rowsets[key])
                 names = self.store.chunk_ids_by_rowid([rowid for rowid, _ in hits])
                 systems = self.store.system_of(list(names.values()))
-                kept = [(r, score) for r, score in hits if r in names and names[r] in systems and
-                        covers((systems[names[r]]["valid_from"], systems[names[r]]["valid_to"]), span)][:5]
+                kept = [
+                    (r, score)
+                    for r, score in hits
+                    if r in names
+                    and names[r] in systems
+                    and covers((systems[names[r]]["valid_from"], systems[names[r]]["valid_to"]), span)
+                ][:5]
                 # closed versions of the same fact crowd the nearest: read deeper while they fill the pool
                 if len(kept) == 5 or len(hits) < depth or depth >= NEAR_POOL_MAX or hits[-1][1] < cosine_floor:
                     break
@@ -602,8 +624,12 @@ class EmbeddedBackend:
         """chunk_id -> system fields (scope, validity, superseded_by, merged) of stored ids."""
         return self.store.system_of(list(chunk_ids))
 
-    def resolve(self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None = None,
-                as_of: float | None = None) -> RowSet | None:
+    def resolve(
+        self,
+        metadata_filter: Mapping[str, Any] | None,
+        scope: Mapping[str, str] | None = None,
+        as_of: float | None = None,
+    ) -> RowSet | None:
         """The rowids a search may return: the metadata filter, the bound scope fields and the facts valid at
         ``as_of`` (Unix seconds; ``valid_from <= as_of < valid_to``, an absent bound is open), all resolved from
         the filter index (cached per filter until the next write). None when nothing restricts. Caller holds
@@ -614,8 +640,11 @@ class EmbeddedBackend:
         """
         allowed = self.filters.resolve(metadata_filter, system_filter(scope, as_of))
         if scope and allowed is not None:  # a scoped search scores with its scope's statistics (issue 35)
-            population = allowed if metadata_filter is None and as_of is None else \
-                self.filters.resolve(None, system_filter(scope, None))
+            population = (
+                allowed
+                if metadata_filter is None and as_of is None
+                else self.filters.resolve(None, system_filter(scope, None))
+            )
             if population is not None:
                 allowed.population = population
         return allowed
@@ -627,8 +656,9 @@ class EmbeddedBackend:
             self.catch_up()
         return self.filters.holds_metadata_key(name, system_filter(scope, None))
 
-    def listing(self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None,
-                as_of: float | None) -> Listing:
+    def listing(
+        self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None, as_of: float | None
+    ) -> Listing:
         """The restriction as given: :meth:`count` resolves it from the filter index, :meth:`iter_chunks` and
         :meth:`page_chunks` read it by SQL."""
         return Listing(metadata_filter, scope, as_of)
@@ -660,14 +690,18 @@ class EmbeddedBackend:
         """chunk_id -> content hash of every stored chunk in ``scope`` (all when None), in insertion order."""
         return self.store.chunk_hashes(scope)
 
-    def hit_rows(self, chunk_ids: Sequence[str], ids: Sequence[int] | None = None) -> dict[str, tuple[str, str | None, dict[str, Any]]]:
+    def hit_rows(
+        self, chunk_ids: Sequence[str], ids: Sequence[int] | None = None
+    ) -> dict[str, tuple[str, str | None, dict[str, Any]]]:
         """chunk_id -> (text, source, metadata) of the version scored: read by rowid (``ids``, a search's hits),
         so they are those of the version scored. A rowid another process replaced meanwhile falls back to the
         chunk's current version; a chunk deleted meanwhile is left out."""
         if ids is None:
             return {c.chunk_id: (c.text, c.source, c.metadata) for c in self.store.get(list(chunk_ids))}
         by_rowid = self.store.hit_rows(ids)
-        out: dict[str, tuple[str, str | None, dict[str, Any]]] = {cid: by_rowid[rowid] for cid, rowid in zip(chunk_ids, ids, strict=True) if rowid in by_rowid}
+        out: dict[str, tuple[str, str | None, dict[str, Any]]] = {
+            cid: by_rowid[rowid] for cid, rowid in zip(chunk_ids, ids, strict=True) if rowid in by_rowid
+        }
         gone = [cid for cid in chunk_ids if cid not in out]
         if gone:
             out.update({c.chunk_id: (c.text, c.source, c.metadata) for c in self.store.get(gone)})
@@ -746,8 +780,9 @@ class EmbeddedBackend:
             return {}
         seq = state.get("seq") if isinstance(state, dict) else None
         if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq <= self.store.last_seq():
-            logger.warning("ignoring damaged %s (seq %r); the index files will be saved again",
-                           folder / "indexes.json", seq)
+            logger.warning(
+                "ignoring damaged %s (seq %r); the index files will be saved again", folder / "indexes.json", seq
+            )
             return {}
         return state
 
@@ -761,9 +796,13 @@ class EmbeddedBackend:
     def _remove_stale_temporaries(self) -> None:
         """Leftovers of a save that was killed (caller holds the file lock, so no save is running)."""
         folder = self._folder()
-        for stale in [*folder.glob(".bm25-*"), *folder.glob(".dense-*"), *folder.glob(".filters-*"),
-                      *folder.glob(".indexes-*"),
-                      *(folder / f"{name}.{kind}" for name in ("bm25", "dense") for kind in ("tmp", "old"))]:
+        for stale in [
+            *folder.glob(".bm25-*"),
+            *folder.glob(".dense-*"),
+            *folder.glob(".filters-*"),
+            *folder.glob(".indexes-*"),
+            *(folder / f"{name}.{kind}" for name in ("bm25", "dense") for kind in ("tmp", "old")),
+        ]:
             if stale.is_dir():
                 shutil.rmtree(stale, ignore_errors=True)
             elif stale.exists():

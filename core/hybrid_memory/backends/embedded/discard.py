@@ -45,9 +45,25 @@ __all__ = ["Discarded", "remove_new_memory"]
 logger = logging.getLogger(__name__)
 
 NEW_MEMORY_NAMES: tuple[str, ...] = (
-    STORE_FILE, f"{STORE_FILE}-wal", f"{STORE_FILE}-shm", f"{STORE_FILE}-journal", "manifest.json", INDEX_LOCK,
-    "indexes.json", "bm25", "dense", "filters", "dense.faiss", "bm25.tmp", "bm25.old", "dense.tmp", "dense.old",
-    ".bm25-*", ".dense-*", ".filters-*", ".indexes-*",
+    STORE_FILE,
+    f"{STORE_FILE}-wal",
+    f"{STORE_FILE}-shm",
+    f"{STORE_FILE}-journal",
+    "manifest.json",
+    INDEX_LOCK,
+    "indexes.json",
+    "bm25",
+    "dense",
+    "filters",
+    "dense.faiss",
+    "bm25.tmp",
+    "bm25.old",
+    "dense.tmp",
+    "dense.old",
+    ".bm25-*",
+    ".dense-*",
+    ".filters-*",
+    ".indexes-*",
 )
 """Names (fnmatch patterns) of what a memory with 0 chunks may hold: its store and the files derived from it
 (``EmbeddedBackend._save_indexes`` and ``_remove_stale_temporaries``). Anything else keeps the folder."""
@@ -107,8 +123,7 @@ def _remove(created: Path, memory: Path) -> Discarded:
 
 def _remove_under_store_lock(created: Path, memory: Path, store: Path) -> Discarded:
     try:  # mode=rw: never creates the file; timeout=0: a lock held by another is an answer, not a wait
-        connection = sqlite3.connect(f"{store.absolute().as_uri()}?mode=rw", uri=True, timeout=0,
-                                     isolation_level=None)
+        connection = sqlite3.connect(f"{store.absolute().as_uri()}?mode=rw", uri=True, timeout=0, isolation_level=None)
     except sqlite3.Error as exc:
         return Discarded(False, f"its store could not be opened ({exc})")
     poison_fd: int | None = None
@@ -125,7 +140,9 @@ def _remove_under_store_lock(created: Path, memory: Path, store: Path) -> Discar
         except sqlite3.Error as exc:
             return Discarded(False, f"its store could not be counted ({exc})")
         if chunks:
-            return Discarded(False, f"it holds {chunks} chunk{'' if chunks == 1 else 's'} now, written by another process")
+            return Discarded(
+                False, f"it holds {chunks} chunk{'' if chunks == 1 else 's'} now, written by another process"
+            )
         connection.execute("COMMIT")  # locking_mode=EXCLUSIVE keeps the lock after the transaction
         # WAL -> rollback journal: SQLite checkpoints and deletes -wal and -shm while we hold the lock, so
         # closing the connection later touches no file by its path
@@ -139,20 +156,27 @@ def _remove_under_store_lock(created: Path, memory: Path, store: Path) -> Discar
             try:
                 os.rename(tomb, created)
             except OSError as exc:
-                return Discarded(False, f"it holds {foreign}, which a new memory does not write; it could not be "
-                                        f"put back ({exc.strerror or exc}) and is now at {tomb}")
+                return Discarded(
+                    False,
+                    f"it holds {foreign}, which a new memory does not write; it could not be "
+                    f"put back ({exc.strerror or exc}) and is now at {tomb}",
+                )
             return Discarded(False, f"it holds {foreign}, which a new memory does not write")
         poison_fd = os.open(inner / STORE_FILE, os.O_WRONLY)  # closed only after the connection: see below
         os.write(poison_fd, _NOT_A_DATABASE)  # at offset 0 (os.pwrite is not on Windows)
     finally:
         connection.close()
         if poison_fd is not None:  # closing another descriptor of the file drops this process's POSIX locks on it,
-            os.close(poison_fd)    # so it is closed after the connection let go of them
+            os.close(poison_fd)  # so it is closed after the connection let go of them
     try:
         shutil.rmtree(tomb)
     except OSError as exc:
-        logger.warning("could not remove %s, the empty memory this ingest created (renamed from %s) (%s); remove "
-                       "it by hand", tomb, created, exc.strerror or exc)
+        logger.warning(
+            "could not remove %s, the empty memory this ingest created (renamed from %s) (%s); remove it by hand",
+            tomb,
+            created,
+            exc.strerror or exc,
+        )
     logger.info("removed %s: this ingest created it and nothing is stored in it", created)
     return Discarded(True)
 

@@ -427,7 +427,9 @@ class FilterIndex:
             del members
             self._universe = _as_bitmap(np.frombuffer(csr_rows, dtype=np.int64))
             for key, (values, rowids, big) in numbers.items():
-                self._numbers[key] = _Numbers(np.frombuffer(values, dtype=np.float64), np.frombuffer(rowids, dtype=np.int64), big)
+                self._numbers[key] = _Numbers(
+                    np.frombuffer(values, dtype=np.float64), np.frombuffer(rowids, dtype=np.int64), big
+                )
             by_key: dict[tuple, list[BitMap]] = {}
             for tid, (key, _) in enumerate(self._terms_by_id):
                 by_key.setdefault(key, []).append(self._bitmaps[tid])
@@ -435,14 +437,20 @@ class FilterIndex:
                 by_key.setdefault(key, []).extend([*numbers_column.blocks, BitMap(r for _, r in numbers_column.big)])
             for key, rowids in objects.items():
                 by_key.setdefault(key, []).append(BitMap(rowids))
-            self._exists = {key: BitMap.union(*parts) if len(parts) > 1 else BitMap(parts[0]) for key, parts in by_key.items()}
+            self._exists = {
+                key: BitMap.union(*parts) if len(parts) > 1 else BitMap(parts[0]) for key, parts in by_key.items()
+            }
             self._texts = {key: sorted(by_value) for key, by_value in texts.items()}
             self._csr_rows = np.frombuffer(csr_rows, dtype=np.int64).copy()
             self._csr_offsets = np.frombuffer(csr_offsets, dtype=np.int64).copy()
             self._csr_terms = np.frombuffer(csr_terms, dtype=np.int32).copy()
             self._bump()
-            logger.debug("filter index: %d rows, %d terms, %d number keys", len(self._universe), len(self._bitmaps),
-                         len(self._numbers))
+            logger.debug(
+                "filter index: %d rows, %d terms, %d number keys",
+                len(self._universe),
+                len(self._bitmaps),
+                len(self._numbers),
+            )
 
     def add_rows(self, rows: Iterable[tuple[int, Mapping[str, Any] | str, Mapping[str, Any] | None]]) -> None:
         """Index rows given as :meth:`rebuild` takes them (metadata may be JSON text), without clearing."""
@@ -534,8 +542,9 @@ class FilterIndex:
                 values, rows, offsets = arrays["num_values"], arrays["num_rows"], arrays["num_offsets"]
                 for i, (ns, name) in enumerate(meta["number_keys"]):
                     big = [(int(v) if isinstance(v, int) else v, int(r)) for v, r in meta["big"][i]]
-                    self._numbers[(ns, name)] = _Numbers(values[offsets[i] : offsets[i + 1]],
-                                                         rows[offsets[i] : offsets[i + 1]], big)
+                    self._numbers[(ns, name)] = _Numbers(
+                        values[offsets[i] : offsets[i + 1]], rows[offsets[i] : offsets[i + 1]], big
+                    )
                 self._universe = BitMap.deserialize(arrays["universe"].tobytes())
                 self._csr_rows = arrays["csr_rows"].astype(np.int64)
                 self._csr_offsets = arrays["csr_offsets"].astype(np.int64)
@@ -589,7 +598,9 @@ class FilterIndex:
                     self._put(rowid, SYSTEM, _system_part(systems[i]))
             self._bump()
 
-    def update(self, rowid: int, metadata: Mapping[str, Any] | None = None, system: Mapping[str, Any] | None = None) -> None:
+    def update(
+        self, rowid: int, metadata: Mapping[str, Any] | None = None, system: Mapping[str, Any] | None = None
+    ) -> None:
         """Replace a live row's metadata and/or system fields (None keeps that part); unknown rowids are ignored."""
         with self._lock:
             rowid = int(rowid)
@@ -656,6 +667,7 @@ class FilterIndex:
 
     def _drop_keys(self, rowid: int, keys: set[tuple] | None, namespace: str | None = None) -> None:
         """Take a row's entries for ``keys`` (or for every key of ``namespace``) out of every structure."""
+
         def chosen(key: tuple) -> bool:
             return key in keys if keys is not None else key[0] == namespace
 
@@ -854,14 +866,24 @@ def _check_saved(meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> N
     recorded = meta.get("crc32")
     if recorded is not None:
         if set(recorded) != set(arrays) or any(_crc32(arrays[name]) != int(crc) for name, crc in recorded.items()):
-            raise ValueError("arrays.npz does not match the checksums meta.json recorded (damaged, or from another save)")
-    spans = (("terms", "term_offsets", ("term_blobs",)), ("exists_keys", "exists_offsets", ("exists_blobs",)),
-             ("number_keys", "num_offsets", ("num_values", "num_rows")))
+            raise ValueError(
+                "arrays.npz does not match the checksums meta.json recorded (damaged, or from another save)"
+            )
+    spans = (
+        ("terms", "term_offsets", ("term_blobs",)),
+        ("exists_keys", "exists_offsets", ("exists_blobs",)),
+        ("number_keys", "num_offsets", ("num_values", "num_rows")),
+    )
     for entries, offsets_name, data_names in spans:
         offsets = arrays[offsets_name]
         ends = {len(arrays[name]) for name in data_names}
-        if (len(offsets) != len(meta[entries]) + 1 or offsets[0] != 0 or len(ends) != 1
-                or offsets[-1] != ends.pop() or (len(offsets) > 1 and bool((np.diff(offsets) < 0).any()))):
+        if (
+            len(offsets) != len(meta[entries]) + 1
+            or offsets[0] != 0
+            or len(ends) != 1
+            or offsets[-1] != ends.pop()
+            or (len(offsets) > 1 and bool((np.diff(offsets) < 0).any()))
+        ):
             raise ValueError(f"meta.json's {entries} and arrays.npz's {offsets_name} disagree")
     if len(meta["big"]) != len(meta["number_keys"]):
         raise ValueError("meta.json's big and number_keys disagree")

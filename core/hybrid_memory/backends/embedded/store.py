@@ -36,7 +36,17 @@ from ...dedup import content_hash  # re-exported: the store's column; defined on
 from ...filters import compile_filter, register_sql_functions
 from ...models import StoredChunk
 
-__all__ = ["ADDED", "KEY_MEMO_MAX", "KEY_PREFILL_BYTES", "METADATA", "REMOVED", "CommitResult", "NewRow", "SQLiteStore", "content_hash"]
+__all__ = [
+    "ADDED",
+    "KEY_MEMO_MAX",
+    "KEY_PREFILL_BYTES",
+    "METADATA",
+    "REMOVED",
+    "CommitResult",
+    "NewRow",
+    "SQLiteStore",
+    "content_hash",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -403,7 +413,6 @@ class SQLiteStore:
         with self._lock:
             return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
 
-
     # -- meta ---------------------------------------------------------------------------------------
     def get_meta(self, key: str) -> Any:
         """JSON-decoded value stored under key, or None."""
@@ -658,7 +667,9 @@ class SQLiteStore:
             return self._all_rowids()
 
     def count(
-        self, metadata_filter: Mapping[str, Any] | None = None, scope: Mapping[str, str] | None = None,
+        self,
+        metadata_filter: Mapping[str, Any] | None = None,
+        scope: Mapping[str, str] | None = None,
         as_of: float | None = None,
     ) -> int:
         """Number of chunks matching the filter (all when None), in ``scope``, valid at ``as_of`` (see
@@ -678,12 +689,16 @@ class SQLiteStore:
         if field not in _SCOPE_COLUMNS:
             raise ValueError(f"unknown scope field {field!r}")
         with self._lock:
-            rows = self._conn.execute(f"SELECT DISTINCT {field} FROM chunks WHERE {field} IS NOT NULL ORDER BY "
-                                      f"{field} LIMIT ?", (int(limit) + 1,)).fetchall()
+            rows = self._conn.execute(
+                f"SELECT DISTINCT {field} FROM chunks WHERE {field} IS NOT NULL ORDER BY {field} LIMIT ?",
+                (int(limit) + 1,),
+            ).fetchall()
         return [r[0] for r in rows]
 
     def filter_rowids(
-        self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None = None,
+        self,
+        metadata_filter: Mapping[str, Any] | None,
+        scope: Mapping[str, str] | None = None,
         as_of: float | None = None,
     ) -> np.ndarray:
         """Rowids of chunks matching the filter, in ``scope``, valid at ``as_of``; int64 (n,), ascending.
@@ -735,7 +750,9 @@ class SQLiteStore:
         last = -1
         while True:
             with self._lock:
-                rows = self._conn.execute(f"{select} WHERE rowid > ? ORDER BY rowid LIMIT ?", (last, batch_size)).fetchall()
+                rows = self._conn.execute(
+                    f"{select} WHERE rowid > ? ORDER BY rowid LIMIT ?", (last, batch_size)
+                ).fetchall()
             if not rows:
                 return
             for rowid, metadata, *system in rows:
@@ -795,11 +812,13 @@ class SQLiteStore:
         """
         with self._lock:
             count, total = self._conn.execute(
-                "SELECT COUNT(*), COALESCE(SUM(LENGTH(CAST(chunk_id AS BLOB))), 0) FROM chunks").fetchone()
+                "SELECT COUNT(*), COALESCE(SUM(LENGTH(CAST(chunk_id AS BLOB))), 0) FROM chunks"
+            ).fetchone()
             if not count or count > KEY_MEMO_MAX or total > KEY_PREFILL_BYTES:
                 return len(self._key_memo)
             ids, keys = self._conn.execute(
-                "SELECT group_concat(rowid), group_concat(chunk_id, char(31)) FROM chunks").fetchone()
+                "SELECT group_concat(rowid), group_concat(chunk_id, char(31)) FROM chunks"
+            ).fetchone()
             rowids = ids.split(",")
             names = keys.split("\x1f")
             if len(names) == len(rowids):
@@ -816,10 +835,13 @@ class SQLiteStore:
             with self._lock:
                 for start in range(0, len(gone), 500):
                     batch = gone[start : start + 500]
-                    found.update(self._conn.execute(
-                        f"SELECT rowid, chunk_id FROM changes WHERE kind = {REMOVED} AND rowid IN "
-                        f"({','.join('?' * len(batch))})", batch
-                    ).fetchall())
+                    found.update(
+                        self._conn.execute(
+                            f"SELECT rowid, chunk_id FROM changes WHERE kind = {REMOVED} AND rowid IN "
+                            f"({','.join('?' * len(batch))})",
+                            batch,
+                        ).fetchall()
+                    )
         return found
 
     def get(self, chunk_ids: Sequence[str], scope: Mapping[str, str] | None = None) -> list[StoredChunk]:
@@ -839,8 +861,12 @@ class SQLiteStore:
         return [by_id[c] for c in chunk_ids if c in by_id]
 
     def page_chunks(
-        self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None, as_of: float | None,
-        after: int, limit: int,
+        self,
+        metadata_filter: Mapping[str, Any] | None,
+        scope: Mapping[str, str] | None,
+        as_of: float | None,
+        after: int,
+        limit: int,
     ) -> tuple[list[StoredChunk], int | None]:
         """Keyset paging in :meth:`iter_chunks` order: up to ``limit`` chunks whose place (``ord``) is after
         ``after`` (-1: from the start), and the place of the last one when more may follow (else None). One
@@ -858,8 +884,11 @@ class SQLiteStore:
         return [_stored(row[1:]) for row in rows], (int(rows[-1][0]) if more else None)
 
     def iter_chunks(
-        self, metadata_filter: Mapping[str, Any] | None = None, batch_size: int = 1000,
-        scope: Mapping[str, str] | None = None, as_of: float | None = None,
+        self,
+        metadata_filter: Mapping[str, Any] | None = None,
+        batch_size: int = 1000,
+        scope: Mapping[str, str] | None = None,
+        as_of: float | None = None,
     ) -> Iterator[StoredChunk]:
         """Chunks matching the filter, in ``scope``, valid at ``as_of``, in order of first insertion, read in
         batches of ``batch_size``.
@@ -888,9 +917,11 @@ class SQLiteStore:
         """chunk_id -> content_hash of every stored chunk (in ``scope`` when given)."""
         where, params = scope_sql(scope, None)
         with self._lock:
-            return dict(self._conn.execute(
-                f"SELECT chunk_id, content_hash FROM chunks WHERE {where} ORDER BY ord", params
-            ).fetchall())
+            return dict(
+                self._conn.execute(
+                    f"SELECT chunk_id, content_hash FROM chunks WHERE {where} ORDER BY ord", params
+                ).fetchall()
+            )
 
     def hit_rows(self, rowids: Sequence[int]) -> dict[int, tuple[str, str, dict[str, Any]]]:
         """rowid -> ``(text, source, metadata)`` of that stored version, for the given rowids that still exist:

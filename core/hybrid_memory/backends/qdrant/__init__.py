@@ -18,5 +18,14 @@ from .backend import (
     token_index,
 )
 
-__all__ = ["MIN_TERMS", "NAMESPACE", "QdrantBackend", "QdrantFilter", "SparseEncoder", "engine_id", "point_id",
-           "point_uuid", "token_index"]
+__all__ = [
+    "MIN_TERMS",
+    "NAMESPACE",
+    "QdrantBackend",
+    "QdrantFilter",
+    "SparseEncoder",
+    "engine_id",
+    "point_id",
+    "point_uuid",
+    "token_index",
+]

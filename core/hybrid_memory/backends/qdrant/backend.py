@@ -83,6 +83,7 @@ until Qdrant's optimizer rebuilds the segment), and its N is not returned by any
 
 from __future__ import annotations
 
+import collections.abc
 import contextlib
 import functools
 import json
@@ -95,7 +96,6 @@ import uuid
 import zlib
 from bisect import bisect_left
 from collections import Counter
-import collections.abc
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -108,19 +108,20 @@ from ..._exceptions import (
     InvalidRequestError,
     StoreBusyError,
 )
-from ...engines.calibration import gaussian_surprise, term_surprise
-from ...dedup import covering_filter
 from ..._rwlock import ReadWriteLock
+from ...dedup import covering_filter
 from ...embedders import Embedder, l2_normalize
-from ...onnx_embedder import OnnxEmbedder
-from ...fusion import FUSION_METHODS
-from ...search.engine import Hit, Query
+from ...engines.calibration import gaussian_surprise, term_surprise
 from ...filters import METADATA, SYSTEM, parse_filter, system_filter
+from ...fusion import FUSION_METHODS
 from ...models import SCOPE_FIELDS, TIME_FIELDS, StoredChunk
+from ...onnx_embedder import OnnxEmbedder
 from ...paths import check_local_mode_path
-from ...tokenizer import TechnicalTokenizer
 from ...scopes import as_scope
+from ...search.engine import Hit, Query
+from ...tokenizer import TechnicalTokenizer
 from ..base import ChunkVersion, NearSearch, P, StoredState, check_embedder, system_values
+from .calibration import CorpusStats
 from .collection import (
     DENSE,
     PAYLOAD_CACHE,
@@ -133,11 +134,19 @@ from .collection import (
     Leg,
     Point,
 )
-from .calibration import CorpusStats
 from .filters import FIELDS, field_key, field_name, filterable_fields, marker_paths, translate
 
-__all__ = ["MIN_TERMS", "NAMESPACE", "QdrantBackend", "QdrantFilter", "SparseEncoder", "engine_id", "point_id",
-           "point_uuid", "token_index"]
+__all__ = [
+    "MIN_TERMS",
+    "NAMESPACE",
+    "QdrantBackend",
+    "QdrantFilter",
+    "SparseEncoder",
+    "engine_id",
+    "point_id",
+    "point_uuid",
+    "token_index",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -262,17 +271,29 @@ class SparseEncoder:
             the fix.
     """
 
-    def __init__(self, tokenizer: TechnicalTokenizer | None = None, *, k1: float = 1.5, b: float = 0.75,
-                 avgdl: float = DEFAULT_AVGDL) -> None:
+    def __init__(
+        self,
+        tokenizer: TechnicalTokenizer | None = None,
+        *,
+        k1: float = 1.5,
+        b: float = 0.75,
+        avgdl: float = DEFAULT_AVGDL,
+    ) -> None:
         for name, value, rule, in_range, fix in (
             ("k1", k1, "a finite number >= 0", lambda v: v >= 0 and math.isfinite(v), "k1=1.5 (bm25s' default)"),
             ("b", b, "a number in [0, 1]", lambda v: 0 <= v <= 1, "b=0.75 (bm25s' default)"),
-            ("avgdl", avgdl, "a finite number of tokens > 0", lambda v: v > 0 and math.isfinite(v),
-             "avgdl= the memory's average chunk length (export-qdrant prints it)"),
+            (
+                "avgdl",
+                avgdl,
+                "a finite number of tokens > 0",
+                lambda v: v > 0 and math.isfinite(v),
+                "avgdl= the memory's average chunk length (export-qdrant prints it)",
+            ),
         ):
             if not (_real(value) and in_range(value)):  # a type or a range error: one message, with the fix
-                raise InvalidRequestError(f"{name} must be {rule}, got {type(value).__name__} {value!r:.60}; pass a "
-                                          f"float: {fix}")
+                raise InvalidRequestError(
+                    f"{name} must be {rule}, got {type(value).__name__} {value!r:.60}; pass a float: {fix}"
+                )
         self.tokenizer = tokenizer or TechnicalTokenizer()
         self.k1, self.b, self.avgdl = float(k1), float(b), float(avgdl)
 
@@ -294,8 +315,14 @@ class SparseEncoder:
 
     def config(self) -> dict[str, Any]:
         """Parameters (saved in stats)."""
-        return {"k1": self.k1, "b": self.b, "avgdl": self.avgdl, "method": "lucene",
-                "tokenizer": self.tokenizer.config(), "index": "crc32"}
+        return {
+            "k1": self.k1,
+            "b": self.b,
+            "avgdl": self.avgdl,
+            "method": "lucene",
+            "tokenizer": self.tokenizer.config(),
+            "index": "crc32",
+        }
 
 
 class QdrantFilter:
@@ -327,7 +354,8 @@ def _flt(allowed: QdrantFilter | None) -> Mapping[str, Any] | None:
 class _Legs:
     """Runs the active legs of one query in one batched request, memoised on the :class:`Query` (both
     engines of one search read the same response). ``query.cache["qdrant_legs"]`` names the active legs
-    (:meth:`QdrantBackend.prepare_query` sets it from the weights; default both); ``query.cache["qdrant_guard"]`` says whether the
+    (:meth:`QdrantBackend.prepare_query` sets it from the weights; default both); ``query.cache["qdrant_guard"]`` says
+    whether the
     fusion reads the exact-match guard (set from the method there; default True).
 
     The legs return ids and scores only (no payload, no vectors): chunk ids come from the backend's id map
@@ -366,7 +394,9 @@ class _Legs:
         its one distinct token), once per query."""
         found = query.cache.get("qdrant_identifiers")
         if found is None:
-            found = query.cache["qdrant_identifiers"] = self.backend.encoder.tokenizer.names(query.text, self.tokens(query))
+            found = query.cache["qdrant_identifiers"] = self.backend.encoder.tokenizer.names(
+                query.text, self.tokens(query)
+            )
         return found
 
     def sparse(self, query: Query) -> tuple[list[int], list[float]]:
@@ -385,9 +415,12 @@ class _Legs:
             return got[2][:k]
         # a leg held for this filter at depth >= k, or one that returned fewer hits than it asked (it holds
         # every match), is not asked again when the other leg must go deeper (a tie at its cut)
-        active = [n for n in query.cache.get("qdrant_legs", ("sparse", "dense"))
-                  if n == name or not (n in cache and cache[n][0] == key
-                                       and (cache[n][1] >= k or len(cache[n][2]) < cache[n][1]))]
+        active = [
+            n
+            for n in query.cache.get("qdrant_legs", ("sparse", "dense"))
+            if n == name
+            or not (n in cache and cache[n][0] == key and (cache[n][1] >= k or len(cache[n][2]) < cache[n][1]))
+        ]
         legs, names = [], []
         guard = bool(query.cache.get("qdrant_guard", True))
         whole = "sparse" in active and self.whole_test(query)  # a dense-only search tokenizes nothing
@@ -419,10 +452,13 @@ class _Legs:
                 extra.append(_presence_leg(_terms(self.tokens(query)), flt, k))
             found = backend.collection.query_batch(legs + extra)
             if identifiers:
-                query.cache["qdrant_df"] = (k, [backend.engine_ids(f) for f in found[len(legs):len(legs) + len(identifiers)]])
+                query.cache["qdrant_df"] = (
+                    k,
+                    [backend.engine_ids(f) for f in found[len(legs) : len(legs) + len(identifiers)]],
+                )
             if len(extra) > len(identifiers):
                 query.cache["qdrant_presence"] = (k, backend.engine_ids(found[-1]))
-            found = found[:len(legs)]
+            found = found[: len(legs)]
             backend.learn(found)
             for n, scored in zip(names, found, strict=True):
                 if backend.uuid_ids:
@@ -492,8 +528,11 @@ class _Legs:
             if not targets or (n == "sparse" and not sparse[0]):
                 continue
             restrict = {"must": [{"has_id": targets}]}
-            legs.append(Leg(SPARSE, sparse, restrict, len(targets), (), tokens=with_tokens) if n == "sparse"
-                        else Leg(DENSE, self.dense_list(query), restrict, len(targets), ()))
+            legs.append(
+                Leg(SPARSE, sparse, restrict, len(targets), (), tokens=with_tokens)
+                if n == "sparse"
+                else Leg(DENSE, self.dense_list(query), restrict, len(targets), ())
+            )
             scored.append(n)
         top_pids = self.backend.point_ids([top]) if top is not None else []
         if top_pids:  # the sparse surprise's read of the top hit's tokens rides along
@@ -571,8 +610,9 @@ class QdrantSparseEngine:
         unknown one. Restricted to the candidates (``has_id``); idf stays collection-wide (see ``_Legs.cross``)."""
         return self.legs.cross("sparse", query, ids)
 
-    def exact_matches(self, query: Query, ids: np.ndarray, max_df: int, min_share: float = 0.25,
-                      min_terms: int = MIN_TERMS) -> np.ndarray:
+    def exact_matches(
+        self, query: Query, ids: np.ndarray, max_df: int, min_share: float = 0.25, min_terms: int = MIN_TERMS
+    ) -> np.ndarray:
         """int64 (len(ids),): exact-match strength, the rule of ``BM25Index.exact_matches`` (rare identifiers
         +1 each; the whole query held, in order, by at most ``max_df`` candidates +(1 + identifiers)), with document
         frequencies read from Qdrant (a one-term sparse query, cut at ``max_df + 1``) and the whole-query test
@@ -588,8 +628,16 @@ class QdrantSparseEngine:
             if set(ids.tolist()) <= whole[1] | scored:
                 held = whole[0]  # a candidate the sparse queries scored but did not return holds no query token
         return self.backend.exact_matches(
-            query.text, ids, max_df, min_share, min_terms, query.cache.get("qdrant_df"), held,
-            query_tokens=self.legs.tokens(query), identifiers=self.legs.identifiers(query))
+            query.text,
+            ids,
+            max_df,
+            min_share,
+            min_terms,
+            query.cache.get("qdrant_df"),
+            held,
+            query_tokens=self.legs.tokens(query),
+            identifiers=self.legs.identifiers(query),
+        )
 
     def surprise(self, query: Query, hits: Sequence[Hit], allowed: QdrantFilter | None) -> float | None:
         """The surprise of the top hit in nats, as ``BM25Index.surprise``
@@ -764,8 +812,15 @@ class QdrantBackend:
         """Qdrant runs both legs of a query in one batched request: no local thread pool."""
 
     @classmethod
-    def edge(cls, path: str | Path, *, payload_cache: int = PAYLOAD_CACHE, payload_memory: str | None = "cached",
-             search_threads: int | None = SEARCH_THREADS, **kwargs: Any) -> QdrantBackend:
+    def edge(
+        cls,
+        path: str | Path,
+        *,
+        payload_cache: int = PAYLOAD_CACHE,
+        payload_memory: str | None = "cached",
+        search_threads: int | None = SEARCH_THREADS,
+        **kwargs: Any,
+    ) -> QdrantBackend:
         """A backend over a Qdrant Edge shard in the directory ``path`` (created when absent).
 
         Args:
@@ -785,8 +840,9 @@ class QdrantBackend:
                 shard option.
             StoreFormatError: the shard's export record is damaged (the message names the file and the fix).
         """
-        collection = EdgeCollection(path, payload_cache=payload_cache, payload_memory=payload_memory,
-                                    search_threads=search_threads)
+        collection = EdgeCollection(
+            path, payload_cache=payload_cache, payload_memory=payload_memory, search_threads=search_threads
+        )
         from .edge_info import partial_export, read_export_info
 
         info = read_export_info(collection.path) if collection.path.is_dir() else None
@@ -798,9 +854,15 @@ class QdrantBackend:
             if name not in kwargs:
                 kwargs[name] = written[name]
             elif _real(kwargs[name]) and float(kwargs[name]) != written[name]:  # not a number: refused just below
-                logger.warning("Qdrant Edge shard %s was written with %s=%s (its export record); opened with %s=%s, "
-                               "so new writes are normalised differently from the copied points", collection.path,
-                               name, written[name], name, kwargs[name])
+                logger.warning(
+                    "Qdrant Edge shard %s was written with %s=%s (its export record); opened with %s=%s, "
+                    "so new writes are normalised differently from the copied points",
+                    collection.path,
+                    name,
+                    written[name],
+                    name,
+                    kwargs[name],
+                )
         return cls(collection, **kwargs)
 
     @property
@@ -879,11 +941,18 @@ class QdrantBackend:
                     raise StoreBusyError(
                         f"qdrant-client local-mode folder {folder} is open elsewhere (in this process or another); "
                         "local mode is opened by one client at a time: close the other memory on it, or use a Qdrant "
-                        "server for several processes") from exc
+                        "server for several processes"
+                    ) from exc
         else:
             client = client_or_url
-        coll = ClientCollection(client, collection, shard_number=shard_number, replication_factor=replication_factor,
-                                write_consistency_factor=write_consistency_factor, ordering=write_ordering)
+        coll = ClientCollection(
+            client,
+            collection,
+            shard_number=shard_number,
+            replication_factor=replication_factor,
+            write_consistency_factor=write_consistency_factor,
+            ordering=write_ordering,
+        )
         return cls(coll, **kwargs)
 
     # -- setup --------------------------------------------------------------------------------------
@@ -901,7 +970,9 @@ class QdrantBackend:
             indexes.update({f"{FIELDS}.{field_name(SYSTEM, f)}.s": "keyword" for f in SCOPE_FIELDS})
             indexes.update({"content_hash": "keyword", "seq": "integer", "chunk_id": "keyword"})
             for key, kind in self.indexed_keys.items():
-                indexes[f"{FIELDS}.{field_name(METADATA, key)}.{_KIND_FIELD[kind]}"] = "keyword" if kind == "bool" else kind
+                indexes[f"{FIELDS}.{field_name(METADATA, key)}.{_KIND_FIELD[kind]}"] = (
+                    "keyword" if kind == "bool" else kind
+                )
             # the present / null markers that is_empty reads (scopes, as_of, $exists, null): unindexed, Qdrant reads
             # every point's payload for them (qdrant_filters.marker_paths)
             marked = [(SYSTEM, f) for f in SCOPE_FIELDS + TIME_FIELDS] + [(METADATA, k) for k in self.indexed_keys]
@@ -929,7 +1000,9 @@ class QdrantBackend:
         # the metadata keys with a float index: declared now (created by ensure) or already held by the collection
         # (an earlier open, export-qdrant --index-key), so a key's order tests need not be declared on every open
         for name in getattr(self.collection, "float_indexed", ()):
-            found = field_key(name[len(FIELDS) + 1:-2]) if name.startswith(f"{FIELDS}.") and name.endswith(".n") else None
+            found = (
+                field_key(name[len(FIELDS) + 1 : -2]) if name.startswith(f"{FIELDS}.") and name.endswith(".n") else None
+            )
             if found is not None and found[0] == METADATA:
                 exact.add(found)
         self.exact_ranges = None if getattr(self.collection, "local", False) else exact
@@ -996,10 +1069,19 @@ class QdrantBackend:
         known = self._ids
         return {int(i): known[int(i)] for i in ids if int(i) in known}
 
-    def exact_matches(self, text: str, ids: np.ndarray, max_df: int, min_share: float, min_terms: int,
-                      holders: tuple[int, list[set[int]]] | None = None, whole: set[int] | None = None, *,
-                      query_tokens: Sequence[str] | None = None,
-                      identifiers: Sequence[str] | None = None) -> np.ndarray:
+    def exact_matches(
+        self,
+        text: str,
+        ids: np.ndarray,
+        max_df: int,
+        min_share: float,
+        min_terms: int,
+        holders: tuple[int, list[set[int]]] | None = None,
+        whole: set[int] | None = None,
+        *,
+        query_tokens: Sequence[str] | None = None,
+        identifiers: Sequence[str] | None = None,
+    ) -> np.ndarray:
         """See :meth:`QdrantSparseEngine.exact_matches`.
 
         ``holders``: (limit, the engine ids of each identifier's one-term query hits over the collection),
@@ -1018,7 +1100,9 @@ class QdrantBackend:
             identifiers = tokenizer.names(text, order)
         if identifiers:
             if holders is None or holders[0] <= max_df or len(holders[1]) != len(identifiers):
-                found = self.collection.query_batch([_df_leg(t, max_df + 1, self.collection.terms) for t in identifiers])
+                found = self.collection.query_batch(
+                    [_df_leg(t, max_df + 1, self.collection.terms) for t in identifiers]
+                )
                 holders = (max_df + 1, [self.engine_ids(f) for f in found])
             rare = 0
             for held in holders[1]:
@@ -1034,7 +1118,9 @@ class QdrantBackend:
                 if not pids:
                     whole = set()
                 elif self.collection.terms:  # one presence query over the candidates
-                    found = self.collection.query_batch([_presence_leg(wanted, {"must": [{"has_id": pids}]}, len(pids))])
+                    found = self.collection.query_batch(
+                        [_presence_leg(wanted, {"must": [{"has_id": pids}]}, len(pids))]
+                    )
                     whole = self.engine_ids(found[0])
                 else:
                     records = self.collection.retrieve(pids, vectors=[SPARSE], payload=False)
@@ -1043,18 +1129,27 @@ class QdrantBackend:
             if 0 < int(full.sum()) <= max_df:
                 # and in the query's order, gaps allowed (BM25Index.holds_in_order), read from the stored texts
                 held_docs = [d for d, f in zip(docs, full.tolist(), strict=True) if f]
-                texts = {engine_id(r.id): r.payload.get("text", "")
-                         for r in self.collection.retrieve(self.point_ids(held_docs), payload=["text"])}
+                texts = {
+                    engine_id(r.id): r.payload.get("text", "")
+                    for r in self.collection.retrieve(self.point_ids(held_docs), payload=["text"])
+                }
                 in_order = {d: _in_order(tokenizer.tokenize(texts.get(d, "")), order) for d in held_docs}
-                full = np.fromiter((f and in_order.get(d, False) for d, f in zip(docs, full.tolist(), strict=True)),
-                                   dtype=bool, count=len(docs))
+                full = np.fromiter(
+                    (f and in_order.get(d, False) for d, f in zip(docs, full.tolist(), strict=True)),
+                    dtype=bool,
+                    count=len(docs),
+                )
                 if identifiers or int(full.sum()) == 1:  # as BM25Index.exact_matches: plain words, one holder
                     out = out + full.astype(np.int64) * (1 + len(identifiers))
         return out
 
     # -- filters ------------------------------------------------------------------------------------
-    def resolve(self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None = None,
-                as_of: float | None = None) -> QdrantFilter | None:
+    def resolve(
+        self,
+        metadata_filter: Mapping[str, Any] | None,
+        scope: Mapping[str, str] | None = None,
+        as_of: float | None = None,
+    ) -> QdrantFilter | None:
         """The Qdrant filter of the metadata filter, the bound scope fields and ``as_of`` (None: all).
 
         Raises:
@@ -1083,7 +1178,7 @@ class QdrantBackend:
         for path in _paths(flt):
             if not path.startswith(prefix) or path in indexed or path in self._warned:
                 continue
-            found = field_key(path[len(FIELDS) + 1:].rsplit(".", 1)[0])
+            found = field_key(path[len(FIELDS) + 1 :].rsplit(".", 1)[0])
             kind = _DECLARED_KIND.get(path.rsplit(".", 1)[-1])
             if found is None or kind is None:
                 continue
@@ -1092,9 +1187,13 @@ class QdrantBackend:
             cost = "Qdrant reads every point's payload to answer it, on every search with this test"
             if kind == "integer" and (METADATA, key) in self.exact_ranges:
                 # float-indexed already: an integral equality reaches k.i only for integers of 2**53 or more
-                logger.warning("the filter tests metadata key %r for equality with an integer of magnitude 2**53 or "
-                               "more, which its float payload index cannot answer (float64 does not hold such integers "
-                               "exactly): %s", key, cost)
+                logger.warning(
+                    "the filter tests metadata key %r for equality with an integer of magnitude 2**53 or "
+                    "more, which its float payload index cannot answer (float64 does not hold such integers "
+                    "exactly): %s",
+                    key,
+                    cost,
+                )
                 continue
             if kind == "any":
                 declare = (
@@ -1102,12 +1201,19 @@ class QdrantBackend:
                     "(any kind also indexes its present / null markers)"
                 )
             elif kind == "integer":  # a float index answers integral equality too (qdrant_filters._integers)
-                declare = (f"indexed_keys={{{key!r}: 'float'}}, which answers its equality and order tests alike (or "
-                           f"export-qdrant --index-key {key}=float)")
+                declare = (
+                    f"indexed_keys={{{key!r}: 'float'}}, which answers its equality and order tests alike (or "
+                    f"export-qdrant --index-key {key}=float)"
+                )
             else:
                 declare = f"indexed_keys={{{key!r}: {kind!r}}} (or export-qdrant --index-key {key}={kind})"
-            logger.warning("the filter tests metadata key %r without a payload index: %s; declare the key when opening "
-                           "the memory: %s", key, cost, declare)
+            logger.warning(
+                "the filter tests metadata key %r without a payload index: %s; declare the key when opening "
+                "the memory: %s",
+                key,
+                cost,
+                declare,
+            )
 
     # -- reads --------------------------------------------------------------------------------------
     @staticmethod
@@ -1118,11 +1224,17 @@ class QdrantBackend:
         sys = doc["sys"]
         merged = sys.get("merged") or []
         return StoredChunk(
-            chunk_id=payload["chunk_id"], text=payload["text"], source=doc["source"], metadata=doc["metadata"],
+            chunk_id=payload["chunk_id"],
+            text=payload["text"],
+            source=doc["source"],
+            metadata=doc["metadata"],
             **{name: sys.get(name) for name in (*SCOPE_FIELDS, *TIME_FIELDS)},
-            content_hash=payload["content_hash"], created_at=doc["created_at"], updated_at=doc["updated_at"],
+            content_hash=payload["content_hash"],
+            created_at=doc["created_at"],
+            updated_at=doc["updated_at"],
             superseded_by=sys.get("superseded_by"),
-            merged_ids=[m[0] for m in merged], merged_sources=[m[1] for m in merged],
+            merged_ids=[m[0] for m in merged],
+            merged_sources=[m[1] for m in merged],
         )
 
     def payloads(self, chunk_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -1130,7 +1242,7 @@ class QdrantBackend:
         out: dict[str, dict[str, Any]] = {}
         ids = list(dict.fromkeys(chunk_ids))
         for start in range(0, len(ids), 1000):
-            for record in self.collection.retrieve([self.pid(c) for c in ids[start:start + 1000]], payload=_STORED):
+            for record in self.collection.retrieve([self.pid(c) for c in ids[start : start + 1000]], payload=_STORED):
                 out[record.payload["chunk_id"]] = record.payload
         return out
 
@@ -1146,7 +1258,9 @@ class QdrantBackend:
         """chunk_id -> system fields (scope, validity, superseded_by, merged) of the stored ids."""
         return {cid: system_values(c) for cid, c in self.get(chunk_ids).items()}
 
-    def hit_rows(self, chunk_ids: Sequence[str], ids: Sequence[int] | None = None) -> dict[str, tuple[str, str | None, dict[str, Any]]]:
+    def hit_rows(
+        self, chunk_ids: Sequence[str], ids: Sequence[int] | None = None
+    ) -> dict[str, tuple[str, str | None, dict[str, Any]]]:
         """chunk_id -> (text, source, metadata) of the stored chunks (unknown ids left out): what a search
         result shows, read in one ``retrieve`` of the ``text`` and ``doc`` payload keys (on Edge, points read
         before come from the payload cache). ``ids``: the chunks' engine ids, when at hand (a search's hits), so
@@ -1162,7 +1276,10 @@ class QdrantBackend:
         return out
 
     def find_hashes(
-        self, digests: Sequence[str], scope_values: Mapping[str, str | None], exclude: collections.abc.Collection[str] = ()
+        self,
+        digests: Sequence[str],
+        scope_values: Mapping[str, str | None],
+        exclude: collections.abc.Collection[str] = (),
     ) -> dict[str, list[tuple[str, float | None, float | None]]]:
         """content_hash -> ``[(chunk_id, valid_from, valid_to), ...]``, oldest (lowest ``seq``) first, of the
         stored chunks with that hash and exactly these scope values (a None field matches chunks without it),
@@ -1175,33 +1292,53 @@ class QdrantBackend:
         rows: dict[str, list[tuple[int, str, float | None, float | None]]] = {}
         offset = None
         while True:
-            records, offset = self.collection.scroll({"must": must}, 1000, offset, ["content_hash", "chunk_id", "seq", "doc"])
+            records, offset = self.collection.scroll(
+                {"must": must}, 1000, offset, ["content_hash", "chunk_id", "seq", "doc"]
+            )
             for r in records:
                 chunk_id = r.payload["chunk_id"]
                 if chunk_id not in skip:
                     sys = json.loads(r.payload["doc"])["sys"]
                     rows.setdefault(r.payload["content_hash"], []).append(
-                        (int(r.payload["seq"]), chunk_id, sys.get("valid_from"), sys.get("valid_to")))
+                        (int(r.payload["seq"]), chunk_id, sys.get("valid_from"), sys.get("valid_to"))
+                    )
             if offset is None:
                 break
         return {digest: [(cid, start, end) for _, cid, start, end in sorted(found)] for digest, found in rows.items()}
 
-    def nearest(self, vector: np.ndarray, scope_values: Mapping[str, str | None], k: int,
-                span: tuple[float, float | None] | None = None) -> list[tuple[str, float, str]]:
+    def nearest(
+        self,
+        vector: np.ndarray,
+        scope_values: Mapping[str, str | None],
+        k: int,
+        span: tuple[float, float | None] | None = None,
+    ) -> list[tuple[str, float, str]]:
         """``[(chunk_id, cosine, text)]`` of the ``k`` stored chunks nearest to the float32 unit ``vector`` among
         those with exactly these scope values (a None field: chunks without it) whose validity covers ``span``
         (None: any), best first."""
-        found = self.collection.query_batch([Leg(DENSE, np.asarray(vector, dtype=np.float32).tolist(),
-                                                 {"must": self._exact_scope(scope_values, span)}, k,
-                                                 ("chunk_id", "text"))])[0]
+        found = self.collection.query_batch(
+            [
+                Leg(
+                    DENSE,
+                    np.asarray(vector, dtype=np.float32).tolist(),
+                    {"must": self._exact_scope(scope_values, span)},
+                    k,
+                    ("chunk_id", "text"),
+                )
+            ]
+        )[0]
         return [(p["chunk_id"], score, p["text"]) for _, score, p, _ in found]
 
-    def _exact_scope(self, scope_values: Mapping[str, str | None], span: tuple[float, float | None] | None) -> list[dict[str, Any]]:
+    def _exact_scope(
+        self, scope_values: Mapping[str, str | None], span: tuple[float, float | None] | None
+    ) -> list[dict[str, Any]]:
         must = []
         for name in SCOPE_FIELDS:
             path = f"{FIELDS}.{field_name(SYSTEM, name)}"
             value = scope_values.get(name)
-            must.append({"is_empty": {"key": f"{path}.e"}} if value is None else {"key": f"{path}.s", "match": {"value": value}})
+            must.append(
+                {"is_empty": {"key": f"{path}.e"}} if value is None else {"key": f"{path}.s", "match": {"value": value}}
+            )
         if span is not None:  # the validity covers the span: the system filter of hybrid_memory.dedup
             node = parse_filter(covering_filter(span), SYSTEM)
             covering = translate(node, self.exact_ranges)
@@ -1225,7 +1362,9 @@ class QdrantBackend:
         order.sort()
         return order
 
-    def page_chunks(self, resolved: QdrantFilter | None, after: int, limit: int) -> tuple[list[StoredChunk], int | None]:
+    def page_chunks(
+        self, resolved: QdrantFilter | None, after: int, limit: int
+    ) -> tuple[list[StoredChunk], int | None]:
         """Keyset paging in :meth:`iter_chunks` order: up to ``limit`` chunks whose ``seq`` is above ``after``
         (-1: from the start), and the ``seq`` of the last one when more follow (else None); a chunk deleted
         between the id scroll and the read is left out."""
@@ -1241,7 +1380,7 @@ class QdrantBackend:
         is read; a chunk deleted meanwhile is skipped."""
         order = self._order(resolved)
         for start in range(0, len(order), batch_size):
-            batch = [cid for _, cid in order[start:start + batch_size]]
+            batch = [cid for _, cid in order[start : start + batch_size]]
             found = self.get(batch)
             for cid in batch:
                 if cid in found:
@@ -1250,13 +1389,25 @@ class QdrantBackend:
     # -- writes -------------------------------------------------------------------------------------
     def _payload(self, chunk: StoredChunk, seq: int) -> dict[str, Any]:
         system = {name: getattr(chunk, name) for name in (*SCOPE_FIELDS, *TIME_FIELDS)}
-        sys = {**system, "superseded_by": chunk.superseded_by,
-               "merged": [[i, s] for i, s in zip(chunk.merged_ids, chunk.merged_sources, strict=True)]}
-        doc = {"source": chunk.source, "metadata": chunk.metadata, "sys": sys, "created_at": chunk.created_at,
-               "updated_at": chunk.updated_at}
+        sys = {
+            **system,
+            "superseded_by": chunk.superseded_by,
+            "merged": [[i, s] for i, s in zip(chunk.merged_ids, chunk.merged_sources, strict=True)],
+        }
+        doc = {
+            "source": chunk.source,
+            "metadata": chunk.metadata,
+            "sys": sys,
+            "created_at": chunk.created_at,
+            "updated_at": chunk.updated_at,
+        }
         return {
-            "chunk_id": chunk.chunk_id, "text": chunk.text, "content_hash": chunk.content_hash, "seq": seq,
-            "doc": json.dumps(doc, ensure_ascii=False), FIELDS: filterable_fields(chunk.metadata, system),
+            "chunk_id": chunk.chunk_id,
+            "text": chunk.text,
+            "content_hash": chunk.content_hash,
+            "seq": seq,
+            "doc": json.dumps(doc, ensure_ascii=False),
+            FIELDS: filterable_fields(chunk.metadata, system),
         }
 
     def write(self, versions: Sequence[ChunkVersion], seqs: Mapping[str, int] | None = None) -> None:
@@ -1291,14 +1442,15 @@ class QdrantBackend:
             else:
                 dense = np.asarray(version.vector, dtype=np.float32)
                 # an all-zero vector has no direction: written without one, so it is never dense evidence
-                points.append(Point(pid, dense.tolist() if np.any(dense) else None,
-                                    self.encoder.document(chunk.text), payload))
+                points.append(
+                    Point(pid, dense.tolist() if np.any(dense) else None, self.encoder.document(chunk.text), payload)
+                )
         stats = self.corpus
         for start in range(0, len(points), 256):
             if stats is None:
-                self.collection.upsert(points[start:start + 256])
+                self.collection.upsert(points[start : start + 256])
             else:  # the calibration statistics count the old vectors out and the new in
-                stats.upsert(points[start:start + 256], self.collection.upsert)
+                stats.upsert(points[start : start + 256], self.collection.upsert)
         known = self._ids
         for version in versions:  # the id map learns every point written (searches then read no payload)
             cid = version.chunk.chunk_id
@@ -1308,15 +1460,18 @@ class QdrantBackend:
         """Delete chunks by id (unknown ids are no error: left out). Returns how many were stored (one
         ``retrieve`` of their ``chunk_id`` first)."""
         asked = list(dict.fromkeys(self.pid(c) for c in chunk_ids))
-        held = {r.payload["chunk_id"] for start in range(0, len(asked), 1000)
-                for r in self.collection.retrieve(asked[start:start + 1000], payload=["chunk_id"])}
+        held = {
+            r.payload["chunk_id"]
+            for start in range(0, len(asked), 1000)
+            for r in self.collection.retrieve(asked[start : start + 1000], payload=["chunk_id"])
+        }
         ids = [self.pid(c) for c in chunk_ids if c in held]
         stats = self.corpus
         for start in range(0, len(ids), 1000):
             if stats is None:
-                self.collection.delete(ids[start:start + 1000])
+                self.collection.delete(ids[start : start + 1000])
             else:
-                stats.delete(ids[start:start + 1000], self.collection.delete)
+                stats.delete(ids[start : start + 1000], self.collection.delete)
         for c in chunk_ids:
             self._ids.pop(point_id(c), None)
         return len(held)
@@ -1340,12 +1495,16 @@ class QdrantBackend:
         lacks chunks and how to write it again (:func:`~hybrid_memory.backends.qdrant.edge_info.partial_export`), else
         None)."""
         ranges = self.exact_ranges
-        out = {"backend": self.name, "collection": getattr(self.collection, "name", None),
-               "points": self.collection.count(None), "bm25": self.encoder.config(),
-               "indexed_keys": dict(self.indexed_keys),
-               # the metadata keys $gt / $gte / $lt / $lte may filter on: a float payload index, declared on this
-               # open or held by the collection; None where every key may (qdrant-client's local mode)
-               "range_filter_keys": None if ranges is None else sorted(k for ns, k in ranges if ns == METADATA)}
+        out = {
+            "backend": self.name,
+            "collection": getattr(self.collection, "name", None),
+            "points": self.collection.count(None),
+            "bm25": self.encoder.config(),
+            "indexed_keys": dict(self.indexed_keys),
+            # the metadata keys $gt / $gte / $lt / $lte may filter on: a float payload index, declared on this
+            # open or held by the collection; None where every key may (qdrant-client's local mode)
+            "range_filter_keys": None if ranges is None else sorted(k for ns, k in ranges if ns == METADATA),
+        }
         if self.path is not None:
             from .edge_info import partial_export, read_export_info
 
@@ -1363,8 +1522,11 @@ class QdrantBackend:
             try:
                 self.corpus.save(self.path)
             except OSError as exc:
-                logger.warning("could not save the calibration statistics beside %s (%s): the next open builds them",
-                               self.path, exc)
+                logger.warning(
+                    "could not save the calibration statistics beside %s (%s): the next open builds them",
+                    self.path,
+                    exc,
+                )
         self.collection.close()
         self.closed = True
 
@@ -1393,7 +1555,9 @@ class QdrantBackend:
         fusion reads the exact-match guard (``qdrant_guard``: only the adaptive fusion does, the others need not
         fetch its inputs)."""
         query.cache["qdrant_legs"] = tuple(
-            name for name, w in (("sparse", hybrid_params.sparse_weight), ("dense", hybrid_params.dense_weight)) if w > 0
+            name
+            for name, w in (("sparse", hybrid_params.sparse_weight), ("dense", hybrid_params.dense_weight))
+            if w > 0
         )
         query.cache["qdrant_guard"] = FUSION_METHODS[hybrid_params.fusion].identifiers
         return query
@@ -1402,8 +1566,9 @@ class QdrantBackend:
         """Whether some chunk in ``scope`` has metadata key ``name``: one count of ``{name: {"$exists": True}}``."""
         return self.count(self.resolve({name: {"$exists": True}}, scope, None)) > 0
 
-    def listing(self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None,
-                as_of: float | None) -> QdrantFilter | None:
+    def listing(
+        self, metadata_filter: Mapping[str, Any] | None, scope: Mapping[str, str] | None, as_of: float | None
+    ) -> QdrantFilter | None:
         """As :meth:`resolve`: listings and searches read the same Qdrant filter."""
         return self.resolve(metadata_filter, scope, as_of)
 
@@ -1434,10 +1599,13 @@ class QdrantBackend:
             prev = stored.get(c.chunk_id)
             system = made.system(i)
             version = StoredChunk(
-                **c.model_dump(), content_hash=made.hashes[i],
-                created_at=prev.created_at if prev else now, updated_at=now,
+                **c.model_dump(),
+                content_hash=made.hashes[i],
+                created_at=prev.created_at if prev else now,
+                updated_at=now,
                 superseded_by=system["superseded_by"],
-                merged_ids=[m[0] for m in system["merged"]], merged_sources=[m[1] for m in system["merged"]],
+                merged_ids=[m[0] for m in system["merged"]],
+                merged_sources=[m[1] for m in system["merged"]],
             )
             versions.append(ChunkVersion(version, vector_of.get(i)))
         targets = made.merge_targets()
@@ -1446,16 +1614,28 @@ class QdrantBackend:
             payloads.update(more)
             for cid, payload in more.items():
                 target = self._chunk(payload)
-                versions.append(ChunkVersion(target.model_copy(update={
-                    "merged_ids": [*target.merged_ids, *(r[0] for r in targets[cid])],
-                    "merged_sources": [*target.merged_sources, *(r[1] for r in targets[cid])],
-                }), None))
+                versions.append(
+                    ChunkVersion(
+                        target.model_copy(
+                            update={
+                                "merged_ids": [*target.merged_ids, *(r[0] for r in targets[cid])],
+                                "merged_sources": [*target.merged_sources, *(r[1] for r in targets[cid])],
+                            }
+                        ),
+                        None,
+                    )
+                )
         for cid, update in closes:
             versions.append(ChunkVersion(stored[cid].model_copy(update=dict(update)), None))
         seqs = {cid: int(p["seq"]) for cid, p in payloads.items()}
         self.write(versions, seqs)
-        logger.debug("stored %d chunks on %s (%d vectors written, %d duplicates dropped)", len(items), self.name,
-                     len(made.changed), len(made.dropped))
+        logger.debug(
+            "stored %d chunks on %s (%d vectors written, %d duplicates dropped)",
+            len(items),
+            self.name,
+            len(made.changed),
+            len(made.dropped),
+        )
         return made
 
     def near_search(self, tokenize: Callable[[str], list[str]], cosine_floor: float) -> NearSearch:

@@ -137,8 +137,13 @@ class CorpusStats:
                     self._checked = time.monotonic()
                     found = self.collection.count(None)
                     if found != self.points:
-                        logger.info("Qdrant collection %r holds %d points, its calibration statistics %d (another "
-                                    "writer): rebuilt", getattr(self.collection, "name", ""), found, self.points)
+                        logger.info(
+                            "Qdrant collection %r holds %d points, its calibration statistics %d (another "
+                            "writer): rebuilt",
+                            getattr(self.collection, "name", ""),
+                            found,
+                            self.points,
+                        )
                         self._build()
         return self
 
@@ -160,7 +165,11 @@ class CorpusStats:
         now = time.monotonic()
         with self._read_lock:
             held = self._counts.get(key)
-            if held is not None and held[0] == self._generation and not (self.shared and now - held[1] >= DRIFT_SECONDS):
+            if (
+                held is not None
+                and held[0] == self._generation
+                and not (self.shared and now - held[1] >= DRIFT_SECONDS)
+            ):
                 self._counts.move_to_end(key)
                 return held[2]
             generation = self._generation
@@ -188,8 +197,9 @@ class CorpusStats:
             keys = np.fromiter(self._df, dtype=np.int64, count=len(self._df))
             counts = np.fromiter(self._df.values(), dtype=np.int64, count=len(self._df))
             arrays: dict[str, Any] = {  # np.savez types its **kwds against allow_pickle: bool too
-                "header": np.array([_SAVED_FORMAT, self.dim, self.points, -1 if moments is None else moments.count],
-                                   dtype=np.int64),
+                "header": np.array(
+                    [_SAVED_FORMAT, self.dim, self.points, -1 if moments is None else moments.count], dtype=np.int64
+                ),
                 "df_index": keys,
                 "df_count": counts,
                 "moments": moments.to_array() if moments is not None else np.zeros((0, self.dim), dtype=np.float64),
@@ -205,8 +215,11 @@ class CorpusStats:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        logger.info("calibration statistics of Qdrant collection %r saved: %d points", getattr(self.collection, "name", ""),
-                    arrays["header"][2])
+        logger.info(
+            "calibration statistics of Qdrant collection %r saved: %d points",
+            getattr(self.collection, "name", ""),
+            arrays["header"][2],
+        )
         return True
 
     def load(self, folder: str | os.PathLike[str]) -> bool:
@@ -224,8 +237,13 @@ class CorpusStats:
                 header = saved["header"]
                 fmt, dim, points, count = (int(v) for v in header)
                 keys, counts, sums = saved["df_index"], saved["df_count"], saved["moments"]
-                if fmt != _SAVED_FORMAT or dim != self.dim or keys.shape != counts.shape or keys.dtype != np.int64 \
-                        or (counts < 1).any():
+                if (
+                    fmt != _SAVED_FORMAT
+                    or dim != self.dim
+                    or keys.shape != counts.shape
+                    or keys.dtype != np.int64
+                    or (counts < 1).any()
+                ):
                     raise ValueError(f"format {fmt}, dimension {dim} (the shard's: {self.dim})")
                 moments = None
                 if count >= 0:
@@ -237,8 +255,11 @@ class CorpusStats:
         except Exception as exc:  # noqa: BLE001 - numpy and zipfile raise many kinds for a damaged file (EOFError for
             # an empty one, BadZipFile for a truncated one, ValueError for another format); a file that cannot be read
             # is a cache to rebuild, never a reason to refuse the shard
-            logger.warning("ignored %s, not a readable calibration file of this library (%s); the statistics are "
-                           "built anew", path, type(exc).__name__)
+            logger.warning(
+                "ignored %s, not a readable calibration file of this library (%s); the statistics are built anew",
+                path,
+                type(exc).__name__,
+            )
             try:
                 path.unlink(missing_ok=True)
             except OSError:
@@ -251,8 +272,12 @@ class CorpusStats:
             return False
         found = int(self.collection.count(None))
         if found != points:
-            logger.info("saved calibration statistics of %s count %d points, the shard holds %d: built anew",
-                        path.parent, points, found)
+            logger.info(
+                "saved calibration statistics of %s count %d points, the shard holds %d: built anew",
+                path.parent,
+                points,
+                found,
+            )
             return False
         with self._write_lock:
             self._install(moments, df, points)
@@ -283,8 +308,13 @@ class CorpusStats:
             if offset is None:
                 break
         self._install(moments, df, points)
-        logger.info("calibration statistics of Qdrant collection %r: %d points, %d token indices, in %.2f s",
-                    getattr(self.collection, "name", ""), points, len(df), time.perf_counter() - started)
+        logger.info(
+            "calibration statistics of Qdrant collection %r: %d points, %d token indices, in %.2f s",
+            getattr(self.collection, "name", ""),
+            points,
+            len(df),
+            time.perf_counter() - started,
+        )
 
     @staticmethod
     def _vectors(moments: VectorMoments | None) -> list[str]:

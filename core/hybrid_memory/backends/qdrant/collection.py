@@ -24,10 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..._exceptions import BackendUnavailableError, InvalidRequestError, StoreBusyError, StoreFormatError, missing_dependency
+from ..._exceptions import (
+    BackendUnavailableError,
+    InvalidRequestError,
+    StoreBusyError,
+    StoreFormatError,
+    missing_dependency,
+)
 from ...paths import check_edge_path
-from .schema import DENSE, SPARSE
 from .filters import to_client_filter, to_edge_filter
+from .schema import DENSE, SPARSE
 
 __all__ = ["PAYLOAD_CACHE", "ClientCollection", "Collection", "EdgeCollection", "Leg", "Point", "Record", "ScoredId"]
 
@@ -93,7 +99,6 @@ def _to_record(r: Any, vectors: bool) -> Record:
     return Record(pid, r.payload or {}, dense, sparse)
 
 
-
 @dataclass(frozen=True)
 class Leg:
     """One leg of a batched query: ``using`` ``"dense"`` (``vector`` a list of floats) or ``"bm25"`` (``vector``
@@ -122,17 +127,25 @@ class Collection(Protocol):
 
     name: str
     terms: bool
+
     def ensure(self, dim: int, indexes: Mapping[str, str]) -> None: ...
     def holds_uuid_ids(self) -> bool: ...
     def upsert(self, points: Sequence[Point]) -> None: ...
     def set_payload(self, point_id: PointId, payload: dict[str, Any]) -> None: ...
     def delete(self, ids: Sequence[PointId]) -> None: ...
-    def retrieve(self, ids: Sequence[PointId], *, vectors: bool | Sequence[str] = False,
-                 payload: bool | Sequence[str] = True) -> list[Record]: ...
+    def retrieve(
+        self, ids: Sequence[PointId], *, vectors: bool | Sequence[str] = False, payload: bool | Sequence[str] = True
+    ) -> list[Record]: ...
     def payloads(self, ids: Sequence[PointId], keys: Sequence[str]) -> list[tuple[Any, dict[str, Any]]]: ...
     def sparse_indices(self, point_id: PointId) -> list[int] | None: ...
-    def scroll(self, flt: Mapping[str, Any] | None, limit: int, offset: Any, payload: Any,
-               vectors: bool | Sequence[str] = False) -> tuple[list[Record], Any]: ...
+    def scroll(
+        self,
+        flt: Mapping[str, Any] | None,
+        limit: int,
+        offset: Any,
+        payload: Any,
+        vectors: bool | Sequence[str] = False,
+    ) -> tuple[list[Record], Any]: ...
     def count(self, flt: Mapping[str, Any] | None) -> int: ...
     def query_batch(self, legs: Sequence[Leg]) -> list[list[ScoredId]]: ...
     def close(self) -> None: ...
@@ -222,8 +235,11 @@ def _refusal(exc: BaseException) -> str | None:
     except ImportError:  # pragma: no cover
         return None
     if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
-        return {grpc.StatusCode.INVALID_ARGUMENT: "invalid", grpc.StatusCode.UNAUTHENTICATED: "auth",
-                grpc.StatusCode.PERMISSION_DENIED: "auth"}.get(exc.code())
+        return {
+            grpc.StatusCode.INVALID_ARGUMENT: "invalid",
+            grpc.StatusCode.UNAUTHENTICATED: "auth",
+            grpc.StatusCode.PERMISSION_DENIED: "auth",
+        }.get(exc.code())
     return None
 
 
@@ -249,8 +265,11 @@ def _cause(exc: BaseException) -> str:
 def _float_indexed(schema: Mapping[str, Any], declared: Mapping[str, str]) -> set[str]:
     """Payload keys with a float index: those the collection already holds (its ``payload_schema``, a server's
     ``PayloadSchemaType.FLOAT`` or Edge's ``PayloadSchemaType.Float``) and those just declared."""
-    held = {key for key, info in (schema or {}).items()
-            if str(getattr(info, "data_type", "")).lower().rsplit(".", 1)[-1] == "float"}
+    held = {
+        key
+        for key, info in (schema or {}).items()
+        if str(getattr(info, "data_type", "")).lower().rsplit(".", 1)[-1] == "float"
+    }
     return held | {key for key, kind in declared.items() if kind == "float"}
 
 
@@ -321,15 +340,18 @@ class ClientCollection:
                     "it was deleted after this memory opened: open the memory again to create it empty, or restore "
                     "it from a Qdrant snapshot"
                 ) from exc
-            after = ("this write may be partly stored (earlier batches of it): writes are upserts by chunk id, so "
-                     "run the same call again once the server answers" if write else
-                     "nothing was changed; run the call again once the server answers")
+            after = (
+                "this write may be partly stored (earlier batches of it): writes are upserts by chunk id, so "
+                "run the same call again once the server answers"
+                if write
+                else "nothing was changed; run the call again once the server answers"
+            )
             if not _connection_lost(exc):
                 refusal = _refusal(exc)
                 if refusal is None:
                     raise
                 where = f"the Qdrant server at {self.target} refused the request ({what}, collection {self.name!r}): "
-                changed = ("this write may be partly stored (earlier batches of it)" if write else "nothing was changed")
+                changed = "this write may be partly stored (earlier batches of it)" if write else "nothing was changed"
                 if refusal == "invalid":
                     raise InvalidRequestError(
                         f"{where}{_cause(exc)}; {changed}. The request does not fit the collection as the server "
@@ -364,7 +386,10 @@ class ClientCollection:
             self.client.create_collection(
                 self.name,
                 vectors_config={DENSE: m.VectorParams(size=dim, distance=m.Distance.COSINE)},
-                sparse_vectors_config={SPARSE: m.SparseVectorParams(modifier=m.Modifier.IDF), TERMS: m.SparseVectorParams()},
+                sparse_vectors_config={
+                    SPARSE: m.SparseVectorParams(modifier=m.Modifier.IDF),
+                    TERMS: m.SparseVectorParams(),
+                },
                 **{k: v for k, v in self._cluster.items() if v is not None},
             )
         params = self.client.get_collection(self.name).config.params
@@ -378,14 +403,20 @@ class ClientCollection:
             raise _mismatch("distance", str(dense.distance), "Cosine", repr(self.name))
         sparse = (params.sparse_vectors or {}).get(SPARSE)
         if sparse is None or sparse.modifier != m.Modifier.IDF:
-            raise _mismatch("sparse vector", None if sparse is None else str(sparse.modifier), "bm25 with IDF", repr(self.name))
+            raise _mismatch(
+                "sparse vector", None if sparse is None else str(sparse.modifier), "bm25 with IDF", repr(self.name)
+            )
         terms = (params.sparse_vectors or {}).get(TERMS)
         self.terms = terms is not None and terms.modifier in (None, m.Modifier.NONE)
         schema = self.client.get_collection(self.name).payload_schema or {}
         self.float_indexed = _float_indexed(schema, indexes)
         self.indexed = set(schema or {}) | set(indexes)
-        kinds = {"keyword": m.PayloadSchemaType.KEYWORD, "float": m.PayloadSchemaType.FLOAT,
-                 "bool": m.PayloadSchemaType.BOOL, "integer": m.PayloadSchemaType.INTEGER}
+        kinds = {
+            "keyword": m.PayloadSchemaType.KEYWORD,
+            "float": m.PayloadSchemaType.FLOAT,
+            "bool": m.PayloadSchemaType.BOOL,
+            "integer": m.PayloadSchemaType.INTEGER,
+        }
         with warnings.catch_warnings():  # local mode warns that payload indexes have no effect there
             warnings.filterwarnings("ignore", message="Payload indexes have no effect in the local Qdrant")
             for key, kind in indexes.items():
@@ -427,15 +458,20 @@ class ClientCollection:
         """Delete points by id (unknown ids are no error)."""
         if ids:
             with self._reached("delete points", write=True):
-                self.client.delete(self.name, self._m.PointIdsList(points=list(ids)), wait=True, ordering=self._ordering)
+                self.client.delete(
+                    self.name, self._m.PointIdsList(points=list(ids)), wait=True, ordering=self._ordering
+                )
 
-    def retrieve(self, ids: Sequence[PointId], *, vectors: bool | Sequence[str] = False,
-                 payload: bool | Sequence[str] = True) -> list[Record]:
+    def retrieve(
+        self, ids: Sequence[PointId], *, vectors: bool | Sequence[str] = False, payload: bool | Sequence[str] = True
+    ) -> list[Record]:
         """Points by id (unknown ids left out; any order); ``vectors`` / ``payload``: all, none, or these names."""
         if not ids:
             return []
         with self._reached("retrieve points"):
-            found = self.client.retrieve(self.name, list(ids), with_payload=_names(payload), with_vectors=_names(vectors))
+            found = self.client.retrieve(
+                self.name, list(ids), with_payload=_names(payload), with_vectors=_names(vectors)
+            )
         return [_to_record(r, bool(vectors)) for r in found]
 
     def sparse_indices(self, point_id: PointId) -> list[int] | None:
@@ -453,13 +489,23 @@ class ClientCollection:
             found = self.client.retrieve(self.name, list(ids), with_payload=list(keys), with_vectors=False)
         return [(r.id, r.payload or {}) for r in found]
 
-    def scroll(self, flt: Mapping[str, Any] | None, limit: int, offset: Any, payload: Any = True,
-               vectors: bool | Sequence[str] = False) -> tuple[list[Record], Any]:
+    def scroll(
+        self,
+        flt: Mapping[str, Any] | None,
+        limit: int,
+        offset: Any,
+        payload: Any = True,
+        vectors: bool | Sequence[str] = False,
+    ) -> tuple[list[Record], Any]:
         """A page of points matching the filter in id order, and the offset of the next page (None: last);
         ``vectors``: all, none, or these names."""
         with self._reached("scroll points"):
             records, nxt = self.client.scroll(
-                self.name, scroll_filter=to_client_filter(flt), limit=limit, offset=offset, with_payload=payload,
+                self.name,
+                scroll_filter=to_client_filter(flt),
+                limit=limit,
+                offset=offset,
+                with_payload=payload,
                 with_vectors=_names(vectors),
             )
         return [_to_record(r, bool(vectors)) for r in records], nxt
@@ -475,15 +521,26 @@ class ClientCollection:
         requests = []
         for leg in legs:
             query = leg.vector if leg.using == DENSE else m.SparseVector(indices=leg.vector[0], values=leg.vector[1])
-            requests.append(m.QueryRequest(
-                query=query, using=leg.using, filter=to_client_filter(leg.filter), limit=leg.limit,
-                score_threshold=leg.threshold,
-                with_payload=list(leg.payload) or False, with_vector=[SPARSE] if leg.tokens else False,
-            ))
+            requests.append(
+                m.QueryRequest(
+                    query=query,
+                    using=leg.using,
+                    filter=to_client_filter(leg.filter),
+                    limit=leg.limit,
+                    score_threshold=leg.threshold,
+                    with_payload=list(leg.payload) or False,
+                    with_vector=[SPARSE] if leg.tokens else False,
+                )
+            )
         with self._reached("query"):
             responses = self.client.query_batch_points(self.name, requests=requests)
-        return [[(p.id, float(p.score), dict(p.payload or {}), _indices(p.vector) if leg.tokens else None)
-                 for p in r.points] for leg, r in zip(legs, responses, strict=True)]
+        return [
+            [
+                (p.id, float(p.score), dict(p.payload or {}), _indices(p.vector) if leg.tokens else None)
+                for p in r.points
+            ]
+            for leg, r in zip(legs, responses, strict=True)
+        ]
 
     def close(self) -> None:
         """Close the client."""
@@ -497,7 +554,11 @@ def _target(client: Any) -> str:
     inner = getattr(client, "_client", None)
     uri = getattr(inner, "rest_uri", None)
     if uri:
-        return f"{uri} (gRPC port {getattr(inner, '_grpc_port', None)})" if getattr(inner, "_prefer_grpc", False) else str(uri)
+        return (
+            f"{uri} (gRPC port {getattr(inner, '_grpc_port', None)})"
+            if getattr(inner, "_prefer_grpc", False)
+            else str(uri)
+        )
     location = getattr(inner, "location", None)
     if type(inner).__name__ == "QdrantLocal":
         return f"local mode {location}"
@@ -550,14 +611,21 @@ class EdgeCollection:
         MissingDependencyError: qdrant-edge-py is not installed.
     """
 
-    def __init__(self, path: str | Path, *, payload_memory: str | None = "cached",
-                 search_threads: int | None = SEARCH_THREADS, payload_cache: int = PAYLOAD_CACHE) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        payload_memory: str | None = "cached",
+        search_threads: int | None = SEARCH_THREADS,
+        payload_cache: int = PAYLOAD_CACHE,
+    ) -> None:
         if not isinstance(payload_cache, int) or isinstance(payload_cache, bool) or payload_cache < 0:
             raise InvalidRequestError(f"payload_cache must be an int >= 0 (points; 0: no cache), got {payload_cache!r}")
         if payload_memory not in (None, "cached", "cold"):
             raise InvalidRequestError(f"payload_memory must be 'cached', 'cold' or None, got {payload_memory!r}")
-        if search_threads is not None and (not isinstance(search_threads, int) or isinstance(search_threads, bool)
-                                           or search_threads < 1):
+        if search_threads is not None and (
+            not isinstance(search_threads, int) or isinstance(search_threads, bool) or search_threads < 1
+        ):
             raise InvalidRequestError(f"search_threads must be an int >= 1 or None, got {search_threads!r}")
         path = check_edge_path(path)
         try:
@@ -604,6 +672,7 @@ class EdgeCollection:
         """Create or load the shard with the dense (cosine, ``dim``) and IDF sparse vectors; create missing
         payload indexes. Raises StoreFormatError when the stored shard's vectors differ."""
         qe = self._qe
+
         def config(terms: bool, optimizers: Any = None) -> Any:
             sparse = {SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
             if terms:
@@ -611,7 +680,9 @@ class EdgeCollection:
             return qe.EdgeConfig(
                 vectors={DENSE: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)},
                 sparse_vectors=sparse,
-                payload_memory=None if self.payload_memory is None else getattr(qe.Memory, self.payload_memory.capitalize()),
+                payload_memory=None
+                if self.payload_memory is None
+                else getattr(qe.Memory, self.payload_memory.capitalize()),
                 max_search_threads=self.search_threads,
                 optimizers=optimizers,
             )
@@ -652,8 +723,12 @@ class EdgeCollection:
         schema = self.shard.info().payload_schema
         self.float_indexed = _float_indexed(schema, indexes)
         self.indexed = set(schema or {}) | set(indexes)
-        kinds = {"keyword": qe.PayloadSchemaType.Keyword, "float": qe.PayloadSchemaType.Float,
-                 "bool": qe.PayloadSchemaType.Bool, "integer": qe.PayloadSchemaType.Integer}
+        kinds = {
+            "keyword": qe.PayloadSchemaType.Keyword,
+            "float": qe.PayloadSchemaType.Float,
+            "bool": qe.PayloadSchemaType.Bool,
+            "integer": qe.PayloadSchemaType.Integer,
+        }
         for key, kind in indexes.items():
             if key not in schema:
                 self.shard.update(qe.UpdateOperation.create_field_index(key, kinds[kind]))
@@ -701,8 +776,9 @@ class EdgeCollection:
                 self._forgotten = True
                 self._changed(ids)
 
-    def retrieve(self, ids: Sequence[PointId], *, vectors: bool | Sequence[str] = False,
-                 payload: bool | Sequence[str] = True) -> list[Record]:
+    def retrieve(
+        self, ids: Sequence[PointId], *, vectors: bool | Sequence[str] = False, payload: bool | Sequence[str] = True
+    ) -> list[Record]:
         """Points by id (unknown ids left out); ``vectors`` / ``payload``: all, none, or these names."""
         if not ids:
             return []
@@ -743,7 +819,9 @@ class EdgeCollection:
             self.cache_hits += len(out)
             self.cache_misses += len(missing)
         if missing:
-            found = [(r.id, r.payload) for r in self.shard.retrieve(missing, with_payload=list(names), with_vector=False)]
+            found = [
+                (r.id, r.payload) for r in self.shard.retrieve(missing, with_payload=list(names), with_vector=False)
+            ]
             with self._rows_lock:
                 if self._generation == generation:  # no write ended meanwhile: what was read is current
                     for pid, payload in found:
@@ -759,13 +837,25 @@ class EdgeCollection:
             out.extend(found)
         return out
 
-    def scroll(self, flt: Mapping[str, Any] | None, limit: int, offset: Any, payload: Any = True,
-               vectors: bool | Sequence[str] = False) -> tuple[list[Record], Any]:
+    def scroll(
+        self,
+        flt: Mapping[str, Any] | None,
+        limit: int,
+        offset: Any,
+        payload: Any = True,
+        vectors: bool | Sequence[str] = False,
+    ) -> tuple[list[Record], Any]:
         """A page of points matching the filter in id order, and the next offset (None: last page); ``vectors``:
         all, none, or these names."""
-        records, nxt = self.shard.scroll(self._qe.ScrollRequest(
-            offset=offset, limit=limit, filter=to_edge_filter(flt), with_payload=payload, with_vector=_names(vectors),
-        ))
+        records, nxt = self.shard.scroll(
+            self._qe.ScrollRequest(
+                offset=offset,
+                limit=limit,
+                filter=to_edge_filter(flt),
+                with_payload=payload,
+                with_vector=_names(vectors),
+            )
+        )
         return [_to_record(r, bool(vectors)) for r in records], nxt
 
     def count(self, flt: Mapping[str, Any] | None) -> int:
@@ -782,16 +872,23 @@ class EdgeCollection:
             key = id(leg.filter)
             if key not in converted:
                 converted[key] = to_edge_filter(leg.filter)
-            requests.append(qe.QueryRequest(
-                limit=leg.limit, query=qe.Query.Nearest(vector, using=leg.using), filter=converted[key],
-                with_payload=list(leg.payload) or False, with_vector=[SPARSE] if leg.tokens else False,
-                score_threshold=leg.threshold,
-            ))
+            requests.append(
+                qe.QueryRequest(
+                    limit=leg.limit,
+                    query=qe.Query.Nearest(vector, using=leg.using),
+                    filter=converted[key],
+                    with_payload=list(leg.payload) or False,
+                    with_vector=[SPARSE] if leg.tokens else False,
+                    score_threshold=leg.threshold,
+                )
+            )
         responses = self.shard.query_batch(qe.QueryBatchRequest(requests))
         out = []
         for leg, r in zip(legs, responses, strict=True):
             if leg.payload:
-                out.append([(p.id, p.score, dict(p.payload or {}), _indices(p.vector) if leg.tokens else None) for p in r])
+                out.append(
+                    [(p.id, p.score, dict(p.payload or {}), _indices(p.vector) if leg.tokens else None) for p in r]
+                )
             elif leg.tokens:
                 out.append([(p.id, p.score, {}, _indices(p.vector)) for p in r])
             else:  # ids and scores only: the common case, kept lean (Edge returns int ids and float scores)

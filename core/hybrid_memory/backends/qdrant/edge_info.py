@@ -24,7 +24,15 @@ _DEFAULT_DIM = 384
 """The dimension of the default embedder, all-MiniLM-L6-v2 (what the CLI opens a shard with, without
 ``--hashing-dim``)."""
 
-__all__ = ["EXPORT_INFO", "embedder_fix", "partial_export", "read_export_info", "remove_export_info", "shard_dim", "write_export_info"]
+__all__ = [
+    "EXPORT_INFO",
+    "embedder_fix",
+    "partial_export",
+    "read_export_info",
+    "remove_export_info",
+    "shard_dim",
+    "write_export_info",
+]
 
 EXPORT_INFO = "hybrid_memory_export.json"
 """The export record's file name inside the shard's folder."""
@@ -33,9 +41,18 @@ FORMAT = 1
 """Version of the record's fields; a record of another version is refused (StoreFormatError)."""
 
 
-def write_export_info(folder: str | os.PathLike[str], *, avgdl: float, k1: float, b: float, memory: str | None,
-                      chunks: int, complete: bool, embedder: dict[str, Any],
-                      indexed_keys: dict[str, str]) -> dict[str, Any]:
+def write_export_info(
+    folder: str | os.PathLike[str],
+    *,
+    avgdl: float,
+    k1: float,
+    b: float,
+    memory: str | None,
+    chunks: int,
+    complete: bool,
+    embedder: dict[str, Any],
+    indexed_keys: dict[str, str],
+) -> dict[str, Any]:
     """Write the record of an export into ``folder`` (the shard's, which must exist), atomically (a temporary
     file, then ``os.replace``), and return it.
 
@@ -50,9 +67,18 @@ def write_export_info(folder: str | os.PathLike[str], *, avgdl: float, k1: float
     Raises:
         OSError: the folder cannot be written (the shard's own files are not touched).
     """
-    info = {"format": FORMAT, "avgdl": float(avgdl), "k1": float(k1), "b": float(b), "memory": memory,
-            "chunks": int(chunks), "complete": bool(complete), "embedder": dict(embedder),
-            "indexed_keys": dict(indexed_keys), "exported_at": round(time.time(), 3)}
+    info = {
+        "format": FORMAT,
+        "avgdl": float(avgdl),
+        "k1": float(k1),
+        "b": float(b),
+        "memory": memory,
+        "chunks": int(chunks),
+        "complete": bool(complete),
+        "embedder": dict(embedder),
+        "indexed_keys": dict(indexed_keys),
+        "exported_at": round(time.time(), 3),
+    }
     path = Path(folder) / EXPORT_INFO
     tmp = path.with_name(f".{EXPORT_INFO}.tmp")
     tmp.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
@@ -84,8 +110,13 @@ def read_export_info(folder: str | os.PathLike[str]) -> dict[str, Any] | None:
         raise StoreFormatError(f"{path} is not an export record of format {FORMAT} (found {found!r}); {_FIX}")
     for name in ("avgdl", "k1", "b"):
         value = info.get(name)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0 \
-                or (name == "avgdl" and value == 0):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value < 0
+            or (name == "avgdl" and value == 0)
+        ):
             raise StoreFormatError(f"{path}: {name} must be a finite number (avgdl > 0), got {value!r}; {_FIX}")
     return info
 
@@ -124,13 +155,20 @@ def embedder_fix(folder: str | os.PathLike[str], held: int | None = None) -> str
     if not isinstance(name, str):
         if held is None:
             return ", or give another directory"
-        option = ("leave --hashing-dim out: the default all-MiniLM-L6-v2 gives 384" if held == _DEFAULT_DIM else
-                  f"--hashing-dim {held} if it was written with a HashingEmbedder")
-        return (f", one of dimension {held} (the shard has no export record naming it; on the command line, {option}),"
-                " or give another directory")
+        option = (
+            "leave --hashing-dim out: the default all-MiniLM-L6-v2 gives 384"
+            if held == _DEFAULT_DIM
+            else f"--hashing-dim {held} if it was written with a HashingEmbedder"
+        )
+        return (
+            f", one of dimension {held} (the shard has no export record naming it; on the command line, {option}),"
+            " or give another directory"
+        )
     if name == f"hashing-{dim}":
-        return (f", {name!r} (its export record): --hashing-dim {dim} on the command line, "
-                f"embedder=HashingEmbedder({dim}) in Python")
+        return (
+            f", {name!r} (its export record): --hashing-dim {dim} on the command line, "
+            f"embedder=HashingEmbedder({dim}) in Python"
+        )
     return f", {name!r} (dim {dim}, its export record)"
 
 
@@ -143,11 +181,15 @@ def partial_export(folder: str | os.PathLike[str], info: dict[str, Any] | None) 
     if not info or info.get("complete", True):
         return None
     source = info.get("memory") or "DIR"
-    return (f"Qdrant Edge shard {folder} holds a partial copy of {source}: its export was interrupted (its record "
-            f"{EXPORT_INFO} says complete: false), so searches miss the chunks it did not copy; write it again with: "
-            f"hybrid-memory export-qdrant --memory {source} --edge-path {folder} --replace, or remove the folder "
-            f"{folder}")
+    return (
+        f"Qdrant Edge shard {folder} holds a partial copy of {source}: its export was interrupted (its record "
+        f"{EXPORT_INFO} says complete: false), so searches miss the chunks it did not copy; write it again with: "
+        f"hybrid-memory export-qdrant --memory {source} --edge-path {folder} --replace, or remove the folder "
+        f"{folder}"
+    )
 
 
-_FIX = ("write the shard again with: hybrid-memory export-qdrant --memory DIR --edge-path SHARD --replace "
-        "(or remove the file and give the avgdl the shard was written with)")
+_FIX = (
+    "write the shard again with: hybrid-memory export-qdrant --memory DIR --edge-path SHARD --replace "
+    "(or remove the file and give the avgdl the shard was written with)"
+)

@@ -208,7 +208,9 @@ def _equal(key: tuple[str, str], t: tuple, op: str = "$eq", exact: Any = None) -
     if kind == BOOL:
         return {"key": _path(key, "b"), "match": {"value": "true" if value else "false"}}
     if kind == NULL:
-        return {"should": [{"is_empty": {"key": _path(key, "e")}}, {"must_not": [{"is_empty": {"key": _path(key, "z")}}]}]}
+        return {
+            "should": [{"is_empty": {"key": _path(key, "e")}}, {"must_not": [{"is_empty": {"key": _path(key, "z")}}]}]
+        }
     if kind == LIST:
         return {"key": _path(key, "l"), "match": {"value": canonical_json(untyped(t))}}
     raise InvalidFilterError(f"{op} on {key[1]!r}: objects cannot be compared; test the key with $exists")
@@ -321,5 +323,7 @@ def to_edge_filter(flt: Mapping[str, Any] | None) -> Any:
         return None
     import qdrant_edge as qe
 
-    parts: dict[str, Any] = {name: [_edge_condition(c) for c in flt[name]] for name in ("must", "should", "must_not") if name in flt}
+    parts: dict[str, Any] = {
+        name: [_edge_condition(c) for c in flt[name]] for name in ("must", "should", "must_not") if name in flt
+    }
     return qe.Filter(**parts)

@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from ..._bm25s import import_bm25s
+
 __all__ = ["build_bm25s", "lucene_scores"]
 
 
-def lucene_scores(
-    tokens: np.ndarray, lengths: np.ndarray, n_vocab: int, k1: float, b: float
-) -> dict[str, Any]:
+def lucene_scores(tokens: np.ndarray, lengths: np.ndarray, n_vocab: int, k1: float, b: float) -> dict[str, Any]:
     """The CSC score matrix of bm25s (``BM25.scores``) for documents given as one token array.
 
     Args:
@@ -82,9 +82,7 @@ def lucene_scores(
     return {"data": data, "indices": doc_of.astype(index_dtype), "indptr": indptr, "num_docs": n_docs}
 
 
-def build_bm25s(
-    documents: Sequence[np.ndarray], vocab: Mapping[str, int], *, k1: float, b: float
-) -> Any:
+def build_bm25s(documents: Sequence[np.ndarray], vocab: Mapping[str, int], *, k1: float, b: float) -> Any:
     """A ``bm25s.BM25`` (``method="lucene"``) over int32 token-id arrays, one per document, with ``vocab``.
 
     Args:
@@ -95,7 +93,7 @@ def build_bm25s(
     Returns:
         A ``bm25s.BM25`` equal to ``BM25(k1=k1, b=b, method="lucene").index((documents as lists, vocab))``.
     """
-    import bm25s
+    bm25s = import_bm25s()
 
     lengths = np.fromiter((len(d) for d in documents), dtype=np.int64, count=len(documents))
     tokens = np.concatenate(documents).astype(np.int32, copy=False) if len(documents) else np.zeros(0, np.int32)

@@ -35,14 +35,22 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import calibration
-from .token_cache import TokenCache
+from ..._bm25s import import_bm25s
 from ..._checksums import file_checksums, verify_files
 from ...tokenizer import TechnicalTokenizer
-
+from .. import calibration
 from ..rowset import RowSet, as_rowset, id_bounds
+from .token_cache import TokenCache
 
-__all__ = ["ALLOWED_ROW_COST", "HOLDERS_MAX", "HOLDS_ALL_COUNT_MAX", "PREPARE_DF_MAX", "TIE_PREFIX", "UNION_ENTRY_COST", "BM25Index"]
+__all__ = [
+    "ALLOWED_ROW_COST",
+    "HOLDERS_MAX",
+    "HOLDS_ALL_COUNT_MAX",
+    "PREPARE_DF_MAX",
+    "TIE_PREFIX",
+    "UNION_ENTRY_COST",
+    "BM25Index",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -76,14 +84,16 @@ random reads of the alive flags and ids) against 2.4 ns per main document: a rat
 TIE_PREFIX = 32
 """When BM25's candidate cut falls inside a tie, :meth:`BM25Index.search` orders this many times ``k`` documents at
 once and keeps them for the query: the searcher asks again at 2, 4, ... x the depth up to its tie limit of 512 hits
-(``hybrid_memory.search.searcher.TIE_DEPTH_LIMIT``, 5 more rounds from a depth of 21), which then read that prefix instead
+(``hybrid_memory.search.searcher.TIE_DEPTH_LIMIT``, 5 more rounds from a depth of 21), which then read that prefix
+instead
 of partitioning every candidate again (at 1M chunks each round was 10-15 ms for a term every chunk holds)."""
 
 ALLOWED_ROW_COST = 6
 """A filtered search scores only the allowed documents (:meth:`BM25Index._allowed_state`: a binary search of each
 query term's column per allowed main document) when ``|allowed| x terms x ALLOWED_ROW_COST`` is at most the cost
 of the cheaper pass over the query (every main document plus the terms' column entries, or the entries times
-:data:`UNION_ENTRY_COST`); else that pass scores and the allowed ones are kept. Measured at 100k chunks (3-token queries): the full pass 0.24-0.34 ms at any
+:data:`UNION_ENTRY_COST`); else that pass scores and the allowed ones are kept. Measured at 100k chunks (3-token
+queries): the full pass 0.24-0.34 ms at any
 filter, scoring the allowed ones 0.08 ms at 11 of them, 0.16 ms at 1,000, 0.29 at 3,000 and 0.69 at 10,000, about
 13 ns per (document, term) against 2.4 ns per main document for the full pass: a ratio of 5.4, rounded up."""
 
@@ -148,7 +158,8 @@ class BM25Index:
     def _index_main(self) -> None:
         """Build the lookup id -> position of that live document in the main segment, an int64 array over the
         id range and one entry past it; an id that is not a live main document points one past the segment,
-        at the entry the score arrays of :meth:`_score_main` hold ``nan`` in, when the ids are dense enough for it (the store's rowids are: at most 4 ids
+        at the entry the score arrays of :meth:`_score_main` hold ``nan`` in, when the ids are dense enough for it (the
+        store's rowids are: at most 4 ids
         per main document); else None, and lookups binary-search the sorted ids. Caller holds the lock, after
         setting ``_main_ids`` and ``_main_alive``."""
         ids = self._main_ids
@@ -434,7 +445,8 @@ class BM25Index:
         """Scores of every document for ``tokens`` at the global statistics; caller holds the lock.
 
         Returns (main, delta): the main segment's scores (see :meth:`_score_main`), or None when no token is in
-        the main segment, and {delta doc id: score > 0}. Kept in ``cache`` (a :class:`~hybrid_memory.search.engine.Query`'s cache), so
+        the main segment, and {delta doc id: score > 0}. Kept in ``cache`` (a
+        :class:`~hybrid_memory.search.engine.Query`'s cache), so
         :meth:`score` right after :meth:`search` costs a gather, as long as no write came in between.
         """
         key = (self._generation, tuple(tokens))
@@ -519,9 +531,7 @@ class BM25Index:
         out[n_main] = np.nan
         return out
 
-    def _allowed_state(
-        self, tokens: list[str], allowed: RowSet | None, cache: dict | None
-    ) -> _AllowedScores | None:
+    def _allowed_state(self, tokens: list[str], allowed: RowSet | None, cache: dict | None) -> _AllowedScores | None:
         """Scores of the allowed documents only, when that is cheaper than scoring every main document (see
         :data:`ALLOWED_ROW_COST`); None otherwise (and when there is no filter, no main segment, or the full
         scores of this query are already at hand). Caller holds the lock.
@@ -565,8 +575,9 @@ class BM25Index:
             at, found = _find(indices[begin:end], pos)
             scores[found] += data[begin + at[found]].astype(np.float64) * weight
         hit = scores > 0
-        state = _AllowedScores(ids, scores, self._score_delta(tokens) if self._delta_tf else {}, ids[hit],
-                               _float32(scores[hit]))
+        state = _AllowedScores(
+            ids, scores, self._score_delta(tokens) if self._delta_tf else {}, ids[hit], _float32(scores[hit])
+        )
         if cache is not None:
             cache["bm25_allowed"] = (key, allowed, state)
         return state
@@ -615,7 +626,9 @@ class BM25Index:
         out[found] = main.scores[at[found]]
         return out
 
-    def _main_candidates(self, main: np.ndarray | _MainHits, allowed: RowSet | None, cache: dict | None) -> tuple[np.ndarray, np.ndarray]:
+    def _main_candidates(
+        self, main: np.ndarray | _MainHits, allowed: RowSet | None, cache: dict | None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(ids int64 (m,), scores float64 (m,) rounded to float32) of the live main documents among
         ``allowed`` scoring > 0, for the score array ``main``; kept in ``cache`` for the same ``main`` and
         ``allowed`` objects, so the searcher's deeper searches at a tied cut (``HybridSearcher._run``) cost a
@@ -718,7 +731,9 @@ class BM25Index:
             if len(main_ids) and len(ids):
                 pos, in_main = self._main_positions(ids)
                 if not self._delta_tf and main is not None and in_main.all():
-                    return _float32(self._gather_main(main, pos))  # every id a live main document (ids too sparse for the lookup)
+                    return _float32(
+                        self._gather_main(main, pos)
+                    )  # every id a live main document (ids too sparse for the lookup)
                 out = np.full(len(ids), np.nan)
                 out[in_main] = 0.0 if main is None else _float32(self._gather_main(main, pos[in_main]))
             else:
@@ -838,8 +853,9 @@ class BM25Index:
                 return None
         return out
 
-    def prepare_exact_matches(self, query: str, max_df: int, min_share: float, *, min_terms: int = 3,
-                              cache: dict) -> None:
+    def prepare_exact_matches(
+        self, query: str, max_df: int, min_share: float, *, min_terms: int = 3, cache: dict
+    ) -> None:
         """Work out, for the whole index, what :meth:`exact_matches` with these arguments needs (the holders of
         each rare identifier, and of every query token), and keep it in ``cache``; :meth:`exact_matches` of the
         same query then answers with set lookups. Meant for the engine's own search thread, which finishes
@@ -858,7 +874,8 @@ class BM25Index:
 
     def surprise(self, query: str, doc_id: int, n: int | None = None, *, cache: dict | None = None) -> float | None:
         """The surprise of document ``doc_id`` as the query's top BM25 hit, in nats
-        (:func:`~hybrid_memory.engines.calibration.term_surprise`): ``-(ln n + sum_t ln(df_t / N))`` over the distinct query
+        (:func:`~hybrid_memory.engines.calibration.term_surprise`): ``-(ln n + sum_t ln(df_t / N))`` over the distinct
+        query
         tokens ``t`` the document holds, with the document frequencies and the document count BM25 scores with
         (main + delta, :meth:`_columns`).
 
@@ -893,7 +910,7 @@ class BM25Index:
             else:  # a main document whose tokens an older save did not keep: its row in each term's column
                 indices = self._main.scores["indices"]
                 columns = self._spans(distinct, cache)
-                held = [t for t in distinct if (c := columns[t])[0] < c[1] and _holds_id(indices[c[0]:c[1]], row)]
+                held = [t for t in distinct if (c := columns[t])[0] < c[1] and _holds_id(indices[c[0] : c[1]], row)]
             spans, postings = self._spans(held, cache), self._postings  # {} without a main segment
             dfs = [(c := spans.get(t, (0, 0)))[1] - c[0] + len(postings.get(t, ())) for t in held]
             n_docs = n_main + len(self._delta_tf)
@@ -971,7 +988,13 @@ class BM25Index:
         return ok
 
     def exact_matches(
-        self, query: str, ids: np.ndarray, max_df: int, *, min_share: float = 0.25, min_terms: int = 3,
+        self,
+        query: str,
+        ids: np.ndarray,
+        max_df: int,
+        *,
+        min_share: float = 0.25,
+        min_terms: int = 3,
         cache: dict | None = None,
     ) -> np.ndarray:
         """Exact-match strength of each of the int64 ``ids`` for ``query``, int64 (len(ids),); 0 for most.
@@ -1157,8 +1180,9 @@ class BM25Index:
         main_files = [f"bm25s/{f.name}" for f in (directory / "bm25s").iterdir()] if main_token is not None else []
         if forgotten:  # its vocabulary file was just rewritten
             known = {k: v for k, v in known.items() if k != f"bm25s/{_BM25S_VOCAB}"}
-        crcs = file_checksums(directory, [*main_files, *_CACHE_FILES],
-                              known if token is not None and token == main_token else None)
+        crcs = file_checksums(
+            directory, [*main_files, *_CACHE_FILES], known if token is not None and token == main_token else None
+        )
         self._main_crcs = (None if main_token is None else str(main_token), {name: crcs[name] for name in main_files})
         manifest["crc32"] = crcs  # per file, per 64 MiB block: checked on load (_checksums.verify_files)
         (directory / "manifest.json").write_text(json.dumps(manifest, indent=2))
@@ -1167,11 +1191,12 @@ class BM25Index:
         """Load a saved index (main segment, delta and token cache) without re-tokenizing anything.
 
         Returns False (and keeps an empty index) if it is missing, damaged (a file that does not match the CRC-32
-        its manifest records: a WARNING names it) or was built with other parameters; the caller then rebuilds it from the store. An index saved before the delta and token
+        its manifest records: a WARNING names it) or was built with other parameters; the caller then rebuilds it from
+        the store. An index saved before the delta and token
         cache were written (format 1) loads its main segment only: the caller re-adds the delta's documents
         and the next merge re-tokenizes the main segment's texts.
         """
-        import bm25s
+        bm25s = import_bm25s()
 
         directory = Path(directory)
         self.wait()
@@ -1194,8 +1219,13 @@ class BM25Index:
                 # format 2 keeps the main vocabulary as the first ids of vocab.json (one save writes both):
                 # bm25s's own copy (a JSON object of a million tokens at 1M chunks) is not parsed a second time
                 # the score matrix is memory-mapped read-only (searches read a few term columns; nothing writes it)
-                main = bm25s.BM25.load(str(directory / "bm25s"), show_progress=False, verbosity=0, mmap=True,
-                                       load_vocab=manifest["format_version"] < 2)
+                main = bm25s.BM25.load(
+                    str(directory / "bm25s"),
+                    show_progress=False,
+                    verbosity=0,
+                    mmap=True,
+                    load_vocab=manifest["format_version"] < 2,
+                )
                 if int(main.scores["num_docs"]) != len(ids) or len(alive) != len(ids):
                     raise ValueError("id map and bm25s index disagree")
                 # plain ndarray views of the maps (the mapping stays open through ``.base``): every slice of an
@@ -1218,7 +1248,10 @@ class BM25Index:
                 self._main = main
                 self._main_token = manifest.get("main_token")
                 recorded = manifest.get("crc32") or {}
-                self._main_crcs = (self._main_token, {n: list(v) for n, v in recorded.items() if n.startswith("bm25s/")})
+                self._main_crcs = (
+                    self._main_token,
+                    {n: list(v) for n, v in recorded.items() if n.startswith("bm25s/")},
+                )
                 self._main_ids = ids.astype(np.int64)
                 self._main_alive = alive.astype(np.float32)
                 self._main_df = np.diff(np.asarray(main.scores["indptr"], dtype=np.int64))
@@ -1250,9 +1283,13 @@ class BM25Index:
         data = np.load(directory / "tokens.npy", allow_pickle=False, mmap_mode="r")  # read only by merges and saves
         delta_ids = np.load(directory / "delta_ids.npy", allow_pickle=False)
         if (
-            len(vocab) != manifest["vocab_size"] or len(doc_ids) != manifest["token_docs"] or len(lengths) != len(doc_ids)
-            or int(lengths.sum()) != manifest["tokens"] or len(data) != manifest["tokens"]
-            or len(delta_ids) != manifest["delta_docs"] or int(delta_ids.sum()) != manifest["delta_ids_sum"]
+            len(vocab) != manifest["vocab_size"]
+            or len(doc_ids) != manifest["token_docs"]
+            or len(lengths) != len(doc_ids)
+            or int(lengths.sum()) != manifest["tokens"]
+            or len(data) != manifest["tokens"]
+            or len(delta_ids) != manifest["delta_docs"]
+            or int(delta_ids.sum()) != manifest["delta_ids_sum"]
         ):
             raise ValueError("token cache does not match the manifest (files from two saves)")
         if len(data) and (int(data.min()) < 0 or int(data.max()) >= len(vocab)):
@@ -1400,8 +1437,15 @@ def _rewrite_main_vocab(path: Path, vocab: list[str]) -> None:
     os.replace(tmp, path)
 
 
-_CACHE_FILES = ("ids.npy", "alive.npy", "delta_ids.npy", "token_doc_ids.npy", "token_lengths.npy", "tokens.npy",
-                "vocab.json")
+_CACHE_FILES = (
+    "ids.npy",
+    "alive.npy",
+    "delta_ids.npy",
+    "token_doc_ids.npy",
+    "token_lengths.npy",
+    "tokens.npy",
+    "vocab.json",
+)
 """The files :meth:`BM25Index.save` writes anew every time (besides ``bm25s/`` and ``manifest.json``)."""
 
 
@@ -1421,4 +1465,3 @@ def _link_main(previous: Path | None, directory: Path, token: str | None) -> boo
         shutil.rmtree(directory / "bm25s", ignore_errors=True)
         return False
     return True
-

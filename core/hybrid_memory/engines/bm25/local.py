@@ -138,7 +138,7 @@ class LocalBM25:
         if allowed is not None and allowed is not self.population:
             keep &= allowed.contains(self.ids)
         ids, scores = self.ids[keep], self.scores[keep]
-        order = np.lexsort((ids, -scores))[:max(k, 0)]
+        order = np.lexsort((ids, -scores))[: max(k, 0)]
         return [(int(ids[i]), float(scores[i])) for i in order]
 
     def score(self, ids: np.ndarray) -> np.ndarray:
@@ -161,8 +161,9 @@ class LocalBM25:
         dfs = [self.df[t] for t in self.terms.distinct if self.tf[t][j] > 0]
         return calibration.term_surprise(dfs, self.n, self.n if n is None else n)
 
-    def exact_matches(self, ids: np.ndarray, max_df: int, min_share: float, min_terms: int = 3,
-                      cache: dict | None = None) -> np.ndarray:
+    def exact_matches(
+        self, ids: np.ndarray, max_df: int, min_share: float, min_terms: int = 3, cache: dict | None = None
+    ) -> np.ndarray:
         """:meth:`BM25Index.exact_matches` with rare identifiers judged by the population's document frequencies
         (held by 1 to ``max_df`` of its documents); the whole-query part reads the candidates only."""
         ids = np.asarray(ids, dtype=np.int64)
@@ -208,8 +209,12 @@ def local_bm25(index: BM25Index, query: str, population: RowSet, cache: dict | N
     """The :class:`LocalBM25` of the query over the population, kept in ``cache`` (``Query.cache``) for the same
     population object and index generation, so search, score, surprise and the exact-match guard share one pass."""
     held = cache.get("bm25_local") if cache is not None else None
-    if (held is not None and held.population is population and held.query == query
-            and held.generation == index._generation):
+    if (
+        held is not None
+        and held.population is population
+        and held.query == query
+        and held.generation == index._generation
+    ):
         return held
     local = LocalBM25(index, query, population, cache)
     if cache is not None:

@@ -38,14 +38,16 @@ class TokenCache(MutableMapping):
     Not thread-safe by itself: :class:`~hybrid_memory.engines.bm25.index.BM25Index` calls it under its lock.
     """
 
-    def __init__(self, doc_ids: np.ndarray | None = None, lengths: np.ndarray | None = None,
-                 data: np.ndarray | None = None) -> None:
+    def __init__(
+        self, doc_ids: np.ndarray | None = None, lengths: np.ndarray | None = None, data: np.ndarray | None = None
+    ) -> None:
         doc_ids = np.zeros(0, np.int64) if doc_ids is None else np.asarray(doc_ids, dtype=np.int64)
         lengths = np.zeros(0, np.int64) if lengths is None else np.asarray(lengths, dtype=np.int64)
         data = np.zeros(0, np.int32) if data is None else np.asarray(data, dtype=np.int32)
         if len(lengths) != len(doc_ids) or int(lengths.sum()) != len(data) or (len(lengths) and lengths.min() < 0):
-            raise ValueError(f"{len(doc_ids)} doc ids, {len(lengths)} lengths summing to {int(lengths.sum())}, "
-                             f"{len(data)} token ids")
+            raise ValueError(
+                f"{len(doc_ids)} doc ids, {len(lengths)} lengths summing to {int(lengths.sum())}, {len(data)} token ids"
+            )
         self._order = np.argsort(doc_ids, kind="stable")
         self._sorted = doc_ids[self._order]
         if len(doc_ids) and (self._sorted[0] < 0 or (np.diff(self._sorted) == 0).any()):

@@ -62,7 +62,16 @@ from ..._exceptions import DimensionMismatchError, InvalidRequestError
 from ..calibration import MOMENTS_MAX_DIM, VectorMoments, gaussian_surprise
 from ..rowset import RowSet, as_rowset, id_bounds
 
-__all__ = ["ANN_MIN", "CODE_COST", "DELTA_FRACTION", "DENSE_KINDS", "EXACT_MIN", "IVF_REWRITE_FRACTION", "ROW_COST", "FaissIndex"]
+__all__ = [
+    "ANN_MIN",
+    "CODE_COST",
+    "DELTA_FRACTION",
+    "DENSE_KINDS",
+    "EXACT_MIN",
+    "IVF_REWRITE_FRACTION",
+    "ROW_COST",
+    "FaissIndex",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -184,8 +193,16 @@ class FaissIndex:
             raise ValueError(f"dim must be >= 1, got {dim}")
         if kind not in DENSE_KINDS:
             raise InvalidRequestError(f"dense index kind must be one of {DENSE_KINDS}, got {kind!r}")
-        if ann_min < 1 or (exact_max is not None and exact_max < 0) or rerank < 1 or retrain_growth <= 1 or (nprobe is not None and nprobe < 1):
-            raise ValueError("ann_min >= 1, exact_max >= 0, rerank >= 1, retrain_growth > 1 and nprobe >= 1 are required")
+        if (
+            ann_min < 1
+            or (exact_max is not None and exact_max < 0)
+            or rerank < 1
+            or retrain_growth <= 1
+            or (nprobe is not None and nprobe < 1)
+        ):
+            raise ValueError(
+                "ann_min >= 1, exact_max >= 0, rerank >= 1, retrain_growth > 1 and nprobe >= 1 are required"
+            )
         self.dim = dim
         self.kind = kind
         self.omp_threads = omp_threads
@@ -675,7 +692,11 @@ class FaissIndex:
                     query = self._check(np.asarray(query, dtype=np.float32).reshape(1, -1))[0]
             slots = self._held_slots(ids)
             if slots is not None:  # the common case: a search's candidates, every id held
-                out = scan[2][slots].astype(np.float64) if scan is not None else self._vectors.dot(slots, query).astype(np.float64)
+                out = (
+                    scan[2][slots].astype(np.float64)
+                    if scan is not None
+                    else self._vectors.dot(slots, query).astype(np.float64)
+                )
                 if self._n_zero:
                     out[self._zero[ids]] = np.nan
                 return out
@@ -683,7 +704,9 @@ class FaissIndex:
             slots = self._slots(ids)
             held = slots >= 0
             if held.any():
-                out[held] = (scan[2][slots[held]] if scan is not None else self._vectors.dot(slots[held], query)).astype(np.float64)
+                out[held] = (
+                    scan[2][slots[held]] if scan is not None else self._vectors.dot(slots[held], query)
+                ).astype(np.float64)
                 if self._n_zero:
                     zero = np.zeros(len(ids), dtype=bool)
                     zero[held] = self._zero[ids[held]]
@@ -711,7 +734,9 @@ class FaissIndex:
                 raise KeyError(f"ids not in the dense index: {ids[slots < 0][:5].tolist()}")
             return self._vectors.gather(slots)
 
-    def surprise(self, query: np.ndarray, top: float, n: int | None = None, *, cache: dict | None = None) -> float | None:
+    def surprise(
+        self, query: np.ndarray, top: float, n: int | None = None, *, cache: dict | None = None
+    ) -> float | None:
         """The surprise of the inner product ``top`` as the query's best, in nats
         (:func:`~hybrid_memory.engines.calibration.gaussian_surprise`): the chance scores are normal with the mean and
         variance of the float32 (dim,) ``query``'s inner products over every live vector (all-zero ones left out;
@@ -810,11 +835,20 @@ class FaissIndex:
                     faiss.write_index(self._ivf, str(directory / ivf_file))
                     self._ivf_changes = 0
             live = self._slot_ids[:n][self._slot_ids[:n] >= 0]
-            written = [base_name, "delta_slots.npy", "delta_vectors.npy", "slot_ids.npy",
-                       *(["moments.npy"] if self._moments is not None else []), *([ivf_file] if ivf_file else [])]
+            written = [
+                base_name,
+                "delta_slots.npy",
+                "delta_vectors.npy",
+                "slot_ids.npy",
+                *(["moments.npy"] if self._moments is not None else []),
+                *([ivf_file] if ivf_file else []),
+            ]
             # token-named files never change: a linked one keeps the checksum it had when written or verified
-            crcs = file_checksums(directory, [name for name in written if name],
-                                  {name: v for name, v in self._file_crcs.items() if name in (base_name, ivf_file)})
+            crcs = file_checksums(
+                directory,
+                [name for name in written if name],
+                {name: v for name, v in self._file_crcs.items() if name in (base_name, ivf_file)},
+            )
             self._file_crcs = {name: crcs[name] for name in (base_name, ivf_file) if name}
             manifest = {
                 "format_version": _FORMAT_VERSION,
@@ -931,8 +965,11 @@ class FaissIndex:
                 self._ivf_file = ivf_file
                 self._ivf_changes = replayed
                 recorded = manifest.get("crc32") or {}
-                self._file_crcs = {name: list(recorded[name]) for name in (base_name, ivf_file)
-                                   if isinstance(name, str) and name in recorded}
+                self._file_crcs = {
+                    name: list(recorded[name])
+                    for name in (base_name, ivf_file)
+                    if isinstance(name, str) and name in recorded
+                }
         return True
 
 
@@ -962,7 +999,7 @@ def _load_moments(
             logger.warning("saved corpus moments %s are unreadable (%s); counting them from the vectors", path, exc)
             moments = VectorMoments(dim)
     for start in range(0, len(live_slots), 65_536):
-        moments.add(vectors.gather(live_slots[start:start + 65_536]))
+        moments.add(vectors.gather(live_slots[start : start + 65_536]))
     return moments
 
 
@@ -974,8 +1011,10 @@ def _zero_ids(manifest: dict[str, Any], live: np.ndarray, live_slots: np.ndarray
         if len(zero) and not np.isin(zero, live).all():
             raise ValueError("zero_ids names ids that are not live")
         return zero
-    found = [live[start : start + 65_536][~vectors.gather(live_slots[start : start + 65_536]).any(axis=1)]
-             for start in range(0, len(live), 65_536)]
+    found = [
+        live[start : start + 65_536][~vectors.gather(live_slots[start : start + 65_536]).any(axis=1)]
+        for start in range(0, len(live), 65_536)
+    ]
     return np.concatenate(found).astype(np.int64) if found else np.zeros(0, dtype=np.int64)
 
 
@@ -1168,8 +1207,13 @@ def _dot_by_index(out: np.ndarray, query: np.ndarray, rows: np.ndarray, index: n
     index = np.ascontiguousarray(index, dtype=np.int64)  # bound here: the pointer below must not outlive it
     if len(index):
         faiss.fvec_inner_products_by_idx(  # type: ignore[attr-defined]  # in faiss's SWIG module, not in its stubs
-            faiss.swig_ptr(out), faiss.swig_ptr(query), faiss.swig_ptr(rows), faiss.swig_ptr(index),
-            rows.shape[1], 1, len(index),
+            faiss.swig_ptr(out),
+            faiss.swig_ptr(query),
+            faiss.swig_ptr(rows),
+            faiss.swig_ptr(index),
+            rows.shape[1],
+            1,
+            len(index),
         )
 
 
