@@ -96,3 +96,86 @@ def test_a_memory_whose_indexes_cannot_be_saved_opens_and_answers(tmp_path, monk
         monkeypatch.undo()  # space freed before close: the rebuilt indexes are saved then
     assert any("is full" in r.getMessage() and "answers searches" in r.getMessage() for r in caplog.records)
     assert (tmp_path / "m" / "dense" / "manifest.json").is_file()
+
+
+class _NoRoomForShm:
+    """A stand-in for a connection SQLite opened on a full disk: every statement fails as SQLite does when it
+    cannot create the store's ``-wal`` / ``-shm`` files ("disk I/O error")."""
+
+    def __init__(self, conn):
+        self._conn = conn
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+    def execute(self, *args):
+        raise sqlite3.OperationalError("disk I/O error")
+
+    executescript = execute
+
+
+def _full_disk_at_open(monkeypatch):
+    """Inject a full disk at the store's open: 0 bytes free, and every connection that would need a ``-shm``
+    file (all but an ``immutable=1`` one, which reads the database file alone) fails its first statement."""
+    from hybrid_memory.backends.embedded import store as store_module
+
+    real = sqlite3.connect
+
+    def connect(database, *args, **kwargs):
+        connection = real(database, *args, **kwargs)
+        return connection if "immutable=1" in str(database) else _NoRoomForShm(connection)
+
+    monkeypatch.setattr(store_module, "free_bytes", lambda folder: 0)
+    monkeypatch.setattr(store_module.sqlite3, "connect", connect)
+
+
+def test_a_memory_on_a_disk_too_full_for_its_wal_files_opens_read_only_and_answers(tmp_path, monkeypatch, caplog):
+    with HybridMemory(tmp_path / "m", embedder=HashingEmbedder(16)) as memory:
+        memory.add(NOTES)  # acknowledged; a clean close leaves no -wal file
+        expected = [r.chunk_id for r in memory.search("note 7 billing-service", top_k=3).results]
+    _full_disk_at_open(monkeypatch)
+    with caplog.at_level("WARNING"), HybridMemory.open(tmp_path / "m", embedder=HashingEmbedder(16)) as memory:
+        assert memory.backend.store.read_only is not None
+        assert [r.chunk_id for r in memory.search("note 7 billing-service", top_k=3).results] == expected
+        assert memory.count() == 30 and len(memory.get(["n3", "n29"])) == 2
+        for write in (
+            lambda: memory.add([{"chunk_id": "new", "text": "a new note"}]),
+            lambda: memory.delete(["n1"]),
+            lambda: memory.upsert([{"chunk_id": "n2", "text": "replaced"}]),
+        ):
+            with pytest.raises(DiskFullError) as err:
+                write()
+            assert str(err.value) == (
+                f"write: the memory at {tmp_path / 'm'} was opened read-only because the disk holding it is full "
+                "(0 bytes free; the writable open failed: disk I/O error); nothing of this write was stored, and "
+                "every write acknowledged before it is kept; free disk space and open the memory again to write "
+                "(searches still work)"
+            )
+        assert memory.count() == 30
+    assert any("opened read-only" in r.getMessage() for r in caplog.records)
+    monkeypatch.undo()  # space freed: it opens for writing again, nothing lost
+    with HybridMemory.open(tmp_path / "m", embedder=HashingEmbedder(16)) as memory:
+        assert memory.backend.store.read_only is None
+        memory.add([{"chunk_id": "new", "text": "a new note"}])
+        assert memory.count() == 31
+
+
+def test_a_full_disk_with_commits_still_in_the_wal_is_a_clear_error_not_a_wrong_read(tmp_path, monkeypatch):
+    """Commits still in the -wal file (a process killed before its checkpoint) cannot be read without a -shm
+    file: reading the database file alone (immutable) would miss them, so the open refuses, naming the cause."""
+    writer = HybridMemory(tmp_path / "m", embedder=HashingEmbedder(16))
+    writer.add(NOTES)  # committed to the -wal file; the writer stays open (its process "killed" later)
+    assert (tmp_path / "m" / "store.sqlite3-wal").stat().st_size > 0
+    _full_disk_at_open(monkeypatch)
+    with pytest.raises(DiskFullError) as err:
+        HybridMemory.open(tmp_path / "m", embedder=HashingEmbedder(16))
+    assert str(err.value).startswith(
+        f"open: the disk holding the memory at {tmp_path / 'm'} is full (0 bytes free) "
+        "and the store cannot be opened even read-only (disk I/O error; its write-ahead "
+        "log holds "
+    )
+    assert str(err.value).endswith("nothing stored was changed or lost: free disk space (a few MB) and open it again")
+    monkeypatch.undo()
+    writer.close()
+    with HybridMemory.open(tmp_path / "m", embedder=HashingEmbedder(16)) as memory:
+        assert memory.count() == 30

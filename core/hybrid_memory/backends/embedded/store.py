@@ -188,6 +188,23 @@ class NewRow:
     """Values of :data:`SYSTEM_COLUMNS` (scope, event time, merges); missing ones are NULL / '[]'."""
 
 
+_ROOM_TO_OPEN = 1 << 20
+"""Free bytes (1 MiB) below which a failed writable open of the store is taken for a full disk and retried
+read-only (SQLite needs 32 KiB for the ``-shm`` index and room for the ``-wal`` file)."""
+
+
+def free_bytes(folder: Path) -> int | None:
+    """Bytes an unprivileged process may still write on the file system holding ``folder`` (``statvfs``'s
+    ``f_bavail * f_frsize``); None where that cannot be read."""
+    import os
+
+    try:
+        stats = os.statvfs(folder)
+    except (OSError, AttributeError):  # no statvfs (Windows), or the folder is gone
+        return None
+    return int(stats.f_bavail * stats.f_frsize)
+
+
 class SQLiteStore:
     """Chunks and their vectors in one SQLite database (standard library ``sqlite3``).
 
@@ -218,19 +235,92 @@ class SQLiteStore:
         self.log_keep = int(log_keep)
         self._lock = threading.RLock()
         self._key_memo: dict[int, str] = {}  # rowid -> chunk_id, immutable (see chunk_ids_by_rowid)
+        self.read_only: str | None = None
+        """None, or why the store was opened read-only (a full disk: :meth:`_open_read_only`); every write then
+        raises :class:`~hybrid_memory.DiskFullError` with it."""
         self._connection: sqlite3.Connection | None = sqlite3.connect(
             ":memory:" if path is None else str(path), check_same_thread=False, timeout=busy_timeout
         )
-        if path is not None:
-            self._enable_wal(busy_timeout)
-        self._conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
-        # a deleted chunk's text is overwritten with zeros, not left in a free page (issue 35); many builds,
-        # Debian's among them, default to it, others do not (SQLite docs, "PRAGMA secure_delete")
-        self._conn.execute("PRAGMA secure_delete=ON")
-        with self._lock, self._busy("open"):
-            self._conn.executescript(_SCHEMA)
-            register_sql_functions(self._conn)  # hm_canonical_json, for list equality in filter SQL
-            self._migrate()
+        try:
+            if path is not None:
+                self._enable_wal(busy_timeout)
+            self._conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            # a deleted chunk's text is overwritten with zeros, not left in a free page (issue 35); many builds,
+            # Debian's among them, default to it, others do not (SQLite docs, "PRAGMA secure_delete")
+            self._conn.execute("PRAGMA secure_delete=ON")
+            with self._lock, self._busy("open"):
+                self._conn.executescript(_SCHEMA)
+                register_sql_functions(self._conn)  # hm_canonical_json, for list equality in filter SQL
+                self._migrate()
+        except (sqlite3.OperationalError, DiskFullError) as exc:
+            free = None if path is None else free_bytes(path.parent)
+            if path is None or not path.exists() or free is None or free >= _ROOM_TO_OPEN:
+                raise
+            self._open_read_only(exc, free)
+
+    def _open_read_only(self, failure: BaseException, free: int) -> None:
+        """Open the store read-only after the writable open failed on a full disk (issue 35): a memory on a full
+        disk opens and answers searches, and every write raises DiskFullError naming the cause.
+
+        SQLite cannot open a WAL database for writing without its ``-wal`` and ``-shm`` files, which it creates
+        (the ``-shm`` index is 32 KiB); on a full disk that fails ("disk I/O error"). Read-only, SQLite reads a
+        WAL database through existing ``-wal`` / ``-shm`` files (``mode=ro``), or, when the ``-wal`` file is
+        absent or empty (a memory closed cleanly: every commit is in the database file), straight from the
+        database file (``immutable=1``: no ``-shm`` needed). SQLite's documentation: "WAL-mode read-only
+        databases" and the ``immutable`` URI parameter. This process writes nothing, and no other can while the
+        disk stays full; once space is freed, another process's writes are not seen through an immutable
+        connection (SQLite may then report a damaged page to a read: a read error, never a change to the file),
+        so the memory is to be opened again then, as the warning says.
+
+        Raises:
+            DiskFullError: neither works (``-wal`` holds commits not yet in the database file, and no ``-shm``
+                can be made to read them): the message names the folder, the free space and the fix.
+        """
+        assert self.path is not None
+        if self._connection is not None:
+            self._connection.close()
+        self._connection = None
+        wal = self.path.with_name(self.path.name + "-wal")
+        wal_size = wal.stat().st_size if wal.exists() else 0
+        cause = f"the disk holding it is full ({free:,} bytes free; the writable open failed: {failure})"
+        uris = [f"file:{self.path}?mode=ro"] + ([f"file:{self.path}?mode=ro&immutable=1"] if wal_size == 0 else [])
+        last: BaseException = failure
+        for uri in uris:
+            connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            try:
+                present = {row[1] for row in connection.execute("PRAGMA table_info(chunks)")}
+            except sqlite3.Error as exc:
+                connection.close()
+                last = exc
+                continue
+            if not present or any(name not in present for name in SYSTEM_COLUMNS):
+                connection.close()  # a store written before the system columns needs a migration: a write
+                break
+            register_sql_functions(connection)
+            self._connection = connection
+            self.read_only = cause
+            logger.warning(
+                "the memory at %s is opened read-only: %s; it answers searches, and writes raise "
+                "DiskFullError until disk space is freed and it is opened again",
+                self.path.parent,
+                cause,
+            )
+            return
+        raise DiskFullError(
+            f"open: the disk holding the memory at {self.path.parent} is full ({free:,} bytes free) and the store "
+            f"cannot be opened even read-only ({last}; its write-ahead log holds {wal_size:,} bytes of commits that "
+            "SQLite needs room to read); nothing stored was changed or lost: free disk space (a few MB) and open it "
+            "again"
+        ) from failure
+
+    def _refuse_write(self, what: str) -> None:
+        """Raise DiskFullError if the store was opened read-only (a full disk at open)."""
+        if self.read_only is not None:
+            raise DiskFullError(
+                f"{what}: the memory at {self.path.parent if self.path else None} was opened read-only because "
+                f"{self.read_only}; nothing of this {what} was stored, and every write acknowledged before it is "
+                "kept; free disk space and open the memory again to write (searches still work)"
+            )
 
     @property
     def _conn(self) -> sqlite3.Connection:
@@ -336,6 +426,7 @@ class SQLiteStore:
 
     def set_meta(self, key: str, value: Any) -> None:
         """Store a JSON-serialisable value under key."""
+        self._refuse_write("set_meta")
         with self._lock, self._busy("set_meta"), self._conn:
             self._conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, json.dumps(value)))
 
@@ -461,6 +552,7 @@ class SQLiteStore:
 
     @contextlib.contextmanager
     def _write_transaction(self, since_seq: int | None) -> Iterator[_Transaction]:
+        self._refuse_write("write")
         with self._lock, self._busy("write"):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
