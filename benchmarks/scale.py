@@ -27,7 +27,8 @@ Phases, each in its own process so resident memory (RSS, sampled every 50 ms wit
        filtered search; then add-to-searchable, upsert-to-searchable and delete-to-gone (write + one
        search that must show the change).
 
-Targets (issue 8): at 100k hybrid p50 <= 1.15 x the slower engine alone, add-to-searchable <= 50 ms; at 1M
+Targets (issue 8): at 100k hybrid p50 <= the slower engine alone + 0.5 ms (re-scoped from a 1.15 ratio),
+add-to-searchable <= 50 ms; at 1M
 hybrid p50 <= 50 ms with or without a filter, filter resolution <= 5 ms for eq/$in, recall@10 >= 0.95
 unfiltered and at 50/10/1%, median upsert-to-searchable <= 20 ms, peak RSS <= 8 GB in bulk load and <= 5 GB
 once open, reopen <= 30 s. Prints tables, writes ``benchmarks/results/scale_<n>.json``.
@@ -77,7 +78,7 @@ TARGETS = {
     "recall": 0.95,
     "upsert_p50_ms": 20.0,
     "add_p50_ms": 50.0,
-    "ratio_100k": 1.15,
+    "extra_100k_ms": 0.5,
     "bulk_rss_gb": 8.0,
     "open_rss_gb": 5.0,
     "reopen_s": 30.0,
@@ -667,9 +668,17 @@ def report(n: int, build: dict, search: dict) -> dict:
             )
             for name in FILTERS
         }
+        extra = {
+            name: round(
+                lat[name]["hybrid"]["p50_ms"] - max(lat[name]["sparse"]["p50_ms"], lat[name]["dense"]["p50_ms"]), 3
+            )
+            for name in FILTERS
+        }
         print("hybrid p50 / slower engine p50:", ratios)
-        verdicts["hybrid p50 <= 1.15 x slower engine (unfiltered)"] = ratios["none"] <= TARGETS["ratio_100k"]
+        print("hybrid p50 - slower engine p50 (ms):", extra)
+        verdicts["hybrid p50 <= slower engine + 0.5 ms (unfiltered)"] = extra["none"] <= TARGETS["extra_100k_ms"]
         search["hybrid_over_slower_engine_p50"] = ratios
+        search["hybrid_minus_slower_engine_p50_ms"] = extra
     for k, v in verdicts.items():
         print(f"  {'met' if v else 'NOT MET'}: {k}")
     return verdicts
