@@ -45,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import techdocs  # noqa: E402  (the shared ast reader and the set's container)
-from techdocs import _IDENTIFIER, _STOP, _WORD, TechDocs, _Def, _definitions, _tokens  # noqa: E402
+from techdocs import _IDENTIFIER, _WORD, TechDocs, _Def, _definitions, _tokens  # noqa: E402
 
 __all__ = ["MAX_CHARS", "PACKAGES", "QUERIES_PER_CLASS", "SEED", "build", "fingerprint"]
 
@@ -113,8 +113,6 @@ def build(seed: int = SEED, per_class: int = QUERIES_PER_CLASS) -> TechDocs:
             message_count[message] = message_count.get(message, 0) + 1
 
     rng = random.Random(seed)
-    used: set[str] = set()
-    targets: dict[str, list[tuple[_Def, str]]] = {"identifier": [], "paraphrase": [], "error": []}
     ident_pool = [
         d
         for d in defs
@@ -126,24 +124,9 @@ def build(seed: int = SEED, per_class: int = QUERIES_PER_CLASS) -> TechDocs:
     para_pool = [d for d in defs if len(_WORD.findall(d.summary)) >= 5 and d.summary.endswith(".")]
     error_pool = [d for d in defs if any(message_count[m] == 1 for _, m in d.messages)]
     need = per_class + (per_class + 2) // 3  # the filtered class borrows from each
-    for kind, pool in (("error", error_pool), ("identifier", ident_pool), ("paraphrase", para_pool)):
-        pool = sorted(pool, key=lambda d: d.chunk_id)
-        rng.shuffle(pool)
-        for d in pool:
-            if len(targets[kind]) >= need:
-                break
-            if d.chunk_id in used:
-                continue
-            if kind == "identifier":
-                words = [w for w in _WORD.findall(d.summary) if w.casefold() not in _STOP][:2]
-                text = d.name if len(targets[kind]) % 2 == 0 or len(words) < 2 else f"{d.name} {' '.join(words)}"
-            elif kind == "paraphrase":
-                text = d.summary
-            else:
-                exc, message = sorted((e, m) for e, m in d.messages if message_count[m] == 1)[0]
-                text = f"{exc}: {message}"
-            used.add(d.chunk_id)
-            targets[kind].append((d, text))
+    targets = techdocs.draw_targets(
+        {"error": error_pool, "identifier": ident_pool, "paraphrase": para_pool}, need, rng, message_count
+    )
 
     out = TechDocs()
     held_out = {d.chunk_id: d.summary for d, _ in targets["paraphrase"]}

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MODULES", "QUERIES_PER_CLASS", "SEED", "TechDocs", "build", "fingerprint"]
+__all__ = ["MODULES", "QUERIES_PER_CLASS", "SEED", "TechDocs", "build", "draw_targets", "fingerprint"]
 
 SEED = 20260407
 QUERIES_PER_CLASS = 150
@@ -237,8 +237,6 @@ def build(seed: int = SEED, per_class: int = QUERIES_PER_CLASS) -> TechDocs:
             message_count[message] = message_count.get(message, 0) + 1
 
     rng = random.Random(seed)
-    used: set[str] = set()
-    targets: dict[str, list[tuple[_Def, str]]] = {"identifier": [], "paraphrase": [], "error": []}
 
     ident_pool = [
         d
@@ -250,24 +248,9 @@ def build(seed: int = SEED, per_class: int = QUERIES_PER_CLASS) -> TechDocs:
     para_pool = [d for d in defs if len(_WORD.findall(d.summary)) >= 5 and d.summary.endswith(".")]
     error_pool = [d for d in defs if any(message_count[m] == 1 for _, m in d.messages)]
     need = per_class + (per_class + 2) // 3  # the filtered class borrows from each
-    for kind, pool in (("error", error_pool), ("identifier", ident_pool), ("paraphrase", para_pool)):
-        pool = sorted(pool, key=lambda d: d.chunk_id)
-        rng.shuffle(pool)
-        for d in pool:
-            if len(targets[kind]) >= need:
-                break
-            if d.chunk_id in used:
-                continue
-            if kind == "identifier":
-                words = [w for w in _WORD.findall(d.summary) if w.casefold() not in _STOP][:2]
-                text = d.name if len(targets[kind]) % 2 == 0 or len(words) < 2 else f"{d.name} {' '.join(words)}"
-            elif kind == "paraphrase":
-                text = d.summary
-            else:
-                exc, message = sorted((e, m) for e, m in d.messages if message_count[m] == 1)[0]
-                text = f"{exc}: {message}"
-            used.add(d.chunk_id)
-            targets[kind].append((d, text))
+    targets = draw_targets(
+        {"error": error_pool, "identifier": ident_pool, "paraphrase": para_pool}, need, rng, message_count
+    )
 
     out = TechDocs()
     held_out = {d.chunk_id: d.summary for kind in ("paraphrase",) for d, _ in targets[kind]}
@@ -309,6 +292,37 @@ def build(seed: int = SEED, per_class: int = QUERIES_PER_CLASS) -> TechDocs:
 _STOP = frozenset(
     "a an the of to and or in on for is are be by with from as that this it its if not return returns".split()
 )
+
+
+def draw_targets(
+    pools: dict[str, list[_Def]], need: int, rng: random.Random, message_count: dict[str, int]
+) -> dict[str, list[tuple[_Def, str]]]:
+    """Up to ``need`` (definition, query text) pairs per class, drawn in the order of ``pools`` (error, identifier,
+    paraphrase), each pool sorted by chunk id then shuffled by ``rng``, no definition used twice: an identifier query
+    is the name, every other one followed by two content words of its summary; a paraphrase is the summary (held out
+    of the chunk by the caller); an error query is ``Exception: message`` of a message no other chunk raises.
+    Shared by TechDocs and APIDocs (``benchmarks/apidocs.py``)."""
+    used: set[str] = set()
+    targets: dict[str, list[tuple[_Def, str]]] = {"identifier": [], "paraphrase": [], "error": []}
+    for kind, pool in pools.items():
+        pool = sorted(pool, key=lambda d: d.chunk_id)
+        rng.shuffle(pool)
+        for d in pool:
+            if len(targets[kind]) >= need:
+                break
+            if d.chunk_id in used:
+                continue
+            if kind == "identifier":
+                words = [w for w in _WORD.findall(d.summary) if w.casefold() not in _STOP][:2]
+                text = d.name if len(targets[kind]) % 2 == 0 or len(words) < 2 else f"{d.name} {' '.join(words)}"
+            elif kind == "paraphrase":
+                text = d.summary
+            else:
+                exc, message = sorted((e, m) for e, m in d.messages if message_count[m] == 1)[0]
+                text = f"{exc}: {message}"
+            used.add(d.chunk_id)
+            targets[kind].append((d, text))
+    return targets
 
 
 def fingerprint(data: TechDocs) -> str:
