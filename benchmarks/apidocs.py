@@ -45,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import techdocs  # noqa: E402  (the shared ast reader and the set's container)
-from techdocs import _IDENTIFIER, _WORD, TechDocs, _Def, _definitions, _tokens  # noqa: E402
+from techdocs import _IDENTIFIER, _WORD, TechDocs, _Def, _definitions  # noqa: E402
 
 __all__ = ["MAX_CHARS", "PACKAGES", "QUERIES_PER_CLASS", "SEED", "build", "fingerprint"]
 
@@ -100,17 +100,7 @@ def build(seed: int = SEED, per_class: int = QUERIES_PER_CLASS) -> TechDocs:
     defs = [d for d in defs if not (d.chunk_id in seen or seen.add(d.chunk_id))]  # redefinitions: first wins
     package_of = {d.chunk_id: _package(d.module) for d in defs}
 
-    token_df: dict[str, int] = {}
-    for d in defs:
-        for token in _tokens(d.text):
-            token_df[token] = token_df.get(token, 0) + 1
-    name_count: dict[str, int] = {}
-    for d in defs:
-        name_count[d.name] = name_count.get(d.name, 0) + 1
-    message_count: dict[str, int] = {}
-    for d in defs:
-        for message in {m for _, m in d.messages}:
-            message_count[message] = message_count.get(message, 0) + 1
+    token_df, name_count, message_count = techdocs.corpus_counts(defs)
 
     rng = random.Random(seed)
     ident_pool = [

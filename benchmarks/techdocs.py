@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MODULES", "QUERIES_PER_CLASS", "SEED", "TechDocs", "build", "draw_targets", "fingerprint"]
+__all__ = ["MODULES", "QUERIES_PER_CLASS", "SEED", "TechDocs", "build", "corpus_counts", "draw_targets", "fingerprint"]
 
 SEED = 20260407
 QUERIES_PER_CLASS = 150
@@ -224,17 +224,7 @@ def build(seed: int = SEED, per_class: int = QUERIES_PER_CLASS) -> TechDocs:
     seen: set[str] = set()
     defs = [d for d in defs if not (d.chunk_id in seen or seen.add(d.chunk_id))]  # redefinitions: first wins
 
-    token_df: dict[str, int] = {}
-    for d in defs:
-        for token in _tokens(d.text):
-            token_df[token] = token_df.get(token, 0) + 1
-    name_count: dict[str, int] = {}
-    for d in defs:
-        name_count[d.name] = name_count.get(d.name, 0) + 1
-    message_count: dict[str, int] = {}
-    for d in defs:
-        for message in {m for _, m in d.messages}:
-            message_count[message] = message_count.get(message, 0) + 1
+    token_df, name_count, message_count = corpus_counts(defs)
 
     rng = random.Random(seed)
 
@@ -292,6 +282,22 @@ def build(seed: int = SEED, per_class: int = QUERIES_PER_CLASS) -> TechDocs:
 _STOP = frozenset(
     "a an the of to and or in on for is are be by with from as that this it its if not return returns".split()
 )
+
+
+def corpus_counts(defs: list[_Def]) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """(document frequency of each token, definitions per name, definitions raising each message) over ``defs``:
+    what decides which names are rare identifiers and which messages are quoted by one chunk only. Shared by
+    TechDocs and APIDocs (``benchmarks/apidocs.py``)."""
+    token_df: dict[str, int] = {}
+    name_count: dict[str, int] = {}
+    message_count: dict[str, int] = {}
+    for d in defs:
+        for token in _tokens(d.text):
+            token_df[token] = token_df.get(token, 0) + 1
+        name_count[d.name] = name_count.get(d.name, 0) + 1
+        for message in {m for _, m in d.messages}:
+            message_count[message] = message_count.get(message, 0) + 1
+    return token_df, name_count, message_count
 
 
 def draw_targets(
