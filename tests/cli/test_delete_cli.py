@@ -1,4 +1,5 @@
-"""``hybrid-memory delete``: chunks deleted by id through HybridMemory.delete, reported as one JSON line."""
+"""``hybrid-memory delete``: chunks deleted by id through HybridMemory.delete, reported as one JSON line; and what the
+commands say about a memory folder whose store.sqlite3 was lost."""
 
 import json
 import logging
@@ -124,3 +125,37 @@ def test_delete_needs_an_id(memory, capsys):
         main(["delete", "--memory", memory])
     assert exit_.value.code == 2
     assert "the following arguments are required: ID" in capsys.readouterr().err
+
+
+# -- a memory folder whose store.sqlite3 was lost ------------------------------------------------------------------
+def lost_store_line(folder, found):
+    return (
+        f"hybrid-memory: error: {folder} holds a memory's files ({found}) but not its store, store.sqlite3: the store "
+        "is the source of truth (the chunks' texts, metadata and vectors) and cannot be rebuilt from the index files; "
+        "nothing was changed. Restore store.sqlite3 from a backup (put the copy into an empty folder and open that: "
+        f"its indexes are rebuilt from it), or move {folder} aside and ingest the documents into a new memory\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["search", "HTTP 504"], ["stats"], ["delete", POOL], ["ingest", str(EXAMPLE / "notes.jsonl"), "-q"]],
+    ids=["search", "stats", "delete", "ingest"],
+)
+@pytest.mark.parametrize("manifest", [True, False], ids=["with-manifest", "index-files-only"])
+def test_a_memory_whose_store_was_lost_says_so_and_the_fix(memory, capsys, command, manifest):
+    """A fresh user's finding: search on such a folder said only "no memory at ...", and ingest (or search, once
+    the manifest was gone too) created an empty store over the index files. Now every command names what is
+    missing and the fix, exit code 2, and the folder is left exactly as it was."""
+    folder = Path(memory)
+    (folder / "store.sqlite3").unlink()
+    if not manifest:
+        (folder / "manifest.json").unlink()
+    before = {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))}
+    assert main([command[0], "--memory", memory, "--hashing-dim", "64", *command[1:]]) == 2
+    found = "indexes.json, bm25/, dense/, filters/"
+    captured = capsys.readouterr()
+    assert captured.err == lost_store_line(memory, f"manifest.json, {found}" if manifest else found)
+    assert captured.out == ""
+    after = {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))}
+    assert after == before
