@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from os import PathLike
-from typing import Any
+from typing import Any, cast
 
 from hybrid_memory import (
     Chunk,
@@ -27,6 +27,7 @@ from hybrid_memory._adapter_support import (
     FUSED_SCORE_KEY,
     absolute_score,
     build_owned,
+    check_memory_argument,
     check_search_settings,
     check_top_k,
     refuse_memory_argument,
@@ -194,7 +195,9 @@ class HybridMemoryRetriever(BaseRetriever):
     memory: HybridMemory | ScopedMemory
     """The core memory searched (or a scoped view of it). A memory the retriever opened itself
     (``from_documents``, ``from_texts``, ``from_path``) is closed by :meth:`close` / the ``with`` block; one
-    passed in stays the caller's."""
+    passed in stays the caller's. A path is refused, not opened (an :class:`~hybrid_memory.InvalidRequestError`
+    naming ``HybridMemoryRetriever.from_path(path)``, which opens the folder and closes it with the retriever, and
+    ``memory=HybridMemory.open(path)``, which the caller closes)."""
     _owns_memory: bool = PrivateAttr(default=False)
     scope: dict[str, str] | None = None
     """Scope the retriever is bound to (``{"user_id": "u1"}``; fields tenant, user_id, agent_id, session_id):
@@ -222,14 +225,23 @@ class HybridMemoryRetriever(BaseRetriever):
 
         Raises:
             InvalidRequestError: a field out of range, of the wrong type, or unknown; the message names it and
-                the accepted values (pydantic's ``ValidationError`` is its cause).
+                the accepted values (pydantic's ``ValidationError`` is its cause). ``memory`` that is not a memory
+                (a path: the message names ``from_path``; see :attr:`memory`).
             InvalidFilterError: the metadata filter is malformed.
             ScopeError: ``scope`` contradicts the scope of the ``memory`` view.
         """
+        if "memory" in kwargs:  # before pydantic: a path is one line naming from_path, not a chained ValidationError
+            check_memory_argument(type(self).__name__, kwargs["memory"])
         try:
             super().__init__(*args, **kwargs)
         except ValidationError as exc:
             raise unwrap_validation_error(exc, type(self).__name__) from exc
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _memory_is_a_memory(cls, value: Any) -> HybridMemory | ScopedMemory:
+        # before pydantic's is-instance checks, whose two-error wording names neither fix: a path names from_path
+        return cast("HybridMemory | ScopedMemory", check_memory_argument(cls.__name__, value))
 
     @field_validator("k", mode="before")
     @classmethod

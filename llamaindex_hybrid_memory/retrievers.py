@@ -25,6 +25,7 @@ from hybrid_memory._adapter_support import (
     FUSED_SCORE_KEY,
     absolute_score,
     build_owned,
+    check_memory_argument,
     check_search_settings,
     refuse_memory_argument,
     result_metadata,
@@ -154,7 +155,10 @@ class HybridMemoryRetriever(BaseRetriever):
     :meth:`HybridMemory.search` and the LangChain adapter.
 
     Args:
-        memory: the core memory to search, or a scoped view of it (the retriever does not close it).
+        memory: the core memory to search, or a scoped view of it (the retriever does not close it). A path is
+            refused, not opened: an :class:`~hybrid_memory.InvalidRequestError` naming
+            ``HybridMemoryRetriever.from_path(path)`` (the retriever opens the folder and closes it) and
+            ``memory=HybridMemory.open(path)`` (the caller closes it).
         scope: scope the retriever is bound to (``{"user_id": "u1"}``): searches are restricted to it before
             ranking and inserted nodes are stamped with it. None: the memory's own scope.
         similarity_top_k: number of nodes to return (the core's ``top_k``, 1..1000); fewer when fewer
@@ -197,12 +201,7 @@ class HybridMemoryRetriever(BaseRetriever):
         object_map: dict | None = None,
         verbose: bool = False,
     ) -> None:
-        if not isinstance(memory, (HybridMemory, ScopedMemory)):
-            raise InvalidRequestError(
-                f"HybridMemoryRetriever: memory must be a hybrid_memory.HybridMemory (or a scoped view of one), got "
-                f"{type(memory).__name__}; open one with HybridMemory.open(path), or build the retriever with "
-                "HybridMemoryRetriever.from_documents(...) / from_path(path)"
-            )
+        check_memory_argument(type(self).__name__, memory)  # a path names from_path
         self.memory = memory
         self._owns_memory = False  # True when from_documents / from_nodes / from_path opened it
         self.scope = dict(scope) if scope else None

@@ -4,6 +4,8 @@
   importing them (the graph package itself refuses to import without them).
 - :func:`coerce_embedder`: a framework embedding model, a core ``Embedder`` or None -> what
   :class:`~hybrid_memory.HybridMemory` takes.
+- :func:`check_memory_argument`: a retriever's ``memory`` refused, with the fix, when it is not a memory (a
+  path names ``from_path``).
 - :func:`build_owned`: construct a retriever over a memory it opened, closing the memory when construction
   fails, and marking it owned so the retriever's ``close()`` closes it.
 - :func:`lazy_exports`: a module ``__getattr__`` that loads names from a submodule on first use.
@@ -35,6 +37,7 @@ __all__ = [
     "GRAPH_EXTRA_MODULES",
     "SHADOWED_METADATA_KEY",
     "build_owned",
+    "check_memory_argument",
     "check_search_settings",
     "check_top_k",
     "refuse_memory_argument",
@@ -217,6 +220,46 @@ def coerce_embedder(
     else:
         fix = f"got {type(embedder).__name__}"
     raise InvalidEmbedderError(f"{accepted}; {fix}, or leave {argument} unset for the default all-MiniLM-L6-v2")
+
+
+def check_memory_argument(owner: str, value: Any) -> Any:
+    """``value`` when it is what a retriever's ``memory`` takes: a :class:`~hybrid_memory.HybridMemory` or a
+    :class:`~hybrid_memory.ScopedMemory` view of one.
+
+    A path is refused, not opened: a memory given as ``memory`` stays the caller's (the retriever never closes
+    it), while a folder the retriever opens is the retriever's to close; ``from_path`` is the constructor that
+    opens one, as LangChain's ``FAISS.load_local`` and LlamaIndex's ``load_index_from_storage`` open theirs.
+
+    Args:
+        owner: the retriever's class name, first in the message and in the ``from_path`` it names.
+        value: what was given as ``memory``.
+
+    Raises:
+        InvalidRequestError: ``value`` is a path (a ``str`` or ``os.PathLike``): the one-line message names
+            ``{owner}.from_path(path)`` (the retriever opens and closes the folder) and
+            ``memory=HybridMemory.open(path)`` (the caller opens and closes it); anything else that is not a
+            memory: the message names its type and the same two ways.
+    """
+    import os
+
+    from hybrid_memory._exceptions import InvalidRequestError
+    from hybrid_memory.memory.hybrid import HybridMemory
+    from hybrid_memory.memory.scoped import ScopedMemory
+
+    if isinstance(value, HybridMemory | ScopedMemory):
+        return value
+    path = os.fspath(value) if isinstance(value, str | os.PathLike) else None
+    if isinstance(path, str):
+        raise InvalidRequestError(
+            f"{owner}: memory must be a HybridMemory, not a path ({path!r}); open the folder with "
+            f"{owner}.from_path({path!r}) (the retriever closes it), or pass memory=HybridMemory.open({path!r}) "
+            "(you close it)"
+        )
+    raise InvalidRequestError(
+        f"{owner}: memory must be a hybrid_memory.HybridMemory (or a scoped view of one), got {type(value).__name__}; "
+        f"open one with HybridMemory.open(path), or build the retriever with {owner}.from_documents(...) / "
+        "from_path(path)"
+    )
 
 
 def refuse_memory_argument(kwargs: Mapping[str, Any], method: str) -> None:

@@ -13,15 +13,18 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ._exceptions import InvalidRequestError
+from ._exceptions import InvalidRequestError, StoreFormatError
 
 __all__ = [
     "EDGE_CONFIG",
     "INDEX_LOCK",
+    "MEMORY_FILES",
     "STORE_FILE",
     "check_edge_path",
     "check_local_mode_path",
+    "check_store_present",
     "embedded_memory_at",
+    "memory_files_without_store",
     "memory_path",
 ]
 
@@ -34,6 +37,18 @@ clean-up take it)."""
 
 EDGE_CONFIG = "edge_config.json"
 """The file a Qdrant Edge shard (qdrant-edge-py 0.x) writes first in its folder."""
+
+MEMORY_FILES: tuple[str, ...] = (
+    "manifest.json",
+    "indexes.json",
+    "bm25/manifest.json",
+    "dense/manifest.json",
+    "filters/meta.json",
+    f"{STORE_FILE}-wal",
+)
+"""Files (relative to a memory folder) that only a memory writes besides :data:`STORE_FILE`, and only after its
+store exists: the manifest's readable copy, the derived indexes' own manifests and state file, the store's
+write-ahead log. A folder holding one of them but no store is a memory whose store was lost, not a new folder."""
 
 
 def memory_path(path: Any, what: str = "path") -> Path:
@@ -65,6 +80,36 @@ def memory_path(path: Any, what: str = "path") -> Path:
             f"index files), not one file{hint}"
         )
     return folder
+
+
+def memory_files_without_store(folder: Path) -> list[str]:
+    """The :data:`MEMORY_FILES` found in ``folder`` when it holds no :data:`STORE_FILE`, shown as a user would
+    look for them (``bm25/``, not ``bm25/manifest.json``), in that order; ``[]`` when the store is there, or when
+    none of them is (a missing or empty folder, or any folder a memory never wrote)."""
+    if (folder / STORE_FILE).exists():
+        return []
+    return [name.split("/")[0] + "/" if "/" in name else name for name in MEMORY_FILES if (folder / name).exists()]
+
+
+def check_store_present(folder: Path) -> None:
+    """Refuse a memory folder whose store is gone while its other files are there, before anything is written:
+    opening it would create an empty store beside the old index files (which it would then rebuild to nothing),
+    and every chunk would silently be lost for good. Nothing in ``folder`` is changed or removed.
+
+    Raises:
+        StoreFormatError: ``folder`` holds no :data:`STORE_FILE` but one of :data:`MEMORY_FILES`; the message
+            names the files found and the fix (restore the store from a backup, or move the folder aside and
+            ingest again).
+    """
+    found = memory_files_without_store(folder)
+    if found:
+        raise StoreFormatError(
+            f"{folder} holds a memory's files ({', '.join(found)}) but not its store, {STORE_FILE}: the store is the "
+            "source of truth (the chunks' texts, metadata and vectors) and cannot be rebuilt from the index files; "
+            f"nothing was changed. Restore {STORE_FILE} from a backup (put the copy into an empty folder and open "
+            f"that: its indexes are rebuilt from it), or move {folder} aside and ingest the documents into a new "
+            "memory"
+        )
 
 
 def embedded_memory_at(path: Path) -> Path | None:

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from hybrid_memory import HashingEmbedder, HybridMemory, InvalidRequestError
@@ -51,6 +52,67 @@ def test_a_memory_passed_in_stays_open():
         with LangChainRetriever(memory=memory, k=1) as lc, LlamaRetriever(memory, similarity_top_k=1) as li:
             assert lc.invoke("504")[0].id == li.retrieve("504")[0].node.node_id == "a"
         assert memory.search("504", top_k=1).results[0].chunk_id == "a"
+
+
+def path_message(path: str) -> str:
+    return (
+        f"HybridMemoryRetriever: memory must be a HybridMemory, not a path ({path!r}); open the folder with "
+        f"HybridMemoryRetriever.from_path({path!r}) (the retriever closes it), or pass "
+        f"memory=HybridMemory.open({path!r}) (you close it)"
+    )
+
+
+@pytest.mark.parametrize("path", ["./memory", Path("memory")], ids=["str", "Path"])
+@pytest.mark.parametrize(
+    "construct",
+    [
+        lambda path: LangChainRetriever(memory=path),
+        lambda path: LangChainRetriever(memory=path, k=3, scope={"user_id": "u1"}),
+        lambda path: LlamaRetriever(memory=path),
+        lambda path: LlamaRetriever(path, similarity_top_k=3),
+    ],
+    ids=["langchain", "langchain-with-fields", "llamaindex", "llamaindex-positional"],
+)
+def test_a_path_as_memory_is_one_line_naming_from_path(tmp_path, monkeypatch, path, construct):
+    """A fresh user's finding: HybridMemoryRetriever(memory="./memory") failed with pydantic's generic wording
+    (two "Input should be an instance of ..." errors). A path is refused, not opened: what is passed as memory stays
+    the caller's to close, while from_path opens the folder and closes it with the retriever; the message names
+    both, and nothing is opened or created."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidRequestError) as err:
+        construct(path)
+    assert str(err.value) == path_message(os.fspath(path))
+    assert err.value.__cause__ is None and err.value.__context__ is None  # no pydantic error chained to it
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_two_ways_the_path_message_names_both_work(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with HybridMemory("./memory", embedder=HashingEmbedder(16)) as memory:
+        memory.add([{"chunk_id": "a", "text": "HTTP 504 billing"}])
+    with LangChainRetriever.from_path("./memory", HashingEmbedder(16), k=1) as retriever:
+        assert [d.id for d in retriever.invoke("504")] == ["a"]
+    assert retriever.memory._closed  # the retriever opened it, so it closed it
+    with HybridMemory.open("./memory", embedder=HashingEmbedder(16)) as memory:
+        with LlamaRetriever(memory=memory, similarity_top_k=1) as retriever:
+            assert [n.node.node_id for n in retriever.retrieve("504")] == ["a"]
+        assert not memory._closed  # the caller's: left open for the caller to close
+
+
+@pytest.mark.parametrize(
+    "construct",
+    [lambda value: LangChainRetriever(memory=value), lambda value: LlamaRetriever(value)],
+    ids=["langchain", "llamaindex"],
+)
+@pytest.mark.parametrize("value, name", [(5, "int"), (None, "NoneType"), (b"./memory", "bytes")])
+def test_anything_else_as_memory_names_its_type(construct, value, name):
+    with pytest.raises(InvalidRequestError) as err:
+        construct(value)
+    assert str(err.value) == (
+        f"HybridMemoryRetriever: memory must be a hybrid_memory.HybridMemory (or a scoped view of one), got {name}; "
+        "open one with HybridMemory.open(path), or build the retriever with HybridMemoryRetriever.from_documents(...) "
+        "/ from_path(path)"
+    )
 
 
 def test_a_retriever_never_closed_is_healed_by_the_next_open_once(tmp_path):

@@ -132,6 +132,7 @@ def test_same_named_folders_are_not_overwritten(tmp_path, capsys):
     [
         (["search", "x"], "no memory at {}; create it with: hybrid-memory ingest"),
         (["stats"], "no memory at {}; create it with: hybrid-memory ingest"),
+        (["delete", "x"], "no memory at {}; create it with: hybrid-memory ingest"),
         (["mcp"], "no memory at {}; create it with: hybrid-memory ingest"),
         (["graph", "build"], "no memory at {}; create it with: hybrid-memory ingest"),
         (["graph", "show"], "no graph in {}/graph; run `hybrid-memory graph build --memory {}` first"),
@@ -167,7 +168,7 @@ def test_the_help_says_which_commands_create_the_memory(capsys):
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command").choices
-    for name in ("search", "stats", "mcp"):
+    for name in ("search", "stats", "delete", "mcp"):
         help_text = " ".join(sub[name].format_help().split())
         assert "an existing memory directory (never created: a missing one is an error, exit code 2" in help_text
         assert "created if absent" not in help_text

@@ -1,6 +1,8 @@
-"""The ``hybrid-memory`` command: demo, ingest, search, stats, mcp, export-qdrant (and ``graph`` with the graph extra).
+"""The ``hybrid-memory`` command: demo, ingest, search, delete, stats, mcp, export-qdrant (and ``graph`` with the graph
+extra).
 
-Every command that searches prints the response JSON on stdout; progress bars and logs go to stderr.
+Every command that searches prints the response JSON on stdout, ``ingest`` and ``delete`` a one-line JSON summary;
+progress bars and logs go to stderr.
 """
 
 from __future__ import annotations
@@ -514,6 +516,46 @@ def _cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_delete(args: argparse.Namespace) -> int:
+    """``hybrid-memory delete --memory M ID [ID ...]``: delete chunks by id through :meth:`HybridMemory.delete
+    <hybrid_memory.memory.hybrid.HybridMemory.delete>` (the store, both engines, the filter index and the graph
+    layer forget them), within the scope options when given (through ``memory.scoped(scope)``: ids are read as a
+    scoped ``search`` prints them, and chunks of other scopes are never touched).
+
+    Prints one JSON line: ``deleted`` (the given ids that were stored, in the order given, each once),
+    ``not_found`` (the others: unknown, or outside the scope), ``chunks`` (what the memory holds now, as ``ingest``
+    reports it) and ``memory``; ``scope`` with a scope option. An id not found is reported and warned about on
+    stderr, not an error (exit 0: a delete is idempotent, so running the same command again is safe); a missing
+    memory, a bad scope option or a memory that cannot be opened is exit 2 with one line naming the fix."""
+    ids = list(dict.fromkeys(args.ids))
+    scope = _search_scope(args)  # before the memory opens: a bad pair opens nothing
+    with open_memory(args) as memory:
+        target = memory.scoped(scope) if scope else memory
+        stored = {chunk.chunk_id for chunk in target.get(ids)}
+        deleted = [chunk_id for chunk_id in ids if chunk_id in stored]
+        missing = [chunk_id for chunk_id in ids if chunk_id not in stored]
+        target.delete(deleted)
+        summary: dict[str, Any] = {
+            "deleted": deleted,
+            "not_found": missing,
+            "chunks": memory.count(),
+            "memory": str(memory.path),
+        }
+        if scope:
+            summary["scope"] = scope.bound()
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        logger.warning(
+            "%s not found %s, so not deleted: %s (ids are matched exactly, as search prints them; a chunk ingested "
+            "with a scope option is deleted with the same option)",
+            _count(len(missing), "id"),
+            f"in the scope {scope.bound()}" if scope else "in the memory",
+            shown,
+        )
+    print(json.dumps(summary))
+    return 0
+
+
 def _cmd_stats(args: argparse.Namespace) -> int:
     with open_memory(args) as memory:
         print(json.dumps(memory.stats(), indent=2))
@@ -680,6 +722,26 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         ),
     )
     search.set_defaults(func=_cmd_search)
+
+    delete = sub.add_parser(
+        "delete", help="delete chunks by id (from the store and every index) and print what was deleted"
+    )
+    delete.add_argument("ids", nargs="+", metavar="ID", help="chunk ids, as search prints them")
+    memory_args(delete)
+    add_scope_field_arguments(
+        delete,
+        "delete only chunks with {name}=VALUE (as ingest's option stamped them); ids of other scopes are "
+        "reported as not found and kept",
+    )
+    delete.add_argument(
+        "--scope",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="delete only this scope's chunks (tenant, user_id, agent_id, session_id); repeatable, as for search "
+        "and ingest; the same as the field options above",
+    )
+    delete.set_defaults(func=_cmd_delete)
 
     stats = sub.add_parser("stats", help="counts and parameters of a memory")
     memory_args(stats, shard=True)

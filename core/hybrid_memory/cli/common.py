@@ -35,13 +35,15 @@ def open_memory(args: argparse.Namespace, *, must_exist: bool = True, show_progr
 
     Raises:
         HybridMemoryError: ``--hashing-dim`` < 1; ``must_exist`` and there is no memory at the path (a mistyped
-            path must not silently create an empty memory); ``--memory`` names a Qdrant Edge shard's folder (the
+            path must not silently create an empty memory); ``--memory`` holds a memory's index files but not its
+            store (:func:`~hybrid_memory.paths.check_store_present`, a StoreFormatError: restore it from a backup);
+            ``--memory`` names a Qdrant Edge shard's folder (the
             message says to give it as ``--edge-path``, or to open it with ``HybridMemory.qdrant``); ``--edge-path``
             holds no shard (the message names ``export-qdrant``) or is an embedded memory's folder.
     """
     from ..embedders import HashingEmbedder
     from ..memory.hybrid import HybridMemory
-    from ..paths import EDGE_CONFIG, STORE_FILE, memory_path
+    from ..paths import EDGE_CONFIG, STORE_FILE, check_store_present, memory_path
 
     dim = getattr(args, "hashing_dim", None)
     if dim is not None and dim < 1:
@@ -82,6 +84,7 @@ def open_memory(args: argparse.Namespace, *, must_exist: bool = True, show_progr
         raise HybridMemoryError(
             f"{args.memory} holds a Qdrant Edge shard ({EDGE_CONFIG}), not an embedded memory; {fix}"
         )
+    check_store_present(folder)  # index files without their store: say so, not "no memory at"
     if must_exist and not (folder / STORE_FILE).is_file():
         raise HybridMemoryError(
             f"no memory at {args.memory}; create it with: hybrid-memory ingest FILE_OR_FOLDER --memory {args.memory}"

@@ -61,7 +61,7 @@ from ..models import (
     build_response,
     validation_message,
 )
-from ..paths import EDGE_CONFIG, STORE_FILE, memory_path
+from ..paths import EDGE_CONFIG, STORE_FILE, memory_files_without_store, memory_path
 from ..scopes import Scope, as_scope, check_scope_keys, check_scope_values
 from ..search.engine import Query
 from ..search.searcher import HybridResult, HybridSearcher
@@ -127,7 +127,9 @@ class HybridMemory:
         busy_timeout: seconds a write waits for another process's write transaction (default 30).
 
     Raises:
-        StoreFormatError: the directory was written by another format version or another embedder.
+        StoreFormatError: the directory was written by another format version or another embedder, or it holds
+            a memory's index files or manifest but not its ``store.sqlite3`` (the store was lost: no empty store is
+            created over them; the message says to restore it from a backup).
         InvalidRequestError: a numeric option of the wrong type or out of its range (``k1="x"``, ``b=2``,
             ``compact_min=-1``, ``compact_ratio=5``, ``faiss_threads=0``, ``busy_timeout="x"``, a bool for an int,
             ``show_progress="yes"``), before the folder is created; ``path`` is a file, cannot be created
@@ -309,7 +311,9 @@ class HybridMemory:
         Raises:
             MemoryNotFoundError: there is no memory at ``path`` (a mistyped path must not silently give an empty
                 memory) unless ``create=True``; a :class:`StoreFormatError` and a ``FileNotFoundError``.
-            StoreFormatError: as the constructor.
+            StoreFormatError: as the constructor; with ``create=True`` too, a folder that holds a memory's index
+                files or manifest but not its ``store.sqlite3`` (the store was lost: the message says to restore it
+                from a backup; nothing is created over it).
             InvalidRequestError: ``path`` is a regular file (a memory is a folder; for its ``store.sqlite3`` the
                 message names the folder), not a str / os.PathLike, or empty; or it holds a Qdrant Edge shard
                 (the message says to open it with ``HybridMemory.qdrant(edge_path=...)``).
@@ -318,9 +322,9 @@ class HybridMemory:
         if (
             not create
             and not (folder / STORE_FILE).exists()
-            and not (folder / "manifest.json").exists()
-            and not (folder / EDGE_CONFIG).exists()
-        ):  # a shard: the constructor names HybridMemory.qdrant
+            and not memory_files_without_store(folder)  # a lost store: the constructor names the fix
+            and not (folder / EDGE_CONFIG).exists()  # a shard: the constructor names HybridMemory.qdrant
+        ):
             raise MemoryNotFoundError(
                 f"no memory at {folder}; create one with HybridMemory({str(folder)!r}) or "
                 f"HybridMemory.open(..., create=True)"

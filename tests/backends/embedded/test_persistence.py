@@ -195,14 +195,88 @@ def test_bm25_files_from_two_saves_are_detected_and_rebuilt(saved, tmp_path):
     assert not (path / "bm25.tmp").exists() and not (path / "bm25.old").exists()
 
 
+def lost_store_message(path, found):
+    return (
+        f"{path} holds a memory's files ({found}) but not its store, store.sqlite3: the store is the source of truth "
+        "(the chunks' texts, metadata and vectors) and cannot be rebuilt from the index files; nothing was changed. "
+        "Restore store.sqlite3 from a backup (put the copy into an empty folder and open that: its indexes are "
+        f"rebuilt from it), or move {path} aside and ingest the documents into a new memory"
+    )
+
+
+def folder_contents(path):
+    return {str(p.relative_to(path)): p.read_bytes() if p.is_file() else None for p in sorted(path.rglob("*"))}
+
+
 def test_a_missing_or_corrupt_store_is_a_clear_error(saved):
     path, _ = saved
     (path / "store.sqlite3").rename(path / "moved.sqlite3")
-    with pytest.raises(StoreFormatError, match="store.sqlite3 is missing"):
+    with pytest.raises(StoreFormatError) as err:
         HybridMemory.open(path)
+    assert str(err.value) == lost_store_message(path, "manifest.json, indexes.json, bm25/, dense/, filters/")
     (path / "store.sqlite3").write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(StoreFormatError, match="not a readable SQLite database"):
         HybridMemory.open(path)
+
+
+@pytest.mark.parametrize("manifest", [True, False], ids=["with-manifest", "index-files-only"])
+@pytest.mark.parametrize(
+    "opening",
+    [
+        lambda path: HybridMemory(path),
+        lambda path: HybridMemory(path, embedder=HashingEmbedder(64)),
+        lambda path: HybridMemory.open(path),
+        lambda path: HybridMemory.open(path, create=True),
+    ],
+    ids=["constructor", "constructor-embedder", "open", "open-create"],
+)
+def test_index_files_without_their_store_are_refused_naming_the_fix(saved, manifest, opening):
+    """A fresh user's finding: a folder whose store.sqlite3 was lost while its index files stayed said only "no memory
+    at ..." (HybridMemory.open, the CLI), and HybridMemory(path) without a manifest.json silently created an empty
+    store there and rebuilt the index files to nothing. Every way of opening it now says what is wrong and the fix,
+    and leaves every file as it was (no store created, no index file removed or rewritten)."""
+    path, _ = saved
+    (path / "store.sqlite3").unlink()
+    if not manifest:
+        (path / "manifest.json").unlink()
+    before = folder_contents(path)
+    with pytest.raises(StoreFormatError) as err:
+        opening(path)
+    found = "indexes.json, bm25/, dense/, filters/"
+    assert str(err.value) == lost_store_message(path, f"manifest.json, {found}" if manifest else found)
+    assert type(err.value) is StoreFormatError  # not MemoryNotFoundError: a memory is there, its store is lost
+    assert folder_contents(path) == before
+
+
+def test_a_store_write_ahead_log_without_its_store_is_refused(tmp_path):
+    folder = tmp_path / "memory"
+    folder.mkdir()
+    (folder / "store.sqlite3-wal").write_bytes(b"wal")
+    with pytest.raises(StoreFormatError) as err:
+        HybridMemory(folder, embedder=HashingEmbedder(8))
+    assert str(err.value) == lost_store_message(folder, "store.sqlite3-wal")
+    assert [p.name for p in folder.iterdir()] == ["store.sqlite3-wal"]
+
+
+def test_only_a_memory_own_files_count_as_a_lost_store(tmp_path):
+    """The files a memory writes once its store exists (the index manifests, not folder names), so a folder of
+    one's own is not taken for a memory that lost its store, and a new memory still opens in it."""
+    from hybrid_memory.paths import memory_files_without_store
+
+    folder = tmp_path / "notes"
+    (folder / "filters").mkdir(parents=True)
+    (folder / "dense").mkdir()
+    (folder / "readme.md").write_text("mine")
+    assert memory_files_without_store(folder) == []
+    assert memory_files_without_store(tmp_path / "missing") == []
+    (folder / "dense" / "manifest.json").write_text("{}")
+    assert memory_files_without_store(folder) == ["dense/"]
+    (folder / "store.sqlite3").write_bytes(b"")
+    assert memory_files_without_store(folder) == []  # the store is there: not this check's business
+    (folder / "store.sqlite3").unlink()
+    (folder / "dense" / "manifest.json").unlink()
+    with HybridMemory(folder, embedder=HashingEmbedder(8)) as memory:
+        assert memory.count() == 0
 
 
 def test_manifest_file_is_rewritten_from_the_store(saved):

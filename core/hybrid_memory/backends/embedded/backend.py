@@ -46,7 +46,7 @@ from ...engines.rowset import RowSet
 from ...filters import system_filter
 from ...models import SCOPE_FIELDS, StoredChunk
 from ...onnx_embedder import OnnxEmbedder
-from ...paths import EDGE_CONFIG, INDEX_LOCK, STORE_FILE
+from ...paths import EDGE_CONFIG, INDEX_LOCK, STORE_FILE, check_store_present
 from ...search.engine import DenseEngine, Engine, Query, SparseEngine
 from ...tokenizer import TechnicalTokenizer
 from ..base import NearSearch, P, StoredState, check_embedder
@@ -113,7 +113,9 @@ class EmbeddedBackend:
 
     Raises:
         InvalidRequestError: ``path`` holds a Qdrant Edge shard, cannot be created, or is not writable.
-        StoreFormatError: the store is missing beside a manifest, or is not a readable SQLite database.
+        StoreFormatError: the store is missing while the folder holds a memory's other files (the manifest, the
+            index files: :func:`~hybrid_memory.paths.check_store_present`; nothing is created or removed), or is
+            not a readable SQLite database.
 
     Thread-safe: searches (holding :attr:`index_lock` shared) run while a write applies its changes (holding it
     alone); writes are serialised by a lock of their own.
@@ -180,11 +182,7 @@ class EmbeddedBackend:
         if self.path is None:
             return SQLiteStore(None, **options)
         db = self.path / STORE_FILE
-        if not db.exists() and (self.path / "manifest.json").exists():
-            raise StoreFormatError(
-                f"{db} is missing but {self.path} holds a memory manifest: the chunks are gone. Restore "
-                f"store.sqlite3 from a backup, or delete {self.path} to start an empty memory"
-            )
+        check_store_present(self.path)  # never a new, empty store beside a lost one's files
         try:
             store = SQLiteStore(db, **options)
             store.get_meta("manifest")
