@@ -301,6 +301,4 @@ class OnnxEmbedder:
         return l2_normalize(self._run("query", [encoding]))[0]
 
     def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(name={self.name!r}, threads={self.threads}, query_threads={self.query_threads})"
-        )
+        return f"{type(self).__name__}(name={self.name!r}, threads={self.threads}, query_threads={self.query_threads})"
