@@ -245,6 +245,14 @@ def embedding() -> str:
             f"\n\nOn two threads each, a query: onnx-2q {pair['onnx_2q_p50_ms']:.2f} ms p50 against "
             f"sentence-transformers' {pair['sentence_transformers_cores_p50_ms']:.2f} ms ({pair['ratio']:.2f}x)."
         )
+    searches = run.get("searches")
+    if searches:
+        one, two = searches["query_threads_1"], searches["query_threads_2"]
+        text += (
+            f"\n\nWhole searches on {searches['chunks']:,} chunks, the query embedded on one intra-op thread (the "
+            f"default) or two: one client {one['one_client_p50_ms']:.2f} / {two['one_client_p50_ms']:.2f} ms p50; "
+            f"two clients at once {one['two_clients_per_s']:.0f} / {two['two_clients_per_s']:.0f} searches/s."
+        )
     if not (RESULTS / "int8_ndcg.json").exists():
         return text
     int8 = load("int8_ndcg.json")

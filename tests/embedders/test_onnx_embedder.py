@@ -251,5 +251,5 @@ def test_query_threads_sets_the_query_sessions_threads_and_keeps_the_vectors():
     assert one._runtime.session("query").get_session_options().intra_op_num_threads == 1
     assert two._runtime.session("query").get_session_options().intra_op_num_threads == 2
     assert two._runtime.session("batch").get_session_options().intra_op_num_threads == 3
-    assert repr(two) == ("OnnxEmbedder(name='sentence-transformers/all-MiniLM-L6-v2', threads=3, query_threads=2)")
+    assert repr(two) == "OnnxEmbedder(name='sentence-transformers/all-MiniLM-L6-v2', threads=3, query_threads=2)"
     assert OnnxEmbedder(query_threads=0).query_threads == 1
