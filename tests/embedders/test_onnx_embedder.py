@@ -91,7 +91,7 @@ def test_embedders_share_one_loaded_model_and_free_it_with_the_last_holder():
         one.search("load", top_k=1)
         two.search("load", top_k=1)
         assert one.embedder._runtime is not None and one.embedder._runtime is two.embedder._runtime
-    key = (str(MODEL_DIR.resolve()), 3)
+    key = (str(MODEL_DIR.resolve()), 3, 1)
     assert _SHARED[key] is first._runtime
     del first
     gc.collect()
@@ -150,7 +150,7 @@ def test_a_damaged_model_file_names_the_reinstall(tmp_path):
     (folder / "model.onnx").write_bytes(data[: len(data) // 2])  # a cut download
     with pytest.raises(
         ModelFileError,
-        match=r"model\.onnx is damaged \(22,650,675 bytes, not the 45,301,351 that "
+        match=r"model\.onnx is damaged \(22,606,904 bytes, not the 45,213,808 that "
         r"provenance\.json records\); reinstall hybrid-memory",
     ):
         OnnxEmbedder(folder).embed_query("x")
@@ -240,3 +240,16 @@ def test_import_loads_neither_torch_nor_the_model():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out
+
+
+def test_query_threads_sets_the_query_sessions_threads_and_keeps_the_vectors():
+    one, two = OnnxEmbedder(threads=3), OnnxEmbedder(threads=3, query_threads=2)
+    texts = ["HTTP 504 gateway timeout", "getUserById returns null", "pool exhausted after deploy"]
+    for text in texts:
+        np.testing.assert_allclose(two.embed_query(text), one.embed_query(text), atol=1e-6)
+    assert one._runtime is not two._runtime  # shared by (folder, threads, query_threads)
+    assert one._runtime.session("query").get_session_options().intra_op_num_threads == 1
+    assert two._runtime.session("query").get_session_options().intra_op_num_threads == 2
+    assert two._runtime.session("batch").get_session_options().intra_op_num_threads == 3
+    assert repr(two) == "OnnxEmbedder(name='sentence-transformers/all-MiniLM-L6-v2', threads=3, query_threads=2)"
+    assert OnnxEmbedder(query_threads=0).query_threads == 1
