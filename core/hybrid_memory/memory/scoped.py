@@ -383,7 +383,10 @@ class ScopedMemory:
         <hybrid_memory.HybridMemory._change_position>` (None: unknown, read again). It is memory-wide, so it moves
         when another scope writes; a scoped caller is never shown it (no public method, no MCP tool returns it,
         :mod:`hybrid_memory.isolation`), and the graph layer uses it only to decide whether to read this scope's
-        :meth:`chunk_hashes` again, never to answer. Raises MemoryClosedError once the memory is closed."""
+        :meth:`chunk_hashes` again, never to answer: what a scoped ``global_search`` serves is the same whoever
+        wrote. Its one trace is time: the first ``global_search`` after any write reads this scope's hashes again
+        (a cost of this scope's size), as the first search after another process's write applies that write.
+        Raises MemoryClosedError once the memory is closed."""
         return self._memory._change_position()
 
     def search(
