@@ -296,6 +296,21 @@ class Backend(Protocol):
         """chunk_id -> sha256 hex of the text, of every stored chunk in ``scope`` (all when None)."""
         ...
 
+    def change_position(self) -> int | None:
+        """A cheap position of the stored data that moves on every committed write that changes a chunk (add,
+        upsert, delete, metadata or system update, supersede), by this process or any other writing to the same
+        data; equal positions of one backend mean :meth:`chunk_hashes` would answer the same. Read it *before*
+        the data it vouches for (then a write in between only makes the next read look stale).
+
+        Memory-wide, not per scope: it moves when any scope writes, so it is never shown to a scoped caller
+        (:meth:`HybridMemory._change_position <hybrid_memory.HybridMemory._change_position>` is internal). None:
+        the backend has no cheap reliable position; a caller must then read again every time.
+
+        Raises:
+            MemoryClosedError: the backend was closed (embedded).
+        """
+        ...
+
     # -- lifecycle ------------------------------------------------------------------------------------
     def flush(self) -> None:
         """Wait until background index maintenance has finished (nothing on a backend without any)."""

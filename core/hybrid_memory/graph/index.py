@@ -15,15 +15,25 @@ graph whose reports are shown only to a scope owning all their chunks: shared en
 service name) link the scopes' chunks, so Leiden would put most communities across scopes and those reports
 would be hidden from every scope; a report's text is also written from its chunks, so a mixed community cannot be
 summarised without mixing. Each chunk belongs to one scope, so per-scope graphs cost the same extraction work.
+
+Serving only current reports without re-reading: ``global_search`` (and ``ask``) must not serve a report citing a
+chunk deleted or replaced since the graph was built, which needs the scope's chunk hashes; reading them costs
+220-420 ms at 100,000 chunks. The index keeps what it last worked out from them (:class:`_Served`: the chunks gone,
+the reports still served) keyed by the scope and the memory's change position (``memory._change_position()``,
+internal: :meth:`hybrid_memory.backends.base.Backend.change_position`), which moves on every committed write of any
+process; it reads the hashes again only when that position moved, is unknown (None: Qdrant, a memory-like object
+without it) or the index itself changed (``sync``/``refresh``, ``summarize_stale``, merges, ``restore``/``load``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import reprlib
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -92,6 +102,40 @@ _CONTEXT_ENTITIES = 20
 _CONTEXT_CHUNKS = 50
 
 
+def _position_key(memory: Any) -> tuple[tuple[tuple[str, str], ...], Hashable] | None:
+    """``(scope items, change position)`` of ``memory``: equal between two calls exactly when ``memory.
+    chunk_hashes()`` would answer the same (the position belongs to one memory object and moves on every committed
+    write, see ``HybridMemory._change_position``); None when the memory has no position (a Qdrant backend, an
+    object without ``_change_position``): read the hashes every time. Read it before the hashes.
+
+    Raises:
+        MemoryClosedError: the memory is closed.
+    """
+    read = getattr(memory, "_change_position", None)
+    position = read() if callable(read) else None
+    return None if position is None else (tuple(sorted(scope_of(memory).items())), position)
+
+
+@dataclass(frozen=True)
+class _Served:
+    """What ``global_search`` may serve after one read of a memory's chunk hashes; immutable, replaced whole (so a
+    thread reads either the old or the new one, never a mix).
+
+    Attributes:
+        key: :func:`_position_key` read before the hashes.
+        extractions_version: ``GraphIndex._extractions_version`` when ``gone`` was worked out.
+        gone: ids of the extracted or failed chunks no longer stored with the text they were extracted from.
+        reports_version: ``GraphIndex._reports_version`` when ``reports`` was worked out (0: not yet).
+        reports: community id -> report, the reports citing no chunk of ``gone``.
+    """
+
+    key: Hashable
+    extractions_version: int
+    gone: frozenset[str]
+    reports_version: int = 0
+    reports: Mapping[str, CommunityReport] | None = None
+
+
 class GraphIndex:
     """Entity graph, hierarchical Leiden communities and community reports over one memory.
 
@@ -154,6 +198,12 @@ class GraphIndex:
         self.scope: dict[str, str] = {}
         """Bound fields of the scope this graph was built for ({} for the whole memory)."""
         self._source: Any = None  # the memory (or view) opened, built or synced with: global_search checks it
+        # what global_search serves, by memory change position (see the module docstring): versions are taken
+        # from one counter (itertools.count: atomic under the GIL), bumped after each change they track
+        self._versions = itertools.count(1)
+        self._extractions_version = next(self._versions)  # extractions and failures
+        self._reports_version = next(self._versions)  # reports
+        self._served: _Served | None = None
 
     # -- construction ---------------------------------------------------------------------------------
     @classmethod
@@ -214,6 +264,7 @@ class GraphIndex:
         self._source = memory
         if getattr(memory, "embedder", None) is not None and self.embedder is None:
             self.embedder = memory.embedder
+        key = _position_key(memory)  # before the hashes: a write in between only makes the next check re-read
         current: Mapping[str, str] = memory.chunk_hashes()
         stats = RefreshStats()
         stats.deleted = sorted(c for c in self.processed_hashes() if c not in current)
@@ -248,11 +299,14 @@ class GraphIndex:
         touched = set(stats.deleted) | set(todo)
         update_graph(self.graph, before, after, touched, self.aliases)
         self.extractions = after
+        self._extractions_version = next(self._versions)
         if touched and self._auto_merge():
             self.graph = build_graph(self.extractions, self.aliases)
         if touched or (self.graph.number_of_nodes() and not self.communities):
             self._recluster()  # an unchanged graph keeps its communities (same seed, same result)
         stats.stale = self.stale_communities()
+        if key is not None:  # the hashes just read stand for this position: global_search need not read them
+            self._served = _Served(key, self._extractions_version, self._gone(current))
         stats.seconds = time.perf_counter() - started
         logger.info(
             "graph sync: +%d ~%d -%d chunks, %d failed, %d entities, %d edges, %d communities, %d stale",
@@ -392,6 +446,7 @@ class GraphIndex:
                 reports[community.community_id] = old
         self.reports = reports
         self._ranker = None
+        self._reports_version = next(self._versions)
 
     def stale_communities(self) -> list[str]:
         """Ids of the communities whose report is missing, failed or written from other content, sorted."""
@@ -434,6 +489,7 @@ class GraphIndex:
                 failed.append(community.community_id)
             self.reports[community.community_id] = report
         self._ranker = None
+        self._reports_version = next(self._versions)
         return calls, sorted(failed)
 
     def _context(self, memory: Any, community: Community) -> CommunityContext:
@@ -523,8 +579,12 @@ class GraphIndex:
         chunk that is no longer stored with the text it was extracted from (deleted, or upserted with a new
         text) is not served, nor its source sentences, until :meth:`refresh` rewrites its community without
         that chunk (which also removes the old text from the saved files: ``reports.json``, the extractions).
-        The check reads the scope's chunk hashes (``memory.chunk_hashes()``, one indexed SQL read). An index
-        with no memory (``GraphIndex.load(path)`` alone, or a memory since closed) serves its reports as saved.
+        The check reads the scope's chunk hashes (``memory.chunk_hashes()``, one indexed SQL read, 220-420 ms at
+        100,000 chunks) only when something changed since it last did: its answer is kept with the memory's change
+        position, which every committed write moves, this process's or another's on the same folder (a Qdrant
+        memory has none and is read at every call), and with the index's own state (a ``refresh``, a merge or a
+        reload start again). An index with no memory (``GraphIndex.load(path)`` alone, or a memory since closed)
+        serves its reports as saved.
         Raises InvalidRequestError (a ValueError) for a question ``search_text`` would refuse
         (:func:`hybrid_memory.limits.check_question`: blank, longer than ``MAX_SEARCH_TEXT_CHARS``, a NUL
         character), token_budget < 1, a level that is not an int or not one of the graph's
@@ -604,31 +664,61 @@ class GraphIndex:
             tokens=account_tokens(hits, chunk_tokens),
         )
 
-    def _current_reports(self, memory: Any) -> Mapping[str, Any]:
+    def _current_reports(self, memory: Any) -> Mapping[str, CommunityReport]:
         """The reports every chunk of which is still stored with the text it was extracted from in ``memory``
-        (all of them when ``memory`` is None): the ones ``global_search`` may serve."""
+        (all of them when ``memory`` is None or closed): the ones ``global_search`` may serve.
+
+        Reads ``memory.chunk_hashes()`` only when needed: the answer is kept (:class:`_Served`) with the memory's
+        change position (:func:`_position_key`, read first) and reused while neither that position nor the index's
+        extractions moved; the kept reports are worked out again from the kept ``gone`` set when only the reports
+        changed (a summarise). A position of None (Qdrant) reads the hashes on every call. Thread-safe: versions
+        are read before the state they describe and bumped after it changed, and the snapshot is replaced whole.
+        """
         if memory is None:
             return self.reports
+        extractions_version, reports_version = self._extractions_version, self._reports_version
         try:
-            current: Mapping[str, str] = memory.chunk_hashes()
+            key = _position_key(memory)
+            served = self._served
+            if key is None or served is None or served.key != key or served.extractions_version != extractions_version:
+                current: Mapping[str, str] = memory.chunk_hashes()
+                served = _Served(key, extractions_version, self._gone(current))
+                fresh = True
+            else:
+                fresh = False
         except MemoryClosedError:  # the memory it was built with is closed: the index answers as saved
             return self.reports
+        if served.reports is not None and served.reports_version == reports_version:
+            return served.reports
+        kept = self._kept(served.gone)
+        if fresh and served.gone:
+            logger.info(
+                "global_search: %d reports cite %d deleted or replaced chunks and are not served; refresh the "
+                "graph to rewrite them",
+                len(self.reports) - len(kept),
+                len(served.gone),
+            )
+        if key is not None:
+            self._served = _Served(key, extractions_version, served.gone, reports_version, kept)
+        return kept
+
+    def _gone(self, current: Mapping[str, str]) -> frozenset[str]:
+        """Ids of the extracted or failed chunks that ``current`` (``chunk_hashes()``) no longer holds with the
+        text they were extracted from: deleted, or upserted with a new text."""
         gone = {cid for cid, e in self.extractions.items() if current.get(cid) != e.content_hash}
         gone |= {cid for cid, f in self.failures.items() if cid not in current}
+        return frozenset(gone)
+
+    def _kept(self, gone: frozenset[str]) -> Mapping[str, CommunityReport]:
+        """The reports citing (``chunk_ids``) and quoting (``quoted_chunk_ids``) no chunk of ``gone``; the index's
+        own mapping when ``gone`` is empty."""
         if not gone:
             return self.reports
-        kept = {
+        return {
             cid: r
             for cid, r in self.reports.items()
             if gone.isdisjoint(r.chunk_ids) and gone.isdisjoint(r.quoted_chunk_ids)
         }
-        logger.info(
-            "global_search: %d reports cite %d deleted or replaced chunks and are not served; refresh the "
-            "graph to rewrite them",
-            len(self.reports) - len(kept),
-            len(gone),
-        )
-        return kept
 
     def ask(
         self,
@@ -732,6 +822,9 @@ class GraphIndex:
         self.graph = state.graph
         self._report_vectors, self._report_vectors_for = state.report_vectors, state.report_vectors_for
         self._ranker = None
+        self._extractions_version = next(self._versions)
+        self._reports_version = next(self._versions)
+        self._served = None
 
     def save(self, path: str | Path | None = None) -> Path:
         """Write the index to ``path`` (default ``self.path``) as JSON + GraphML (see ``store.save_state``).

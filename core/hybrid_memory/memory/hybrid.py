@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import json
 import logging
 import os
@@ -80,6 +81,10 @@ RANK_FLOOR = 10
 list. Fusion depends on the candidates: without a floor, ``top_k = 1`` fused 2 candidates per engine and could
 put first what ``top_k = 5`` put third. 10 is the cut of nDCG@10 (BEIR), the depth the fusion is measured at
 (``benchmarks/fusion_eval.py``). Above it, deeper candidate lists can still reorder the first results."""
+
+_INSTANCES = itertools.count(1)
+"""Numbers the memory objects of this process (never reused, unlike ``id()``): the first half of
+:meth:`HybridMemory._change_position`."""
 
 _SHORTCUTS = ("dense_weight", "sparse_weight", "rrf_k_constant", "fusion")
 
@@ -289,6 +294,7 @@ class HybridMemory:
         self.embedder = backend.embedder_for(embedder)
         self._write_lock = threading.RLock()  # one local writer at a time (embedding happens under it)
         self._closed = False
+        self._instance = next(_INSTANCES)
         backend.open(int(self.embedder.dim))
         self._searcher = HybridSearcher(backend.engines(self.embedder), backend.keys, executor=backend.executor)
 
@@ -669,6 +675,23 @@ class HybridMemory:
         detection by derived layers."""
         self._check_open()
         return self._backend.chunk_hashes(_bound(scope))
+
+    def _change_position(self) -> tuple[int, int] | None:
+        """Internal (the graph layer's cache of :meth:`chunk_hashes`; not public, not an MCP tool): ``(number of
+        this memory object in the process, the backend's change position)``, equal between two calls exactly when
+        no write was committed to the memory meanwhile, by this process or another on the same folder; or None
+        when the backend has none (Qdrant: read again every time). See :meth:`Backend.change_position
+        <hybrid_memory.backends.base.Backend.change_position>`; read it before the data it vouches for.
+
+        Memory-wide: it moves when any scope writes, which is why it is internal (a scoped caller must not learn
+        when other scopes write; :mod:`hybrid_memory.isolation`).
+
+        Raises:
+            MemoryClosedError: the memory is closed.
+        """
+        self._check_open()
+        position = self._backend.change_position()
+        return None if position is None else (self._instance, position)
 
     # -- scopes and time ----------------------------------------------------------------------------
     def scoped(self, scope: Scope | Mapping[str, Any] | None = None, /, **fields: str) -> ScopedMemory:

@@ -47,6 +47,7 @@ class _Memory(Protocol):
     def iter_chunks(self, *args: Any, **kwargs: Any) -> Iterator[StoredChunk]: ...
     def page_chunks(self, *args: Any, **kwargs: Any) -> tuple[list[StoredChunk], int | None]: ...
     def chunk_hashes(self, *args: Any, **kwargs: Any) -> dict[str, str]: ...
+    def _change_position(self) -> tuple[int, int] | None: ...
     def search(self, *args: Any, **kwargs: Any) -> SearchResponse: ...
     async def asearch(self, *args: Any, **kwargs: Any) -> SearchResponse: ...
 
@@ -376,6 +377,17 @@ class ScopedMemory:
         self._no_extra("chunk_hashes", extra)
         space = self._ids
         return {space.shown(k): v for k, v in self._memory.chunk_hashes(scope=self.scope).items()}
+
+    def _change_position(self) -> tuple[int, int] | None:
+        """Internal, for the graph layer only: the memory's :meth:`HybridMemory._change_position
+        <hybrid_memory.HybridMemory._change_position>` (None: unknown, read again). It is memory-wide, so it moves
+        when another scope writes; a scoped caller is never shown it (no public method, no MCP tool returns it,
+        :mod:`hybrid_memory.isolation`), and the graph layer uses it only to decide whether to read this scope's
+        :meth:`chunk_hashes` again, never to answer: what a scoped ``global_search`` serves is the same whoever
+        wrote. Its one trace is time: the first ``global_search`` after any write reads this scope's hashes again
+        (a cost of this scope's size), as the first search after another process's write applies that write.
+        Raises MemoryClosedError once the memory is closed."""
+        return self._memory._change_position()
 
     def search(
         self,

@@ -688,6 +688,20 @@ class EmbeddedBackend:
         """chunk_id -> content hash of every stored chunk in ``scope`` (all when None), in insertion order."""
         return self.store.chunk_hashes(scope)
 
+    def change_position(self) -> int:
+        """The store's change-log position (:meth:`SQLiteStore.last_seq
+        <hybrid_memory.backends.embedded.store.SQLiteStore.last_seq>`): the ``seq`` of the last committed write of
+        any process on this folder, one read of ``sqlite_sequence`` (microseconds). Every write that changes a
+        chunk logs to ``changes`` in its own transaction, and the log's ``AUTOINCREMENT`` sequence never goes
+        back (pruning the log keeps it), so the position moves on every such commit and on nothing else. Read from
+        the store, not :attr:`seq` (the indexes' position), so it needs no :meth:`catch_up`: :meth:`chunk_hashes`
+        reads the store too.
+
+        Raises:
+            MemoryClosedError: the store is closed.
+        """
+        return self.store.last_seq()
+
     def hit_rows(
         self, chunk_ids: Sequence[str], ids: Sequence[int] | None = None
     ) -> dict[str, tuple[str, str | None, dict[str, Any]]]:

@@ -1707,6 +1707,13 @@ class QdrantBackend:
         """chunk_id -> content hash of every stored chunk in ``scope``, in :meth:`iter_chunks` order."""
         return {c.chunk_id: c.content_hash for c in self.iter_chunks(self.resolve(None, scope, None))}
 
+    def change_position(self) -> None:
+        """None: unknown, read again every time. Qdrant exposes no position that moves on every committed write
+        of every client (a write's ``operation_id`` is returned to its own writer only; collection info counts
+        points, which an upsert of a new text does not change), and a server collection or shard may be written
+        by other clients, so a counter of this process's writes would miss theirs."""
+        return None
+
     def apply_write(
         self,
         chunk_ids: Sequence[str],
