@@ -45,6 +45,9 @@ SET_LABELS = {
     "hotpotqa100": "HotpotQA-100",
     "locomo5": "LoCoMo-5\n(filtered)",
     "techdocs": "TechDocs",
+    "apidocs": "APIDocs",
+    "hotpotqa100-long": "HotpotQA-100\nlong queries",
+    "locomo5-long": "LoCoMo-5\nlong queries",
 }
 COLOURS = {
     "hybrid-memory BM25": "#9ecae1",
@@ -102,7 +105,7 @@ def add_footer(fig: Any, lines: Sequence[str]) -> None:
 
 
 def _datasets(peers: dict[str, Any]) -> list[str]:
-    """The sets of a peers payload: the four known ones in :data:`SET_LABELS` order, then any others as run."""
+    """The sets of a peers payload: the known ones in :data:`SET_LABELS` order, then any others as run."""
     names = list(peers.get("datasets", {}))
     return [s for s in SET_LABELS if s in names] + [s for s in names if s not in SET_LABELS]
 
@@ -119,7 +122,7 @@ def ndcg_per_set(peers: dict[str, Any], out: Path) -> Path:
     plt = _pyplot()
     sets = _datasets(peers)
     systems = list(peers["systems"])
-    fig, ax = plt.subplots(figsize=(10, 5.2))
+    fig, ax = plt.subplots(figsize=(12.5, 5.4))
     width = 0.8 / len(systems)
     for j, system in enumerate(systems):
         xs = [i + (j - (len(systems) - 1) / 2) * width for i in range(len(sets))]
@@ -206,7 +209,7 @@ def query_latency_peers(peers: dict[str, Any], out: Path) -> Path:
         if all(peers["datasets"][d].get("query_embeddings_per_search", {}).get(s, 1) >= 1 for d in sets)
         and s != "hybrid-memory dense"
     ]
-    fig, ax = plt.subplots(figsize=(10, 5.2))
+    fig, ax = plt.subplots(figsize=(12.5, 5.4))
     width = 0.8 / len(systems)
     for j, system in enumerate(systems):
         xs = [i + (j - (len(systems) - 1) / 2) * width for i in range(len(sets))]

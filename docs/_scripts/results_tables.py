@@ -19,6 +19,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 SETS = {"scifact": "SciFact", "hotpotqa100": "HotpotQA-100", "locomo5": "LoCoMo-5", "techdocs": "TechDocs"}
 """fusion_eval's data sets, in the order the tables show them, with their display names."""
+LABELS = SETS | {"apidocs": "APIDocs", "hotpotqa100-long": "HotpotQA-100 long", "locomo5-long": "LoCoMo-5 long"}
+"""Display names of every set a table may show (the development sets of issue 36 too)."""
 
 CLASS_NAMES = {"error": "quoted error message", "identifier": "exact identifier"}
 
@@ -206,7 +208,7 @@ def peers() -> str:
     run = load("peers.json")
     sets = [s for s in SETS if s in run.get("datasets", {})] + [s for s in run.get("datasets", {}) if s not in SETS]
     systems = run.get("systems") or list(run["datasets"][sets[0]]["metrics"])
-    header = "| system | " + " | ".join(f"{SETS.get(s, s)} nDCG@10 / p50" for s in sets) + " |"
+    header = "| system | " + " | ".join(f"{LABELS.get(s, s)} nDCG@10 / p50" for s in sets) + " |"
     lines = [header, "|---" * (len(sets) + 1) + "|"]
     for system in systems:
         cells = []
@@ -261,7 +263,7 @@ def embedding() -> str:
         cells = []
         for method in data["ndcg@10"].values():
             cells.append(f"{method['fp32']:.4f} / {method['int8']:.4f} ({method['int8'] - method['fp32']:+.4f})")
-        rows.append(f"| {SETS.get(name, name)} | " + " | ".join(cells) + " |")
+        rows.append(f"| {LABELS.get(name, name)} | " + " | ".join(cells) + " |")
     return (
         text
         + "\n\nnDCG@10 of the opt-in int8 graph, documents and queries embedded by each graph:\n\n"
