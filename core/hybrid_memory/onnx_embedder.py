@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ._exceptions import HybridMemoryError, MissingDependencyError
+from ._exceptions import HybridMemoryError, InvalidRequestError, MissingDependencyError
 from .embedders import DEFAULT_MODEL_NAME, l2_normalize
 
 __all__ = ["MODEL_DIR", "ModelFileError", "OnnxEmbedder"]
@@ -40,6 +40,32 @@ REINSTALL = "pip install --force-reinstall --no-deps hybrid-memory"
 
 class ModelFileError(HybridMemoryError):
     """The packaged model's files are missing or damaged (the message names the file and the reinstall)."""
+
+
+MAX_THREADS = 256
+"""The most intra-op threads ``OnnxEmbedder`` accepts (ONNX Runtime starts every one of them: a million was an
+out-of-memory kill)."""
+MAX_BATCH_SIZE = 4096
+"""The largest ``batch_size`` ``OnnxEmbedder`` accepts (a batch of 4,096 texts of 256 word pieces holds about 3 GB of
+attention scores)."""
+
+
+def _count(name: str, value: Any, upper: int, default: str) -> int:
+    """``value`` as an int in [1, ``upper``], or InvalidRequestError naming ``name`` and the value to pass."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= int(value) <= upper:
+        raise InvalidRequestError(
+            f"OnnxEmbedder: {name} must be an int from 1 to {upper}, got {type(value).__name__} {value!r:.40}; "
+            f"pass {default}"
+        )
+    return int(value)
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidRequestError(
+            f"OnnxEmbedder: {where} must be a str, got {type(value).__name__} {value!r:.40}; pass the text itself"
+        )
+    return value
 
 
 def _cores() -> int:
@@ -78,9 +104,17 @@ class _Runtime:
         self._lock = threading.Lock()
         self.tokenizer = self._load_tokenizer()
 
+    def _packaged(self) -> bool:
+        return self.folder.resolve() == MODEL_DIR.resolve()
+
     def _file(self, name: str) -> Path:
         path = self.folder / name
         if not path.is_file():
+            if not self._packaged():
+                raise ModelFileError(
+                    f"the ONNX model folder {self.folder} has no {name}; pass OnnxEmbedder(model_dir=...) a folder "
+                    f"with model.onnx and tokenizer.json, or leave model_dir out for the packaged all-MiniLM-L6-v2"
+                )
             raise ModelFileError(
                 f"the default embedder's model file {path} is missing; reinstall hybrid-memory to restore it: "
                 f"{REINSTALL}"
@@ -88,6 +122,11 @@ class _Runtime:
         return path
 
     def _damaged(self, path: Path, why: str) -> ModelFileError:
+        if not self._packaged():
+            return ModelFileError(
+                f"the ONNX model file {path} is damaged ({why}); export it again, or leave model_dir out for the "
+                f"packaged all-MiniLM-L6-v2"
+            )
         return ModelFileError(
             f"the default embedder's model file {path} is damaged ({why}); reinstall hybrid-memory to restore it: "
             f"{REINSTALL}"
@@ -214,8 +253,13 @@ class OnnxEmbedder:
         query_threads: intra-op threads for one query (default 1).
         shared: share the loaded model with the process's other embedders of the same folder and thread counts.
 
+    Raises:
+        InvalidRequestError: at construction, ``batch_size`` not an int in [1, 4096] or ``threads`` /
+            ``query_threads`` not an int in [1, 256] (:data:`MAX_BATCH_SIZE`, :data:`MAX_THREADS`).
+
     Raises (on first use):
-        ModelFileError: a model file is missing or damaged; the message names the file and the reinstall.
+        ModelFileError: a model file is missing or damaged; the message names the file and the reinstall (for the
+            packaged model) or the folder to pass (for a ``model_dir`` of your own).
         MissingDependencyError: onnxruntime or tokenizers is not installed.
     """
 
@@ -234,9 +278,13 @@ class OnnxEmbedder:
         shared: bool = True,
     ) -> None:
         self.model_dir = MODEL_DIR if model_dir is None else Path(model_dir)
-        self.batch_size = max(1, int(batch_size))
-        self.threads = _cores() if threads is None else max(1, int(threads))
-        self.query_threads = max(1, int(query_threads))
+        self.batch_size = _count("batch_size", batch_size, MAX_BATCH_SIZE, "batch_size=32 (the default)")
+        self.threads = (
+            _cores()
+            if threads is None
+            else _count("threads", threads, MAX_THREADS, "threads=None (the default: the CPUs this process may use)")
+        )
+        self.query_threads = _count("query_threads", query_threads, MAX_THREADS, "query_threads=1 (the default)")
         self.shared = shared
         self.name = DEFAULT_MODEL_NAME if model_dir is None else f"onnx:{self.model_dir.resolve().name}"
         self.dim = 384
@@ -274,13 +322,18 @@ class OnnxEmbedder:
         """Embed documents. Returns float32 (len(texts), 384), unit-L2 rows, in the order of ``texts``.
 
         Raises:
+            InvalidRequestError: ``texts`` is one str, or holds something that is not a str.
             ModelFileError: a model file is missing or damaged.
         """
-        texts = list(texts)
+        if isinstance(texts, str):
+            raise InvalidRequestError(
+                "OnnxEmbedder.embed_documents takes a sequence of texts, got one str; pass [text], or use embed_query"
+            )
+        texts = [_text(text, f"texts[{i}]") for i, text in enumerate(texts)]
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         runtime = self._loaded()
-        encodings = runtime.tokenizer.encode_batch([str(text) for text in texts], add_special_tokens=True)
+        encodings = runtime.tokenizer.encode_batch(texts, add_special_tokens=True)
         if len(texts) == 1:
             return l2_normalize(self._run("query", encodings))
         order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))
@@ -294,10 +347,12 @@ class OnnxEmbedder:
         """Embed one query on the calling thread alone. Returns float32 (384,), unit L2 norm.
 
         Raises:
+            InvalidRequestError: ``text`` is not a str.
             ModelFileError: a model file is missing or damaged.
         """
+        text = _text(text, "the query")
         runtime = self._loaded()
-        encoding = runtime.tokenizer.encode(str(text), add_special_tokens=True)
+        encoding = runtime.tokenizer.encode(text, add_special_tokens=True)
         return l2_normalize(self._run("query", [encoding]))[0]
 
     def __repr__(self) -> str:

@@ -159,3 +159,23 @@ def test_a_memory_whose_store_was_lost_says_so_and_the_fix(memory, capsys, comma
     assert captured.out == ""
     after = {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))}
     assert after == before
+
+
+def test_delete_prints_a_non_ascii_id_as_utf8_as_search_does(tmp_path, capsys):
+    folder = str(tmp_path / "mem")
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text(json.dumps({"_id": "alarme-réseau-🔥", "text": "le réseau est tombé"}) + "\n", encoding="utf-8")
+    assert main(["ingest", str(notes), "--memory", folder, "--hashing-dim", "64", "-q"]) == 0
+    assert json.loads(capsys.readouterr().out)["chunks"] == 1
+    assert main(["delete", "--memory", folder, "alarme-réseau-🔥"]) == 0
+    out = capsys.readouterr().out
+    assert out == f'{{"deleted": ["alarme-réseau-🔥"], "not_found": [], "chunks": 0, "memory": "{folder}"}}\n'
+
+
+def test_version_prints_the_package_version(capsys):
+    import hybrid_memory
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"hybrid-memory {hybrid_memory.__version__}\n"

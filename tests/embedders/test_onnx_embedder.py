@@ -253,3 +253,107 @@ def test_query_threads_sets_the_query_sessions_threads_and_keeps_the_vectors():
     assert two._runtime.session("batch").get_session_options().intra_op_num_threads == 3
     assert repr(two) == "OnnxEmbedder(name='sentence-transformers/all-MiniLM-L6-v2', threads=3, query_threads=2)"
     assert OnnxEmbedder(query_threads=0).query_threads == 1
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            {"query_threads": 10**6},
+            "OnnxEmbedder: query_threads must be an int from 1 to 256, got int 1000000; pass query_threads=1 (the "
+            "default)",
+        ),
+        (
+            {"query_threads": None},
+            "OnnxEmbedder: query_threads must be an int from 1 to 256, got NoneType None; pass query_threads=1 (the "
+            "default)",
+        ),
+        (
+            {"threads": "2"},
+            "OnnxEmbedder: threads must be an int from 1 to 256, got str '2'; pass threads=None (the default: the "
+            "CPUs this process may use)",
+        ),
+        (
+            {"threads": 0},
+            "OnnxEmbedder: threads must be an int from 1 to 256, got int 0; pass threads=None (the default: the CPUs "
+            "this process may use)",
+        ),
+        (
+            {"query_threads": True},
+            "OnnxEmbedder: query_threads must be an int from 1 to 256, got bool True; pass query_threads=1 (the "
+            "default)",
+        ),
+        (
+            {"batch_size": 0},
+            "OnnxEmbedder: batch_size must be an int from 1 to 4096, got int 0; pass batch_size=32 (the default)",
+        ),
+        (
+            {"batch_size": 1.5},
+            "OnnxEmbedder: batch_size must be an int from 1 to 4096, got float 1.5; pass batch_size=32 (the default)",
+        ),
+    ],
+)
+def test_thread_counts_and_batch_size_out_of_range_are_refused_before_anything_loads(options, message):
+    from hybrid_memory import InvalidRequestError
+
+    with pytest.raises(InvalidRequestError) as raised:
+        OnnxEmbedder(**options)
+    assert str(raised.value) == message
+    assert OnnxEmbedder(threads=np.int64(2), query_threads=256, batch_size=4096).threads == 2
+
+
+def test_texts_that_are_not_str_are_refused(embedder):
+    from hybrid_memory import InvalidRequestError
+
+    with pytest.raises(InvalidRequestError) as raised:
+        embedder.embed_documents("abc")
+    assert str(raised.value) == (
+        "OnnxEmbedder.embed_documents takes a sequence of texts, got one str; pass [text], or use embed_query"
+    )
+    with pytest.raises(InvalidRequestError) as raised:
+        embedder.embed_documents(["fine", 3])
+    assert str(raised.value) == "OnnxEmbedder: texts[1] must be a str, got int 3; pass the text itself"
+    with pytest.raises(InvalidRequestError) as raised:
+        embedder.embed_query(5)
+    assert str(raised.value) == "OnnxEmbedder: the query must be a str, got int 5; pass the text itself"
+
+
+def test_a_model_folder_of_ones_own_that_lacks_a_file_names_the_folder_not_the_reinstall(tmp_path):
+    with pytest.raises(ModelFileError) as raised:
+        OnnxEmbedder(tmp_path / "nowhere").embed_query("x")
+    assert str(raised.value) == (
+        f"the ONNX model folder {tmp_path / 'nowhere'} has no tokenizer.json; pass OnnxEmbedder(model_dir=...) a "
+        "folder with model.onnx and tokenizer.json, or leave model_dir out for the packaged all-MiniLM-L6-v2"
+    )
+    own = tmp_path / "own"
+    own.mkdir()
+    shutil.copyfile(MODEL_DIR / "tokenizer.json", own / "tokenizer.json")
+    (own / "model.onnx").write_bytes(b"not a graph")
+    with pytest.raises(ModelFileError, match=r"the ONNX model file .*model\.onnx is damaged \(.*\); export it again"):
+        OnnxEmbedder(own).embed_query("x")
+
+
+def test_an_embedder_mismatch_names_the_fix_for_the_model_the_memory_was_built_with(tmp_path):
+    from hybrid_memory import HashingEmbedder
+
+    with HybridMemory(tmp_path / "default") as memory:
+        memory.add([{"chunk_id": "a", "text": "kept"}])
+    with pytest.raises(StoreFormatError) as raised:
+        HybridMemory(tmp_path / "default", embedder=HashingEmbedder(64))
+    assert str(raised.value) == (
+        f"memory at {tmp_path / 'default'} was built with embedder 'sentence-transformers/all-MiniLM-L6-v2' (dim "
+        "384), not 'hashing-64' (dim 64); open it with the same embedder (leave embedder= out, and --hashing-dim on "
+        "the CLI: the default OnnxEmbedder is that model), or ingest into a new directory to switch models"
+    )
+    with HybridMemory(tmp_path / "hashed", embedder=HashingEmbedder(24)) as memory:
+        memory.add([{"chunk_id": "a", "text": "kept"}])
+    with pytest.raises(StoreFormatError) as raised:
+        HybridMemory(tmp_path / "hashed", embedder=OnnxEmbedder())
+    assert str(raised.value) == (
+        f"memory at {tmp_path / 'hashed'} was built with embedder 'hashing-24' (dim 24), not "
+        "'sentence-transformers/all-MiniLM-L6-v2' (dim 384); open it with the same embedder "
+        "(embedder=HashingEmbedder(24), or --hashing-dim 24 on the CLI), or ingest into a new directory to switch "
+        "models"
+    )
+    with HybridMemory(tmp_path / "default") as memory, HybridMemory(tmp_path / "hashed") as hashed:  # nothing lost
+        assert memory.count() == 1 and hashed.count() == 1

@@ -21,6 +21,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from .. import __version__
 from .._exceptions import HybridMemoryError, MissingDependencyError
 from ..fusion import DEFAULT_FUSION, FUSION_METHODS
 from ..models import SCOPE_FIELDS, Chunk
@@ -414,7 +415,7 @@ def _run_ingest(
             summary["scope"] = scope.bound()
     if created is not None and before == total == 0 and created.exists():  # no text was read: an empty memory
         logger.warning("%s", _discard_new_folder(created, Path(args.memory).absolute()))
-    print(json.dumps(summary))
+    print(json.dumps(summary, ensure_ascii=False))
     return 0
 
 
@@ -552,7 +553,7 @@ def _cmd_delete(args: argparse.Namespace) -> int:
             f"in the scope {scope.bound()}" if scope else "in the memory",
             shown,
         )
-    print(json.dumps(summary))
+    print(json.dumps(summary, ensure_ascii=False))
     return 0
 
 
@@ -597,6 +598,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
+    parser.add_argument("--version", action="version", version=f"hybrid-memory {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def memory_args(p: argparse.ArgumentParser, *, creates: bool = False, shard: bool = False) -> None:

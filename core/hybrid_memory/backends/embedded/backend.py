@@ -39,7 +39,7 @@ from ..._exceptions import DiskFullError, InvalidRequestError, StoreBusyError, S
 from ..._rwlock import ReadWriteLock
 from ...changes import ChangeSet
 from ...dedup import covers
-from ...embedders import Embedder, HashingEmbedder
+from ...embedders import DEFAULT_MODEL_NAME, Embedder, HashingEmbedder
 from ...engines.bm25.index import BM25Index
 from ...engines.dense.index import FaissIndex
 from ...engines.rowset import RowSet
@@ -230,12 +230,20 @@ class EmbeddedBackend:
         elif saved["embedder"] == info:
             self._write_manifest_file(saved)  # the readable copy; the store's own copy is the one checked
         if saved is not None and saved["embedder"] != info:
+            name, dim = saved["embedder"]["name"], saved["embedder"]["dim"]
+            if name == DEFAULT_MODEL_NAME:
+                same = "leave embedder= out, and --hashing-dim on the CLI: the default OnnxEmbedder is that model"
+            elif str(name).startswith("hashing-"):
+                same = f"embedder=HashingEmbedder({dim}), or --hashing-dim {dim} on the CLI"
+            else:
+                same = (
+                    f"embedder=<the {name!r} model>, for instance SentenceTransformerEmbedder(model_path=DIR) from the "
+                    "[torch] extra"
+                )
             raise StoreFormatError(
-                f"memory at {self.path} was built with embedder {saved['embedder']['name']!r} "
-                f"(dim {saved['embedder']['dim']}), not {info['name']!r} (dim {info['dim']}); open it with the "
-                f"same embedder (embedder=<the {saved['embedder']['name']!r} model>, for instance "
-                "SentenceTransformerEmbedder(model_path=DIR) from the [torch] extra), or ingest into a new "
-                "directory to switch models"
+                f"memory at {self.path} was built with embedder {name!r} (dim {dim}), not {info['name']!r} "
+                f"(dim {info['dim']}); open it with the same embedder ({same}), or ingest into a new directory to "
+                "switch models"
             )
         self.embedder = chosen
         return chosen
