@@ -126,26 +126,28 @@ def test_concurrent_queries_and_batches_agree_with_serial_ones(embedder):
         np.testing.assert_array_equal(np.stack(results[worker]), np.stack(expected_queries))
 
 
-def _copy_model(tmp_path, *, without=()):
+def _copy_model(tmp_path, monkeypatch, *, without=()):
+    """A copy of the packaged model folder that the library takes for its packaged one (``MODEL_DIR`` points to it)."""
     folder = tmp_path / "model"
     shutil.copytree(MODEL_DIR, folder)
     for name in without:
         (folder / name).unlink()
+    monkeypatch.setattr("hybrid_memory.onnx_embedder.MODEL_DIR", folder)
     return folder
 
 
-def test_a_missing_model_file_names_the_reinstall(tmp_path):
-    folder = _copy_model(tmp_path, without=["model.onnx"])
+def test_a_missing_model_file_names_the_reinstall(tmp_path, monkeypatch):
+    folder = _copy_model(tmp_path, monkeypatch, without=["model.onnx"])
     with pytest.raises(ModelFileError) as raised:
-        OnnxEmbedder(folder).embed_query("x")
+        OnnxEmbedder().embed_query("x")
     assert str(raised.value) == (
         f"the default embedder's model file {folder / 'model.onnx'} is missing; reinstall hybrid-memory to restore "
         "it: pip install --force-reinstall --no-deps hybrid-memory"
     )
 
 
-def test_a_damaged_model_file_names_the_reinstall(tmp_path):
-    folder = _copy_model(tmp_path)
+def test_a_damaged_model_file_names_the_reinstall(tmp_path, monkeypatch):
+    folder = _copy_model(tmp_path, monkeypatch)
     data = (folder / "model.onnx").read_bytes()
     (folder / "model.onnx").write_bytes(data[: len(data) // 2])  # a cut download
     with pytest.raises(
@@ -153,27 +155,35 @@ def test_a_damaged_model_file_names_the_reinstall(tmp_path):
         match=r"model\.onnx is damaged \(22,606,904 bytes, not the 45,213,808 that "
         r"provenance\.json records\); reinstall hybrid-memory",
     ):
-        OnnxEmbedder(folder).embed_query("x")
-    # without the provenance record, ONNX Runtime's own refusal is reported the same way
+        OnnxEmbedder().embed_query("x")
+    # the same file in a folder of one's own (no provenance record): ONNX Runtime's own refusal, and the fix is
+    # that folder's, not a reinstall
     (folder / "provenance.json").unlink()
+    monkeypatch.undo()
     with pytest.raises(
         ModelFileError,
-        match=r"model\.onnx is damaged \(.+\); reinstall hybrid-memory to restore "
-        r"it: pip install --force-reinstall --no-deps hybrid-memory",
+        match=r"the ONNX model file .*model\.onnx is damaged \(.+\); export it again, or leave model_dir out",
     ):
         OnnxEmbedder(folder).embed_query("x")
 
 
-def test_a_damaged_tokenizer_names_the_reinstall(tmp_path):
-    folder = _copy_model(tmp_path, without=["provenance.json"])
+def test_a_damaged_tokenizer_names_the_reinstall(tmp_path, monkeypatch):
+    folder = _copy_model(tmp_path, monkeypatch)
     (folder / "tokenizer.json").write_text("{not json")
-    with pytest.raises(ModelFileError, match=r"tokenizer\.json is damaged .*pip install --force-reinstall"):
-        OnnxEmbedder(folder).embed_query("x")
-    shutil.copy(MODEL_DIR / "provenance.json", folder)  # with the record, its sha256 tells
     with pytest.raises(
         ModelFileError,
         match=r"tokenizer\.json is damaged \(its sha256 is not the be50c3628f2b\.\.\. "
         r"that provenance\.json records\); reinstall hybrid-memory",
+    ):
+        OnnxEmbedder().embed_query("x")
+    # a packaged folder that lost its provenance record is itself incomplete: reinstall
+    (folder / "provenance.json").unlink()
+    with pytest.raises(ModelFileError, match=r"provenance\.json is missing; reinstall hybrid-memory"):
+        OnnxEmbedder().embed_query("x")
+    # a folder of one's own: the tokenizers library's refusal, and the fix is that folder's
+    monkeypatch.undo()
+    with pytest.raises(
+        ModelFileError, match=r"the ONNX model file .*tokenizer\.json is damaged \(.+\); export it again"
     ):
         OnnxEmbedder(folder).embed_query("x")
 
@@ -252,7 +262,6 @@ def test_query_threads_sets_the_query_sessions_threads_and_keeps_the_vectors():
     assert two._runtime.session("query").get_session_options().intra_op_num_threads == 2
     assert two._runtime.session("batch").get_session_options().intra_op_num_threads == 3
     assert repr(two) == "OnnxEmbedder(name='sentence-transformers/all-MiniLM-L6-v2', threads=3, query_threads=2)"
-    assert OnnxEmbedder(query_threads=0).query_threads == 1
 
 
 @pytest.mark.parametrize(
