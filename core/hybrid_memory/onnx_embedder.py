@@ -256,11 +256,9 @@ class OnnxEmbedder:
     Raises:
         InvalidRequestError: at construction, ``batch_size`` not an int in [1, 4096] or ``threads`` /
             ``query_threads`` not an int in [1, 256] (:data:`MAX_BATCH_SIZE`, :data:`MAX_THREADS`).
-
-    Raises (on first use):
-        ModelFileError: a model file is missing or damaged; the message names the file and the reinstall (for the
-            packaged model) or the folder to pass (for a ``model_dir`` of your own).
-        MissingDependencyError: onnxruntime or tokenizers is not installed.
+        ModelFileError: on first use, a model file is missing or damaged; the message names the file and the
+            reinstall (for the packaged model) or the folder to pass (for a ``model_dir`` of your own).
+        MissingDependencyError: on first use, onnxruntime or tokenizers is not installed.
     """
 
     name: str
