@@ -34,7 +34,7 @@ re-embeds the corpus; every one returns its top 10):
   (``excluded_embed_metadata_keys``), so they index the same text as the other systems.
 
 Query embedding: every system embeds each query live, once per search, with the same
-``SentenceTransformerEmbedder`` object (all-MiniLM-L6-v2 on the CPU): hybrid-memory through its own embedder,
+``OnnxEmbedder`` object (the default: all-MiniLM-L6-v2 on ONNX Runtime, CPU): hybrid-memory through its own embedder,
 the peers through a LangChain ``Embeddings`` / LlamaIndex ``BaseEmbedding`` whose query method calls it and whose
 document method looks the cached vector up by text. The latency columns therefore include the query embedding
 (except the BM25-only row, which needs none). A counting wrapper checks the number of embeddings per search.
@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "depth_per_leg": DEPTH,
         "repeats": args.repeats,
         "warmup_queries": WARMUP,
-        "query_embedding": f"live, once per search, {embedder.name} (the core's SentenceTransformerEmbedder, CPU), "
+        "query_embedding": f"live, once per search, {embedder.name} (the core's default OnnxEmbedder, CPU), "
         "the same object for every system; latency includes it (not the BM25-only row, which needs "
         "none)",
         "document_vectors": "cached all-MiniLM-L6-v2 vectors (benchmarks/.cache), the same rows for every system",

@@ -1,7 +1,7 @@
 """The default embedder: all-MiniLM-L6-v2 on ONNX Runtime, from the graph that ships inside this package.
 
 The same vectors as sentence-transformers gives (cosine >= 0.9999 on every text of
-``tests/core/test_onnx_parity.py``, about 0.99999 typically) without torch: ``onnxruntime`` (CPU) runs the
+``tests/embedders/test_onnx_parity.py``, about 0.99999 typically) without torch: ``onnxruntime`` (CPU) runs the
 encoder and the mean pooling, ``tokenizers`` runs the model's own ``tokenizer.json``. How the graph was made, and
 how to make it again: ``tools/export_minilm.py``; its provenance: ``_model/all-MiniLM-L6-v2/NOTICE``.
 """
@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +45,10 @@ class ModelFileError(HybridMemoryError):
 MAX_THREADS = 256
 """The most intra-op threads ``OnnxEmbedder`` accepts (ONNX Runtime starts every one of them: a million was an
 out-of-memory kill)."""
-MAX_BATCH_SIZE = 4096
-"""The largest ``batch_size`` ``OnnxEmbedder`` accepts (a batch of 4,096 texts of 256 word pieces holds about 3 GB of
-attention scores)."""
+MAX_BATCH_SIZE = 256
+"""The largest ``batch_size`` ``OnnxEmbedder`` accepts: a batch's peak memory grows by about 10 MB per text of 256 word
+pieces (measured: 1.5 GB at 128, 2.7 GB at 256, 5.1 GB at 512; 4,096 was an out-of-memory kill at 23 GB), and
+batches past 32 gain no speed on a CPU (``benchmarks/embed_speed.py``: 32 and 128 within a few %)."""
 
 
 def _count(name: str, value: Any, upper: int, default: str) -> int:
@@ -60,11 +61,30 @@ def _count(name: str, value: Any, upper: int, default: str) -> int:
     return int(value)
 
 
+def _model_dir(value: Any) -> Path:
+    """``value`` (str or os.PathLike, ``~`` expanded) as a folder path, or InvalidRequestError naming the fix."""
+    if isinstance(value, bool) or not isinstance(value, (str, os.PathLike)) or not str(value).strip():
+        raise InvalidRequestError(
+            f"OnnxEmbedder: model_dir must be a folder path (str or os.PathLike), got {type(value).__name__} "
+            f"{value!r:.40}; pass a folder with model.onnx and tokenizer.json, or leave model_dir out for the packaged "
+            f"all-MiniLM-L6-v2"
+        )
+    return Path(os.fspath(value)).expanduser()
+
+
 def _text(value: Any, where: str) -> str:
+    """``value`` if it is a str of valid Unicode (no lone surrogate), else InvalidRequestError naming ``where``."""
     if not isinstance(value, str):
         raise InvalidRequestError(
             f"OnnxEmbedder: {where} must be a str, got {type(value).__name__} {value!r:.40}; pass the text itself"
         )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidRequestError(
+            f"OnnxEmbedder: {where} is not valid Unicode text ({exc.reason} at position {exc.start}: a lone surrogate, "
+            "as from undecodable bytes); decode the bytes with the right encoding, or with errors='replace'"
+        ) from None
     return value
 
 
@@ -111,8 +131,15 @@ class _Runtime:
         path = self.folder / name
         if not path.is_file():
             if not self._packaged():
+                what = (
+                    "does not exist"
+                    if not self.folder.exists()
+                    else "is not a folder"
+                    if not self.folder.is_dir()
+                    else f"has no {name}"
+                )
                 raise ModelFileError(
-                    f"the ONNX model folder {self.folder} has no {name}; pass OnnxEmbedder(model_dir=...) a folder "
+                    f"the ONNX model folder {self.folder} {what}; pass OnnxEmbedder(model_dir=...) a folder "
                     f"with model.onnx and tokenizer.json, or leave model_dir out for the packaged all-MiniLM-L6-v2"
                 )
             raise ModelFileError(
@@ -242,7 +269,8 @@ class OnnxEmbedder:
     on the right, as this class pads them.
 
     The model loads lazily, on the first call, and embedders of the same folder and thread counts share one
-    loaded model in a process (about 100 MB resident with both sessions).
+    loaded model in a process (about 250-350 MB resident with both sessions and their buffers, measured by a fresh
+    user; ``peak RSS`` in ``benchmarks/embed_speed.py``).
 
     Args:
         model_dir: a folder with ``model.onnx`` (inputs ``input_ids``, ``attention_mask``; output the mean-pooled
@@ -275,7 +303,7 @@ class OnnxEmbedder:
         query_threads: int = 1,
         shared: bool = True,
     ) -> None:
-        self.model_dir = MODEL_DIR if model_dir is None else Path(model_dir)
+        self.model_dir = MODEL_DIR if model_dir is None else _model_dir(model_dir)
         self.batch_size = _count("batch_size", batch_size, MAX_BATCH_SIZE, "batch_size=32 (the default)")
         self.threads = (
             _cores()
@@ -283,8 +311,14 @@ class OnnxEmbedder:
             else _count("threads", threads, MAX_THREADS, "threads=None (the default: the CPUs this process may use)")
         )
         self.query_threads = _count("query_threads", query_threads, MAX_THREADS, "query_threads=1 (the default)")
-        self.shared = shared
-        self.name = DEFAULT_MODEL_NAME if model_dir is None else f"onnx:{self.model_dir.resolve().name}"
+        if not isinstance(shared, (bool, np.bool_)):
+            raise InvalidRequestError(
+                f"OnnxEmbedder: shared must be a bool, got {type(shared).__name__} {shared!r:.40}; pass shared=True "
+                "(the default) or False"
+            )
+        self.shared = bool(shared)
+        packaged = self.model_dir.resolve() == MODEL_DIR.resolve()
+        self.name = DEFAULT_MODEL_NAME if packaged else f"onnx:{self.model_dir.resolve().name}"
         self.dim = 384
         self._runtime: _Runtime | None = None
         self._lock = threading.Lock()
@@ -310,6 +344,13 @@ class OnnxEmbedder:
             mask[row, : len(encoding.ids)] = 1
         output = self._loaded().session(kind).run(None, {"input_ids": ids, "attention_mask": mask})[0]
         if output.shape != (len(encodings), self.dim):
+            if self.name != DEFAULT_MODEL_NAME:
+                raise ModelFileError(
+                    f"the model {self.model_dir / 'model.onnx'} returned shape {output.shape}, expected "
+                    f"({len(encodings)}, {self.dim}): OnnxEmbedder runs mean-pooled 384-dimensional encoders (inputs "
+                    "input_ids and attention_mask, output (batch, 384)); export such a graph, or wrap another model "
+                    "in a CallableEmbedder"
+                )
             raise ModelFileError(
                 f"the model {self.model_dir / 'model.onnx'} returned shape {output.shape}, expected "
                 f"({len(encodings)}, {self.dim}); reinstall hybrid-memory to restore it: {REINSTALL}"
@@ -320,12 +361,18 @@ class OnnxEmbedder:
         """Embed documents. Returns float32 (len(texts), 384), unit-L2 rows, in the order of ``texts``.
 
         Raises:
-            InvalidRequestError: ``texts`` is one str, or holds something that is not a str.
+            InvalidRequestError: ``texts`` is one str or not a sequence, or holds something that is not a str of
+                valid Unicode.
             ModelFileError: a model file is missing or damaged.
         """
         if isinstance(texts, str):
             raise InvalidRequestError(
                 "OnnxEmbedder.embed_documents takes a sequence of texts, got one str; pass [text], or use embed_query"
+            )
+        if isinstance(texts, (bytes, bytearray)) or not isinstance(texts, Iterable):
+            raise InvalidRequestError(
+                f"OnnxEmbedder.embed_documents takes a sequence of str, got {type(texts).__name__} {texts!r:.40}; "
+                "pass a list of texts"
             )
         texts = [_text(text, f"texts[{i}]") for i, text in enumerate(texts)]
         if not texts:
@@ -342,10 +389,11 @@ class OnnxEmbedder:
         return l2_normalize(out)
 
     def embed_query(self, text: str) -> np.ndarray:
-        """Embed one query on the calling thread alone. Returns float32 (384,), unit L2 norm.
+        """Embed one query on ``query_threads`` intra-op threads (default 1: the calling thread alone). Returns
+        float32 (384,), unit L2 norm.
 
         Raises:
-            InvalidRequestError: ``text`` is not a str.
+            InvalidRequestError: ``text`` is not a str of valid Unicode.
             ModelFileError: a model file is missing or damaged.
         """
         text = _text(text, "the query")

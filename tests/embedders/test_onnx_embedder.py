@@ -293,12 +293,16 @@ def test_query_threads_sets_the_query_sessions_threads_and_keeps_the_vectors():
             "default)",
         ),
         (
+            {"batch_size": 257},
+            "OnnxEmbedder: batch_size must be an int from 1 to 256, got int 257; pass batch_size=32 (the default)",
+        ),
+        (
             {"batch_size": 0},
-            "OnnxEmbedder: batch_size must be an int from 1 to 4096, got int 0; pass batch_size=32 (the default)",
+            "OnnxEmbedder: batch_size must be an int from 1 to 256, got int 0; pass batch_size=32 (the default)",
         ),
         (
             {"batch_size": 1.5},
-            "OnnxEmbedder: batch_size must be an int from 1 to 4096, got float 1.5; pass batch_size=32 (the default)",
+            "OnnxEmbedder: batch_size must be an int from 1 to 256, got float 1.5; pass batch_size=32 (the default)",
         ),
     ],
 )
@@ -308,7 +312,7 @@ def test_thread_counts_and_batch_size_out_of_range_are_refused_before_anything_l
     with pytest.raises(InvalidRequestError) as raised:
         OnnxEmbedder(**options)
     assert str(raised.value) == message
-    assert OnnxEmbedder(threads=np.int64(2), query_threads=256, batch_size=4096).threads == 2
+    assert OnnxEmbedder(threads=np.int64(2), query_threads=256, batch_size=256).threads == 2
 
 
 def test_texts_that_are_not_str_are_refused(embedder):
@@ -328,10 +332,11 @@ def test_texts_that_are_not_str_are_refused(embedder):
 
 
 def test_a_model_folder_of_ones_own_that_lacks_a_file_names_the_folder_not_the_reinstall(tmp_path):
+    (tmp_path / "empty").mkdir()
     with pytest.raises(ModelFileError) as raised:
-        OnnxEmbedder(tmp_path / "nowhere").embed_query("x")
+        OnnxEmbedder(tmp_path / "empty").embed_query("x")
     assert str(raised.value) == (
-        f"the ONNX model folder {tmp_path / 'nowhere'} has no tokenizer.json; pass OnnxEmbedder(model_dir=...) a "
+        f"the ONNX model folder {tmp_path / 'empty'} has no tokenizer.json; pass OnnxEmbedder(model_dir=...) a "
         "folder with model.onnx and tokenizer.json, or leave model_dir out for the packaged all-MiniLM-L6-v2"
     )
     own = tmp_path / "own"
@@ -351,8 +356,9 @@ def test_an_embedder_mismatch_names_the_fix_for_the_model_the_memory_was_built_w
         HybridMemory(tmp_path / "default", embedder=HashingEmbedder(64))
     assert str(raised.value) == (
         f"memory at {tmp_path / 'default'} was built with embedder 'sentence-transformers/all-MiniLM-L6-v2' (dim "
-        "384), not 'hashing-64' (dim 64); open it with the same embedder (leave embedder= out, and --hashing-dim on "
-        "the CLI: the default OnnxEmbedder is that model), or ingest into a new directory to switch models"
+        "384), not 'hashing-64' (dim 64); open it with the same embedder (leave embedder= out, and leave out "
+        "--hashing-dim on the CLI: the default OnnxEmbedder is that model), or ingest into a new directory to switch "
+        "models"
     )
     with HybridMemory(tmp_path / "hashed", embedder=HashingEmbedder(24)) as memory:
         memory.add([{"chunk_id": "a", "text": "kept"}])
@@ -366,3 +372,40 @@ def test_an_embedder_mismatch_names_the_fix_for_the_model_the_memory_was_built_w
     )
     with HybridMemory(tmp_path / "default") as memory, HybridMemory(tmp_path / "hashed") as hashed:  # nothing lost
         assert memory.count() == 1 and hashed.count() == 1
+
+
+def test_bad_model_dirs_shared_flags_and_texts_are_one_line_each(tmp_path):
+    from hybrid_memory import InvalidRequestError
+
+    with pytest.raises(InvalidRequestError) as raised:
+        OnnxEmbedder(model_dir=123)
+    assert str(raised.value) == (
+        "OnnxEmbedder: model_dir must be a folder path (str or os.PathLike), got int 123; pass a folder with "
+        "model.onnx and tokenizer.json, or leave model_dir out for the packaged all-MiniLM-L6-v2"
+    )
+    with pytest.raises(InvalidRequestError, match=r"^OnnxEmbedder: shared must be a bool, got str 'no'; pass"):
+        OnnxEmbedder(shared="no")
+    with pytest.raises(ModelFileError) as raised:
+        OnnxEmbedder(tmp_path / "nope").embed_query("x")
+    assert str(raised.value).startswith(f"the ONNX model folder {tmp_path / 'nope'} does not exist; pass")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ModelFileError, match=r"the ONNX model folder .*file is not a folder; pass"):
+        OnnxEmbedder(tmp_path / "file").embed_query("x")
+    embedder = OnnxEmbedder()
+    for bad, shown in ((None, "NoneType None"), (5, "int 5"), (b"abc", "bytes b'abc'")):
+        with pytest.raises(InvalidRequestError) as raised:
+            embedder.embed_documents(bad)
+        assert str(raised.value) == (
+            f"OnnxEmbedder.embed_documents takes a sequence of str, got {shown}; pass a list of texts"
+        )
+    with pytest.raises(InvalidRequestError) as raised:
+        embedder.embed_query("caf\udce9")
+    assert str(raised.value) == (
+        "OnnxEmbedder: the query is not valid Unicode text (surrogates not allowed at position 3: a lone surrogate, "
+        "as from undecodable bytes); decode the bytes with the right encoding, or with errors='replace'"
+    )
+
+
+def test_the_packaged_folder_given_explicitly_is_the_default_model():
+    assert OnnxEmbedder(model_dir=MODEL_DIR).name == "sentence-transformers/all-MiniLM-L6-v2"
+    assert OnnxEmbedder(model_dir=str(MODEL_DIR)).name == OnnxEmbedder().name

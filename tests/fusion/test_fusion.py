@@ -284,7 +284,7 @@ def test_log_evidence_and_the_adaptive_default_by_hand():
     # d = 4 / (2e + 6). f: a = d k, b = -s k, c = (s - d) k; rescaled over [b, a] (span (s + d) k = k):
     # a 1, b 0, c = 2s - d = 4e / (2e + 6) = 2e / (e + 3).
     # (the values of adaptive_v1, the default until issue 36: the default now mixes these weights toward the
-    # priors when the tops agree, tests/core/test_fusion_agreement.py)
+    # priors when the tops agree, tests/fusion/test_fusion_agreement.py)
     inp = FusionInput(
         runs={"sparse": ["c", "a"], "dense": ["a", "b", "c"]},
         scores={"sparse": {"c": e**2 - 1, "a": e - 1, "b": 0.0}, "dense": {"a": 0.5, "b": 0.3, "c": 0.1}},

@@ -232,7 +232,12 @@ class EmbeddedBackend:
         if saved is not None and saved["embedder"] != info:
             name, dim = saved["embedder"]["name"], saved["embedder"]["dim"]
             if name == DEFAULT_MODEL_NAME:
-                same = "leave embedder= out, and --hashing-dim on the CLI: the default OnnxEmbedder is that model"
+                same = (
+                    "leave embedder= out, and leave out --hashing-dim on the CLI: the default OnnxEmbedder is that "
+                    "model"
+                )
+            elif str(name).startswith("onnx:"):
+                same = f"embedder=OnnxEmbedder(model_dir=<the {str(name)[5:]!r} folder>)"
             elif str(name).startswith("hashing-"):
                 same = f"embedder=HashingEmbedder({dim}), or --hashing-dim {dim} on the CLI"
             else:
