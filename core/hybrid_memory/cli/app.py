@@ -690,8 +690,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     add_scope_field_arguments(
         ingest,
-        "stamp {name}=VALUE on every chunk (a line with another {name} is refused; ids "
-        "held by another scope are refused)",
+        "stamp {name}=VALUE on every chunk (a line with another {name} is refused; ids are the scope's own: "
+        "an id another scope holds is written as a separate chunk, never refused)",
     )
     ingest.add_argument(
         "--scope",
