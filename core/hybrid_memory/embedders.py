@@ -23,6 +23,7 @@ from .tokenizer import TechnicalTokenizer
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
+    "MAX_HASHING_DIM",
     "CallableEmbedder",
     "Embedder",
     "HashingEmbedder",
@@ -326,6 +327,13 @@ class SentenceTransformerEmbedder:
         return self.embed_documents([text])[0]
 
 
+MAX_HASHING_DIM = 65_536
+"""The largest :class:`HashingEmbedder` dimension. A chunk's vector is ``dim`` x 4 bytes (float32), held in memory
+and stored once per chunk: 65,536 is 256 KiB a chunk (about 1 GiB for 4,000 chunks), far past what a hashing
+embedder's quality gains from (64-1,024 is plenty for tests and demos), while ``--hashing-dim 100000000``, 400 MB a
+chunk, was an out-of-memory kill."""
+
+
 class HashingEmbedder:
     """Deterministic, offline bag-of-tokens embedder for tests and examples (no model, no network).
 
@@ -334,11 +342,12 @@ class HashingEmbedder:
     positive cosine, so dense ranking is meaningful enough to test with, and identical across processes.
 
     Args:
-        dim: vector dimension, an int >= 1 (default 64); numpy ints count, a bool does not.
+        dim: vector dimension, an int from 1 to :data:`MAX_HASHING_DIM` (65,536; default 64); numpy ints count,
+            a bool does not.
 
     Raises:
-        InvalidRequestError: ``dim`` is not an int >= 1 (0, negative, a float, a bool, a string); the
-            message names the value given and a valid one.
+        InvalidRequestError: ``dim`` is not an int >= 1 (0, negative, a float, a bool, a string), or is more than
+            :data:`MAX_HASHING_DIM`; the message names the value given and a valid one.
     """
 
     def __init__(self, dim: int = 64) -> None:
@@ -348,6 +357,11 @@ class HashingEmbedder:
                 f"{dim!r:.60}; pass an int such as HashingEmbedder(dim=64) (the default)"
             )
         dim = int(dim)
+        if dim > MAX_HASHING_DIM:
+            raise InvalidRequestError(
+                f"HashingEmbedder dim must be from 1 to MAX_HASHING_DIM ({MAX_HASHING_DIM:,}), got {dim:,}: a chunk's "
+                f"vector is dim x 4 bytes; pass a smaller dim such as HashingEmbedder(dim=64) (the default)"
+            )
         self.dim: int = dim
         self.name: str = f"hashing-{self.dim}"
         self._tokenizer: TechnicalTokenizer = TechnicalTokenizer()

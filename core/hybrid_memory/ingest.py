@@ -194,7 +194,8 @@ def read_text_folder(
             A file matched by several patterns is read once.
         id_prefix: put before every relative path in ids and sources; None means ``"<folder name>/"``,
             ``""`` means none.
-        on_unreadable: what to do with a file that cannot be read as text (not valid UTF-8, a NUL character,
+        on_unreadable: what to do with a file that cannot be read as text (not valid UTF-8, a name that is not
+            valid UTF-8 (bytes from another system's encoding, which no chunk id can hold), a NUL character,
             which text files do not hold and binary ones do, an OS error such as a permission denied, or a matched
             name that is a broken symbolic link: its target is missing or a loop of links): None
             (default) raises InvalidRequestError naming it; a callable ``(path, reason)`` is called and the
@@ -325,10 +326,10 @@ def _text_folder_chunks(
             if on_outside_link is not None:
                 on_outside_link(file_path)
             continue
-        content, reason = _read_text_file(file_path)
+        content, reason = _read_text_file(file_path) if _utf8_name(rel) else ("", _not_utf8_name(rel))
         if reason is not None:
             if on_unreadable is None:
-                raise InvalidRequestError(f"{file_path}: {reason}")
+                raise InvalidRequestError(f"{shown_path(file_path)}: {reason}")
             on_unreadable(file_path, reason)
             continue
         splitter = markdown_splitter if file_path.suffix.lower() in (".md", ".markdown") else text_splitter
@@ -398,6 +399,27 @@ def _dangling_link(path: Path) -> bool:
     """Whether ``path`` is a symbolic link whose target cannot be opened (missing, or a loop of links): such a
     path is no file for ``Path.is_file`` and would otherwise be dropped without a word."""
     return path.is_symlink() and not path.exists()
+
+
+def _utf8_name(rel: str) -> bool:
+    """Whether the relative path ``rel`` is UTF-8 text: a name of bytes that are not (``caf\\xe9.md`` from a Latin-1
+    system) comes from :func:`os.fsdecode` with lone surrogates, which an id, a source or a store cannot hold."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _not_utf8_name(rel: str) -> str:
+    """The reason a file whose name is not UTF-8 is not read."""
+    return "its name is not valid UTF-8 (chunk ids and sources are text); rename the file to UTF-8 to read it"
+
+
+def shown_path(path: StrPath) -> str:
+    """``path`` for a message: a name of bytes that are not UTF-8 shows them as backslash escapes
+    (``docs/caf\\xe9.md``), not as the lone surrogates :func:`os.fsdecode` gave, which strict streams cannot print."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def _read_text_file(path: Path) -> tuple[str, str | None]:

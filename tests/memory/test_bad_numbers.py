@@ -380,6 +380,17 @@ def test_a_hashing_embedder_dim_that_is_not_an_int_from_1_is_the_librarys_error(
     )
 
 
+@pytest.mark.parametrize("dim", [65_537, 10**8])
+def test_a_hashing_embedder_dim_past_max_hashing_dim_is_refused(dim):
+    """A fresh user's finding: --hashing-dim 100000000 was an out-of-memory kill (a vector is dim x 4 bytes)."""
+    with pytest.raises(InvalidRequestError) as raised:
+        HashingEmbedder(dim=dim)
+    assert str(raised.value) == (
+        f"HashingEmbedder dim must be from 1 to MAX_HASHING_DIM (65,536), got {dim:,}: a chunk's vector is dim x 4 "
+        "bytes; pass a smaller dim such as HashingEmbedder(dim=64) (the default)"
+    )
+
+
 def test_a_numpy_int_dim_is_an_int():
     embedder = HashingEmbedder(dim=np.int64(4))
     assert (embedder.dim, type(embedder.dim), embedder.name) == (4, int, "hashing-4")

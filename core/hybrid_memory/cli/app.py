@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import tempfile
@@ -158,10 +159,10 @@ def _read_inputs(
     ``linked``; a file whose link leads out of the folder is not read unless ``--follow-symlinks`` is given (a
     warning names it) and its path is appended to ``outside``; a bad .jsonl line stops the ingest (the message
     names the line)."""
-    from ..ingest import read_beir_corpus, read_text_folder
+    from ..ingest import read_beir_corpus, read_text_folder, shown_path
 
     def skip(path: Path, reason: str) -> None:
-        logger.warning("skipped %s: %s", path, reason)
+        logger.warning("skipped %s: %s", shown_path(path), reason)
         skipped.append(str(path))
 
     chunk_overlap = min(100, args.chunk_size // 10)  # the library's default (100 of 1000), scaled to small sizes
@@ -415,8 +416,37 @@ def _run_ingest(
             summary["scope"] = scope.bound()
     if created is not None and before == total == 0 and created.exists():  # no text was read: an empty memory
         logger.warning("%s", _discard_new_folder(created, Path(args.memory).absolute()))
-    print(json.dumps(summary, ensure_ascii=False))
+    _print_json(json.dumps(summary, ensure_ascii=False))
     return 0
+
+
+def _print_json(text: str, *, indent: int | None = None) -> None:
+    """Print the JSON ``text``; when stdout's encoding cannot encode it (``PYTHONIOENCODING=ascii``, a cp1252
+    console, a non-ASCII id), print it ASCII-escaped instead (``"caf\\u00e9"``): the same JSON value, so the
+    command that already did its work (a delete, an ingest) still exits 0 with output a parser reads."""
+    try:
+        text.encode(getattr(sys.stdout, "encoding", None) or "utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(json.loads(text), ensure_ascii=True, indent=indent)
+    except LookupError:  # an encoding name Python does not know: print as given, and let print say so
+        pass
+    print(text)
+
+
+def _utf8_text(value: str, what: str) -> str:
+    """``value`` from the command line, refused when it is not UTF-8 text: bytes of another encoding reach
+    Python as lone surrogates (``caf\\udce9``), which no id or query can hold. Raises InvalidRequestError."""
+    from .._exceptions import InvalidRequestError
+
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(value).decode("utf-8", "backslashreplace")
+        raise InvalidRequestError(
+            f"{what} '{shown:.80}' is not valid UTF-8 text (the terminal or script passed bytes of another encoding); "
+            "give it as UTF-8 text"
+        ) from None
+    return value
 
 
 def _request_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -434,7 +464,7 @@ def _request_from_args(args: argparse.Namespace) -> dict[str, Any]:
                 f"in --request {args.request}; give one (drop the positional text, or the file's search_text)"
             )
     if args.text is not None:
-        request["search_text"] = args.text
+        request["search_text"] = _utf8_text(args.text, "the search text")
     if args.top_k is not None:
         request["top_k"] = args.top_k
     if args.filter:
@@ -513,7 +543,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
     scope = _search_scope(args)  # before the memory opens: a bad pair opens nothing
     with open_memory(args) as memory:
         response = (memory.scoped(scope) if scope else memory).search(request)
-    print(response.model_dump_json(indent=2))
+    _print_json(response.model_dump_json(indent=2), indent=2)
     return 0
 
 
@@ -528,7 +558,7 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     reports it) and ``memory``; ``scope`` with a scope option. An id not found is reported and warned about on
     stderr, not an error (exit 0: a delete is idempotent, so running the same command again is safe); a missing
     memory, a bad scope option or a memory that cannot be opened is exit 2 with one line naming the fix."""
-    ids = list(dict.fromkeys(args.ids))
+    ids = list(dict.fromkeys(_utf8_text(chunk_id, "the id") for chunk_id in args.ids))
     scope = _search_scope(args)  # before the memory opens: a bad pair opens nothing
     with open_memory(args) as memory:
         target = memory.scoped(scope) if scope else memory
@@ -553,7 +583,7 @@ def _cmd_delete(args: argparse.Namespace) -> int:
             f"in the scope {scope.bound()}" if scope else "in the memory",
             shown,
         )
-    print(json.dumps(summary, ensure_ascii=False))
+    _print_json(json.dumps(summary, ensure_ascii=False))
     return 0
 
 
@@ -579,7 +609,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                     progress=not args.quiet,
                 )
             response = memory.search(request)
-    print(response.model_dump_json(indent=2))
+    _print_json(response.model_dump_json(indent=2), indent=2)
     return 0
 
 
@@ -660,8 +690,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     add_scope_field_arguments(
         ingest,
-        "stamp {name}=VALUE on every chunk (a line with another {name} is refused; ids "
-        "held by another scope are refused)",
+        "stamp {name}=VALUE on every chunk (a line with another {name} is refused; ids are the scope's own: "
+        "an id another scope holds is written as a separate chunk, never refused)",
     )
     ingest.add_argument(
         "--scope",

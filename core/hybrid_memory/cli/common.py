@@ -34,20 +34,24 @@ def open_memory(args: argparse.Namespace, *, must_exist: bool = True, show_progr
     embedded memory is).
 
     Raises:
-        HybridMemoryError: ``--hashing-dim`` < 1; ``must_exist`` and there is no memory at the path (a mistyped
-            path must not silently create an empty memory); ``--memory`` holds a memory's index files but not its
+        HybridMemoryError: ``--hashing-dim`` < 1 or > :data:`~hybrid_memory.embedders.MAX_HASHING_DIM` (65,536);
+            ``must_exist`` and there is no memory at the path (a mistyped path must not silently create an empty
+            memory); ``--memory`` holds a memory's index files but not its
             store (:func:`~hybrid_memory.paths.check_store_present`, a StoreFormatError: restore it from a backup);
             ``--memory`` names a Qdrant Edge shard's folder (the
             message says to give it as ``--edge-path``, or to open it with ``HybridMemory.qdrant``); ``--edge-path``
             holds no shard (the message names ``export-qdrant``) or is an embedded memory's folder.
     """
-    from ..embedders import HashingEmbedder
+    from ..embedders import MAX_HASHING_DIM, HashingEmbedder
     from ..memory.hybrid import HybridMemory
     from ..paths import EDGE_CONFIG, STORE_FILE, check_store_present, memory_path
 
     dim = getattr(args, "hashing_dim", None)
-    if dim is not None and dim < 1:
-        raise HybridMemoryError(f"--hashing-dim must be >= 1, got {dim}")
+    if dim is not None and not 1 <= dim <= MAX_HASHING_DIM:  # before any folder is created
+        raise InvalidRequestError(
+            f"--hashing-dim must be >= 1 and at most {MAX_HASHING_DIM:,} (MAX_HASHING_DIM: a chunk's vector is "
+            f"dim x 4 bytes), got {dim:,}; the default of tests and demos is 64"
+        )
     embedder = HashingEmbedder(dim) if dim is not None else None
     shard = getattr(args, "shard", None)
     if shard is not None:
