@@ -317,8 +317,8 @@ class OnnxEmbedder:
                 "(the default) or False"
             )
         self.shared = bool(shared)
-        packaged = self.model_dir.resolve() == MODEL_DIR.resolve()
-        self.name = DEFAULT_MODEL_NAME if packaged else f"onnx:{self.model_dir.resolve().name}"
+        resolved = self.model_dir.resolve()
+        self.name = DEFAULT_MODEL_NAME if resolved == MODEL_DIR.resolve() else f"onnx:{resolved.name}"
         self.dim = 384
         self._runtime: _Runtime | None = None
         self._lock = threading.Lock()

@@ -71,7 +71,7 @@ _ABBREVIATIONS = {
     "u.s",
     "u.k",
 }
-_TITLES = {
+TITLES = {
     "mr",
     "mrs",
     "ms",
@@ -94,6 +94,8 @@ _TITLES = {
     "minister",
     "chancellor",
 }
+"""Titles before a name ("Dr", "President"), casefolded: part of no entity name here, and dropped from the front of
+a name when ``resolve`` compares aliases."""
 
 STOP_ENTITIES: dict[str, str] = {
     **{
@@ -361,7 +363,7 @@ def _last_word(sentence: str) -> str:
 def _is_stop_entity(name: str) -> bool:
     """``UTC``, ``POST``, ``Info``: a stop word in capitals or capitalised (see ``STOP_ENTITIES``)."""
     name = name.rstrip(".")
-    if name.casefold() in _TITLES:
+    if name.casefold() in TITLES:
         return False
     return name.upper() in STOP_ENTITIES and (name.isupper() or name[1:].islower())
 
@@ -434,7 +436,7 @@ def _proper_nouns(
         if initial and len(words) >= 2 and (words[0][0].casefold() in OPENERS or _is_stop_entity(words[0][0])):
             words.pop(0)  # "Restart Kafka": the imperative is not part of the name
             initial = False
-        while words and words[0][0].casefold() in _STOP and words[0][0].rstrip(".").casefold() not in _TITLES:
+        while words and words[0][0].casefold() in _STOP and words[0][0].rstrip(".").casefold() not in TITLES:
             words.pop(0)
             initial = False
         while words and words[-1][0].casefold() in _CONNECTORS:
@@ -443,7 +445,7 @@ def _proper_nouns(
             names.append((words[0][1], " ".join(w for w, _ in words)))
         elif len(words) == 1:
             word = words[0][0]
-            if _is_stop_entity(word) or word.casefold() in _STOP or word.rstrip(".").casefold() in _TITLES:
+            if _is_stop_entity(word) or word.casefold() in _STOP or word.rstrip(".").casefold() in TITLES:
                 pass
             elif initial:
                 if _opener_is_name(word, next_word, context):
@@ -463,10 +465,10 @@ def _proper_nouns(
                 continue
             group.extend(pending)
             pending.clear()
-            group.append((token.rstrip(".") if token.rstrip(".").casefold() not in _TITLES else token, start))
+            group.append((token.rstrip(".") if token.rstrip(".").casefold() not in TITLES else token, start))
         elif group and token.casefold() in _CONNECTORS:
             pending.append((token, start))
-        elif group and token == "." and group[-1][0].casefold() in _TITLES:
+        elif group and token == "." and group[-1][0].casefold() in TITLES:
             group[-1] = (group[-1][0] + ".", group[-1][1])  # "Dr." then the name
             continue
         else:

@@ -31,35 +31,14 @@ from typing import Literal
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field
 
+from .patterns import TITLES
+
 __all__ = ["AUTO_MERGE_THRESHOLD", "AliasCandidate", "Merge", "alias_candidates", "resolve_key"]
 
 AUTO_MERGE_THRESHOLD = 0.5
 """Evidence score at or above which an unambiguous alias candidate is merged without a caller."""
 
 NAME_TYPES = {"PROPER_NOUN", "PERSON", "ORGANIZATION", "LOCATION"}
-_TITLES = {
-    "mr",
-    "mrs",
-    "ms",
-    "miss",
-    "dr",
-    "prof",
-    "professor",
-    "sir",
-    "dame",
-    "lord",
-    "lady",
-    "president",
-    "senator",
-    "governor",
-    "general",
-    "colonel",
-    "captain",
-    "judge",
-    "mayor",
-    "minister",
-    "chancellor",
-}
 _MINOR = {
     "of",
     "the",
@@ -152,7 +131,7 @@ def _core(name: str) -> tuple[list[str], bool]:
     """(words without leading titles, whether a title was removed) of a display name."""
     words = _TOKEN.findall(name)
     titled = False
-    while len(words) > 1 and words[0].rstrip(".").casefold() in _TITLES:
+    while len(words) > 1 and words[0].rstrip(".").casefold() in TITLES:
         words.pop(0)
         titled = True
     return words, titled
